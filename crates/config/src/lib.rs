@@ -1,0 +1,198 @@
+//! Gatehouse's configuration: the typed model, its decoding from YAML with
+//! every error reported at once, and whole-config validation.
+//!
+//! This crate owns the meaning of every config field. It does no I/O except
+//! reading the file it is asked to load; turning a [`Config`] into live state
+//! (sockets, TLS contexts, balancers) belongs to the planes.
+
+#![forbid(unsafe_code)]
+
+pub mod decode;
+pub mod model;
+pub mod validate;
+pub mod yaml;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use decode::{Ctx, FieldError};
+pub use model::*;
+
+/// Everything wrong with one config file, each error on its own line as
+/// `FILE: path.to.field: what was expected`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigErrors {
+    pub file: PathBuf,
+    pub errors: Vec<FieldError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}: {}", self.file.display(), e)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Parses, decodes and validates config text. `file` names it in errors.
+pub fn from_str(text: &str, file: &Path) -> Result<Config, ConfigErrors> {
+    let fail = |errors| ConfigErrors { file: file.to_path_buf(), errors };
+    let root = yaml::parse(text).map_err(|e| {
+        fail(vec![FieldError {
+            path: String::new(),
+            message: format!("invalid YAML: {}", e.message),
+            line: Some(e.line),
+        }])
+    })?;
+    let mut ctx = Ctx::default();
+    let config = <Config as decode::Decode>::decode(&root, &mut ctx);
+    if let Some(c) = &config {
+        validate::validate(c, &mut ctx);
+    }
+    match config {
+        Some(c) if ctx.errors.is_empty() => Ok(c),
+        _ => Err(fail(ctx.errors)),
+    }
+}
+
+/// Reads and checks a config file.
+pub fn load(file: &Path) -> Result<Config, ConfigErrors> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => from_str(&text, file),
+        Err(e) => Err(ConfigErrors {
+            file: file.to_path_buf(),
+            errors: vec![FieldError { path: String::new(), message: format!("cannot read: {e}"), line: None }],
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+listeners:
+  - name: web
+    address: 127.0.0.1:8080
+  - name: tls
+    address: "[::1]:8443"
+    protocol: https
+    tls: { min_version: "1.3", session_resumption: false }
+certificates:
+  - name: local
+    self_signed: true
+    sni: [localhost, "*.example.com"]
+upstreams:
+  - name: api
+    balance: maglev
+    hash_key: header:X-User
+    endpoints:
+      - 127.0.0.1:9001
+      - { address: 127.0.0.1:9002, weight: 3 }
+    health_check: { type: http, path: /healthz, interval: 500ms, fall: 2 }
+routes:
+  - name: api
+    match: { hosts: [api.example.com], path_prefix: /v1, methods: [GET, POST] }
+    upstream: api
+    canary: { upstream: api, weight: 10, header: { name: X-Canary, value: "1" } }
+    deny: [10.0.0.0/8]
+    rate_limit: { rate: 5 }
+  - name: hello
+    direct_response: { status: 200, headers: { content-type: text/plain }, body: "hi\n" }
+"#;
+
+    #[test]
+    fn a_good_config_decodes() {
+        let c = from_str(GOOD, Path::new("g.yaml")).expect("valid");
+        assert_eq!(c.listeners.len(), 2);
+        assert_eq!(c.listeners[1].protocol, Protocol::Https);
+        let tls = c.listeners[1].tls.as_ref().expect("tls");
+        assert_eq!(tls.min_version, TlsVersion::Tls13);
+        assert!(!tls.session_resumption);
+        assert_eq!(c.upstreams[0].hash_key, HashKey::Header("x-user".into()));
+        assert_eq!(c.upstreams[0].endpoints[1].weight, 3);
+        assert_eq!(c.upstreams[0].health_check.as_ref().map(|h| h.fall), Some(2));
+        assert_eq!(c.routes[0].rate_limit.as_ref().map(|r| r.burst), Some(5));
+        assert_eq!(c.routes[0].canary.as_ref().and_then(|c| c.header.as_ref()).map(|h| h.name.as_str()), Some("x-canary"));
+        assert_eq!(c.routes[1].direct_response.as_ref().map(|d| d.body.as_str()), Some("hi\n"));
+        assert_eq!(c.workers, 0);
+    }
+
+    #[test]
+    fn every_mistake_is_listed_with_its_path() {
+        let bad = r#"
+workers: many
+listeners:
+  - name: web
+    address: 127.0.0.1:99999
+    protocol: htp
+upstreams:
+  - name: api
+    endpoints: []
+    balance: random
+routes:
+  - name: r
+    upstream: api-v2
+    match: { path: nope }
+    rate_limit: { rate: 0 }
+    colour: blue
+"#;
+        let err = from_str(bad, Path::new("bad.yaml")).expect_err("invalid");
+        let text = err.to_string();
+        for needle in [
+            "bad.yaml: workers: expected an integer",
+            "bad.yaml: listeners[0].address: expected an address",
+            "bad.yaml: listeners[0].protocol: expected one of http, https, found \"htp\"",
+            "bad.yaml: upstreams[0].balance: expected one of round_robin",
+            "bad.yaml: routes[0].colour: unknown field",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn cross_references_are_checked() {
+        let bad = r#"
+listeners:
+  - { name: a, address: 127.0.0.1:1, protocol: https, tls: { default_certificate: nope } }
+  - { name: a, address: 127.0.0.1:1 }
+upstreams:
+  - { name: api, endpoints: [127.0.0.1:2, 127.0.0.1:2] }
+routes:
+  - name: r
+    upstream: api-v2
+    match: { path: nope, hosts: ["bad host"] }
+    rate_limit: { rate: 0 }
+    canary: { upstream: missing, weight: 101 }
+"#;
+        let err = from_str(bad, Path::new("x.yaml")).expect_err("invalid");
+        let lines: Vec<String> = err.to_string().lines().map(str::to_string).collect();
+        for needle in [
+            "x.yaml: listeners[1].name: duplicate listener name \"a\"",
+            "x.yaml: listeners[1].address: address 127.0.0.1:1 is used by another listener",
+            "x.yaml: listeners[0].protocol: https needs at least one entry in certificates",
+            "x.yaml: listeners[0].tls.default_certificate: no certificate named \"nope\"",
+            "x.yaml: upstreams[0].endpoints[1].address: 127.0.0.1:2 is listed twice",
+            "x.yaml: routes[0].upstream: no upstream named \"api-v2\"",
+            "x.yaml: routes[0].match.hosts[0]: expected a host name",
+            "x.yaml: routes[0].match.path: must start with /",
+            "x.yaml: routes[0].rate_limit.rate: must be above 0",
+            "x.yaml: routes[0].canary.upstream: no upstream named \"missing\"",
+            "x.yaml: routes[0].canary.weight: is a percentage",
+        ] {
+            assert!(lines.iter().any(|l| l.starts_with(needle)), "missing {needle:?} in:\n{}", lines.join("\n"));
+        }
+    }
+
+    #[test]
+    fn yaml_syntax_errors_are_reported_with_a_line() {
+        let err = from_str("listeners: [\n", Path::new("s.yaml")).expect_err("invalid");
+        assert!(err.to_string().starts_with("s.yaml: (document): invalid YAML"), "{err}");
+    }
+}

@@ -1,0 +1,298 @@
+//! Checks that need the whole config: names that must exist or be unique,
+//! values that are well-typed but out of range, fields that exclude each other.
+
+use std::collections::HashSet;
+
+use crate::decode::Ctx;
+use crate::model::*;
+
+pub fn validate(c: &Config, ctx: &mut Ctx) {
+    ctx.with_field("listeners", |ctx| listeners(c, ctx));
+    ctx.with_field("certificates", |ctx| certificates(c, ctx));
+    ctx.with_field("upstreams", |ctx| upstreams(c, ctx));
+    ctx.with_field("routes", |ctx| routes(c, ctx));
+    ctx.with_field("http", |ctx| {
+        if c.http.max_header_bytes < 1024 {
+            ctx.error_at("max_header_bytes", None, "must be at least 1024");
+        }
+        if c.http.max_headers == 0 {
+            ctx.error_at("max_headers", None, "must be at least 1");
+        }
+    });
+    if c.workers > 1024 {
+        ctx.error_at("workers", None, "must be between 0 (one per core) and 1024");
+    }
+}
+
+fn unique_names<'a>(names: impl Iterator<Item = &'a str>, ctx: &mut Ctx, what: &str) {
+    let mut seen = HashSet::new();
+    for (i, name) in names.enumerate() {
+        if name.is_empty() {
+            continue; // already reported as missing
+        }
+        if !seen.insert(name) {
+            ctx.with_index(i, |ctx| ctx.error_at("name", None, format!("duplicate {what} name {name:?}")));
+        }
+    }
+}
+
+fn listeners(c: &Config, ctx: &mut Ctx) {
+    unique_names(c.listeners.iter().map(|l| l.name.as_str()), ctx, "listener");
+    let mut addrs = HashSet::new();
+    for (i, l) in c.listeners.iter().enumerate() {
+        ctx.with_index(i, |ctx| {
+            if let Some(a) = l.address
+                && !addrs.insert(a)
+            {
+                ctx.error_at("address", None, format!("address {a} is used by another listener"));
+            }
+            match (l.protocol, &l.tls) {
+                (Protocol::Http, Some(_)) => {
+                    ctx.error_at("tls", None, "is only allowed on listeners with protocol: https")
+                }
+                (Protocol::Https, _) if c.certificates.is_empty() => ctx.error_at(
+                    "protocol",
+                    None,
+                    "https needs at least one entry in certificates",
+                ),
+                _ => {}
+            }
+            if let Some(tls) = &l.tls {
+                ctx.with_field("tls", |ctx| {
+                    if let Some(d) = &tls.default_certificate
+                        && !c.certificates.iter().any(|cert| &cert.name == d)
+                    {
+                        ctx.error_at("default_certificate", None, format!("no certificate named {d:?}"));
+                    }
+                    for (j, p) in tls.alpn.iter().enumerate() {
+                        if p != "h2" && p != "http/1.1" {
+                            ctx.with_field("alpn", |ctx| {
+                                ctx.with_index(j, |ctx| ctx.error(None, format!("expected h2 or http/1.1, found {p:?}")))
+                            });
+                        }
+                    }
+                    if let Some(ciphers) = &tls.ciphers
+                        && (ciphers.is_empty() || ciphers.contains(char::is_whitespace))
+                    {
+                        ctx.error_at("ciphers", None, "expected a colon-separated cipher list without spaces");
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// `example.com` or `*.example.com`: labels of letters, digits and hyphens.
+pub fn valid_host_pattern(name: &str) -> bool {
+    let name = name.strip_prefix("*.").unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+fn certificates(c: &Config, ctx: &mut Ctx) {
+    unique_names(c.certificates.iter().map(|x| x.name.as_str()), ctx, "certificate");
+    for (i, cert) in c.certificates.iter().enumerate() {
+        ctx.with_index(i, |ctx| {
+            match (cert.self_signed, &cert.cert, &cert.key) {
+                (true, None, None) => {
+                    if cert.sni.is_empty() {
+                        ctx.error_at("sni", None, "a self_signed certificate needs at least one name");
+                    }
+                }
+                (true, _, _) => ctx.error_at("self_signed", None, "cannot be combined with cert and key files"),
+                (false, Some(_), Some(_)) => {}
+                (false, None, _) => ctx.error_at("cert", None, "is required (or set self_signed: true)"),
+                (false, Some(_), None) => ctx.error_at("key", None, "is required with cert"),
+            }
+            for (j, name) in cert.sni.iter().enumerate() {
+                if !valid_host_pattern(name) {
+                    ctx.with_field("sni", |ctx| {
+                        ctx.with_index(j, |ctx| {
+                            ctx.error(None, format!("expected a host name or *.domain wildcard, found {name:?}"))
+                        })
+                    });
+                }
+            }
+        });
+    }
+}
+
+fn upstreams(c: &Config, ctx: &mut Ctx) {
+    unique_names(c.upstreams.iter().map(|u| u.name.as_str()), ctx, "upstream");
+    for (i, u) in c.upstreams.iter().enumerate() {
+        ctx.with_index(i, |ctx| {
+            if u.endpoints.is_empty() {
+                ctx.error_at("endpoints", None, "needs at least one endpoint");
+            }
+            if !u.endpoints.is_empty() && u.endpoints.iter().all(|e| e.weight == 0) {
+                ctx.error_at("endpoints", None, "at least one endpoint needs a weight above 0");
+            }
+            let mut seen = HashSet::new();
+            for (j, e) in u.endpoints.iter().enumerate() {
+                if let Some(a) = e.address
+                    && !seen.insert(a)
+                {
+                    ctx.with_field("endpoints", |ctx| {
+                        ctx.with_index(j, |ctx| ctx.error_at("address", None, format!("{a} is listed twice")))
+                    });
+                }
+                if e.weight > 10_000 {
+                    ctx.with_field("endpoints", |ctx| {
+                        ctx.with_index(j, |ctx| ctx.error_at("weight", None, "must be between 0 and 10000"))
+                    });
+                }
+            }
+            if u.hash_key != HashKey::ClientIp && u.balance != Balance::Maglev {
+                ctx.error_at("hash_key", None, "is only used with balance: maglev");
+            }
+            if let Some(h) = &u.health_check {
+                ctx.with_field("health_check", |ctx| {
+                    if h.rise == 0 {
+                        ctx.error_at("rise", None, "must be at least 1");
+                    }
+                    if h.fall == 0 {
+                        ctx.error_at("fall", None, "must be at least 1");
+                    }
+                    if h.interval.is_zero() {
+                        ctx.error_at("interval", None, "must be above 0");
+                    }
+                    if h.timeout.is_zero() {
+                        ctx.error_at("timeout", None, "must be above 0");
+                    }
+                    if !h.path.starts_with('/') {
+                        ctx.error_at("path", None, "must start with /");
+                    }
+                    if !(100..=599).contains(&h.expect_status) {
+                        ctx.error_at("expect_status", None, "must be an HTTP status between 100 and 599");
+                    }
+                });
+            }
+            if u.connect_timeout.is_zero() {
+                ctx.error_at("connect_timeout", None, "must be above 0");
+            }
+            if u.response_timeout.is_zero() {
+                ctx.error_at("response_timeout", None, "must be above 0");
+            }
+        });
+    }
+}
+
+fn valid_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn header_match(h: &HeaderMatch, ctx: &mut Ctx) {
+    if !valid_token(&h.name) {
+        ctx.error_at("name", None, format!("expected a header name, found {:?}", h.name));
+    }
+}
+
+fn routes(c: &Config, ctx: &mut Ctx) {
+    unique_names(c.routes.iter().map(|r| r.name.as_str()), ctx, "route");
+    let upstream_exists = |name: &str| c.upstreams.iter().any(|u| u.name == name);
+    for (i, r) in c.routes.iter().enumerate() {
+        ctx.with_index(i, |ctx| {
+            match (&r.upstream, &r.direct_response) {
+                (Some(_), Some(_)) => {
+                    ctx.error_at("direct_response", None, "a route has either upstream or direct_response, not both")
+                }
+                (None, None) => ctx.error_at("upstream", None, "is required (or set direct_response)"),
+                _ => {}
+            }
+            if let Some(u) = &r.upstream
+                && !upstream_exists(u)
+            {
+                ctx.error_at("upstream", None, format!("no upstream named {u:?}"));
+            }
+            for (j, l) in r.listeners.iter().enumerate() {
+                if !c.listeners.iter().any(|x| &x.name == l) {
+                    ctx.with_field("listeners", |ctx| {
+                        ctx.with_index(j, |ctx| ctx.error(None, format!("no listener named {l:?}")))
+                    });
+                }
+            }
+            ctx.with_field("match", |ctx| {
+                let m = &r.matches;
+                for (j, h) in m.hosts.iter().enumerate() {
+                    if !valid_host_pattern(h) {
+                        ctx.with_field("hosts", |ctx| {
+                            ctx.with_index(j, |ctx| {
+                                ctx.error(None, format!("expected a host name or *.domain wildcard, found {h:?}"))
+                            })
+                        });
+                    }
+                }
+                if m.path.is_some() && m.path_prefix.is_some() {
+                    ctx.error_at("path_prefix", None, "cannot be combined with path");
+                }
+                for (key, p) in [("path", &m.path), ("path_prefix", &m.path_prefix)] {
+                    if let Some(p) = p
+                        && !p.starts_with('/')
+                    {
+                        ctx.error_at(key, None, format!("must start with /, found {p:?}"));
+                    }
+                }
+                for (j, method) in m.methods.iter().enumerate() {
+                    if !valid_token(method) || method.bytes().any(|b| b.is_ascii_lowercase()) {
+                        ctx.with_field("methods", |ctx| {
+                            ctx.with_index(j, |ctx| {
+                                ctx.error(None, format!("expected an upper-case method such as GET, found {method:?}"))
+                            })
+                        });
+                    }
+                }
+                for (j, h) in m.headers.iter().enumerate() {
+                    ctx.with_field("headers", |ctx| ctx.with_index(j, |ctx| header_match(h, ctx)));
+                }
+            });
+            if let Some(d) = &r.direct_response {
+                ctx.with_field("direct_response", |ctx| {
+                    if !(200..=599).contains(&d.status) {
+                        ctx.error_at("status", None, "must be an HTTP status between 200 and 599");
+                    }
+                    for (name, value) in &d.headers {
+                        if !valid_token(name) {
+                            ctx.error_at("headers", None, format!("invalid header name {name:?}"));
+                        }
+                        if value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+                            ctx.error_at("headers", None, format!("header {name:?} has a control character"));
+                        }
+                    }
+                });
+            }
+            if let Some(can) = &r.canary {
+                ctx.with_field("canary", |ctx| {
+                    if !upstream_exists(&can.upstream) && !can.upstream.is_empty() {
+                        ctx.error_at("upstream", None, format!("no upstream named {:?}", can.upstream));
+                    }
+                    if can.weight > 100 {
+                        ctx.error_at("weight", None, "is a percentage: 0 to 100");
+                    }
+                    if r.upstream.is_none() {
+                        ctx.error(None, "a canary needs the route to have an upstream");
+                    }
+                    if let Some(h) = &can.header {
+                        ctx.with_field("header", |ctx| header_match(h, ctx));
+                    }
+                });
+            }
+            if let Some(rl) = &r.rate_limit {
+                ctx.with_field("rate_limit", |ctx| {
+                    if rl.rate <= 0.0 {
+                        ctx.error_at("rate", None, "must be above 0 (requests per second)");
+                    }
+                    if rl.burst == 0 {
+                        ctx.error_at("burst", None, "must be at least 1");
+                    }
+                });
+            }
+        });
+    }
+}
