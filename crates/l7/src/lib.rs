@@ -1,1 +1,21 @@
+//! The L7 plane: listeners, TLS termination, HTTP routing, upstream pools,
+//! health checks and per-route filters.
+//!
+//! Data flow: accept (worker's SO_REUSEPORT socket) → TLS (SNI picks a
+//! certificate) → HTTP (hyper) → route → filters (ACL, rate limit, canary)
+//! → balancer → pooled upstream connection → response streamed back →
+//! access log line.
 
+pub mod accesslog;
+pub mod body;
+pub mod conn;
+pub mod filters;
+pub mod health;
+pub mod proxy;
+pub mod router;
+pub mod server;
+pub mod snapshot;
+pub mod tls;
+pub mod upstream;
+
+pub use server::{check, run};

@@ -1,0 +1,168 @@
+//! Body wrappers on the proxy path. Bodies are streamed frame by frame,
+//! never collected.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use crate::proxy::Completion;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body of a response to a client, whatever produced it.
+pub type AnyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Raised when a request body passes `max_body_bytes`.
+#[derive(Debug)]
+pub struct BodyTooLarge;
+
+impl std::fmt::Display for BodyTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("request body over the configured limit")
+    }
+}
+
+impl std::error::Error for BodyTooLarge {}
+
+/// A client's request body on its way upstream: enforces the size limit,
+/// counts bytes, and replays a first frame that was read ahead.
+pub struct RequestBody {
+    first: Option<Frame<Bytes>>,
+    inner: Incoming,
+    limit: u64,
+    seen: Arc<AtomicU64>,
+}
+
+impl RequestBody {
+    /// Reads the first frame before anything goes upstream, so a body that
+    /// is malformed from its first byte (a bad chunk size) or already too
+    /// large is refused with nothing sent.
+    pub async fn read_ahead(mut inner: Incoming, limit: u64, seen: Arc<AtomicU64>) -> Result<Self, BoxError> {
+        let first = match inner.frame().await {
+            None => None,
+            Some(Err(e)) => return Err(Box::new(e)),
+            Some(Ok(frame)) => Some(frame),
+        };
+        let body = RequestBody { first: None, inner, limit, seen };
+        let first = match first {
+            Some(f) => Some(body.count(f)?),
+            None => None,
+        };
+        Ok(RequestBody { first, ..body })
+    }
+
+    fn count(&self, frame: Frame<Bytes>) -> Result<Frame<Bytes>, BoxError> {
+        if let Some(data) = frame.data_ref() {
+            let total = self.seen.fetch_add(data.len() as u64, Ordering::Relaxed) + data.len() as u64;
+            if total > self.limit {
+                return Err(Box::new(BodyTooLarge));
+            }
+        }
+        Ok(frame)
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(f) = self.first.take() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+            None => Poll::Ready(None),
+            Some(Err(e)) => Poll::Ready(Some(Err(Box::new(e)))),
+            Some(Ok(frame)) => Poll::Ready(Some(self.count(frame))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.inner.size_hint();
+        if let Some(len) = self.first.as_ref().and_then(|f| f.data_ref()).map(|d| d.len() as u64) {
+            hint.set_lower(hint.lower() + len);
+            if let Some(upper) = hint.upper() {
+                hint.set_upper(upper + len);
+            }
+        }
+        hint
+    }
+}
+
+/// A response body on its way to the client: counts bytes and finishes the
+/// exchange (access log line, in-flight counts) when it ends or is dropped.
+pub struct ResponseBody {
+    inner: AnyBody,
+    sent: u64,
+    completion: Option<Completion>,
+}
+
+impl ResponseBody {
+    pub fn new(inner: AnyBody, completion: Completion) -> Self {
+        ResponseBody { inner, sent: 0, completion: Some(completion) }
+    }
+
+    fn finish(&mut self, complete: bool) {
+        if let Some(c) = self.completion.take() {
+            c.finish(self.sent, complete);
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(d) = frame.data_ref() {
+                    self.sent += d.len() as u64;
+                }
+            }
+            None => self.finish(true),
+            Some(Err(_)) => {
+                if let Some(c) = self.completion.as_mut() {
+                    c.upstream_aborted();
+                }
+                self.finish(false);
+            }
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        // An empty body may never be polled; it still completed.
+        let complete = self.inner.is_end_stream();
+        self.finish(complete);
+    }
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> AnyBody {
+    http_body_util::Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+pub fn empty() -> AnyBody {
+    http_body_util::Empty::new().map_err(|never| match never {}).boxed_unsync()
+}

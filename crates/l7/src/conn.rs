@@ -1,0 +1,305 @@
+//! One client connection: its shared state and the I/O wrapper hyper reads
+//! through.
+//!
+//! [`ClientIo`] does three things hyper does not do the way an edge proxy
+//! must:
+//! - **408 on a slow request head.** Once the first byte of a request head
+//!   arrives, the client has `client_header_timeout` to finish it; then it
+//!   gets `408 Request Timeout` and the connection closes. (hyper's own
+//!   header timeout closes without an answer.)
+//! - **Idle timeout.** A connection with no request in flight and no bytes
+//!   for `client_idle_timeout` is closed quietly.
+//! - **Ambiguous framing.** hyper accepts a request with both
+//!   Content-Length and Transfer-Encoding (it drops Content-Length, as
+//!   RFC 9112 permits) and identical duplicate Content-Length headers. A
+//!   proxy that lets such requests through invites request smuggling
+//!   against whatever sits behind it, so the wrapper scans each HTTP/1 head
+//!   for those header names and flags the request; the proxy answers 400.
+//!
+//! Timers and the scan apply only while no request is in flight, i.e. while
+//! the bytes read can only be a request head.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use crate::server::Worker;
+
+/// Flags the head scanner raises for the next request.
+pub const FLAG_CL_AND_TE: u8 = 1;
+pub const FLAG_DUPLICATE_CL: u8 = 2;
+
+/// State shared by a connection's I/O wrapper and its requests.
+pub struct ConnState {
+    pub client: SocketAddr,
+    pub listener: usize,
+    pub listener_name: Arc<str>,
+    pub tls: Option<(&'static str, &'static str)>,
+    pub is_h2: bool,
+    pub worker: Arc<Worker>,
+    /// Requests whose response has not finished yet.
+    pub in_flight: AtomicU32,
+    pub head_flags: AtomicU8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Between requests: waiting for a first byte.
+    Idle,
+    /// A head has started and must finish before the deadline.
+    Head,
+    /// Writing the 408 answer; then end of stream.
+    Answering408(usize),
+    Closed,
+}
+
+const RESPONSE_408: &[u8] =
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\ncontent-length: 20\r\nconnection: close\r\n\r\n408 Request Timeout\n";
+
+pin_project_lite::pin_project! {
+    pub struct ClientIo<T> {
+        #[pin]
+        inner: T,
+        #[pin]
+        timer: Sleep,
+        state: Arc<ConnState>,
+        mode: Mode,
+        busy: bool,
+        h2: bool,
+        header_timeout: Duration,
+        idle_timeout: Duration,
+        scan: HeadScanner,
+    }
+}
+
+impl<T> ClientIo<T> {
+    pub fn new(inner: T, state: Arc<ConnState>, header_timeout: Duration, idle_timeout: Duration) -> Self {
+        let h2 = state.is_h2;
+        ClientIo {
+            inner,
+            // A new connection gets the header timeout to send anything.
+            timer: tokio::time::sleep(header_timeout),
+            state,
+            mode: Mode::Idle,
+            busy: false,
+            h2,
+            header_timeout,
+            idle_timeout,
+            scan: HeadScanner::default(),
+        }
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let mut this = self.project();
+        if let Mode::Answering408(mut pos) = *this.mode {
+            while pos < RESPONSE_408.len() {
+                match ready!(this.inner.as_mut().poll_write(cx, &RESPONSE_408[pos..])) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => pos += n,
+                }
+                *this.mode = Mode::Answering408(pos);
+            }
+            let _ = ready!(this.inner.as_mut().poll_flush(cx));
+            *this.mode = Mode::Closed;
+        }
+        if *this.mode == Mode::Closed {
+            return Poll::Ready(Ok(())); // end of stream for hyper
+        }
+
+        if this.state.in_flight.load(Ordering::Relaxed) > 0 {
+            *this.busy = true;
+            return this.inner.poll_read(cx, buf);
+        }
+        if std::mem::take(this.busy) {
+            // The last response just finished: the keep-alive wait begins.
+            *this.mode = Mode::Idle;
+            this.timer.as_mut().reset(Instant::now() + *this.idle_timeout);
+        }
+        if this.timer.as_mut().poll(cx).is_ready() {
+            if *this.mode == Mode::Head && !*this.h2 {
+                *this.mode = Mode::Answering408(0);
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            *this.mode = Mode::Closed;
+            return Poll::Ready(Ok(()));
+        }
+
+        let before = buf.filled().len();
+        ready!(this.inner.poll_read(cx, buf))?;
+        let new = &buf.filled()[before..];
+        if new.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        if *this.h2 {
+            // HTTP/2: frames between requests only keep the connection alive.
+            this.timer.as_mut().reset(Instant::now() + *this.idle_timeout);
+        } else {
+            if *this.mode == Mode::Idle {
+                if new.starts_with(b"PRI * HTTP/2.0") {
+                    *this.h2 = true; // cleartext HTTP/2 with prior knowledge
+                    return Poll::Ready(Ok(()));
+                }
+                *this.mode = Mode::Head;
+                this.scan.reset();
+                this.timer.as_mut().reset(Instant::now() + *this.header_timeout);
+            }
+            if let Some(flags) = this.scan.feed(new)
+                && flags != 0
+            {
+                this.state.head_flags.fetch_or(flags, Ordering::Relaxed);
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.project().inner.poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().inner.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+}
+
+/// Finds Content-Length and Transfer-Encoding header lines in an HTTP/1
+/// request head arriving in pieces. Only names are compared, case-blind.
+#[derive(Debug, Default)]
+pub struct HeadScanner {
+    /// The first bytes of the current line (enough for the longest name).
+    line: [u8; 18],
+    line_len: usize,
+    /// Bytes of the current line seen so far (beyond `line` too).
+    line_pos: usize,
+    lines: usize,
+    content_length: u32,
+    transfer_encoding: bool,
+    done: bool,
+}
+
+impl HeadScanner {
+    pub fn reset(&mut self) {
+        *self = HeadScanner::default();
+    }
+
+    /// Feeds bytes; returns the flags once the head's blank line is seen.
+    pub fn feed(&mut self, bytes: &[u8]) -> Option<u8> {
+        if self.done {
+            return None;
+        }
+        for &b in bytes {
+            if b == b'\n' {
+                let blank = self.line_pos == 0 || (self.line_pos == 1 && self.line[0] == b'\r');
+                if blank && self.lines > 0 {
+                    self.done = true;
+                    let mut flags = 0;
+                    if self.transfer_encoding && self.content_length > 0 {
+                        flags |= FLAG_CL_AND_TE;
+                    }
+                    if self.content_length > 1 {
+                        flags |= FLAG_DUPLICATE_CL;
+                    }
+                    return Some(flags);
+                }
+                if !blank {
+                    self.lines += 1;
+                }
+                self.line_len = 0;
+                self.line_pos = 0;
+                continue;
+            }
+            if self.line_len < self.line.len() {
+                self.line[self.line_len] = b.to_ascii_lowercase();
+                self.line_len += 1;
+                let l = &self.line[..self.line_len];
+                if self.lines > 0 {
+                    if l == b"content-length:" {
+                        self.content_length += 1;
+                    } else if l == b"transfer-encoding:" {
+                        self.transfer_encoding = true;
+                    }
+                }
+            }
+            self.line_pos += 1;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_all_splits(head: &[u8]) -> Option<u8> {
+        let mut whole = HeadScanner::default();
+        let expected = whole.feed(head);
+        // The result must not depend on how the bytes arrive.
+        for split in 0..head.len() {
+            let mut s = HeadScanner::default();
+            let a = s.feed(&head[..split]);
+            let b = s.feed(&head[split..]);
+            assert_eq!(a.or(b), expected, "split at {split}");
+        }
+        expected
+    }
+
+    #[test]
+    fn plain_heads_raise_nothing() {
+        assert_eq!(scan_all_splits(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), Some(0));
+        assert_eq!(scan_all_splits(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"), Some(0));
+        assert_eq!(scan_all_splits(b"POST / HTTP/1.1\nTransfer-Encoding: chunked\n\n"), Some(0));
+    }
+
+    #[test]
+    fn smuggling_shapes_are_flagged() {
+        assert_eq!(
+            scan_all_splits(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Some(FLAG_CL_AND_TE)
+        );
+        assert_eq!(
+            scan_all_splits(b"POST / HTTP/1.1\r\nTRANSFER-ENCODING: chunked\r\ncontent-LENGTH: 5\r\n\r\n"),
+            Some(FLAG_CL_AND_TE)
+        );
+        assert_eq!(
+            scan_all_splits(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"),
+            Some(FLAG_DUPLICATE_CL)
+        );
+    }
+
+    #[test]
+    fn names_inside_values_or_the_request_line_do_not_count() {
+        assert_eq!(scan_all_splits(b"GET /content-length: HTTP/1.1\r\nX-A: transfer-encoding: x\r\n\r\n"), Some(0));
+    }
+
+    #[test]
+    fn an_unfinished_head_reports_nothing() {
+        let mut s = HeadScanner::default();
+        assert_eq!(s.feed(b"GET / HTTP/1.1\r\nHost: a\r\n"), None);
+    }
+}

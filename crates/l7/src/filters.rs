@@ -1,0 +1,218 @@
+//! Per-route filters: client address lists, rate limits, canary split.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use gatehouse_config::{Canary, HeaderMatch, RateLimit};
+use http::HeaderMap;
+use ipnet::IpNet;
+
+use crate::router::header_matches;
+
+/// Allow and deny lists. Deny wins; a non-empty allow list admits only its
+/// networks.
+#[derive(Debug, Clone, Default)]
+pub struct Acl {
+    allow: Vec<IpNet>,
+    deny: Vec<IpNet>,
+}
+
+impl Acl {
+    pub fn new(allow: &[IpNet], deny: &[IpNet]) -> Self {
+        Acl { allow: allow.to_vec(), deny: deny.to_vec() }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+
+    pub fn admits(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        if self.deny.iter().any(|n| n.contains(&ip)) {
+            return false;
+        }
+        self.allow.is_empty() || self.allow.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// An IPv4 client on a dual-stack socket arrives as ::ffff:a.b.c.d; lists
+/// are written with plain IPv4 networks.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+const SHARDS: usize = 16;
+/// Above this many clients in one shard, buckets that have refilled are dropped.
+const SHARD_SOFT_LIMIT: usize = 4096;
+
+/// Token bucket per client address, shared by all workers. Sharded so two
+/// workers rarely touch the same lock.
+pub struct RateLimiter {
+    rate: f64,
+    burst: f64,
+    shards: Vec<Mutex<HashMap<IpAddr, Bucket>>>,
+}
+
+impl RateLimiter {
+    pub fn new(cfg: &RateLimit) -> Self {
+        RateLimiter {
+            rate: cfg.rate,
+            burst: f64::from(cfg.burst),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    pub fn same_settings(&self, cfg: &RateLimit) -> bool {
+        self.rate == cfg.rate && self.burst == f64::from(cfg.burst)
+    }
+
+    /// Takes a token for `ip`. `Err(seconds)`: refused, retry after that many
+    /// whole seconds.
+    pub fn check(&self, ip: IpAddr, now: Instant) -> Result<(), u64> {
+        let ip = canonical(ip);
+        let shard = match ip {
+            IpAddr::V4(a) => a.octets()[3] as usize,
+            IpAddr::V6(a) => a.octets()[15] as usize,
+        } % SHARDS;
+        let mut map = self.shards[shard].lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() > SHARD_SOFT_LIMIT {
+            let (rate, burst) = (self.rate, self.burst);
+            map.retain(|_, b| b.tokens + now.duration_since(b.last).as_secs_f64() * rate < burst);
+        }
+        let b = map.entry(ip).or_insert(Bucket { tokens: self.burst, last: now });
+        let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * self.rate).min(self.burst);
+        b.last = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait = (1.0 - b.tokens) / self.rate;
+            Err(wait.ceil().max(1.0) as u64)
+        }
+    }
+}
+
+/// Rate limiters outlive snapshots: a reload that keeps a route's limit
+/// keeps its buckets, so reloading is no way around a limit.
+#[derive(Default)]
+pub struct RateLimiters {
+    map: Mutex<HashMap<String, Arc<RateLimiter>>>,
+}
+
+impl RateLimiters {
+    pub fn get(&self, route: &str, cfg: &RateLimit) -> Arc<RateLimiter> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(route) {
+            Some(l) if l.same_settings(cfg) => l.clone(),
+            _ => {
+                let l = Arc::new(RateLimiter::new(cfg));
+                map.insert(route.to_string(), l.clone());
+                l
+            }
+        }
+    }
+}
+
+/// Sends `weight` percent of requests, and every request carrying the
+/// header, to the canary pool. The weighted part is exact and evenly spread:
+/// request n goes to the canary when floor((n+1)·w/100) > floor(n·w/100).
+pub struct CanarySplit {
+    pub pool: usize,
+    weight: u64,
+    header: Option<HeaderMatch>,
+    counter: AtomicU64,
+}
+
+impl CanarySplit {
+    pub fn new(cfg: &Canary, pool: usize) -> Self {
+        CanarySplit { pool, weight: u64::from(cfg.weight.min(100)), header: cfg.header.clone(), counter: AtomicU64::new(0) }
+    }
+
+    pub fn wants(&self, headers: &HeaderMap) -> bool {
+        if let Some(h) = &self.header
+            && header_matches(h, headers)
+        {
+            return true;
+        }
+        if self.weight == 0 {
+            return false;
+        }
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        (n + 1) * self.weight / 100 > n * self.weight / 100
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn acl_deny_wins_and_allow_restricts() {
+        let acl = Acl::new(&["10.0.0.0/8".parse().expect("net")], &["10.1.0.0/16".parse().expect("net")]);
+        assert!(acl.admits("10.2.3.4".parse().expect("ip")));
+        assert!(!acl.admits("10.1.3.4".parse().expect("ip")));
+        assert!(!acl.admits("192.168.1.1".parse().expect("ip")));
+        assert!(acl.admits("::ffff:10.2.3.4".parse().expect("ip")), "mapped IPv4 counts as IPv4");
+        let v6 = Acl::new(&[], &["2001:db8::/32".parse().expect("net")]);
+        assert!(!v6.admits("2001:db8::1".parse().expect("ip")));
+        assert!(v6.admits("2001:db9::1".parse().expect("ip")));
+    }
+
+    #[test]
+    fn token_bucket_allows_burst_then_rate() {
+        let rl = RateLimiter::new(&RateLimit { rate: 2.0, burst: 3 });
+        let ip: IpAddr = "192.0.2.1".parse().expect("ip");
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(rl.check(ip, t0), Ok(()));
+        }
+        assert_eq!(rl.check(ip, t0), Err(1));
+        // Half a second at 2/s refills one token.
+        assert_eq!(rl.check(ip, t0 + Duration::from_millis(500)), Ok(()));
+        assert!(rl.check(ip, t0 + Duration::from_millis(500)).is_err());
+        // Other clients have their own bucket.
+        assert_eq!(rl.check("192.0.2.2".parse().expect("ip"), t0), Ok(()));
+    }
+
+    #[test]
+    fn retry_after_reflects_a_slow_rate() {
+        let rl = RateLimiter::new(&RateLimit { rate: 0.1, burst: 1 });
+        let ip: IpAddr = "192.0.2.1".parse().expect("ip");
+        let t0 = Instant::now();
+        assert_eq!(rl.check(ip, t0), Ok(()));
+        assert_eq!(rl.check(ip, t0), Err(10));
+    }
+
+    #[test]
+    fn canary_weight_is_exact_and_header_forces_it() {
+        let cfg = Canary {
+            upstream: "c".into(),
+            weight: 7,
+            header: Some(HeaderMatch { name: "x-canary".into(), value: Some("yes".into()) }),
+        };
+        let split = CanarySplit::new(&cfg, 1);
+        let none = HeaderMap::new();
+        let hits = (0..10_000).filter(|_| split.wants(&none)).count();
+        assert_eq!(hits, 700);
+        let mut h = HeaderMap::new();
+        h.insert("x-canary", "yes".parse().expect("v"));
+        assert!((0..100).all(|_| split.wants(&h)));
+        h.insert("x-canary", "no".parse().expect("v"));
+        let hits = (0..100).filter(|_| split.wants(&h)).count();
+        assert_eq!(hits, 7);
+    }
+}

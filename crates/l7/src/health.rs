@@ -1,0 +1,306 @@
+//! Endpoint health: active checks, passive ejection, in-flight counts.
+//!
+//! [`EndpointHealth`] is the one place an endpoint's liveness lives. It is
+//! keyed by (upstream name, address) in the [`HealthRegistry`] and survives
+//! reloads, so a reload neither forgets that an endpoint is down nor resets
+//! its in-flight count. Workers read it with relaxed atomics; the active
+//! checker (on the control thread) and connect failures (on workers) write it.
+//!
+//! The rise/fall logic is the sans-IO [`RiseFall`] machine; the probes are
+//! plain async functions, so both are testable on their own.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gatehouse_config::{HealthCheck, HealthCheckKind, PassiveHealth};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Milliseconds since the process started: a cheap monotonic clock for
+/// ejection deadlines shared between threads.
+pub fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+#[derive(Debug)]
+pub struct EndpointHealth {
+    pub addr: SocketAddr,
+    /// Result of the active check (true when there is none).
+    active_up: AtomicBool,
+    /// Passive ejection: out of rotation until this `now_ms()`.
+    ejected_until: AtomicU64,
+    connect_failures: AtomicU32,
+    /// Requests in flight on all workers, for least connections.
+    pub in_flight: AtomicU64,
+}
+
+impl EndpointHealth {
+    fn new(addr: SocketAddr) -> Self {
+        EndpointHealth {
+            addr,
+            active_up: AtomicBool::new(true),
+            ejected_until: AtomicU64::new(0),
+            connect_failures: AtomicU32::new(0),
+            in_flight: AtomicU64::new(0),
+        }
+    }
+
+    pub fn available(&self, now: u64) -> bool {
+        self.active_up.load(Ordering::Relaxed) && self.ejected_until.load(Ordering::Relaxed) <= now
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.available(now_ms())
+    }
+
+    /// Counts a failed connect; returns true if this failure ejected it.
+    pub fn connect_failed(&self, passive: &PassiveHealth) -> bool {
+        let n = self.connect_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if passive.consecutive_failures > 0 && n >= passive.consecutive_failures {
+            self.connect_failures.store(0, Ordering::Relaxed);
+            let until = now_ms() + passive.ejection_time.as_millis() as u64;
+            self.ejected_until.store(until, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    pub fn connect_succeeded(&self) {
+        if self.connect_failures.load(Ordering::Relaxed) != 0 {
+            self.connect_failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn set_active(&self, up: bool) {
+        self.active_up.store(up, Ordering::Relaxed);
+        if up {
+            // An active check that sees it come back ends a passive ejection.
+            self.ejected_until.store(0, Ordering::Relaxed);
+            self.connect_failures.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// All endpoint health states, shared by every snapshot.
+#[derive(Default)]
+pub struct HealthRegistry {
+    map: Mutex<HashMap<(String, SocketAddr), Arc<EndpointHealth>>>,
+}
+
+impl HealthRegistry {
+    pub fn get(&self, upstream: &str, addr: SocketAddr) -> Arc<EndpointHealth> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry((upstream.to_string(), addr)).or_insert_with(|| Arc::new(EndpointHealth::new(addr))).clone()
+    }
+
+    /// Forgets endpoints no longer in any upstream.
+    pub fn retain(&self, keep: &dyn Fn(&str, SocketAddr) -> bool) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|(u, a), _| keep(u, *a));
+    }
+}
+
+/// Consecutive-result hysteresis: `fall` failures in a row take an endpoint
+/// down, `rise` successes in a row bring it back.
+#[derive(Debug, Clone)]
+pub struct RiseFall {
+    rise: u32,
+    fall: u32,
+    streak: u32,
+    up: bool,
+}
+
+impl RiseFall {
+    pub fn new(rise: u32, fall: u32, up: bool) -> Self {
+        RiseFall { rise: rise.max(1), fall: fall.max(1), streak: 0, up }
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up
+    }
+
+    /// Feeds one check result; returns the new state if it changed.
+    pub fn observe(&mut self, ok: bool) -> Option<bool> {
+        if ok == self.up {
+            self.streak = 0;
+            return None;
+        }
+        self.streak += 1;
+        let needed = if self.up { self.fall } else { self.rise };
+        if self.streak >= needed {
+            self.up = ok;
+            self.streak = 0;
+            return Some(ok);
+        }
+        None
+    }
+}
+
+/// One active probe of `addr`. Ok if the endpoint passed.
+pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> {
+    let attempt = async {
+        let mut stream = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        if check.kind == HealthCheckKind::Tcp {
+            return Ok(());
+        }
+        let host = check.host.clone().unwrap_or_else(|| addr.to_string());
+        let req = format!(
+            "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: gatehouse-health-check\r\nConnection: close\r\n\r\n",
+            check.path
+        );
+        stream.write_all(req.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+        // The status line is all we need: "HTTP/1.1 200 ...".
+        let mut buf = [0u8; 64];
+        let mut n = 0;
+        while n < 12 {
+            let got = stream.read(&mut buf[n..]).await.map_err(|e| format!("read: {e}"))?;
+            if got == 0 {
+                return Err("closed before a status line".to_string());
+            }
+            n += got;
+        }
+        let status = parse_status(&buf[..n]).ok_or("not an HTTP response")?;
+        if status == check.expect_status {
+            Ok(())
+        } else {
+            Err(format!("status {status}, expected {}", check.expect_status))
+        }
+    };
+    match tokio::time::timeout(check.timeout, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {:?}", check.timeout)),
+    }
+}
+
+fn parse_status(head: &[u8]) -> Option<u16> {
+    let rest = head.strip_prefix(b"HTTP/1.")?;
+    let code = rest.get(2..5)?;
+    if rest.get(1) != Some(&b' ') || !code.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(code).ok()?.parse().ok()
+}
+
+/// Runs the active check of one endpoint until the task is aborted.
+pub async fn check_loop(upstream: String, health: Arc<EndpointHealth>, check: HealthCheck) {
+    let mut state = RiseFall::new(check.rise, check.fall, health.active_up.load(Ordering::Relaxed));
+    // Spread the first probes of many endpoints over one interval.
+    let jitter = Duration::from_millis(fastrand::u64(0..=check.interval.as_millis().min(1000) as u64));
+    tokio::time::sleep(jitter).await;
+    let mut tick = tokio::time::interval(check.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let result = probe(health.addr, &check).await;
+        if let Some(up) = state.observe(result.is_ok()) {
+            health.set_active(up);
+            match (&result, up) {
+                (Ok(()), _) => tracing::warn!(upstream = %upstream, endpoint = %health.addr, "endpoint is UP (health check passed {} times)", check.rise),
+                (Err(why), _) => tracing::warn!(upstream = %upstream, endpoint = %health.addr, reason = %why, "endpoint is DOWN (health check failed {} times)", check.fall),
+            }
+        }
+    }
+}
+
+/// The running active checks, reconciled with each new snapshot.
+#[derive(Default)]
+pub struct HealthChecks {
+    tasks: HashMap<(String, SocketAddr), (HealthCheck, tokio::task::JoinHandle<()>)>,
+}
+
+impl HealthChecks {
+    /// Starts checks that are new or changed, stops those that are gone.
+    /// Must run inside a tokio runtime (the control thread's).
+    pub fn reconcile(&mut self, wanted: Vec<(String, Arc<EndpointHealth>, HealthCheck)>) {
+        let mut next = HashMap::new();
+        for (upstream, health, check) in wanted {
+            let key = (upstream.clone(), health.addr);
+            match self.tasks.remove(&key) {
+                Some((old, task)) if old == check => {
+                    next.insert(key, (old, task));
+                }
+                other => {
+                    if let Some((_, task)) = other {
+                        task.abort();
+                    }
+                    let task = tokio::spawn(check_loop(upstream, health, check.clone()));
+                    next.insert(key, (check, task));
+                }
+            }
+        }
+        for (_, (_, task)) in self.tasks.drain() {
+            task.abort();
+        }
+        self.tasks = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rise_and_fall_need_consecutive_results() {
+        let mut s = RiseFall::new(2, 3, true);
+        assert_eq!(s.observe(false), None);
+        assert_eq!(s.observe(false), None);
+        assert_eq!(s.observe(true), None, "a success breaks the failure streak");
+        assert_eq!(s.observe(false), None);
+        assert_eq!(s.observe(false), None);
+        assert_eq!(s.observe(false), Some(false));
+        assert!(!s.is_up());
+        assert_eq!(s.observe(true), None);
+        assert_eq!(s.observe(true), Some(true));
+        assert_eq!(s.observe(true), None);
+    }
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(parse_status(b"HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(parse_status(b"HTTP/1.0 503 Busy"), Some(503));
+        assert_eq!(parse_status(b"HTTP/2 200"), None);
+        assert_eq!(parse_status(b"SSH-2.0-OpenSSH"), None);
+        assert_eq!(parse_status(b"HTTP/1.1 2x0 OK"), None);
+    }
+
+    #[test]
+    fn passive_ejection_after_consecutive_connect_failures() {
+        let h = EndpointHealth::new("127.0.0.1:1".parse().expect("addr"));
+        let p = PassiveHealth { consecutive_failures: 3, ejection_time: Duration::from_secs(60) };
+        assert!(!h.connect_failed(&p));
+        h.connect_succeeded();
+        assert!(!h.connect_failed(&p));
+        assert!(!h.connect_failed(&p));
+        assert!(h.is_up());
+        assert!(h.connect_failed(&p));
+        assert!(!h.is_up());
+        // The active check seeing it healthy re-admits it at once.
+        h.set_active(true);
+        assert!(h.is_up());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn probes_real_sockets() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            for status in ["200 OK", "500 Internal Server Error"] {
+                let (mut s, _) = listener.accept().await.expect("accept");
+                let mut buf = [0u8; 512];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes()).await;
+            }
+        });
+        let check = HealthCheck { path: "/healthz".into(), ..Default::default() };
+        assert_eq!(probe(addr, &check).await, Ok(()));
+        assert!(probe(addr, &check).await.expect_err("500").contains("status 500"));
+        // Nothing listens now.
+        let tcp = HealthCheck { kind: HealthCheckKind::Tcp, ..Default::default() };
+        let closed: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        assert!(probe(closed, &tcp).await.is_err());
+    }
+}

@@ -1,0 +1,515 @@
+//! The request path: route, filters, then a direct answer or a proxied
+//! exchange with one upstream endpoint, streamed both ways.
+//!
+//! Every way a request can fail is a [`Refusal`], which decides the status
+//! code and the access log's reason code in one place.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Incoming};
+use hyper_util::rt::TokioIo;
+
+use crate::accesslog::{AccessLog, LogRecord, reason};
+use crate::body::{AnyBody, BodyTooLarge, RequestBody, ResponseBody, empty, full};
+use crate::conn::ConnState;
+use crate::filters::canonical;
+use crate::health::EndpointHealth;
+use crate::router::normalize_host;
+use crate::snapshot::{Action, Snapshot};
+use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
+
+/// Why a request was answered by Gatehouse itself rather than an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    BadRequest(&'static str),
+    NoRoute,
+    Forbidden,
+    RateLimited { retry_after: u64 },
+    BodyTooLarge,
+    ClientTimeout,
+    NoHealthyEndpoint,
+    ConnectFailed,
+    ConnectTimeout,
+    UpstreamTimeout,
+    UpstreamError,
+}
+
+impl Refusal {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Refusal::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Refusal::NoRoute => StatusCode::NOT_FOUND,
+            Refusal::Forbidden => StatusCode::FORBIDDEN,
+            Refusal::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Refusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Refusal::ClientTimeout => StatusCode::REQUEST_TIMEOUT,
+            Refusal::NoHealthyEndpoint => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::ConnectFailed | Refusal::UpstreamError => StatusCode::BAD_GATEWAY,
+            Refusal::ConnectTimeout | Refusal::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::BadRequest(why) => why,
+            Refusal::NoRoute => reason::NO_ROUTE,
+            Refusal::Forbidden => reason::ACL_DENIED,
+            Refusal::RateLimited { .. } => reason::RATE_LIMITED,
+            Refusal::BodyTooLarge => reason::BODY_TOO_LARGE,
+            Refusal::ClientTimeout => reason::CLIENT_TIMEOUT,
+            Refusal::NoHealthyEndpoint => reason::NO_HEALTHY_ENDPOINT,
+            Refusal::ConnectFailed => reason::CONNECT_FAILED,
+            Refusal::ConnectTimeout => reason::CONNECT_TIMEOUT,
+            Refusal::UpstreamTimeout => reason::UPSTREAM_TIMEOUT,
+            Refusal::UpstreamError => reason::UPSTREAM_ERROR,
+        }
+    }
+
+    pub fn response(self) -> Response<AnyBody> {
+        let status = self.status();
+        let text = format!("{} {}\n", status.as_u16(), status.canonical_reason().unwrap_or(""));
+        let mut resp = Response::new(full(text));
+        *resp.status_mut() = status;
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Refusal::RateLimited { retry_after } = self {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        }
+        if matches!(self, Refusal::BadRequest(_) | Refusal::ClientTimeout | Refusal::BodyTooLarge) {
+            // The rest of this connection's byte stream can't be trusted.
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp
+    }
+}
+
+/// What is known about a request as it goes; becomes its log line.
+struct Exchange {
+    start: Instant,
+    time: SystemTime,
+    method: String,
+    path: String,
+    protocol: &'static str,
+    host: String,
+    route: Option<Arc<str>>,
+    upstream: Option<Arc<str>>,
+    endpoint: Option<(SocketAddr, Arc<EndpointHealth>)>,
+    upstream_start: Option<Instant>,
+    upstream_ms: Option<f64>,
+    bytes_in: Option<Arc<AtomicU64>>,
+    reason: &'static str,
+}
+
+/// Finishes an exchange when its response body ends or is dropped.
+pub struct Completion {
+    ex: Exchange,
+    status: u16,
+    conn: Arc<ConnState>,
+    log: AccessLog,
+}
+
+impl Completion {
+    pub fn upstream_aborted(&mut self) {
+        self.ex.reason = reason::UPSTREAM_ABORTED;
+    }
+
+    pub fn finish(mut self, bytes_out: u64, complete: bool) {
+        self.conn.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some((_, h)) = &self.ex.endpoint {
+            h.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+        if !complete && self.ex.reason == reason::OK {
+            self.ex.reason = reason::CLIENT_ABORTED;
+        }
+        if !self.log.is_on() {
+            return;
+        }
+        let ex = self.ex;
+        let c = &self.conn;
+        self.log.send(LogRecord {
+            time: ex.time,
+            client: c.client,
+            listener: c.listener_name.clone(),
+            method: ex.method,
+            host: ex.host,
+            path: ex.path,
+            protocol: ex.protocol,
+            status: self.status,
+            bytes_in: ex.bytes_in.map_or(0, |b| b.load(Ordering::Relaxed)),
+            bytes_out,
+            duration_ms: ex.start.elapsed().as_secs_f64() * 1000.0,
+            upstream_ms: ex.upstream_ms,
+            route: ex.route,
+            upstream: ex.upstream,
+            endpoint: ex.endpoint.map(|(a, _)| a),
+            tls_version: c.tls.map(|t| t.0),
+            tls_cipher: c.tls.map(|t| t.1),
+            reason: ex.reason,
+        });
+    }
+}
+
+fn protocol_name(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_11 => "HTTP/1.1",
+        Version::HTTP_2 => "HTTP/2.0",
+        _ => "HTTP/3.0",
+    }
+}
+
+/// hyper's service entry point for every request of every client.
+pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Response<ResponseBody>, Infallible> {
+    conn.in_flight.fetch_add(1, Ordering::Relaxed);
+    let snap = conn.worker.shared.snapshot.load_full();
+    let mut ex = Exchange {
+        start: Instant::now(),
+        time: SystemTime::now(),
+        method: req.method().as_str().to_owned(),
+        path: req.uri().path().to_owned(),
+        protocol: protocol_name(req.version()),
+        host: String::new(),
+        route: None,
+        upstream: None,
+        endpoint: None,
+        upstream_start: None,
+        upstream_ms: None,
+        bytes_in: None,
+        reason: reason::OK,
+    };
+    let resp = match process(req, &snap, &conn, &mut ex).await {
+        Ok(resp) => resp,
+        Err(refusal) => {
+            ex.reason = refusal.reason();
+            refusal.response()
+        }
+    };
+    if let Some(t) = ex.upstream_start {
+        ex.upstream_ms = Some(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let completion = Completion { status: resp.status().as_u16(), ex, log: conn.worker.shared.access_log.clone(), conn };
+    Ok(resp.map(|b| ResponseBody::new(b, completion)))
+}
+
+async fn process(
+    mut req: Request<Incoming>,
+    snap: &Snapshot,
+    conn: &Arc<ConnState>,
+    ex: &mut Exchange,
+) -> Result<Response<AnyBody>, Refusal> {
+    if conn.head_flags.swap(0, Ordering::Relaxed) != 0 {
+        return Err(Refusal::BadRequest(reason::AMBIGUOUS_LENGTH));
+    }
+    let authority = authority(&req)?;
+    let host = normalize_host(&authority);
+    ex.host.clone_from(&host);
+    let route_idx = snap
+        .router
+        .find(conn.listener, &host, req.method(), req.uri().path(), req.headers())
+        .ok_or(Refusal::NoRoute)?;
+    let route = &snap.routes[route_idx];
+    ex.route = Some(route.name.clone());
+
+    let ip = conn.client.ip();
+    if !route.acl.admits(ip) {
+        return Err(Refusal::Forbidden);
+    }
+    if let Some(limiter) = &route.rate_limit {
+        limiter.check(ip, Instant::now()).map_err(|retry_after| Refusal::RateLimited { retry_after })?;
+    }
+    let (pool_idx, canary) = match &route.action {
+        Action::Direct(d) => return Ok(d.response()),
+        Action::Proxy { pool, canary } => (*pool, canary),
+    };
+
+    let max_body = snap.http.max_body_bytes;
+    if content_length(req.headers()).is_some_and(|len| len > max_body) {
+        return Err(Refusal::BodyTooLarge);
+    }
+    let pool_idx = match canary {
+        Some(c) if c.wants(req.headers()) => c.pool,
+        _ => pool_idx,
+    };
+    let pool = &snap.upstreams[pool_idx];
+    ex.upstream = Some(pool.name.clone());
+
+    let upgrade = wants_upgrade(&req);
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let hash = pool.pool.request_hash(req.headers(), ip);
+    let (mut parts, body) = req.into_parts();
+    let body: UpstreamBody = if body.is_end_stream() {
+        empty()
+    } else {
+        let seen = Arc::new(AtomicU64::new(0));
+        ex.bytes_in = Some(seen.clone());
+        let read = RequestBody::read_ahead(body, max_body, seen);
+        match tokio::time::timeout(snap.http.client_header_timeout, read).await {
+            Err(_) => return Err(Refusal::ClientTimeout),
+            Ok(Err(e)) if e.is::<BodyTooLarge>() => return Err(Refusal::BodyTooLarge),
+            Ok(Err(_)) => return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR)),
+            Ok(Ok(b)) => b.boxed_unsync(),
+        }
+    };
+    rewrite_request(&mut parts, conn, &authority, upgrade);
+    let request = Request::from_parts(parts, body);
+
+    let (resp, sender, addr) = exchange(&pool.pool, hash, request, conn, upgrade, ex).await?;
+    Ok(relay_response(resp, sender, addr, &pool.pool, conn, client_upgrade))
+}
+
+/// The authority the client addressed: the request target's (absolute form,
+/// or HTTP/2's :authority), else the one Host header.
+fn authority(req: &Request<Incoming>) -> Result<String, Refusal> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host_header = hosts.next();
+    if hosts.next().is_some() {
+        return Err(Refusal::BadRequest(reason::BAD_REQUEST));
+    }
+    if let Some(a) = req.uri().authority() {
+        return Ok(a.as_str().to_owned());
+    }
+    match host_header.map(|h| h.to_str()) {
+        Some(Ok(h)) if !h.is_empty() => Ok(h.to_owned()),
+        Some(_) => Err(Refusal::BadRequest(reason::MISSING_HOST)),
+        None if req.version() == Version::HTTP_10 => Ok(String::new()),
+        None => Err(Refusal::BadRequest(reason::MISSING_HOST)),
+    }
+}
+
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+fn connection_has(h: &HeaderMap, token: &str) -> bool {
+    h.get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+fn wants_upgrade(req: &Request<Incoming>) -> bool {
+    req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE) && connection_has(req.headers(), "upgrade")
+}
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 7] =
+    ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"];
+
+/// Removes hop-by-hop headers, including those the Connection header names.
+/// With `upgrade`, keeps `Upgrade` and answers `Connection: upgrade`.
+fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        if !(upgrade && name == header::UPGRADE) {
+            h.remove(&name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        if !(upgrade && name == "upgrade") {
+            h.remove(name);
+        }
+    }
+    if upgrade {
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority: &str, upgrade: bool) {
+    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    parts.uri = Uri::try_from(target).unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+    let h = &mut parts.headers;
+    strip_hop_by_hop(h, upgrade);
+    if let Ok(v) = HeaderValue::from_str(authority)
+        && !authority.is_empty()
+    {
+        h.insert(header::HOST, v.clone());
+        h.insert(X_FORWARDED_HOST.clone(), v);
+    }
+    let client = canonical(conn.client.ip()).to_string();
+    let prior: Vec<&str> = h.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
+    let xff = if prior.is_empty() { client } else { format!("{}, {client}", prior.join(", ")) };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        h.insert(X_FORWARDED_FOR.clone(), v);
+    }
+    let proto = if conn.tls.is_some() { "https" } else { "http" };
+    h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
+}
+
+fn connect_refusal(e: &ConnectError) -> Refusal {
+    match e {
+        ConnectError::Timeout => Refusal::ConnectTimeout,
+        ConnectError::Failed(_) | ConnectError::Handshake(_) => Refusal::ConnectFailed,
+    }
+}
+
+/// Sends the request to an endpoint and waits for the response head. A
+/// connect failure is retried once on another endpoint; a pooled connection
+/// that turns out closed before the request went out is replaced at once.
+async fn exchange(
+    pool: &UpstreamPool,
+    hash: Option<u64>,
+    mut request: Request<UpstreamBody>,
+    conn: &ConnState,
+    upgrade: bool,
+    ex: &mut Exchange,
+) -> Result<(Response<Incoming>, Sender, SocketAddr), Refusal> {
+    let mut exclude = None;
+    let mut last = Refusal::NoHealthyEndpoint;
+    for _attempt in 0..2 {
+        let Some(i) = pool.pick(hash, exclude) else { break };
+        let ep = &pool.endpoints[i];
+        let mut sender = match checkout(pool, ep, conn, upgrade).await {
+            Ok(s) => s,
+            Err(e) => {
+                if ep.health.connect_failed(&pool.cfg.passive) {
+                    tracing::warn!(upstream = %pool.cfg.name, endpoint = %ep.addr, "endpoint ejected after consecutive connect failures");
+                }
+                last = connect_refusal(&e);
+                exclude = Some(i);
+                continue;
+            }
+        };
+        ep.health.in_flight.fetch_add(1, Ordering::Relaxed);
+        ex.endpoint = Some((ep.addr, ep.health.clone()));
+        ex.upstream_start = Some(Instant::now());
+        let mut stale_retries = 0;
+        loop {
+            let sent = tokio::time::timeout(pool.cfg.response_timeout, sender.try_send_request(request)).await;
+            match sent {
+                Err(_) => return Err(Refusal::UpstreamTimeout),
+                Ok(Ok(resp)) => return Ok((resp, sender, ep.addr)),
+                Ok(Err(mut e)) => {
+                    // Not written at all: the pooled connection was stale.
+                    // Take another (or a new) one; nothing was sent.
+                    stale_retries += 1;
+                    let unsent = e.take_message().filter(|_| stale_retries <= 2);
+                    let Some(unsent) = unsent else {
+                        let err = e.into_error();
+                        let too_large = std::error::Error::source(&err).is_some_and(|s| s.is::<BodyTooLarge>());
+                        return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
+                    };
+                    request = unsent;
+                    sender = match connect(ep.addr, pool.cfg.connect_timeout, upgrade).await {
+                        Ok(s) => s,
+                        Err(e) => return Err(connect_refusal(&e)),
+                    };
+                }
+            }
+        }
+    }
+    Err(last)
+}
+
+async fn checkout(pool: &UpstreamPool, ep: &PoolEndpoint, conn: &ConnState, upgrade: bool) -> Result<Sender, ConnectError> {
+    if !upgrade && let Some(s) = conn.worker.conns.take(ep.addr, pool.cfg.idle_timeout) {
+        return Ok(s);
+    }
+    let s = connect(ep.addr, pool.cfg.connect_timeout, upgrade).await?;
+    ep.health.connect_succeeded();
+    Ok(s)
+}
+
+fn relay_response(
+    mut resp: Response<Incoming>,
+    sender: Sender,
+    addr: SocketAddr,
+    pool: &UpstreamPool,
+    conn: &ConnState,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+) -> Response<AnyBody> {
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(client_side) = client_upgrade
+    {
+        let upstream_side = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            if let (Ok(client), Ok(upstream)) = (client_side.await, upstream_side.await) {
+                let mut client = TokioIo::new(client);
+                let mut upstream = TokioIo::new(upstream);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            }
+            drop(sender);
+        });
+        return resp.map(|_| empty());
+    }
+    if client_upgrade.is_none() {
+        conn.worker.conns.give_back(addr, sender, pool.cfg.max_idle_per_endpoint);
+    }
+    strip_hop_by_hop(resp.headers_mut(), false);
+    resp.map(|b| b.map_err(|e| Box::new(e) as crate::body::BoxError).boxed_unsync())
+}
+
+/// A compiled direct response.
+pub struct DirectAnswer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl DirectAnswer {
+    pub fn response(&self) -> Response<AnyBody> {
+        let mut resp = Response::new(full(self.body.clone()));
+        *resp.status_mut() = self.status;
+        *resp.headers_mut() = self.headers.clone();
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "keep-alive, X-Secret".parse().expect("v"));
+        h.insert("x-secret", "1".parse().expect("v"));
+        h.insert("keep-alive", "timeout=5".parse().expect("v"));
+        h.insert(header::TRANSFER_ENCODING, "chunked".parse().expect("v"));
+        h.insert("x-kept", "1".parse().expect("v"));
+        strip_hop_by_hop(&mut h, false);
+        let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-kept"]);
+    }
+
+    #[test]
+    fn upgrades_keep_their_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "Upgrade".parse().expect("v"));
+        h.insert(header::UPGRADE, "websocket".parse().expect("v"));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h.get(header::UPGRADE).map(|v| v.as_bytes()), Some(&b"websocket"[..]));
+        assert_eq!(h.get(header::CONNECTION).map(|v| v.as_bytes()), Some(&b"upgrade"[..]));
+    }
+
+    #[test]
+    fn refusals_map_to_statuses() {
+        assert_eq!(Refusal::NoHealthyEndpoint.status(), 503);
+        assert_eq!(Refusal::ConnectFailed.status(), 502);
+        assert_eq!(Refusal::UpstreamTimeout.status(), 504);
+        let r = Refusal::RateLimited { retry_after: 3 }.response();
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"3"[..]));
+    }
+}

@@ -1,0 +1,287 @@
+//! Workers and the control loop.
+//!
+//! Thread per core: each worker thread runs its own single-threaded tokio
+//! runtime and accepts on its own SO_REUSEPORT socket of every listener, so
+//! the kernel spreads connections and the hot path shares nothing but the
+//! snapshot pointer. The control thread (the main thread) reloads config on
+//! SIGHUP, runs active health checks and stops on SIGTERM or SIGINT.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use gatehouse_config::{Config, ConfigErrors, Protocol};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use socket2::{Domain, Socket, Type};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::accesslog::AccessLog;
+use crate::conn::{ClientIo, ConnState};
+use crate::filters::RateLimiters;
+use crate::health::{HealthChecks, HealthRegistry};
+use crate::snapshot::{BuildContext, Snapshot};
+use crate::upstream::ConnPool;
+
+/// What every worker shares: the live snapshot and state that outlives it.
+pub struct Shared {
+    pub snapshot: ArcSwap<Snapshot>,
+    pub access_log: AccessLog,
+    pub health: HealthRegistry,
+    pub limiters: RateLimiters,
+    pub config_path: PathBuf,
+    pub base_dir: PathBuf,
+}
+
+/// One worker thread's state.
+pub struct Worker {
+    pub id: usize,
+    pub shared: Arc<Shared>,
+    pub conns: Arc<ConnPool>,
+}
+
+/// Binds one listening socket with SO_REUSEPORT, so every worker can bind
+/// its own on the same address.
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
+fn config_base_dir(path: &Path) -> PathBuf {
+    path.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// Loads and compiles a config file: the shared path of start-up, reload and
+/// `gatehouse check`.
+pub fn load_snapshot(
+    path: &Path,
+    version: u64,
+    health: &HealthRegistry,
+    limiters: &RateLimiters,
+    generate_certs: bool,
+) -> Result<Snapshot, ConfigErrors> {
+    let cfg: Config = gatehouse_config::load(path)?;
+    let base_dir = config_base_dir(path);
+    let cx = BuildContext { base_dir: &base_dir, health, limiters, generate_certs };
+    Snapshot::build(cfg, version, &cx).map_err(|errors| ConfigErrors { file: path.to_path_buf(), errors })
+}
+
+/// `gatehouse check`: everything `run` checks, without binding or writing.
+pub fn check(path: &Path) -> Result<(), ConfigErrors> {
+    load_snapshot(path, 0, &HealthRegistry::default(), &RateLimiters::default(), false).map(|_| ())
+}
+
+/// `gatehouse run`: starts workers and runs the control loop until SIGTERM
+/// or SIGINT.
+pub fn run(path: &Path) -> Result<(), String> {
+    let health = HealthRegistry::default();
+    let limiters = RateLimiters::default();
+    let snap = load_snapshot(path, 1, &health, &limiters, true).map_err(|e| e.to_string())?;
+    let access_log = AccessLog::start(&snap.config.access_log.target).map_err(|e| format!("access_log: {e}"))?;
+    let workers = match snap.config.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+
+    // Bind every worker's sockets before starting anything, so an address
+    // in use is reported at once.
+    let mut per_worker: Vec<Vec<(Arc<str>, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
+    for l in &snap.listeners {
+        for sockets in per_worker.iter_mut() {
+            let s = bind(l.address).map_err(|e| format!("listener {:?} cannot bind {}: {e}", &*l.name, l.address))?;
+            sockets.push((l.name.clone(), s));
+        }
+        let scheme = if l.protocol == Protocol::Https { "https" } else { "http" };
+        tracing::info!(listener = %l.name, "listening on {scheme}://{}", l.address);
+    }
+
+    let shared = Arc::new(Shared {
+        snapshot: ArcSwap::from_pointee(snap),
+        access_log,
+        health,
+        limiters,
+        config_path: path.to_path_buf(),
+        base_dir: config_base_dir(path),
+    });
+    tracing::info!(workers, config = %path.display(), "gatehouse started");
+    for (id, sockets) in per_worker.into_iter().enumerate() {
+        let worker = Arc::new(Worker { id, shared: shared.clone(), conns: Arc::new(ConnPool::default()) });
+        std::thread::Builder::new()
+            .name(format!("worker-{id}"))
+            .spawn(move || worker_main(worker, sockets))
+            .map_err(|e| format!("cannot start worker thread: {e}"))?;
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the control runtime: {e}"))?;
+    rt.block_on(control_loop(shared));
+    Ok(())
+}
+
+async fn control_loop(shared: Arc<Shared>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut checks = HealthChecks::default();
+    checks.reconcile(shared.snapshot.load().health_checks());
+    let (Ok(mut hup), Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::hangup()), signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hup.recv() => reload(&shared, &mut checks),
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    tracing::info!("stopping");
+}
+
+/// Re-reads the config file; on success swaps the new snapshot in, on any
+/// error logs every problem and keeps the running config.
+pub fn reload(shared: &Shared, checks: &mut HealthChecks) {
+    let current = shared.snapshot.load();
+    let next = load_snapshot(&shared.config_path, current.version + 1, &shared.health, &shared.limiters, true);
+    match next {
+        Err(errors) => {
+            for line in errors.to_string().lines() {
+                tracing::error!("reload refused: {line}");
+            }
+            tracing::error!(version = current.version, "reload refused; the running config stays");
+        }
+        Ok(snap) => {
+            let old: Vec<_> = current.listeners.iter().map(|l| (l.name.clone(), l.address, l.protocol)).collect();
+            let new: Vec<_> = snap.listeners.iter().map(|l| (l.name.clone(), l.address, l.protocol)).collect();
+            if old != new {
+                tracing::warn!("listener changes (names, addresses, protocols) take effect at the next restart");
+            }
+            let version = snap.version;
+            let keep: Vec<(String, SocketAddr)> = snap
+                .upstreams
+                .iter()
+                .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
+                .collect();
+            checks.reconcile(snap.health_checks());
+            shared.snapshot.store(Arc::new(snap));
+            shared.health.retain(&|u, a| keep.iter().any(|(ku, ka)| ku == u && *ka == a));
+            tracing::info!(version, "configuration reloaded");
+        }
+    }
+}
+
+fn worker_main(worker: Arc<Worker>, sockets: Vec<(Arc<str>, std::net::TcpListener)>) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(worker = worker.id, "cannot start runtime: {e}");
+            return;
+        }
+    };
+    rt.block_on(async move {
+        for (name, socket) in sockets {
+            match TcpListener::from_std(socket) {
+                Ok(l) => {
+                    tokio::spawn(accept_loop(l, name, worker.clone()));
+                }
+                Err(e) => tracing::error!(worker = worker.id, listener = %name, "cannot register socket: {e}"),
+            }
+        }
+        // Close upstream connections that idled out.
+        let mut sweep = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            sweep.tick().await;
+            worker.conns.sweep(Duration::from_secs(120));
+        }
+    });
+}
+
+async fn accept_loop(listener: TcpListener, name: Arc<str>, worker: Arc<Worker>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve(stream, peer, name.clone(), worker.clone()));
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off, don't spin.
+                tracing::warn!(listener = %name, "accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<Worker>) {
+    let snap = worker.shared.snapshot.load_full();
+    let Some(index) = snap.listener_index(&name) else { return };
+    let http = snap.http.clone();
+    let tls = snap.listeners[index].tls.as_ref().map(|t| t.acceptor.clone());
+    drop(snap);
+    let state = |tls: Option<(&'static str, &'static str)>, is_h2: bool| {
+        Arc::new(ConnState {
+            client: peer,
+            listener: index,
+            listener_name: name.clone(),
+            tls,
+            is_h2,
+            worker: worker.clone(),
+            in_flight: AtomicU32::new(0),
+            head_flags: AtomicU8::new(0),
+        })
+    };
+    match tls {
+        Some(acceptor) => {
+            let accepted = tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)).await;
+            let Ok(Ok(tls_stream)) = accepted else { return };
+            let ssl = tls_stream.ssl();
+            let is_h2 = ssl.selected_alpn_protocol() == Some(b"h2");
+            let info = (ssl.version_str(), ssl.current_cipher().map_or("-", |c| c.name()));
+            serve_http(tls_stream, state(Some(info), is_h2), &http, Some(is_h2)).await;
+        }
+        None => serve_http(stream, state(None, false), &http, None).await,
+    }
+}
+
+/// `alpn_h2`: Some(h2 negotiated) on TLS; None on cleartext, where both
+/// HTTP/1.1 and prior-knowledge HTTP/2 are accepted.
+async fn serve_http<T>(io: T, state: Arc<ConnState>, http: &gatehouse_config::HttpSettings, alpn_h2: Option<bool>)
+where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let io = Box::pin(ClientIo::new(io, state.clone(), http.client_header_timeout, http.client_idle_timeout));
+    let svc = service_fn(move |req| crate::proxy::handle(req, state.clone()));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .max_buf_size(http.max_header_bytes.max(8192))
+        .max_headers(http.max_headers)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX))
+        .max_concurrent_streams(256);
+    let builder = match alpn_h2 {
+        Some(true) => builder.http2_only(),
+        Some(false) => builder.http1_only(),
+        None => builder,
+    };
+    let _ = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).await;
+}

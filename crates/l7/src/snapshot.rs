@@ -1,0 +1,174 @@
+//! A compiled, immutable config: what workers read on every request.
+//!
+//! [`Snapshot::build`] turns a validated [`Config`] into routers, pools, TLS
+//! acceptors and filters, or fails with field-path errors and changes
+//! nothing. The live snapshot is swapped whole (arc-swap); a request holds
+//! the snapshot it started with until it ends.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use gatehouse_config::{Config, FieldError, HttpSettings, Protocol};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use crate::filters::{Acl, CanarySplit, RateLimiter, RateLimiters};
+use crate::health::{EndpointHealth, HealthRegistry};
+use crate::proxy::DirectAnswer;
+use crate::router::Router;
+use crate::tls::{ListenerTlsState, build_listener_tls, load_certificates, resolve};
+use crate::upstream::UpstreamPool;
+
+pub struct ListenerSnap {
+    pub name: Arc<str>,
+    pub address: std::net::SocketAddr,
+    pub protocol: Protocol,
+    pub tls: Option<ListenerTlsState>,
+}
+
+pub enum Action {
+    Direct(DirectAnswer),
+    Proxy { pool: usize, canary: Option<CanarySplit> },
+}
+
+pub struct CompiledRoute {
+    pub name: Arc<str>,
+    pub acl: Acl,
+    pub rate_limit: Option<Arc<RateLimiter>>,
+    pub action: Action,
+}
+
+pub struct CompiledUpstream {
+    pub name: Arc<str>,
+    pub pool: UpstreamPool,
+}
+
+pub struct Snapshot {
+    pub version: u64,
+    pub config: Arc<Config>,
+    pub http: HttpSettings,
+    pub listeners: Vec<ListenerSnap>,
+    pub router: Router,
+    pub routes: Vec<CompiledRoute>,
+    pub upstreams: Vec<CompiledUpstream>,
+}
+
+/// State that outlives snapshots and what a build needs to know.
+pub struct BuildContext<'a> {
+    /// Relative paths in the config are relative to this directory.
+    pub base_dir: &'a Path,
+    pub health: &'a HealthRegistry,
+    pub limiters: &'a RateLimiters,
+    /// Write self-signed certificates that don't exist yet (false for `check`).
+    pub generate_certs: bool,
+}
+
+impl BuildContext<'_> {
+    pub fn data_dir(&self, cfg: &Config) -> PathBuf {
+        resolve(self.base_dir, &cfg.data_dir)
+    }
+}
+
+fn field_error(path: String, message: String) -> FieldError {
+    FieldError { path, message, line: None }
+}
+
+impl Snapshot {
+    pub fn build(cfg: Config, version: u64, cx: &BuildContext<'_>) -> Result<Snapshot, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let certs = match load_certificates(&cfg.certificates, cx.base_dir, &cx.data_dir(&cfg), cx.generate_certs) {
+            Ok(c) => c,
+            Err(errs) => {
+                errors.extend(errs.into_iter().map(|(p, m)| field_error(p, m)));
+                Vec::new()
+            }
+        };
+
+        let mut listeners = Vec::new();
+        for (i, l) in cfg.listeners.iter().enumerate() {
+            let Some(address) = l.address else { continue };
+            let tls = match (l.protocol, errors.is_empty()) {
+                (Protocol::Https, true) if !certs.is_empty() => {
+                    let settings = l.tls.clone().unwrap_or_default();
+                    match build_listener_tls(&settings, &certs) {
+                        Ok(t) => Some(t),
+                        Err(e) => {
+                            errors.push(field_error(format!("listeners[{i}].tls"), e));
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            listeners.push(ListenerSnap { name: l.name.as_str().into(), address, protocol: l.protocol, tls });
+        }
+
+        let mut upstreams = Vec::new();
+        for (i, u) in cfg.upstreams.iter().enumerate() {
+            match UpstreamPool::build(u, cx.health) {
+                Ok(pool) => upstreams.push(CompiledUpstream { name: u.name.as_str().into(), pool }),
+                Err(e) => errors.push(field_error(format!("upstreams[{i}]"), e)),
+            }
+        }
+        let pool_index = |name: &str| cfg.upstreams.iter().position(|u| u.name == name);
+
+        let mut routes = Vec::new();
+        for (i, r) in cfg.routes.iter().enumerate() {
+            let action = if let Some(d) = &r.direct_response {
+                match direct_answer(d) {
+                    Ok(a) => Action::Direct(a),
+                    Err(e) => {
+                        errors.push(field_error(format!("routes[{i}].direct_response"), e));
+                        continue;
+                    }
+                }
+            } else {
+                let Some(pool) = r.upstream.as_deref().and_then(pool_index) else { continue };
+                let canary = r
+                    .canary
+                    .as_ref()
+                    .and_then(|c| pool_index(&c.upstream).map(|p| CanarySplit::new(c, p)));
+                Action::Proxy { pool, canary }
+            };
+            routes.push(CompiledRoute {
+                name: r.name.as_str().into(),
+                acl: Acl::new(&r.allow, &r.deny),
+                rate_limit: r.rate_limit.as_ref().map(|rl| cx.limiters.get(&r.name, rl)),
+                action,
+            });
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let router = Router::build(&cfg.routes, &|name| cfg.listeners.iter().position(|l| l.name == name));
+        Ok(Snapshot { version, http: cfg.http.clone(), config: Arc::new(cfg), listeners, router, routes, upstreams })
+    }
+
+    pub fn listener_index(&self, name: &str) -> Option<usize> {
+        self.listeners.iter().position(|l| &*l.name == name)
+    }
+
+    /// Every endpoint with an active check, for the health checker.
+    pub fn health_checks(&self) -> Vec<(String, Arc<EndpointHealth>, gatehouse_config::HealthCheck)> {
+        let mut out = Vec::new();
+        for u in &self.upstreams {
+            if let Some(check) = &u.pool.cfg.health_check {
+                for ep in &u.pool.endpoints {
+                    out.push((u.name.to_string(), ep.health.clone(), check.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn direct_answer(d: &gatehouse_config::DirectResponse) -> Result<DirectAnswer, String> {
+    let status = StatusCode::from_u16(d.status).map_err(|_| format!("invalid status {}", d.status))?;
+    let mut headers = HeaderMap::new();
+    for (name, value) in &d.headers {
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("invalid header name {name:?}"))?;
+        let v = HeaderValue::from_str(value).map_err(|_| format!("invalid value for header {name:?}"))?;
+        headers.append(n, v);
+    }
+    Ok(DirectAnswer { status, headers, body: Bytes::from(d.body.clone()) })
+}

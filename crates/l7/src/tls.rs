@@ -1,0 +1,416 @@
+//! TLS termination: certificates, per-listener acceptors, SNI selection.
+//!
+//! Each HTTPS listener gets one `SslAcceptor` per snapshot plus one full
+//! `SslContext` per certificate, all built by [`configure`] so that the
+//! listener's settings (versions, ciphers, ALPN, tickets) hold whichever
+//! certificate is picked. The select-certificate callback, which runs before
+//! BoringSSL processes the ClientHello, looks the SNI name up in an immutable
+//! [`CertTable`] and switches the connection to that certificate's context.
+//! When a name has both an ECDSA and an RSA certificate, ECDSA is chosen if
+//! the client offers an ECDSA signature algorithm (and, for TLS 1.2 only
+//! clients, an ECDHE-ECDSA cipher suite).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use boring::asn1::{Asn1Integer, Asn1Time};
+use boring::bn::BigNum;
+use boring::ec::{EcGroup, EcKey};
+use boring::hash::MessageDigest;
+use boring::nid::Nid;
+use boring::pkey::{Id, PKey, Private};
+use boring::ssl::{
+    AlpnError, ClientHello, ExtensionType, NameType, SelectCertError, SslAcceptor, SslContext, SslContextBuilder,
+    SslMethod, SslOptions, SslSessionCacheMode, SslVersion, select_next_proto,
+};
+use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, SubjectAlternativeName};
+use boring::x509::{X509, X509NameBuilder};
+use gatehouse_config::{Certificate, ListenerTls, TlsVersion};
+
+/// A certificate and key loaded from disk, checked to belong together.
+#[derive(Clone)]
+pub struct LoadedCert {
+    pub name: String,
+    pub chain: Vec<X509>,
+    pub key: PKey<Private>,
+    pub sni: Vec<String>,
+    pub is_ecdsa: bool,
+}
+
+/// Loads (or for `self_signed`, generates on first use) every certificate.
+/// Errors are `(field path, message)` pairs. `generate` is false for
+/// `gatehouse check`, which must not write files.
+pub fn load_certificates(
+    certs: &[Certificate],
+    base_dir: &Path,
+    data_dir: &Path,
+    generate: bool,
+) -> Result<Vec<LoadedCert>, Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for (i, c) in certs.iter().enumerate() {
+        let path = |field: &str| format!("certificates[{i}].{field}");
+        let (cert_file, key_file) = if c.self_signed {
+            let cert_file = data_dir.join(format!("{}.crt", c.name));
+            let key_file = data_dir.join(format!("{}.key", c.name));
+            if !cert_file.exists() || !key_file.exists() {
+                if !generate {
+                    continue; // made at start-up; nothing to check yet
+                }
+                if let Err(e) = write_self_signed(&c.sni, &cert_file, &key_file) {
+                    errors.push((path("self_signed"), format!("cannot create a self-signed certificate in {}: {e}", data_dir.display())));
+                    continue;
+                }
+            }
+            (cert_file, key_file)
+        } else {
+            let (Some(cert), Some(key)) = (&c.cert, &c.key) else { continue };
+            (resolve(base_dir, cert), resolve(base_dir, key))
+        };
+        match load_pair(&cert_file, &key_file) {
+            Ok((chain, key)) => {
+                let is_ecdsa = key.id() == Id::EC;
+                if !is_ecdsa && key.id() != Id::RSA {
+                    errors.push((path("key"), "expected an RSA or ECDSA private key".into()));
+                    continue;
+                }
+                out.push(LoadedCert { name: c.name.clone(), chain, key, sni: c.sni.clone(), is_ecdsa });
+            }
+            Err((field, msg)) => errors.push((path(field), msg)),
+        }
+    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+pub fn resolve(base: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
+}
+
+fn load_pair(cert_file: &Path, key_file: &Path) -> Result<(Vec<X509>, PKey<Private>), (&'static str, String)> {
+    let cert_pem = std::fs::read(cert_file).map_err(|e| ("cert", format!("cannot read {}: {e}", cert_file.display())))?;
+    let chain = X509::stack_from_pem(&cert_pem)
+        .ok()
+        .filter(|c| !c.is_empty())
+        .ok_or(("cert", format!("{} holds no PEM certificate", cert_file.display())))?;
+    let key_pem = std::fs::read(key_file).map_err(|e| ("key", format!("cannot read {}: {e}", key_file.display())))?;
+    let key = PKey::private_key_from_pem(&key_pem)
+        .map_err(|_| ("key", format!("{} holds no PEM private key", key_file.display())))?;
+    let matches = chain[0].public_key().map(|pk| pk.public_eq(&key)).unwrap_or(false);
+    if !matches {
+        return Err(("key", format!("{} does not belong to the certificate in {}", key_file.display(), cert_file.display())));
+    }
+    Ok((chain, key))
+}
+
+/// Writes a self-signed ECDSA P-256 certificate for `names`, valid one year.
+pub fn write_self_signed(names: &[String], cert_file: &Path, key_file: &Path) -> Result<(), String> {
+    let err = |e: boring::error::ErrorStack| e.to_string();
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).map_err(err)?;
+    let key = PKey::from_ec_key(EcKey::generate(&group).map_err(err)?).map_err(err)?;
+    let mut name = X509NameBuilder::new().map_err(err)?;
+    let cn = names.first().map_or("gatehouse", String::as_str);
+    name.append_entry_by_nid(Nid::COMMONNAME, cn).map_err(err)?;
+    name.append_entry_by_nid(Nid::ORGANIZATIONNAME, "Gatehouse self-signed").map_err(err)?;
+    let name = name.build();
+    let mut b = X509::builder().map_err(err)?;
+    b.set_version(2).map_err(err)?;
+    let mut serial = BigNum::new().map_err(err)?;
+    serial.rand(127, boring::bn::MsbOption::MAYBE_ZERO, false).map_err(err)?;
+    let serial: Asn1Integer = serial.to_asn1_integer().map_err(err)?;
+    b.set_serial_number(&serial).map_err(err)?;
+    b.set_subject_name(&name).map_err(err)?;
+    b.set_issuer_name(&name).map_err(err)?;
+    let not_before = Asn1Time::days_from_now(0).map_err(err)?;
+    let not_after = Asn1Time::days_from_now(365).map_err(err)?;
+    b.set_not_before(&not_before).map_err(err)?;
+    b.set_not_after(&not_after).map_err(err)?;
+    b.set_pubkey(&key).map_err(err)?;
+    let mut san = SubjectAlternativeName::new();
+    for n in names {
+        san.dns(n);
+    }
+    let san = san.build(&b.x509v3_context(None, None)).map_err(err)?;
+    b.append_extension(&san).map_err(err)?;
+    let constraints = BasicConstraints::new().build().map_err(err)?;
+    b.append_extension(&constraints).map_err(err)?;
+    let usage = ExtendedKeyUsage::new().server_auth().build().map_err(err)?;
+    b.append_extension(&usage).map_err(err)?;
+    b.sign(&key, MessageDigest::sha256()).map_err(err)?;
+    let cert = b.build();
+    if let Some(dir) = cert_file.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    let key_pem = key.private_key_to_pem_pkcs8().map_err(err)?;
+    write_private(key_file, &key_pem).map_err(|e| e.to_string())?;
+    std::fs::write(cert_file, cert.to_pem().map_err(err)?).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(path)?;
+    f.write_all(bytes)
+}
+
+/// The RSA and/or ECDSA context serving one name.
+#[derive(Clone, Default)]
+struct CertPair {
+    ecdsa: Option<SslContext>,
+    rsa: Option<SslContext>,
+}
+
+impl CertPair {
+    fn choose(&self, ecdsa_ok: bool) -> Option<&SslContext> {
+        match (&self.ecdsa, &self.rsa) {
+            (Some(e), Some(r)) => Some(if ecdsa_ok { e } else { r }),
+            (Some(e), None) => Some(e),
+            (None, r) => r.as_ref(),
+        }
+    }
+}
+
+/// SNI name → certificate contexts, for one listener. Immutable once built.
+#[derive(Default)]
+pub struct CertTable {
+    exact: HashMap<String, CertPair>,
+    /// Key: the part after `*.`; matches exactly one more label.
+    wildcard: HashMap<String, CertPair>,
+    default: CertPair,
+}
+
+impl CertTable {
+    fn lookup(&self, sni: Option<&str>) -> &CertPair {
+        let Some(name) = sni else { return &self.default };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(p) = self.exact.get(&name) {
+            return p;
+        }
+        if let Some((_, parent)) = name.split_once('.')
+            && let Some(p) = self.wildcard.get(parent)
+        {
+            return p;
+        }
+        &self.default
+    }
+}
+
+/// What an HTTPS listener needs at accept time.
+pub struct ListenerTlsState {
+    pub acceptor: SslAcceptor,
+}
+
+fn tls_err(e: boring::error::ErrorStack) -> String {
+    e.to_string()
+}
+
+/// Wire form of the ALPN list: length-prefixed names.
+fn alpn_wire(alpn: &[String]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in alpn {
+        out.push(p.len() as u8);
+        out.extend_from_slice(p.as_bytes());
+    }
+    out
+}
+
+/// Applies a listener's TLS settings to a context builder. Every context of
+/// a listener goes through here, so a switched-to context behaves the same.
+fn configure(b: &mut SslContextBuilder, tls: &ListenerTls) -> Result<(), String> {
+    let min = match tls.min_version {
+        TlsVersion::Tls12 => SslVersion::TLS1_2,
+        TlsVersion::Tls13 => SslVersion::TLS1_3,
+    };
+    b.set_min_proto_version(Some(min)).map_err(tls_err)?;
+    b.set_max_proto_version(Some(SslVersion::TLS1_3)).map_err(tls_err)?;
+    if let Some(ciphers) = &tls.ciphers {
+        b.set_cipher_list(ciphers).map_err(|_| format!("no usable cipher in {ciphers:?}"))?;
+    }
+    if tls.session_resumption {
+        b.set_session_cache_mode(SslSessionCacheMode::SERVER);
+        b.set_session_id_context(b"gatehouse").map_err(tls_err)?;
+    } else {
+        b.set_session_cache_mode(SslSessionCacheMode::OFF);
+        b.set_options(SslOptions::NO_TICKET);
+    }
+    b.set_options(SslOptions::CIPHER_SERVER_PREFERENCE);
+    let wire: Arc<[u8]> = alpn_wire(&tls.alpn).into();
+    b.set_alpn_select_callback(move |_, client| {
+        // The client's list outlives the callback, our list is ours: copy the
+        // chosen name's position from the client's list.
+        match select_next_proto(&wire, client) {
+            Some(chosen) => find_in(client, chosen).ok_or(AlpnError::NOACK),
+            None => Err(AlpnError::NOACK),
+        }
+    });
+    Ok(())
+}
+
+/// Returns the slice of `client` equal to `chosen` (both are ALPN names).
+fn find_in<'a>(client: &'a [u8], chosen: &[u8]) -> Option<&'a [u8]> {
+    let mut rest = client;
+    while let Some((&len, tail)) = rest.split_first() {
+        let len = usize::from(len);
+        if tail.len() < len {
+            return None;
+        }
+        let (name, next) = tail.split_at(len);
+        if name == chosen {
+            return Some(name);
+        }
+        rest = next;
+    }
+    None
+}
+
+fn cert_context(tls: &ListenerTls, cert: &LoadedCert) -> Result<SslContext, String> {
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
+    configure(&mut b, tls)?;
+    b.set_certificate(&cert.chain[0]).map_err(tls_err)?;
+    for extra in &cert.chain[1..] {
+        b.add_extra_chain_cert(extra.clone()).map_err(tls_err)?;
+    }
+    b.set_private_key(&cert.key).map_err(tls_err)?;
+    b.check_private_key().map_err(tls_err)?;
+    Ok(b.build().into_context())
+}
+
+/// Builds a listener's acceptor and its SNI table.
+pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<ListenerTlsState, String> {
+    let mut table = CertTable::default();
+    let mut by_name: HashMap<&str, CertPair> = HashMap::new();
+    for cert in certs {
+        let ctx = cert_context(tls, cert)?;
+        let pair = by_name.entry(cert.name.as_str()).or_default();
+        if cert.is_ecdsa { pair.ecdsa = Some(ctx) } else { pair.rsa = Some(ctx) }
+        for name in &cert.sni {
+            let name = name.to_ascii_lowercase();
+            let (map, key) = match name.strip_prefix("*.") {
+                Some(parent) => (&mut table.wildcard, parent.to_string()),
+                None => (&mut table.exact, name.clone()),
+            };
+            let slot = map.entry(key).or_default();
+            let ctx = by_name[cert.name.as_str()].clone();
+            if ctx.ecdsa.is_some() && cert.is_ecdsa {
+                slot.ecdsa = ctx.ecdsa;
+            }
+            if ctx.rsa.is_some() && !cert.is_ecdsa {
+                slot.rsa = ctx.rsa;
+            }
+        }
+    }
+    let default_name = tls.default_certificate.as_deref().or(certs.first().map(|c| c.name.as_str()));
+    if let Some(name) = default_name {
+        table.default = by_name.get(name).cloned().unwrap_or_default();
+    }
+    let default_ctx = table
+        .default
+        .choose(true)
+        .cloned()
+        .ok_or_else(|| "no certificate available for this listener".to_string())?;
+
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
+    configure(&mut b, tls)?;
+    // The base context carries the default certificate too, so a handshake
+    // the callback leaves alone still has one.
+    let table = Arc::new(table);
+    b.set_select_certificate_callback(move |mut hello: ClientHello<'_>| {
+        let sni = hello.servername(NameType::HOST_NAME).map(str::to_owned);
+        let pair = table.lookup(sni.as_deref());
+        let ecdsa_ok = client_accepts_ecdsa(&hello);
+        if let Some(ctx) = pair.choose(ecdsa_ok) {
+            hello.ssl_mut().set_ssl_context(ctx).map_err(|_| SelectCertError::ERROR)?;
+        }
+        Ok(())
+    });
+    let _ = default_ctx;
+    let default_cert = certs
+        .iter()
+        .find(|c| Some(c.name.as_str()) == default_name)
+        .ok_or_else(|| "default certificate not loaded".to_string())?;
+    b.set_certificate(&default_cert.chain[0]).map_err(tls_err)?;
+    b.set_private_key(&default_cert.key).map_err(tls_err)?;
+    Ok(ListenerTlsState { acceptor: b.build() })
+}
+
+/// Whether the ClientHello lets us answer with an ECDSA P-256 certificate.
+fn client_accepts_ecdsa(hello: &ClientHello<'_>) -> bool {
+    let Some(sigalgs) = hello.get_extension(ExtensionType::SIGNATURE_ALGORITHMS) else {
+        // No extension: TLS 1.2 defaults to SHA-1 pairs of the suite's kind.
+        return offers_ecdsa_suite(hello.ciphers());
+    };
+    if sigalgs.len() < 2 {
+        return false;
+    }
+    let list = &sigalgs[2..];
+    let tls13_only = list.chunks_exact(2).any(|c| c == [0x04, 0x03]);
+    // ecdsa_secp256r1_sha256 (0x0403) is the TLS 1.3 name; in TLS 1.2 any
+    // (hash, ecdsa=3) pair works with a P-256 key.
+    let any_ecdsa = list.chunks_exact(2).any(|c| c[1] == 0x03);
+    let supports_13 = hello
+        .get_extension(ExtensionType::SUPPORTED_VERSIONS)
+        .is_some_and(|v| v.len() > 1 && v[1..].chunks_exact(2).any(|c| c == [0x03, 0x04]));
+    if supports_13 { tls13_only } else { any_ecdsa && offers_ecdsa_suite(hello.ciphers()) }
+}
+
+fn offers_ecdsa_suite(ciphers: &[u8]) -> bool {
+    const ECDSA_SUITES: [[u8; 2]; 6] = [[0xc0, 0x2b], [0xc0, 0x2c], [0xcc, 0xa9], [0xc0, 0x09], [0xc0, 0x0a], [0xc0, 0x23]];
+    ciphers.chunks_exact(2).any(|c| ECDSA_SUITES.iter().any(|s| s == c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alpn_lists_are_matched_by_name() {
+        let client = b"\x02h2\x08http/1.1";
+        assert_eq!(find_in(client, b"http/1.1"), Some(&b"http/1.1"[..]));
+        assert_eq!(find_in(client, b"h3"), None);
+        assert_eq!(find_in(b"\x05h2", b"h2"), None, "truncated list");
+        assert_eq!(alpn_wire(&["h2".into(), "http/1.1".into()]), client.to_vec());
+    }
+
+    #[test]
+    fn self_signed_certificates_load_back() {
+        let dir = std::env::temp_dir().join(format!("gh-tls-{}", std::process::id()));
+        let names = vec!["localhost".to_string(), "*.example.test".to_string()];
+        let certs = [Certificate { name: "local".into(), self_signed: true, sni: names.clone(), ..Default::default() }];
+        let loaded = load_certificates(&certs, &dir, &dir, true).expect("generated");
+        assert!(loaded[0].is_ecdsa);
+        let first = std::fs::read(dir.join("local.crt")).expect("written");
+        // A second start reuses the files.
+        let again = load_certificates(&certs, &dir, &dir, true).expect("loaded");
+        assert_eq!(std::fs::read(dir.join("local.crt")).expect("kept"), first);
+        let sans: Vec<String> = again[0].chain[0]
+            .subject_alt_names()
+            .expect("san")
+            .iter()
+            .filter_map(|n| n.dnsname().map(str::to_string))
+            .collect();
+        assert_eq!(sans, names);
+        let tls = ListenerTls::default();
+        assert!(build_listener_tls(&tls, &again).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn mismatched_key_is_refused_with_the_field() {
+        let dir = std::env::temp_dir().join(format!("gh-tls-mm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        write_self_signed(&["a.test".into()], &dir.join("a.crt"), &dir.join("a.key")).expect("a");
+        write_self_signed(&["b.test".into()], &dir.join("b.crt"), &dir.join("b.key")).expect("b");
+        let certs = [Certificate {
+            name: "x".into(),
+            cert: Some("a.crt".into()),
+            key: Some("b.key".into()),
+            ..Default::default()
+        }];
+        let errs = load_certificates(&certs, &dir, &dir, false).err().expect("refused");
+        assert_eq!(errs[0].0, "certificates[0].key");
+        assert!(errs[0].1.contains("does not belong"), "{}", errs[0].1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
