@@ -1,0 +1,37 @@
+# Gatehouse: `make run` starts it on the example config; `make test` runs
+# every test. Both install what they need first.
+
+BIN := target/release/gatehouse
+CONFIG ?= examples/gatehouse.yaml
+
+.PHONY: all deps build run test unit e2e bench clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+build: deps
+	cargo build --release --workspace
+
+run: build
+	$(BIN) run -c $(CONFIG)
+
+# Unit tests beside the code, then end-to-end tests with real processes.
+# Everything is built in release mode once (BoringSSL is slow to build).
+test: build
+	cargo test --release --workspace
+	python3 -m pytest -v -p no:cacheprovider tests/e2e
+
+unit: build
+	cargo test --release --workspace
+
+e2e: build
+	python3 -m pytest -v -p no:cacheprovider tests/e2e
+
+bench: build
+	@./scripts/install-deps.sh --bench
+	bench/run.sh
+
+clean:
+	cargo clean

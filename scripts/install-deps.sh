@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing Gatehouse needs, once.
+# Safe to run repeatedly: it only installs what is missing.
+set -euo pipefail
+
+want_pkgs=()
+need() { command -v "$1" >/dev/null 2>&1 || want_pkgs+=("$2"); }
+need cmake cmake
+need clang clang
+need curl curl
+need openssl openssl
+need h2load nghttp2-client
+need wrk wrk
+need go golang-go
+need python3 python3
+[ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || want_pkgs+=(libclang-dev)
+if [ "${1:-}" = "--bench" ]; then
+  need haproxy haproxy
+  need nginx nginx
+fi
+
+if [ ${#want_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "missing packages: ${want_pkgs[*]} (run as root, or install them)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${want_pkgs[@]}" >/dev/null
+fi
+
+# Rust: edition 2024 needs 1.85+, the workspace needs 1.89+.
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo not found: install Rust (rustup) 1.89 or newer" >&2
+  exit 1
+fi
+
+# pytest drives the end-to-end tests.
+python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
+
+# h2spec, the HTTP/2 conformance suite, from the Go module proxy.
+gobin="$(go env GOPATH)/bin"
+if [ ! -x "$gobin/h2spec" ]; then
+  GOFLAGS=-mod=mod go install github.com/summerwind/h2spec/cmd/h2spec@latest >/dev/null 2>&1 \
+    || echo "warning: h2spec could not be installed; its test will be skipped" >&2
+fi

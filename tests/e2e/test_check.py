@@ -1,0 +1,78 @@
+"""`gatehouse check`: every mistake listed with its field path; exit codes."""
+
+import subprocess
+
+from harness import BIN, ROOT
+
+BAD = """
+workers: lots
+listeners:
+  - name: web
+    address: 127.0.0.1:99999
+  - name: web
+    address: 127.0.0.1:8081
+    protocol: https
+certificates:
+  - name: c
+    cert: /nonexistent/c.pem
+    key: /nonexistent/c.key
+upstreams:
+  - name: api
+    balance: random
+    endpoints: [127.0.0.1:9001]
+    health_check: { interval: soon, rise: 0 }
+routes:
+  - name: r1
+    upstream: api-v2
+    match: { path: no-slash }
+    rate_limit: { rate: 5 }
+    colour: blue
+"""
+
+
+def run_check(path):
+    return subprocess.run([str(BIN), "check", "-c", str(path)], capture_output=True, text=True, timeout=30)
+
+
+def test_several_mistakes_are_each_listed_with_their_path(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text(BAD)
+    p = run_check(f)
+    assert p.returncode == 1
+    lines = p.stderr.splitlines()
+    expected = [
+        "workers: expected an integer",
+        "listeners[0].address: expected an address with a port",
+        "listeners[1].name: duplicate listener name \"web\"",
+        "upstreams[0].balance: expected one of round_robin, weighted_round_robin, least_connections, maglev",
+        "upstreams[0].health_check.interval: expected a duration",
+        "upstreams[0].health_check.rise: must be at least 1",
+        "routes[0].upstream: no upstream named \"api-v2\"",
+        "routes[0].match.path: must start with /",
+        "routes[0].colour: unknown field",
+    ]
+    for e in expected:
+        assert any(l.startswith(f"{f}: {e}") for l in lines), f"missing {e!r} in:\n{p.stderr}"
+
+
+def test_unreadable_certificate_files_are_reported(tmp_path):
+    f = tmp_path / "certs.yaml"
+    f.write_text("""
+listeners: [{ name: s, address: 127.0.0.1:8443, protocol: https }]
+certificates: [{ name: c, cert: missing.pem, key: missing.key }]
+routes: [{ name: r, direct_response: { status: 200 } }]
+""")
+    p = run_check(f)
+    assert p.returncode == 1
+    assert f"{f}: certificates[0].cert: cannot read" in p.stderr
+
+
+def test_the_example_config_is_valid():
+    p = run_check(ROOT / "examples" / "gatehouse.yaml")
+    assert p.returncode == 0, p.stderr
+    assert "configuration is valid" in p.stdout
+
+
+def test_version():
+    p = subprocess.run([str(BIN), "version"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("gatehouse ")

@@ -1,0 +1,121 @@
+"""TLS termination: versions, SNI, ALPN, RSA/ECDSA choice, resumption."""
+
+import subprocess
+
+from harness import curl, free_port, make_cert
+
+
+def config(port, certs, tls_extra=""):
+    cert_yaml = "\n".join(
+        f"  - {{ name: {n}, cert: {c}, key: {k}, sni: [{', '.join(s)}] }}" for n, c, k, s in certs
+    )
+    return f"""
+access_log: {{ path: off }}
+listeners:
+  - name: https
+    address: 127.0.0.1:{port}
+    protocol: https
+    tls: {{ default_certificate: {certs[0][0]} {tls_extra} }}
+certificates:
+{cert_yaml}
+routes:
+  - name: hello
+    direct_response: {{ status: 200, body: "hello\\n" }}
+"""
+
+
+def s_client(port, *args, servername="a.test"):
+    p = subprocess.run(
+        ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", servername, *args],
+        input=b"", capture_output=True, timeout=20,
+    )
+    return p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
+
+
+def subject_cn(port, servername, *args):
+    out = s_client(port, *args, servername=servername)
+    for line in out.splitlines():
+        if line.startswith("subject="):
+            return line.split("CN", 1)[1].strip(" =")
+    raise AssertionError(out)
+
+
+def test_sni_gives_each_name_its_certificate_over_tls12_and_tls13(tmp_path, gatehouse):
+    port = free_port()
+    a = make_cert(tmp_path, "a", ["a.test"])
+    b = make_cert(tmp_path, "b", ["b.test", "*.b.test"], kind="rsa")
+    gatehouse(config(port, [("a", *a, ["a.test"]), ("b", *b, ["b.test", "'*.b.test'"])]), [port])
+    for version in ("-tls1_2", "-tls1_3"):
+        assert subject_cn(port, "a.test", version) == "a.test"
+        assert subject_cn(port, "b.test", version) == "b.test"
+        assert subject_cn(port, "x.b.test", version) == "b.test", "wildcard"
+        assert subject_cn(port, "unknown.test", version) == "a.test", "default certificate"
+    for flags in (["--tlsv1.2", "--tls-max", "1.2"], ["--tlsv1.3"]):
+        for host, want in (("a.test", "a.test"), ("b.test", "b.test")):
+            code, body, err = curl(
+                "--cacert", str(a[0] if want == "a.test" else b[0]),
+                "--resolve", f"{host}:{port}:127.0.0.1", *flags, f"https://{host}:{port}/",
+            )
+            assert code == 200, err
+            assert body == "hello\n"
+
+
+def test_http2_is_negotiated_with_alpn(tmp_path, gatehouse):
+    port = free_port()
+    a = make_cert(tmp_path, "a", ["a.test"])
+    gatehouse(config(port, [("a", *a, ["a.test"])]), [port])
+    p = subprocess.run(
+        ["curl", "-s", "--http2", "--cacert", str(a[0]), "--resolve", f"a.test:{port}:127.0.0.1",
+         "-o", "/dev/null", "-w", "%{http_version} %{http_code}", f"https://a.test:{port}/"],
+        capture_output=True, timeout=20,
+    )
+    assert p.stdout.decode() == "2 200"
+    p = subprocess.run(
+        ["curl", "-s", "--http1.1", "--cacert", str(a[0]), "--resolve", f"a.test:{port}:127.0.0.1",
+         "-o", "/dev/null", "-w", "%{http_version} %{http_code}", f"https://a.test:{port}/"],
+        capture_output=True, timeout=20,
+    )
+    assert p.stdout.decode() == "1.1 200"
+
+
+def test_ecdsa_when_the_client_supports_it_else_rsa(tmp_path, gatehouse):
+    port = free_port()
+    ec = make_cert(tmp_path, "ec", ["site.test"], kind="ec")
+    rsa = make_cert(tmp_path, "rsa", ["site.test"], kind="rsa")
+    gatehouse(config(port, [("site-ec", *ec, ["site.test"]), ("site-rsa", *rsa, ["site.test"])]), [port])
+    for version in ("-tls1_2", "-tls1_3"):
+        out = s_client(port, version, servername="site.test")
+        assert "Peer signature type: ECDSA" in out or "id-ecPublicKey" in out or "ECDSA" in out, out
+        out = s_client(port, version, "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256", servername="site.test")
+        assert "Peer signature type: RSA" in out, out
+    out = s_client(port, "-tls1_2", "-cipher", "ECDHE-RSA-AES256-GCM-SHA384", servername="site.test")
+    assert "ECDHE-RSA-AES256-GCM-SHA384" in out
+
+
+def test_minimum_version_and_cipher_list(tmp_path, gatehouse):
+    port = free_port()
+    a = make_cert(tmp_path, "a", ["a.test"])
+    gatehouse(config(port, [("a", *a, ["a.test"])], ', min_version: "1.3"'), [port])
+    out = s_client(port, "-tls1_2")
+    assert "Cipher is (NONE)" in out or "alert" in out.lower(), out
+    assert "TLSv1.3" in s_client(port, "-tls1_3")
+
+    port2 = free_port()
+    gatehouse(config(port2, [("a", *a, ["a.test"])], ", ciphers: ECDHE-ECDSA-AES256-GCM-SHA384"), [port2])
+    out = s_client(port2, "-tls1_2")
+    assert "ECDHE-ECDSA-AES256-GCM-SHA384" in out, out
+    out = s_client(port2, "-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert "Cipher is (NONE)" in out or "alert" in out.lower(), out
+
+
+def test_session_resumption_can_be_turned_off(tmp_path, gatehouse):
+    a = make_cert(tmp_path, "a", ["a.test"])
+    sess = tmp_path / "sess.pem"
+    for resumption, expect_reuse in (("true", True), ("false", False)):
+        port = free_port()
+        gatehouse(config(port, [("a", *a, ["a.test"])], f", session_resumption: {resumption}"), [port])
+        if sess.exists():
+            sess.unlink()
+        s_client(port, "-tls1_2", "-sess_out", str(sess))
+        out = s_client(port, "-tls1_2", "-sess_in", str(sess)) if sess.exists() else ""
+        assert ("Reused, TLSv1.2" in out) == expect_reuse, out
