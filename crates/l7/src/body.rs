@@ -88,13 +88,16 @@ impl Body for RequestBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = self.inner.size_hint();
-        if let Some(len) = self.first.as_ref().and_then(|f| f.data_ref()).map(|d| d.len() as u64) {
-            hint.set_lower(hint.lower() + len);
-            if let Some(upper) = hint.upper() {
-                hint.set_upper(upper + len);
-            }
+        let inner = self.inner.size_hint();
+        let Some(len) = self.first.as_ref().and_then(|f| f.data_ref()).map(|d| d.len() as u64) else {
+            return inner;
+        };
+        // Raise the upper bound first: SizeHint insists lower <= upper.
+        let mut hint = SizeHint::new();
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + len);
         }
+        hint.set_lower(inner.lower() + len);
         hint
     }
 }

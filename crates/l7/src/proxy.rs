@@ -407,6 +407,7 @@ async fn exchange(
                     let unsent = e.take_message().filter(|_| stale_retries <= 2);
                     let Some(unsent) = unsent else {
                         let err = e.into_error();
+                        tracing::debug!(upstream = %pool.cfg.name, endpoint = %ep.addr, "upstream exchange failed: {err:?}");
                         let too_large = std::error::Error::source(&err).is_some_and(|s| s.is::<BodyTooLarge>());
                         return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
                     };

@@ -1,0 +1,205 @@
+"""Reverse proxying: routing, headers, bodies, limits, timeouts, errors."""
+
+import hashlib
+import json
+import socket
+import subprocess
+
+from harness import KeepAliveClient, curl, free_port, raw_request, status_of, wait_for
+
+
+def proxy_config(port, upstreams, routes, extra=""):
+    return f"""
+access_log: {{ path: stdout }}
+{extra}
+listeners:
+  - {{ name: web, address: 127.0.0.1:{port} }}
+upstreams:
+{upstreams}
+routes:
+{routes}
+"""
+
+
+def test_routing_by_host_and_path_reaches_the_right_upstream(upstream, gatehouse):
+    api, api_v2, web, static, catch = (upstream(n) for n in ("api", "api-v2", "web", "static", "catch"))
+    port = free_port()
+    ups = "\n".join(f"  - {{ name: {u.name}, endpoints: [{u.addr}] }}" for u in (api, api_v2, web, static, catch))
+    routes = """
+  - { name: catch, upstream: catch }
+  - { name: api, upstream: api, match: { hosts: [api.example.com], path_prefix: /v1 } }
+  - { name: api-v2, upstream: api-v2, match: { hosts: [api.example.com], path_prefix: /v1/users } }
+  - { name: api-me, upstream: web, match: { hosts: [api.example.com], path: /v1/users/me } }
+  - { name: web, upstream: web, match: { hosts: ["*.example.com"] } }
+  - { name: static, upstream: static, match: { path_prefix: /static/ } }
+  - { name: post-only, upstream: api-v2, match: { hosts: [forms.test], methods: [POST] } }
+  - { name: beta, upstream: api-v2, match: { hosts: [www.example.com], headers: [{ name: X-Beta, value: "1" }] } }
+"""
+    gatehouse(proxy_config(port, ups, routes), [port])
+    cases = [
+        ("api.example.com", "/v1/orders", {}, "api"),
+        ("api.example.com", "/v1/users/42", {}, "api-v2"),
+        ("api.example.com", "/v1/users/me", {}, "web"),
+        ("api.example.com", "/other", {}, "web"),  # exact host tier has no match: wildcard tier
+        ("WWW.Example.com:8080", "/", {}, "web"),
+        ("www.example.com", "/", {"X-Beta": "1"}, "api-v2"),
+        ("other.test", "/static/app.js", {}, "static"),
+        ("other.test", "/", {}, "catch"),
+        ("forms.test", "/", {}, "catch"),
+    ]
+    c = KeepAliveClient(port)
+    for host, path, headers, want in cases:
+        status, h, body = c.get(path, {"Host": host, **headers})
+        assert status == 200, (host, path, body)
+        assert h["x-upstream"] == want, (host, path, headers)
+    status, body, _ = curl("-X", "POST", "-H", "Host: forms.test", "-d", "x=1", f"http://127.0.0.1:{port}/")
+    assert json.loads(body)["upstream"] == "api-v2"
+
+
+def test_no_route_is_404_and_direct_responses_answer(gatehouse):
+    port = free_port()
+    routes = """
+  - name: hello
+    match: { hosts: [hello.test] }
+    direct_response: { status: 418, headers: { x-teapot: "yes" }, body: "short and stout\\n" }
+"""
+    gatehouse(proxy_config(port, "  []", routes), [port])
+    c = KeepAliveClient(port)
+    status, h, body = c.get("/", {"Host": "hello.test"})
+    assert (status, h["x-teapot"], body) == (418, "yes", b"short and stout\n")
+    status, _, _ = c.get("/", {"Host": "nothing.test"})
+    assert status == 404
+
+
+def test_forwarding_headers_and_hop_by_hop_removal(upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    g = gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }"), [port])
+    code, body, _ = curl(
+        "-H", "Host: shop.test", "-H", "X-Forwarded-For: 203.0.113.9", "-H", "Connection: keep-alive, X-Private",
+        "-H", "X-Private: secret", "-H", "Keep-Alive: timeout=5", "-H", "Proxy-Connection: keep-alive",
+        "-H", "TE: trailers", f"http://127.0.0.1:{port}/p?q=1",
+    )
+    assert code == 200
+    seen = up.seen("/p")[-1]
+    h = {k.lower(): v for k, v in seen["headers"].items()}
+    assert seen["path"] == "/p?q=1"
+    assert h["host"] == "shop.test"
+    assert h["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"
+    assert h["x-forwarded-proto"] == "http"
+    assert h["x-forwarded-host"] == "shop.test"
+    for gone in ("x-private", "keep-alive", "proxy-connection", "te"):
+        assert gone not in h, gone
+    log = wait_for(lambda: [r for r in g.access_log() if r["path"] == "/p"], what="access log line")[0]
+    assert log["status"] == 200 and log["route"] == "a" and log["upstream"] == "a"
+    assert log["endpoint"] == up.addr and log["host"] == "shop.test" and log["reason"] == "-"
+    for key in ("time", "client", "method", "bytes_in", "bytes_out", "duration_ms", "upstream_ms", "tls_version", "tls_cipher"):
+        assert key in log, key
+
+
+def test_bodies_are_streamed_both_ways(upstream, gatehouse, tmp_path):
+    up = upstream("a")
+    port = free_port()
+    gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }"), [port])
+    blob = bytes(range(256)) * 4096 * 3  # 3 MiB
+    f = tmp_path / "blob"
+    f.write_bytes(blob)
+    digest = hashlib.sha256(blob).hexdigest()
+    for extra in ([], ["-H", "Transfer-Encoding: chunked"]):
+        p = subprocess.run(
+            ["curl", "-s", "-D", "-", "-o", "/dev/null", "--data-binary", f"@{f}", *extra, f"http://127.0.0.1:{port}/upload"],
+            capture_output=True, timeout=30,
+        )
+        head = p.stdout.decode().lower().split("http/1.1 100 continue\r\n\r\n")[-1]
+        assert head.startswith("http/1.1 200"), head
+        assert f"x-body-sha256: {digest}" in head
+
+
+def test_limits_answer_413_and_431(upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    extra = "http: { max_body_bytes: 1000, max_header_bytes: 8192, max_headers: 20 }"
+    gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }", extra), [port])
+    code, _, _ = curl("--data-binary", "x" * 2000, f"http://127.0.0.1:{port}/big-cl")
+    assert code == 413
+    code, _, _ = curl("-H", "Transfer-Encoding: chunked", "--data-binary", "x" * 2000, f"http://127.0.0.1:{port}/big-chunked")
+    assert code == 413
+    code, _, _ = curl("-H", "X-Big: " + "a" * 9000, f"http://127.0.0.1:{port}/big-header")
+    assert code == 431
+    many = [arg for i in range(30) for arg in ("-H", f"X-H{i}: v")]
+    code, _, _ = curl(*many, f"http://127.0.0.1:{port}/many-headers")
+    assert code == 431
+    assert not up.seen("/big") and not up.seen("/many")
+
+
+def test_slow_request_head_gets_408(upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    extra = "http: { client_header_timeout: 500ms }"
+    gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }", extra), [port])
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /slow-head HTTP/1.1\r\nHost: a\r\n")
+    answer = s.recv(4096)
+    s.close()
+    assert status_of(answer) == 408, answer
+    assert not up.seen("/slow-head")
+    # An idle connection that never sent a byte is closed without an answer.
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    assert s.recv(4096) == b""
+    s.close()
+
+
+def test_upstream_failures_give_502_503_504(upstream, raw_upstream, gatehouse):
+    dead_port = free_port()
+    slow = upstream("slow")
+    port = free_port()
+    ups = f"""
+  - {{ name: dead, endpoints: [127.0.0.1:{dead_port}], passive: {{ consecutive_failures: 0 }} }}
+  - {{ name: slow, endpoints: [{slow.addr}], response_timeout: 300ms }}
+  - name: down
+    endpoints: [127.0.0.1:{free_port()}]
+    health_check: {{ type: tcp, interval: 100ms, fall: 1 }}
+"""
+    routes = """
+  - { name: dead, upstream: dead, match: { path_prefix: /dead } }
+  - { name: slow, upstream: slow, match: { path_prefix: /slow } }
+  - { name: down, upstream: down, match: { path_prefix: /down } }
+"""
+    g = gatehouse(proxy_config(port, ups, routes), [port])
+    assert curl(f"http://127.0.0.1:{port}/dead")[0] == 502
+    assert curl(f"http://127.0.0.1:{port}/slow?t=2")[0] == 504
+    wait_for(lambda: curl(f"http://127.0.0.1:{port}/down")[0] == 503, what="503 once the only endpoint is down")
+    reasons = {r["path"]: r["reason"] for r in wait_for(lambda: len(g.access_log()) >= 3 and g.access_log())}
+    assert reasons["/dead"] == "connect_failed"
+    assert reasons["/slow"] == "upstream_timeout"
+
+
+def test_a_failed_connect_is_retried_on_another_endpoint(upstream, gatehouse):
+    live = upstream("live")
+    port = free_port()
+    ups = f"""
+  - name: pool
+    balance: round_robin
+    endpoints: [127.0.0.1:{free_port()}, {live.addr}]
+    passive: {{ consecutive_failures: 1000 }}
+"""
+    gatehouse(proxy_config(port, ups, "  - { name: r, upstream: pool }"), [port])
+    c = KeepAliveClient(port)
+    for _ in range(20):
+        status, h, _ = c.get("/")
+        assert status == 200 and h["x-upstream"] == "live"
+
+
+def test_keep_alive_to_upstreams_reuses_connections(raw_upstream, upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }"), [port])
+    c = KeepAliveClient(port)
+    ports = set()
+    for i in range(30):
+        status, _, body = c.get(f"/ka{i}")
+        assert status == 200
+    # The upstream saw all 30 requests; the proxy used few connections.
+    assert len(up.seen("/ka")) == 30
+    conns = subprocess.run(["ss", "-tn", "state", "established", f"dport = :{up.port}"], capture_output=True, text=True).stdout
+    assert conns.count(f":{up.port}") <= 2, conns
