@@ -54,6 +54,9 @@ def port_open(port, host="127.0.0.1"):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: without TCP_NODELAY, Nagle
+    # holds the body for the peer's delayed ACK (tens of ms per request).
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
