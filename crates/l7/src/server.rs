@@ -87,6 +87,13 @@ pub fn check(path: &Path) -> Result<(), ConfigErrors> {
 /// `gatehouse run`: starts workers and runs the control loop until SIGTERM
 /// or SIGINT.
 pub fn run(path: &Path) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the control runtime: {e}"))?;
+    // Signal handlers go in before any socket is bound: a SIGHUP sent as
+    // soon as the port answers must reload, not kill the process.
+    let signals = rt.block_on(async { Signals::install() }).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let health = HealthRegistry::default();
     let limiters = RateLimiters::default();
     let snap = load_snapshot(path, 1, &health, &limiters, true).map_err(|e| e.to_string())?;
@@ -125,29 +132,35 @@ pub fn run(path: &Path) -> Result<(), String> {
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
     }
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the control runtime: {e}"))?;
-    rt.block_on(control_loop(shared));
+    rt.block_on(control_loop(shared, signals));
     Ok(())
 }
 
-async fn control_loop(shared: Arc<Shared>) {
-    use tokio::signal::unix::{SignalKind, signal};
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            hup: signal(SignalKind::hangup())?,
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
+async fn control_loop(shared: Arc<Shared>, mut signals: Signals) {
     let mut checks = HealthChecks::default();
     checks.reconcile(shared.snapshot.load().health_checks());
-    let (Ok(mut hup), Ok(mut term), Ok(mut int)) =
-        (signal(SignalKind::hangup()), signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
     loop {
         tokio::select! {
-            _ = hup.recv() => reload(&shared, &mut checks),
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            _ = signals.hup.recv() => reload(&shared, &mut checks),
+            _ = signals.term.recv() => break,
+            _ = signals.int.recv() => break,
         }
     }
     tracing::info!("stopping");
@@ -258,30 +271,39 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
     }
 }
 
-/// `alpn_h2`: Some(h2 negotiated) on TLS; None on cleartext, where both
-/// HTTP/1.1 and prior-knowledge HTTP/2 are accepted.
+/// `alpn_h2`: on TLS, whether ALPN chose h2 (then the protocol is settled
+/// and served directly); `None` on cleartext, where HTTP/1.1 and
+/// prior-knowledge HTTP/2 are told apart by the connection preface.
 async fn serve_http<T>(io: T, state: Arc<ConnState>, http: &gatehouse_config::HttpSettings, alpn_h2: Option<bool>)
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let io = Box::pin(ClientIo::new(io, state.clone(), http.client_header_timeout, http.client_idle_timeout));
+    let io = TokioIo::new(Box::pin(ClientIo::new(io, state.clone(), http.client_header_timeout, http.client_idle_timeout)));
     let svc = service_fn(move |req| crate::proxy::handle(req, state.clone()));
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .max_buf_size(http.max_header_bytes.max(8192))
-        .max_headers(http.max_headers)
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX))
-        .max_concurrent_streams(256);
-    let builder = match alpn_h2 {
-        Some(true) => builder.http2_only(),
-        Some(false) => builder.http1_only(),
-        None => builder,
-    };
-    let _ = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).await;
+    let max_header_list = u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX);
+    match alpn_h2 {
+        Some(true) => {
+            let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            b.timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
+            let _ = b.serve_connection(io, svc).await;
+        }
+        Some(false) => {
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(TokioTimer::new())
+                .max_buf_size(http.max_header_bytes.max(8192))
+                .max_headers(http.max_headers)
+                .keep_alive(true);
+            let _ = b.serve_connection(io, svc).with_upgrades().await;
+        }
+        None => {
+            let mut b = auto::Builder::new(TokioExecutor::new());
+            b.http1()
+                .timer(TokioTimer::new())
+                .max_buf_size(http.max_header_bytes.max(8192))
+                .max_headers(http.max_headers)
+                .keep_alive(true);
+            b.http2().timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
+            let _ = b.serve_connection_with_upgrades(io, svc).await;
+        }
+    }
 }
