@@ -76,3 +76,22 @@ def test_the_example_config_is_valid():
 def test_version():
     p = subprocess.run([str(BIN), "version"], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.startswith("gatehouse ")
+
+
+def test_the_readme_example_is_valid(tmp_path):
+    """The worked example in README.md must pass `gatehouse check`."""
+    import re
+
+    from harness import make_cert
+
+    text = (ROOT / "README.md").read_text()
+    example = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    for name, kind in (("example-ec", "ec"), ("example-rsa", "rsa")):
+        crt, key = make_cert(certs, name, ["example.com", "*.example.com"], kind=kind)
+        crt.rename(certs / f"{name}.pem")
+    f = tmp_path / "gatehouse.yaml"
+    f.write_text(example)
+    p = run_check(f)
+    assert p.returncode == 0, p.stderr
