@@ -100,6 +100,12 @@ def test_minimum_version_and_cipher_list(tmp_path, gatehouse):
     assert "Cipher is (NONE)" in out or "alert" in out.lower(), out
     assert "TLSv1.3" in s_client(port, "-tls1_3")
 
+    port3 = free_port()
+    gatehouse(config(port3, [("a", *a, ["a.test"])], ', max_version: "1.2"'), [port3])
+    assert "TLSv1.2" in s_client(port3)
+    out = s_client(port3, "-tls1_3")
+    assert "Cipher is (NONE)" in out or "alert" in out.lower(), out
+
     port2 = free_port()
     gatehouse(config(port2, [("a", *a, ["a.test"])], ", ciphers: ECDHE-ECDSA-AES256-GCM-SHA384"), [port2])
     out = s_client(port2, "-tls1_2")

@@ -100,6 +100,8 @@ pub enum TlsVersion {
 pub struct ListenerTls {
     /// Lowest TLS version accepted: `"1.2"` (default) or `"1.3"`.
     pub min_version: TlsVersion,
+    /// Highest TLS version accepted: `"1.3"` (default) or `"1.2"`.
+    pub max_version: TlsVersion,
     /// OpenSSL-style cipher list for TLS 1.2 (TLS 1.3 suites are fixed by
     /// BoringSSL). Default: BoringSSL's default list.
     pub ciphers: Option<String>,
@@ -117,6 +119,7 @@ impl Default for ListenerTls {
     fn default() -> Self {
         ListenerTls {
             min_version: TlsVersion::Tls12,
+            max_version: TlsVersion::Tls13,
             ciphers: None,
             session_resumption: true,
             default_certificate: None,
@@ -399,6 +402,7 @@ impl Decode for ListenerTls {
         let mut m = MapReader::new(node, ctx)?;
         let t = ListenerTls {
             min_version: m.or(ctx, "min_version", d.min_version),
+            max_version: m.or(ctx, "max_version", d.max_version),
             ciphers: m.opt(ctx, "ciphers"),
             session_resumption: m.or(ctx, "session_resumption", d.session_resumption),
             default_certificate: m.opt(ctx, "default_certificate"),

@@ -59,6 +59,9 @@ fn listeners(c: &Config, ctx: &mut Ctx) {
             }
             if let Some(tls) = &l.tls {
                 ctx.with_field("tls", |ctx| {
+                    if tls.max_version < tls.min_version {
+                        ctx.error_at("max_version", None, "must not be below min_version");
+                    }
                     if let Some(d) = &tls.default_certificate
                         && !c.certificates.iter().any(|cert| &cert.name == d)
                     {

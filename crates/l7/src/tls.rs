@@ -219,12 +219,12 @@ fn alpn_wire(alpn: &[String]) -> Vec<u8> {
 /// Applies a listener's TLS settings to a context builder. Every context of
 /// a listener goes through here, so a switched-to context behaves the same.
 fn configure(b: &mut SslContextBuilder, tls: &ListenerTls) -> Result<(), String> {
-    let min = match tls.min_version {
+    let version = |v: TlsVersion| match v {
         TlsVersion::Tls12 => SslVersion::TLS1_2,
         TlsVersion::Tls13 => SslVersion::TLS1_3,
     };
-    b.set_min_proto_version(Some(min)).map_err(tls_err)?;
-    b.set_max_proto_version(Some(SslVersion::TLS1_3)).map_err(tls_err)?;
+    b.set_min_proto_version(Some(version(tls.min_version))).map_err(tls_err)?;
+    b.set_max_proto_version(Some(version(tls.max_version))).map_err(tls_err)?;
     if let Some(ciphers) = &tls.ciphers {
         b.set_cipher_list(ciphers).map_err(|_| format!("no usable cipher in {ciphers:?}"))?;
     }

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""L7 benchmarks: Gatehouse side by side with HAProxy and NGINX.
+
+Method (shared/BENCH.md): the server under test is pinned to CPU 0, the load
+generator (wrk) and the NGINX backend to CPU 1. The figure is the server's
+CPU time per unit of work, read from /proc before and after each run, which
+holds even when wrk, not the server, is the bottleneck. Each case is warmed
+up, run several times, and the median is reported with its ratio to the
+peers measured in the same run.
+
+  reverse proxy:  wrk (keep-alive, 50 connections) -> proxy -> NGINX backend
+  handshakes:     wrk -H 'Connection: close' (a full handshake per request,
+                  no resumption) -> server answering 200 itself
+
+Usage: bench/l7_bench.py [--duration S] [--repeat N] [--only proxy|tls]
+                         [--write docs/BENCHMARKS.md]
+"""
+
+import argparse
+import datetime
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GATEHOUSE = ROOT / "target" / "release" / "gatehouse"
+TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
+SERVER_CPU, LOAD_CPU = "0", "1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+def process_tree(pid):
+    out = [pid]
+    for child in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split():
+        out += process_tree(int(child))
+    return out
+
+
+def cpu_ticks(pid):
+    """utime + stime of a process and its descendants (all their threads)."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total
+
+
+class Server:
+    def __init__(self, name, argv, port, cwd):
+        self.name = name
+        self.port = port
+        self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, *argv], cwd=cwd,
+                                     stdout=subprocess.DEVNULL, stderr=open(Path(cwd) / f"{name}.err", "wb"))
+        wait_port(port)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wrk(url, duration, connections=50, close=False):
+    args = ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "5s"]
+    if close:
+        args += ["-H", "Connection: close"]
+    out = subprocess.run([*args, url], capture_output=True, text=True, timeout=duration + 60).stdout
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    errors = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    p99_ms = None
+    if p99:
+        p99_ms = float(p99.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+    return requests, errors + (int(non2xx.group(1)) if non2xx else 0), p99_ms, out
+
+
+def measure(server, url, duration, close):
+    wrk(url, 2, close=close)  # warm-up
+    before = cpu_ticks(server.proc.pid)
+    requests, errors, p99, out = wrk(url, duration, close=close)
+    used = cpu_ticks(server.proc.pid) - before
+    if requests == 0:
+        raise RuntimeError(f"{server.name}: no requests completed\n{out}")
+    return {"cpu_us": used * TICK_US / requests, "rps": requests / duration, "p99_ms": p99, "errors": errors}
+
+
+# ------------------------------------------------------------------ configs
+
+
+def nginx_conf(d, body):
+    conf = Path(d) / "nginx.conf"
+    conf.write_text(f"""
+worker_processes 1;
+daemon off;
+master_process on;
+pid {d}/nginx.pid;
+error_log {d}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  keepalive_requests 1000000;
+  {body}
+}}
+""")
+    return ["nginx", "-c", str(conf), "-p", str(d)]
+
+
+def backend(d, port):
+    return nginx_conf(d, f"server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"hello from the backend\\n\"; }} }}")
+
+
+def gatehouse_proxy(d, port, backend_port):
+    cfg = Path(d) / "gatehouse.yaml"
+    cfg.write_text(f"""
+workers: 1
+access_log: {{ path: off }}
+listeners: [{{ name: web, address: 127.0.0.1:{port} }}]
+upstreams: [{{ name: backend, endpoints: [127.0.0.1:{backend_port}], max_idle_per_endpoint: 128 }}]
+routes: [{{ name: all, upstream: backend }}]
+""")
+    return [str(GATEHOUSE), "run", "-c", str(cfg)]
+
+
+def haproxy_proxy(d, port, backend_port):
+    cfg = Path(d) / "haproxy.cfg"
+    cfg.write_text(f"""
+global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+frontend fe
+  bind 127.0.0.1:{port}
+  default_backend be
+backend be
+  http-reuse always
+  server s1 127.0.0.1:{backend_port}
+""")
+    return ["haproxy", "-f", str(cfg)]
+
+
+def nginx_proxy(d, port, backend_port):
+    return nginx_conf(d, f"""
+upstream be {{ server 127.0.0.1:{backend_port}; keepalive 128; }}
+server {{
+  listen 127.0.0.1:{port};
+  location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+}}""")
+
+
+def tls_params(version, kind):
+    cipher = f"ECDHE-{'RSA' if kind == 'rsa' else 'ECDSA'}-AES256-GCM-SHA384"
+    return cipher if version == "1.2" else None
+
+
+def gatehouse_tls(d, port, crt, key, version, kind):
+    cipher = tls_params(version, kind)
+    cfg = Path(d) / "gatehouse.yaml"
+    cfg.write_text(f"""
+workers: 1
+access_log: {{ path: off }}
+listeners:
+  - name: tls
+    address: 127.0.0.1:{port}
+    protocol: https
+    tls: {{ min_version: "{version}", max_version: "{version}", session_resumption: false, alpn: [http/1.1]{f", ciphers: {cipher}" if cipher else ""} }}
+certificates: [{{ name: c, cert: {crt}, key: {key}, sni: [localhost] }}]
+routes: [{{ name: hello, direct_response: {{ status: 200, body: "hello\\n" }} }}]
+""")
+    return [str(GATEHOUSE), "run", "-c", str(cfg)]
+
+
+def haproxy_tls(d, port, crt, key, version, kind):
+    pem = Path(d) / "combined.pem"
+    pem.write_bytes(Path(crt).read_bytes() + Path(key).read_bytes())
+    cipher = tls_params(version, kind)
+    ver = "TLSv1.2" if version == "1.2" else "TLSv1.3"
+    cfg = Path(d) / "haproxy.cfg"
+    cfg.write_text(f"""
+global
+  nbthread 1
+  tune.ssl.cachesize 0
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend fe
+  bind 127.0.0.1:{port} ssl crt {pem} alpn http/1.1 no-tls-tickets ssl-min-ver {ver} ssl-max-ver {ver}{f" ciphers {cipher}" if cipher else ""}
+  http-request return status 200 content-type text/plain string "hello"
+""")
+    return ["haproxy", "-f", str(cfg)]
+
+
+def nginx_tls(d, port, crt, key, version, kind):
+    cipher = tls_params(version, kind)
+    return nginx_conf(d, f"""
+server {{
+  listen 127.0.0.1:{port} ssl;
+  ssl_certificate {crt};
+  ssl_certificate_key {key};
+  ssl_protocols TLSv{version};
+  {f"ssl_ciphers {cipher};" if cipher else ""}
+  ssl_session_cache off;
+  ssl_session_tickets off;
+  location / {{ return 200 "hello\\n"; }}
+}}""")
+
+
+def make_cert(d, kind):
+    crt, key = Path(d) / f"{kind}.crt", Path(d) / f"{kind}.key"
+    algo = ["-newkey", "rsa:2048"] if kind == "rsa" else ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    subprocess.run(["openssl", "req", "-x509", *algo, "-nodes", "-days", "30", "-subj", "/CN=localhost",
+                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
+    return str(crt), str(key)
+
+
+# ------------------------------------------------------------------ runs
+
+
+def median_of(runs):
+    keys = runs[0].keys()
+    return {k: statistics.median([r[k] for r in runs if r[k] is not None]) if any(r[k] is not None for r in runs) else None
+            for k in keys}
+
+
+def run_case(make_server, url, duration, repeat, close, workdir):
+    """Runs each server `repeat` times, interleaved, so drift hits all alike."""
+    runs = {name: [] for name in make_server}
+    for _ in range(repeat):
+        for name, make in make_server.items():
+            d = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{name}-"))
+            port = free_port()
+            server = Server(name, make(d, port), port, d)
+            try:
+                runs[name].append(measure(server, url.format(port=port), duration, close))
+            finally:
+                server.stop()
+    return {name: median_of(r) for name, r in runs.items()}
+
+
+def fmt_ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", choices=["proxy", "tls"])
+    ap.add_argument("--write", help="append the results to this markdown file")
+    args = ap.parse_args()
+    for tool in ("haproxy", "nginx", "wrk", "taskset", "openssl"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is missing: run scripts/install-deps.sh --bench")
+    workdir = Path(tempfile.mkdtemp(prefix="gatehouse-bench-"))
+    versions = {
+        "gatehouse": subprocess.run([str(GATEHOUSE), "version"], capture_output=True, text=True).stdout.strip(),
+        "haproxy": subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
+        "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
+    }
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines = [f"## {datetime.date.today()} — commit {commit}", "",
+             f"Command: `bench/l7_bench.py --duration {args.duration} --repeat {args.repeat}"
+             f"{' --only ' + args.only if args.only else ''}`. Peers: {versions['haproxy']}; {versions['nginx']}. "
+             f"Server on CPU 0, wrk{' and the NGINX backend' if args.only != 'tls' else ''} on CPU 1; "
+             f"median of {args.repeat} runs of {args.duration} s each after a 2 s warm-up. "
+             "CPU-µs = server user+system CPU time / requests (clock-tick resolution).", ""]
+
+    if args.only in (None, "proxy"):
+        bport = free_port()
+        bdir = Path(tempfile.mkdtemp(dir=workdir, prefix="backend-"))
+        back = subprocess.Popen(["taskset", "-c", LOAD_CPU, *backend(bdir, bport)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(bport)
+        try:
+            res = run_case(
+                {"gatehouse": lambda d, p: gatehouse_proxy(d, p, bport),
+                 "haproxy": lambda d, p: haproxy_proxy(d, p, bport),
+                 "nginx": lambda d, p: nginx_proxy(d, p, bport)},
+                "http://127.0.0.1:{port}/", args.duration, args.repeat, False, workdir)
+        finally:
+            back.send_signal(signal.SIGTERM)
+            back.wait()
+        lines += ["### HTTP/1.1 keep-alive reverse proxy (wrk -t1 -c50 → proxy → NGINX backend)", "",
+                  "| server | CPU-µs/request | requests/s | p99 ms | errors | Gatehouse ÷ this |", "|---|---|---|---|---|---|"]
+        g = res["gatehouse"]["cpu_us"]
+        for name, r in res.items():
+            lines.append(f"| {name} | {r['cpu_us']:.1f} | {r['rps']:.0f} | {r['p99_ms'] or 0:.2f} | {r['errors']:.0f} | {fmt_ratio(g, r['cpu_us'])} |")
+        lines.append("")
+        print("\n".join(lines), flush=True)
+
+    if args.only in (None, "tls"):
+        lines += ["### Full TLS handshakes (wrk -t1 -c50 -H 'Connection: close', no resumption)", "",
+                  "| key | TLS | server | CPU-µs/handshake | handshakes/s | errors | Gatehouse ÷ this |",
+                  "|---|---|---|---|---|---|---|"]
+        for kind in ("rsa", "ecdsa"):
+            crt, key = make_cert(workdir, kind)
+            for version in ("1.3", "1.2"):
+                res = run_case(
+                    {"gatehouse": lambda d, p: gatehouse_tls(d, p, crt, key, version, kind),
+                     "haproxy": lambda d, p: haproxy_tls(d, p, crt, key, version, kind),
+                     "nginx": lambda d, p: nginx_tls(d, p, crt, key, version, kind)},
+                    "https://localhost:{port}/", args.duration, args.repeat, True, workdir)
+                g = res["gatehouse"]["cpu_us"]
+                label = "RSA-2048" if kind == "rsa" else "ECDSA P-256"
+                tls = "1.3" if version == "1.3" else f"1.2 {tls_params(version, kind)}"
+                for name, r in res.items():
+                    lines.append(f"| {label} | {tls} | {name} | {r['cpu_us']:.0f} | {r['rps']:.0f} | {r['errors']:.0f} | {fmt_ratio(g, r['cpu_us'])} |")
+                print("\n".join(lines[-3:]), flush=True)
+        lines.append("")
+
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        path = ROOT / args.write
+        if not path.exists():
+            path.write_text("# Benchmarks\n\nMethod: shared/BENCH.md. Newest results first below the method notes;"
+                            " every figure is from the run it is listed under.\n\n")
+        with open(path, "a") as f:
+            f.write(text + "\n")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
