@@ -119,7 +119,7 @@ def test_limits_answer_413_and_431(upstream, gatehouse):
     up = upstream("a")
     port = free_port()
     extra = "http: { max_body_bytes: 1000, max_header_bytes: 8192, max_headers: 20 }"
-    gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }", extra), [port])
+    g = gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }", extra), [port])
     code, _, _ = curl("--data-binary", "x" * 2000, f"http://127.0.0.1:{port}/big-cl")
     assert code == 413
     code, _, _ = curl("-H", "Transfer-Encoding: chunked", "--data-binary", "x" * 2000, f"http://127.0.0.1:{port}/big-chunked")
@@ -130,13 +130,18 @@ def test_limits_answer_413_and_431(upstream, gatehouse):
     code, _, _ = curl(*many, f"http://127.0.0.1:{port}/many-headers")
     assert code == 431
     assert not up.seen("/big") and not up.seen("/many")
+    # Refusals before routing are logged too.
+    log = wait_for(lambda: [r for r in g.access_log() if r["status"] == 431], what="431 log lines")
+    assert len(log) == 2 and all(r["reason"] == "head_too_large" for r in log)
+    reasons = sorted(r["reason"] for r in g.access_log() if r["status"] == 413)
+    assert reasons == ["body_too_large", "body_too_large"]
 
 
 def test_slow_request_head_gets_408(upstream, gatehouse):
     up = upstream("a")
     port = free_port()
     extra = "http: { client_header_timeout: 500ms }"
-    gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }", extra), [port])
+    g = gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }", extra), [port])
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     s.sendall(b"GET /slow-head HTTP/1.1\r\nHost: a\r\n")
     answer = s.recv(4096)
@@ -147,6 +152,8 @@ def test_slow_request_head_gets_408(upstream, gatehouse):
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     assert s.recv(4096) == b""
     s.close()
+    log = wait_for(lambda: [r for r in g.access_log() if r["status"] == 408], what="408 log line")
+    assert [r["reason"] for r in log] == ["client_timeout"]
 
 
 def test_upstream_failures_give_502_503_504(upstream, raw_upstream, gatehouse):

@@ -23,6 +23,7 @@ pub mod reason {
     pub const BAD_REQUEST: &str = "bad_request";
     pub const AMBIGUOUS_LENGTH: &str = "ambiguous_length";
     pub const MISSING_HOST: &str = "missing_host";
+    pub const HEAD_TOO_LARGE: &str = "head_too_large";
     pub const ACL_DENIED: &str = "acl_denied";
     pub const RATE_LIMITED: &str = "rate_limited";
     pub const BODY_TOO_LARGE: &str = "body_too_large";

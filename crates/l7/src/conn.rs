@@ -29,6 +29,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::accesslog::{LogRecord, reason};
 use crate::server::Worker;
 
 /// Flags the head scanner raises for the next request.
@@ -45,6 +46,8 @@ pub struct ConnState {
     pub worker: Arc<Worker>,
     /// Requests whose response has not finished yet.
     pub in_flight: AtomicU32,
+    /// Requests handed to the service so far.
+    pub requests: AtomicU32,
     pub head_flags: AtomicU8,
 }
 
@@ -75,6 +78,11 @@ pin_project_lite::pin_project! {
         header_timeout: Duration,
         idle_timeout: Duration,
         scan: HeadScanner,
+        // `state.requests` when the current head started: if a response goes
+        // out while it is unchanged, hyper answered the head itself (400,
+        // 431) and the service never saw it, so we log it here.
+        head_requests: u32,
+        rejection_logged: bool,
     }
 }
 
@@ -92,6 +100,8 @@ impl<T> ClientIo<T> {
             header_timeout,
             idle_timeout,
             scan: HeadScanner::default(),
+            head_requests: 0,
+            rejection_logged: false,
         }
     }
 }
@@ -126,6 +136,7 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
         if this.timer.as_mut().poll(cx).is_ready() {
             if *this.mode == Mode::Head && !*this.h2 {
                 *this.mode = Mode::Answering408(0);
+                this.state.log_rejected(408, reason::CLIENT_TIMEOUT);
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
@@ -149,6 +160,8 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
                     return Poll::Ready(Ok(()));
                 }
                 *this.mode = Mode::Head;
+                *this.head_requests = this.state.requests.load(Ordering::Relaxed);
+                *this.rejection_logged = false;
                 this.scan.reset();
                 this.timer.as_mut().reset(Instant::now() + *this.header_timeout);
             }
@@ -164,7 +177,9 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
 
 impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        self.project().inner.poll_write(cx, buf)
+        let this = self.project();
+        note_rejection(this.state, *this.mode, *this.h2, *this.head_requests, this.rejection_logged, buf);
+        this.inner.poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -172,7 +187,11 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        self.project().inner.poll_write_vectored(cx, bufs)
+        let this = self.project();
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            note_rejection(this.state, *this.mode, *this.h2, *this.head_requests, this.rejection_logged, first);
+        }
+        this.inner.poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -185,6 +204,60 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         self.project().inner.poll_shutdown(cx)
+    }
+}
+
+/// Logs a response that hyper wrote for a head the service never saw.
+fn note_rejection(state: &ConnState, mode: Mode, h2: bool, head_requests: u32, logged: &mut bool, buf: &[u8]) {
+    if mode == Mode::Head
+        && !h2
+        && !*logged
+        && state.requests.load(Ordering::Relaxed) == head_requests
+        && let Some(status) = response_status(buf)
+    {
+        *logged = true;
+        let why = if status == 431 { reason::HEAD_TOO_LARGE } else { reason::BAD_REQUEST };
+        state.log_rejected(status, why);
+    }
+}
+
+/// The status of an HTTP/1 response head at the start of `buf`.
+fn response_status(buf: &[u8]) -> Option<u16> {
+    let rest = buf.strip_prefix(b"HTTP/1.")?;
+    let code = rest.get(2..5)?;
+    if rest.get(1) != Some(&b' ') || !code.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(code.iter().fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0')))
+}
+
+impl ConnState {
+    /// An access log line for a request refused before it had a route.
+    pub fn log_rejected(&self, status: u16, why: &'static str) {
+        let log = &self.worker.shared.access_log;
+        if !log.is_on() {
+            return;
+        }
+        log.send(LogRecord {
+            time: std::time::SystemTime::now(),
+            client: self.client,
+            listener: self.listener_name.clone(),
+            method: String::new(),
+            host: String::new(),
+            path: String::new(),
+            protocol: "HTTP/1.1",
+            status,
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms: 0.0,
+            upstream_ms: None,
+            route: None,
+            upstream: None,
+            endpoint: None,
+            tls_version: self.tls.map(|t| t.0),
+            tls_cipher: self.tls.map(|t| t.1),
+            reason: why,
+        });
     }
 }
 
@@ -295,6 +368,14 @@ mod tests {
     #[test]
     fn names_inside_values_or_the_request_line_do_not_count() {
         assert_eq!(scan_all_splits(b"GET /content-length: HTTP/1.1\r\nX-A: transfer-encoding: x\r\n\r\n"), Some(0));
+    }
+
+    #[test]
+    fn response_status_lines() {
+        assert_eq!(response_status(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), Some(431));
+        assert_eq!(response_status(b"HTTP/1.0 400 "), Some(400));
+        assert_eq!(response_status(b"0\r\n\r\n"), None);
+        assert_eq!(response_status(b"HTTP/1.1 4"), None);
     }
 
     #[test]

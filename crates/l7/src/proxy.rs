@@ -171,6 +171,7 @@ fn protocol_name(v: Version) -> &'static str {
 /// hyper's service entry point for every request of every client.
 pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Response<ResponseBody>, Infallible> {
     conn.in_flight.fetch_add(1, Ordering::Relaxed);
+    conn.requests.fetch_add(1, Ordering::Relaxed);
     let snap = conn.worker.shared.snapshot.load_full();
     let mut ex = Exchange {
         start: Instant::now(),

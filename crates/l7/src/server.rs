@@ -255,6 +255,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
             is_h2,
             worker: worker.clone(),
             in_flight: AtomicU32::new(0),
+            requests: AtomicU32::new(0),
             head_flags: AtomicU8::new(0),
         })
     };
