@@ -82,3 +82,45 @@ def test_an_invalid_file_changes_nothing_and_is_reported(upstream, gatehouse):
     c = KeepAliveClient(port)
     assert c.get("/")[0] == 200
     assert g.proc.poll() is None
+
+
+def test_listeners_are_added_and_removed_by_reload(upstream, gatehouse):
+    import socket
+
+    a = upstream("a")
+    p1, p2, p3 = free_port(), free_port(), free_port()
+
+    def cfg(*ports):
+        ls = "\n".join(f"  - {{ name: l{p}, address: 127.0.0.1:{p} }}" for p in ports)
+        return f"""
+access_log: {{ path: off }}
+listeners:
+{ls}
+upstreams: [{{ name: a, endpoints: [{a.addr}] }}]
+routes: [{{ name: main, upstream: a }}]
+"""
+
+    g = gatehouse(cfg(p1), [p1])
+    g.reload(cfg(p1, p2))
+    g.wait_log("configuration reloaded", count=1)
+    wait_for(lambda: curl(f"http://127.0.0.1:{p2}/")[0] == 200, what="the new listener answering")
+    # A client on the listener that is about to go keeps its connection.
+    c = KeepAliveClient(p1)
+    assert c.get("/")[0] == 200
+    g.reload(cfg(p2))
+    g.wait_log("configuration reloaded", count=2)
+    wait_for(lambda: curl(f"http://127.0.0.1:{p1}/")[0] == 0, what="the removed listener closed")
+    assert c.get("/")[0] == 200, "connections accepted before the removal carry on"
+    assert curl(f"http://127.0.0.1:{p2}/")[0] == 200
+
+    # A new address that cannot be bound refuses the whole reload.
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", p3))
+    blocker.listen()
+    try:
+        g.reload(cfg(p2, p3))
+        g.wait_log("reload refused; the running config stays")
+        assert f"listeners[1].address: cannot bind 127.0.0.1:{p3}" in g.stderr()
+        assert curl(f"http://127.0.0.1:{p2}/")[0] == 200
+    finally:
+        blocker.close()

@@ -39,6 +39,8 @@ pub const FLAG_DUPLICATE_CL: u8 = 2;
 /// State shared by a connection's I/O wrapper and its requests.
 pub struct ConnState {
     pub client: SocketAddr,
+    /// The client's address as an X-Forwarded-For value, made once.
+    pub client_ip: http::HeaderValue,
     pub listener: usize,
     pub listener_name: Arc<str>,
     pub tls: Option<(&'static str, &'static str)>,
@@ -69,8 +71,11 @@ pin_project_lite::pin_project! {
     pub struct ClientIo<T> {
         #[pin]
         inner: T,
+        // Armed at or before `deadline`; re-armed lazily when it fires
+        // early, so activity costs a field write, not a timer-wheel update.
         #[pin]
         timer: Sleep,
+        deadline: Instant,
         state: Arc<ConnState>,
         mode: Mode,
         busy: bool,
@@ -89,10 +94,12 @@ pin_project_lite::pin_project! {
 impl<T> ClientIo<T> {
     pub fn new(inner: T, state: Arc<ConnState>, header_timeout: Duration, idle_timeout: Duration) -> Self {
         let h2 = state.is_h2;
+        // A new connection gets the header timeout to send anything.
+        let deadline = Instant::now() + header_timeout;
         ClientIo {
             inner,
-            // A new connection gets the header timeout to send anything.
-            timer: tokio::time::sleep(header_timeout),
+            timer: tokio::time::sleep_until(deadline),
+            deadline,
             state,
             mode: Mode::Idle,
             busy: false,
@@ -131,9 +138,9 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
         if std::mem::take(this.busy) {
             // The last response just finished: the keep-alive wait begins.
             *this.mode = Mode::Idle;
-            this.timer.as_mut().reset(Instant::now() + *this.idle_timeout);
+            set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + *this.idle_timeout);
         }
-        if this.timer.as_mut().poll(cx).is_ready() {
+        if expired(this.timer.as_mut(), *this.deadline, cx) {
             if *this.mode == Mode::Head && !*this.h2 {
                 *this.mode = Mode::Answering408(0);
                 this.state.log_rejected(408, reason::CLIENT_TIMEOUT);
@@ -152,7 +159,7 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
         }
         if *this.h2 {
             // HTTP/2: frames between requests only keep the connection alive.
-            this.timer.as_mut().reset(Instant::now() + *this.idle_timeout);
+            set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + *this.idle_timeout);
         } else {
             if *this.mode == Mode::Idle {
                 if new.starts_with(b"PRI * HTTP/2.0") {
@@ -163,7 +170,7 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
                 *this.head_requests = this.state.requests.load(Ordering::Relaxed);
                 *this.rejection_logged = false;
                 this.scan.reset();
-                this.timer.as_mut().reset(Instant::now() + *this.header_timeout);
+                set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + *this.header_timeout);
             }
             if let Some(flags) = this.scan.feed(new)
                 && flags != 0
@@ -205,6 +212,26 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         self.project().inner.poll_shutdown(cx)
     }
+}
+
+/// Moves the deadline; touches the timer only if it must fire sooner.
+fn set_deadline(timer: Pin<&mut Sleep>, deadline: &mut Instant, new: Instant) {
+    *deadline = new;
+    if new < timer.deadline() {
+        timer.reset(new);
+    }
+}
+
+/// Whether the deadline has passed. A timer that fires before the (since
+/// moved) deadline is re-armed for it, which also registers the waker.
+fn expired(mut timer: Pin<&mut Sleep>, deadline: Instant, cx: &mut Context<'_>) -> bool {
+    while timer.as_mut().poll(cx).is_ready() {
+        if Instant::now() >= deadline {
+            return true;
+        }
+        timer.as_mut().reset(deadline);
+    }
+    false
 }
 
 /// Logs a response that hyper wrote for a head the service never saw.

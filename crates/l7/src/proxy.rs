@@ -17,14 +17,13 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
 use hyper_util::rt::TokioIo;
 
-use crate::accesslog::{AccessLog, LogRecord, reason};
+use crate::accesslog::{LogRecord, reason};
 use crate::body::{AnyBody, BodyTooLarge, RequestBody, ResponseBody, empty, full};
 use crate::conn::ConnState;
-use crate::filters::canonical;
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, Snapshot};
-use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
+use crate::upstream::{ConnectError, Loan, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
 
 /// Why a request was answered by Gatehouse itself rather than an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +93,11 @@ impl Refusal {
 
 /// What is known about a request as it goes; becomes its log line.
 struct Exchange {
-    start: Instant,
-    time: SystemTime,
+    /// Whether an access log line will be written: what only the log needs
+    /// (times, names) is recorded only then.
+    logging: bool,
+    start: Option<Instant>,
+    time: Option<SystemTime>,
     method: String,
     path: String,
     protocol: &'static str,
@@ -107,6 +109,9 @@ struct Exchange {
     upstream_ms: Option<f64>,
     bytes_in: Option<Arc<AtomicU64>>,
     reason: &'static str,
+    /// The upstream connection, returned to the pool when the response
+    /// body has been read to its end.
+    loan: Option<Loan>,
 }
 
 /// Finishes an exchange when its response body ends or is dropped.
@@ -114,7 +119,6 @@ pub struct Completion {
     ex: Exchange,
     status: u16,
     conn: Arc<ConnState>,
-    log: AccessLog,
 }
 
 impl Completion {
@@ -123,6 +127,11 @@ impl Completion {
     }
 
     pub fn finish(mut self, bytes_out: u64, complete: bool) {
+        if let Some(loan) = self.ex.loan.take()
+            && complete
+        {
+            self.conn.worker.conns.put(loan.addr, loan.sender, loan.max_idle);
+        }
         self.conn.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Some((_, h)) = &self.ex.endpoint {
             h.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -130,13 +139,14 @@ impl Completion {
         if !complete && self.ex.reason == reason::OK {
             self.ex.reason = reason::CLIENT_ABORTED;
         }
-        if !self.log.is_on() {
+        let c = &self.conn;
+        let log = &c.worker.shared.access_log;
+        if !log.is_on() {
             return;
         }
         let ex = self.ex;
-        let c = &self.conn;
-        self.log.send(LogRecord {
-            time: ex.time,
+        log.send(LogRecord {
+            time: ex.time.unwrap_or_else(SystemTime::now),
             client: c.client,
             listener: c.listener_name.clone(),
             method: ex.method,
@@ -146,7 +156,7 @@ impl Completion {
             status: self.status,
             bytes_in: ex.bytes_in.map_or(0, |b| b.load(Ordering::Relaxed)),
             bytes_out,
-            duration_ms: ex.start.elapsed().as_secs_f64() * 1000.0,
+            duration_ms: ex.start.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1000.0),
             upstream_ms: ex.upstream_ms,
             route: ex.route,
             upstream: ex.upstream,
@@ -173,11 +183,14 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
     conn.in_flight.fetch_add(1, Ordering::Relaxed);
     conn.requests.fetch_add(1, Ordering::Relaxed);
     let snap = conn.worker.shared.snapshot.load_full();
+    // What only the log line needs is copied only when there is a log.
+    let logging = conn.worker.shared.access_log.is_on();
     let mut ex = Exchange {
-        start: Instant::now(),
-        time: SystemTime::now(),
-        method: req.method().as_str().to_owned(),
-        path: req.uri().path().to_owned(),
+        logging,
+        start: logging.then(Instant::now),
+        time: logging.then(SystemTime::now),
+        method: if logging { req.method().as_str().to_owned() } else { String::new() },
+        path: if logging { req.uri().path().to_owned() } else { String::new() },
         protocol: protocol_name(req.version()),
         host: String::new(),
         route: None,
@@ -187,6 +200,7 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
         upstream_ms: None,
         bytes_in: None,
         reason: reason::OK,
+        loan: None,
     };
     let resp = match process(req, &snap, &conn, &mut ex).await {
         Ok(resp) => resp,
@@ -198,7 +212,7 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
     if let Some(t) = ex.upstream_start {
         ex.upstream_ms = Some(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let completion = Completion { status: resp.status().as_u16(), ex, log: conn.worker.shared.access_log.clone(), conn };
+    let completion = Completion { status: resp.status().as_u16(), ex, conn };
     Ok(resp.map(|b| ResponseBody::new(b, completion)))
 }
 
@@ -213,13 +227,17 @@ async fn process(
     }
     let authority = authority(&req)?;
     let host = normalize_host(&authority);
-    ex.host.clone_from(&host);
+    if ex.logging {
+        ex.host.clone_from(&host);
+    }
     let route_idx = snap
         .router
         .find(conn.listener, &host, req.method(), req.uri().path(), req.headers())
         .ok_or(Refusal::NoRoute)?;
     let route = &snap.routes[route_idx];
-    ex.route = Some(route.name.clone());
+    if ex.logging {
+        ex.route = Some(route.name.clone());
+    }
 
     let ip = conn.client.ip();
     if !route.acl.admits(ip) {
@@ -242,7 +260,9 @@ async fn process(
         _ => pool_idx,
     };
     let pool = &snap.upstreams[pool_idx];
-    ex.upstream = Some(pool.name.clone());
+    if ex.logging {
+        ex.upstream = Some(pool.name.clone());
+    }
 
     let upgrade = wants_upgrade(&req);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -265,7 +285,7 @@ async fn process(
     let request = Request::from_parts(parts, body);
 
     let (resp, sender, addr) = exchange(&pool.pool, hash, request, conn, upgrade, ex).await?;
-    Ok(relay_response(resp, sender, addr, &pool.pool, conn, client_upgrade))
+    Ok(relay_response(resp, sender, addr, &pool.pool, client_upgrade, ex))
 }
 
 /// The authority the client addressed: the request target's (absolute form,
@@ -303,32 +323,36 @@ fn wants_upgrade(req: &Request<Incoming>) -> bool {
     req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE) && connection_has(req.headers(), "upgrade")
 }
 
-/// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [&str; 7] =
-    ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"];
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Removes hop-by-hop headers, including those the Connection header names.
-/// With `upgrade`, keeps `Upgrade` and answers `Connection: upgrade`.
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those the
+/// Connection header names. With `upgrade`, keeps `Upgrade` and answers
+/// `Connection: upgrade`. Names are prebuilt: a lookup by `&str` would parse
+/// the name again on every request.
 fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        if !(upgrade && name == header::UPGRADE) {
-            h.remove(&name);
+    if h.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            if !(upgrade && name == header::UPGRADE) {
+                h.remove(&name);
+            }
         }
+        h.remove(header::CONNECTION);
     }
-    for name in HOP_BY_HOP {
-        if !(upgrade && name == "upgrade") {
-            h.remove(name);
-        }
+    for name in [&KEEP_ALIVE, &PROXY_CONNECTION, &header::TE, &header::TRAILER, &header::TRANSFER_ENCODING] {
+        h.remove(name);
     }
     if upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        h.remove(header::UPGRADE);
     }
 }
 
@@ -337,21 +361,33 @@ static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-prot
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority: &str, upgrade: bool) {
+    // An authority in the request target (HTTP/2, absolute form) becomes
+    // the Host header; otherwise the client's one Host header stays as is.
+    let from_target = parts.uri.authority().is_some();
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     parts.uri = Uri::try_from(target).unwrap_or_else(|_| Uri::from_static("/"));
     parts.version = Version::HTTP_11;
     let h = &mut parts.headers;
     strip_hop_by_hop(h, upgrade);
-    if let Ok(v) = HeaderValue::from_str(authority)
-        && !authority.is_empty()
-    {
-        h.insert(header::HOST, v.clone());
-        h.insert(X_FORWARDED_HOST.clone(), v);
+    if from_target && let Ok(v) = HeaderValue::from_str(authority) {
+        h.insert(header::HOST, v);
     }
-    let client = canonical(conn.client.ip()).to_string();
-    let prior: Vec<&str> = h.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).collect();
-    let xff = if prior.is_empty() { client } else { format!("{}, {client}", prior.join(", ")) };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    if let Some(host) = h.get(header::HOST).cloned() {
+        h.insert(X_FORWARDED_HOST.clone(), host);
+    }
+    let mut prior = h.get_all(&X_FORWARDED_FOR).iter().peekable();
+    let xff = if prior.peek().is_none() {
+        Some(conn.client_ip.clone())
+    } else {
+        let mut v: Vec<u8> = Vec::with_capacity(64);
+        for value in prior {
+            v.extend_from_slice(value.as_bytes());
+            v.extend_from_slice(b", ");
+        }
+        v.extend_from_slice(conn.client_ip.as_bytes());
+        HeaderValue::from_bytes(&v).ok()
+    };
+    if let Some(v) = xff {
         h.insert(X_FORWARDED_FOR.clone(), v);
     }
     let proto = if conn.tls.is_some() { "https" } else { "http" };
@@ -394,7 +430,9 @@ async fn exchange(
         };
         ep.health.in_flight.fetch_add(1, Ordering::Relaxed);
         ex.endpoint = Some((ep.addr, ep.health.clone()));
-        ex.upstream_start = Some(Instant::now());
+        if ex.logging {
+            ex.upstream_start = Some(Instant::now());
+        }
         let mut stale_retries = 0;
         loop {
             let sent = tokio::time::timeout(pool.cfg.response_timeout, sender.try_send_request(request)).await;
@@ -438,8 +476,8 @@ fn relay_response(
     sender: Sender,
     addr: SocketAddr,
     pool: &UpstreamPool,
-    conn: &ConnState,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ex: &mut Exchange,
 ) -> Response<AnyBody> {
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_side) = client_upgrade
@@ -456,7 +494,7 @@ fn relay_response(
         return resp.map(|_| empty());
     }
     if client_upgrade.is_none() {
-        conn.worker.conns.give_back(addr, sender, pool.cfg.max_idle_per_endpoint);
+        ex.loan = Some(Loan { addr, sender, max_idle: pool.cfg.max_idle_per_endpoint });
     }
     strip_hop_by_hop(resp.headers_mut(), false);
     resp.map(|b| b.map_err(|e| Box::new(e) as crate::body::BoxError).boxed_unsync())

@@ -6,6 +6,7 @@
 //! snapshot pointer. The control thread (the main thread) reloads config on
 //! SIGHUP, runs active health checks and stops on SIGTERM or SIGINT.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -105,12 +106,9 @@ pub fn run(path: &Path) -> Result<(), String> {
 
     // Bind every worker's sockets before starting anything, so an address
     // in use is reported at once.
-    let mut per_worker: Vec<Vec<(Arc<str>, std::net::TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
+    let keys: Vec<ListenerKey> = snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
+    let per_worker = bind_for_workers(&keys, workers).map_err(|(key, e)| format!("listener {:?} cannot bind {}: {e}", &*key.0, key.1))?;
     for l in &snap.listeners {
-        for sockets in per_worker.iter_mut() {
-            let s = bind(l.address).map_err(|e| format!("listener {:?} cannot bind {}: {e}", &*l.name, l.address))?;
-            sockets.push((l.name.clone(), s));
-        }
         let scheme = if l.protocol == Protocol::Https { "https" } else { "http" };
         tracing::info!(listener = %l.name, "listening on {scheme}://{}", l.address);
     }
@@ -124,15 +122,21 @@ pub fn run(path: &Path) -> Result<(), String> {
         base_dir: config_base_dir(path),
     });
     tracing::info!(workers, config = %path.display(), "gatehouse started");
+    let mut handles = Vec::new();
     for (id, sockets) in per_worker.into_iter().enumerate() {
         let worker = Arc::new(Worker { id, shared: shared.clone(), conns: Arc::new(ConnPool::default()) });
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for (key, socket) in sockets {
+            let _ = tx.send(ListenerCommand::Open(key, socket));
+        }
+        handles.push(tx);
         std::thread::Builder::new()
             .name(format!("worker-{id}"))
-            .spawn(move || worker_main(worker, sockets))
+            .spawn(move || worker_main(worker, rx))
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
     }
 
-    rt.block_on(control_loop(shared, signals));
+    rt.block_on(control_loop(shared, signals, handles));
     Ok(())
 }
 
@@ -153,12 +157,39 @@ impl Signals {
     }
 }
 
-async fn control_loop(shared: Arc<Shared>, mut signals: Signals) {
+/// A listener's identity for sockets: a name moved to another address is a
+/// new socket; a protocol or TLS change is not (it is read per connection).
+type ListenerKey = (Arc<str>, SocketAddr);
+
+/// What the control thread tells a worker about its listening sockets.
+pub enum ListenerCommand {
+    Open(ListenerKey, std::net::TcpListener),
+    Close(ListenerKey),
+}
+
+type WorkerHandle = tokio::sync::mpsc::UnboundedSender<ListenerCommand>;
+
+/// One SO_REUSEPORT socket per worker for each key. All or nothing.
+fn bind_for_workers(
+    keys: &[ListenerKey],
+    workers: usize,
+) -> Result<Vec<Vec<(ListenerKey, std::net::TcpListener)>>, (ListenerKey, std::io::Error)> {
+    let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
+    for key in keys {
+        for sockets in per_worker.iter_mut() {
+            let s = bind(key.1).map_err(|e| (key.clone(), e))?;
+            sockets.push((key.clone(), s));
+        }
+    }
+    Ok(per_worker)
+}
+
+async fn control_loop(shared: Arc<Shared>, mut signals: Signals, workers: Vec<WorkerHandle>) {
     let mut checks = HealthChecks::default();
     checks.reconcile(shared.snapshot.load().health_checks());
     loop {
         tokio::select! {
-            _ = signals.hup.recv() => reload(&shared, &mut checks),
+            _ = signals.hup.recv() => reload(&shared, &mut checks, &workers),
             _ = signals.term.recv() => break,
             _ = signals.int.recv() => break,
         }
@@ -166,39 +197,61 @@ async fn control_loop(shared: Arc<Shared>, mut signals: Signals) {
     tracing::info!("stopping");
 }
 
-/// Re-reads the config file; on success swaps the new snapshot in, on any
-/// error logs every problem and keeps the running config.
-pub fn reload(shared: &Shared, checks: &mut HealthChecks) {
+/// Re-reads the config file. On success: binds any new listeners, swaps the
+/// new snapshot in and closes listeners that are gone. On any error (the
+/// file, or a new address that cannot be bound): logs every problem and
+/// keeps the running config, listeners included.
+fn reload(shared: &Shared, checks: &mut HealthChecks, workers: &[WorkerHandle]) {
     let current = shared.snapshot.load();
-    let next = load_snapshot(&shared.config_path, current.version + 1, &shared.health, &shared.limiters, true);
-    match next {
-        Err(errors) => {
-            for line in errors.to_string().lines() {
-                tracing::error!("reload refused: {line}");
-            }
-            tracing::error!(version = current.version, "reload refused; the running config stays");
+    let refuse = |lines: &str| {
+        for line in lines.lines() {
+            tracing::error!("reload refused: {line}");
         }
-        Ok(snap) => {
-            let old: Vec<_> = current.listeners.iter().map(|l| (l.name.clone(), l.address, l.protocol)).collect();
-            let new: Vec<_> = snap.listeners.iter().map(|l| (l.name.clone(), l.address, l.protocol)).collect();
-            if old != new {
-                tracing::warn!("listener changes (names, addresses, protocols) take effect at the next restart");
-            }
-            let version = snap.version;
-            let keep: Vec<(String, SocketAddr)> = snap
-                .upstreams
-                .iter()
-                .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
-                .collect();
-            checks.reconcile(snap.health_checks());
-            shared.snapshot.store(Arc::new(snap));
-            shared.health.retain(&|u, a| keep.iter().any(|(ku, ka)| ku == u && *ka == a));
-            tracing::info!(version, "configuration reloaded");
+        tracing::error!(version = current.version, "reload refused; the running config stays");
+    };
+    let snap = match load_snapshot(&shared.config_path, current.version + 1, &shared.health, &shared.limiters, true) {
+        Ok(snap) => snap,
+        Err(errors) => return refuse(&errors.to_string()),
+    };
+    let old: Vec<ListenerKey> = current.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
+    let new: Vec<ListenerKey> = snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
+    let opening: Vec<ListenerKey> = new.iter().filter(|k| !old.contains(k)).cloned().collect();
+    let closing: Vec<ListenerKey> = old.iter().filter(|k| !new.contains(k)).cloned().collect();
+    let sockets = match bind_for_workers(&opening, workers.len()) {
+        Ok(s) => s,
+        Err((key, e)) => {
+            let index = new.iter().position(|k| *k == key).unwrap_or(0);
+            return refuse(&format!("{}: listeners[{index}].address: cannot bind {}: {e}", shared.config_path.display(), key.1));
+        }
+    };
+
+    let version = snap.version;
+    let keep: Vec<(String, SocketAddr)> = snap
+        .upstreams
+        .iter()
+        .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
+        .collect();
+    checks.reconcile(snap.health_checks());
+    shared.snapshot.store(Arc::new(snap));
+    shared.health.retain(&|u, a| keep.iter().any(|(ku, ka)| ku == u && *ka == a));
+    for (worker, opened) in workers.iter().zip(sockets) {
+        for key in &closing {
+            let _ = worker.send(ListenerCommand::Close(key.clone()));
+        }
+        for (key, socket) in opened {
+            let _ = worker.send(ListenerCommand::Open(key, socket));
         }
     }
+    for (name, addr) in &closing {
+        tracing::info!(listener = %name, "stopped listening on {addr}");
+    }
+    for (name, addr) in &opening {
+        tracing::info!(listener = %name, "listening on {addr}");
+    }
+    tracing::info!(version, "configuration reloaded");
 }
 
-fn worker_main(worker: Arc<Worker>, sockets: Vec<(Arc<str>, std::net::TcpListener)>) {
+fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::UnboundedReceiver<ListenerCommand>) {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -207,19 +260,32 @@ fn worker_main(worker: Arc<Worker>, sockets: Vec<(Arc<str>, std::net::TcpListene
         }
     };
     rt.block_on(async move {
-        for (name, socket) in sockets {
-            match TcpListener::from_std(socket) {
-                Ok(l) => {
-                    tokio::spawn(accept_loop(l, name, worker.clone()));
-                }
-                Err(e) => tracing::error!(worker = worker.id, listener = %name, "cannot register socket: {e}"),
-            }
-        }
+        let mut accepting: HashMap<ListenerKey, tokio::task::JoinHandle<()>> = HashMap::new();
         // Close upstream connections that idled out.
         let mut sweep = tokio::time::interval(Duration::from_secs(5));
         loop {
-            sweep.tick().await;
-            worker.conns.sweep(Duration::from_secs(120));
+            tokio::select! {
+                _ = sweep.tick() => worker.conns.sweep(Duration::from_secs(120)),
+                command = commands.recv() => match command {
+                    Some(ListenerCommand::Open(key, socket)) => match TcpListener::from_std(socket) {
+                        Ok(l) => {
+                            let task = tokio::spawn(accept_loop(l, key.0.clone(), worker.clone()));
+                            if let Some(old) = accepting.insert(key, task) {
+                                old.abort();
+                            }
+                        }
+                        Err(e) => tracing::error!(worker = worker.id, listener = %key.0, "cannot register socket: {e}"),
+                    },
+                    // Dropping the accept task closes the socket; connections
+                    // already accepted carry on.
+                    Some(ListenerCommand::Close(key)) => {
+                        if let Some(task) = accepting.remove(&key) {
+                            task.abort();
+                        }
+                    }
+                    None => return,
+                },
+            }
         }
     });
 }
@@ -249,6 +315,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
     let state = |tls: Option<(&'static str, &'static str)>, is_h2: bool| {
         Arc::new(ConnState {
             client: peer,
+            client_ip: client_ip_value(peer),
             listener: index,
             listener_name: name.clone(),
             tls,
@@ -272,6 +339,11 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
     }
 }
 
+fn client_ip_value(peer: SocketAddr) -> http::HeaderValue {
+    let ip = crate::filters::canonical(peer.ip()).to_string();
+    http::HeaderValue::from_str(&ip).unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
+}
+
 /// `alpn_h2`: on TLS, whether ALPN chose h2 (then the protocol is settled
 /// and served directly); `None` on cleartext, where HTTP/1.1 and
 /// prior-knowledge HTTP/2 are told apart by the connection preface.
@@ -293,6 +365,9 @@ where
             b.timer(TokioTimer::new())
                 .max_buf_size(http.max_header_bytes.max(8192))
                 .max_headers(http.max_headers)
+                // ClientIo enforces the head timeout (and answers 408);
+                // hyper's own would arm a second timer per request.
+                .header_read_timeout(None)
                 .keep_alive(true);
             let _ = b.serve_connection(io, svc).with_upgrades().await;
         }
@@ -302,6 +377,9 @@ where
                 .timer(TokioTimer::new())
                 .max_buf_size(http.max_header_bytes.max(8192))
                 .max_headers(http.max_headers)
+                // ClientIo enforces the head timeout (and answers 408);
+                // hyper's own would arm a second timer per request.
+                .header_read_timeout(None)
                 .keep_alive(true);
             b.http2().timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
             let _ = b.serve_connection_with_upgrades(io, svc).await;

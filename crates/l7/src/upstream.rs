@@ -157,18 +157,30 @@ pub struct ConnPool {
 }
 
 impl ConnPool {
-    /// An idle connection to `addr` that is still usable, newest first.
+    /// A connection to `addr` that can take a request now, newest first.
+    /// Closed and expired entries are dropped; entries still finishing
+    /// their previous exchange are left for a later request.
     pub fn take(&self, addr: SocketAddr, idle_timeout: Duration) -> Option<Sender> {
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.get_mut(&addr)?;
-        while let Some(idle) = list.pop() {
-            if idle.since.elapsed() < idle_timeout && idle.sender.is_ready() {
-                return Some(idle.sender);
+        let now = Instant::now();
+        let mut i = list.len();
+        while i > 0 {
+            i -= 1;
+            let entry = &list[i];
+            if entry.sender.is_closed() || now.duration_since(entry.since) >= idle_timeout {
+                // Every index above i was visited already, so the element
+                // swapped in is not skipped.
+                list.swap_remove(i);
+            } else if entry.sender.is_ready() {
+                return Some(list.swap_remove(i).sender);
             }
         }
         None
     }
 
+    /// Keeps `sender` for reuse. Called when its response has been read to
+    /// the end, so the connection is idle or about to be.
     pub fn put(&self, addr: SocketAddr, sender: Sender, max_idle: usize) {
         if max_idle == 0 || sender.is_closed() {
             return;
@@ -189,18 +201,14 @@ impl ConnPool {
             !list.is_empty()
         });
     }
+}
 
-    /// Returns `sender` to the pool once its current exchange is over (the
-    /// response body read to its end). A connection whose exchange failed
-    /// never comes back.
-    pub fn give_back(self: &Arc<Self>, addr: SocketAddr, mut sender: Sender, max_idle: usize) {
-        let pool = Arc::clone(self);
-        tokio::spawn(async move {
-            if sender.ready().await.is_ok() {
-                pool.put(addr, sender, max_idle);
-            }
-        });
-    }
+/// An upstream connection on loan to one exchange; it goes back to its
+/// worker's pool only if the response was read to its end.
+pub struct Loan {
+    pub addr: SocketAddr,
+    pub sender: Sender,
+    pub max_idle: usize,
 }
 
 /// Opens a new HTTP/1.1 connection to `addr`.
