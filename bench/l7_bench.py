@@ -61,15 +61,16 @@ def process_tree(pid):
 
 
 def cpu_ticks(pid):
-    """utime + stime of a process and its descendants (all their threads)."""
-    total = 0
+    """(utime, stime) of a process and its descendants (all their threads)."""
+    user = system = 0
     for p in process_tree(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except FileNotFoundError:
             continue
-        total += int(fields[11]) + int(fields[12])
-    return total
+        user += int(fields[11])
+        system += int(fields[12])
+    return user, system
 
 
 class Server:
@@ -106,12 +107,14 @@ def wrk(url, duration, connections=50, close=False):
 
 def measure(server, url, duration, close):
     wrk(url, 2, close=close)  # warm-up
-    before = cpu_ticks(server.proc.pid)
+    u0, s0 = cpu_ticks(server.proc.pid)
     requests, errors, p99, out = wrk(url, duration, close=close)
-    used = cpu_ticks(server.proc.pid) - before
+    u1, s1 = cpu_ticks(server.proc.pid)
     if requests == 0:
         raise RuntimeError(f"{server.name}: no requests completed\n{out}")
-    return {"cpu_us": used * TICK_US / requests, "rps": requests / duration, "p99_ms": p99, "errors": errors}
+    per = TICK_US / requests
+    return {"cpu_us": (u1 - u0 + s1 - s0) * per, "user_us": (u1 - u0) * per, "sys_us": (s1 - s0) * per,
+            "rps": requests / duration, "p99_ms": p99, "errors": errors}
 
 
 # ------------------------------------------------------------------ configs
@@ -320,10 +323,12 @@ def main():
             back.send_signal(signal.SIGTERM)
             back.wait()
         lines += ["### HTTP/1.1 keep-alive reverse proxy (wrk -t1 -c50 → proxy → NGINX backend)", "",
-                  "| server | CPU-µs/request | requests/s | p99 ms | errors | Gatehouse ÷ this |", "|---|---|---|---|---|---|"]
+                  "| server | CPU-µs/request | user µs | system µs | requests/s | p99 ms | errors | Gatehouse ÷ this |",
+                  "|---|---|---|---|---|---|---|---|"]
         g = res["gatehouse"]["cpu_us"]
         for name, r in res.items():
-            lines.append(f"| {name} | {r['cpu_us']:.1f} | {r['rps']:.0f} | {r['p99_ms'] or 0:.2f} | {r['errors']:.0f} | {fmt_ratio(g, r['cpu_us'])} |")
+            lines.append(f"| {name} | {r['cpu_us']:.1f} | {r['user_us']:.1f} | {r['sys_us']:.1f} | {r['rps']:.0f} | "
+                         f"{r['p99_ms'] or 0:.2f} | {r['errors']:.0f} | {fmt_ratio(g, r['cpu_us'])} |")
         lines.append("")
         print("\n".join(lines), flush=True)
 

@@ -10,7 +10,7 @@ use crate::decode::{Ctx, Decode, MapReader, decode_enum};
 use crate::yaml::Node;
 
 /// The whole config file.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Worker threads, each with its own runtime and SO_REUSEPORT sockets.
     /// 0 (the default) means one per CPU core.
@@ -18,12 +18,31 @@ pub struct Config {
     /// Where generated state lives (self-signed certificates). Relative paths
     /// are relative to the config file's directory. Default `data`.
     pub data_dir: String,
+    /// On SIGTERM/SIGINT, how long requests in flight may take to finish
+    /// before the process exits anyway. Default 30s.
+    pub shutdown_timeout: Duration,
     pub access_log: AccessLog,
     pub http: HttpSettings,
     pub listeners: Vec<Listener>,
     pub certificates: Vec<Certificate>,
     pub upstreams: Vec<Upstream>,
     pub routes: Vec<Route>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            workers: 0,
+            data_dir: "data".into(),
+            shutdown_timeout: Duration::from_secs(30),
+            access_log: AccessLog::default(),
+            http: HttpSettings::default(),
+            listeners: Vec::new(),
+            certificates: Vec::new(),
+            upstreams: Vec::new(),
+            routes: Vec::new(),
+        }
+    }
 }
 
 /// Where access log lines go.
@@ -328,6 +347,7 @@ impl Decode for Config {
         let c = Config {
             workers: m.or(ctx, "workers", 0),
             data_dir: m.or(ctx, "data_dir", "data".to_string()),
+            shutdown_timeout: m.or(ctx, "shutdown_timeout", Duration::from_secs(30)),
             access_log: m.or(ctx, "access_log", AccessLog::default()),
             http: m.or(ctx, "http", HttpSettings::default()),
             listeners: m.or(ctx, "listeners", Vec::new()),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -37,6 +37,12 @@ pub struct Shared {
     pub limiters: RateLimiters,
     pub config_path: PathBuf,
     pub base_dir: PathBuf,
+    /// Set once on SIGTERM/SIGINT: every connection finishes what it is
+    /// doing and closes.
+    pub draining: tokio::sync::watch::Sender<bool>,
+    /// Client connections open on all workers (counted per connection, not
+    /// per request).
+    pub open_connections: AtomicUsize,
 }
 
 /// One worker thread's state.
@@ -120,6 +126,8 @@ pub fn run(path: &Path) -> Result<(), String> {
         limiters,
         config_path: path.to_path_buf(),
         base_dir: config_base_dir(path),
+        draining: tokio::sync::watch::Sender::new(false),
+        open_connections: AtomicUsize::new(0),
     });
     tracing::info!(workers, config = %path.display(), "gatehouse started");
     let mut handles = Vec::new();
@@ -194,7 +202,43 @@ async fn control_loop(shared: Arc<Shared>, mut signals: Signals, workers: Vec<Wo
             _ = signals.int.recv() => break,
         }
     }
-    tracing::info!("stopping");
+    drain(&shared, &workers, &mut signals).await;
+}
+
+/// Stops accepting, lets every connection finish its requests, and returns
+/// when none is left or `shutdown_timeout` has passed. A second signal
+/// stops at once.
+async fn drain(shared: &Shared, workers: &[WorkerHandle], signals: &mut Signals) {
+    let snap = shared.snapshot.load();
+    let deadline = tokio::time::Instant::now() + snap.config.shutdown_timeout;
+    for worker in workers {
+        for l in &snap.listeners {
+            let _ = worker.send(ListenerCommand::Close((l.name.clone(), l.address)));
+        }
+    }
+    shared.draining.send_replace(true);
+    tracing::info!(
+        connections = shared.open_connections.load(Ordering::Relaxed),
+        "stopping: listeners closed, finishing requests in flight"
+    );
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = signals.term.recv() => break,
+            _ = signals.int.recv() => break,
+        }
+        let open = shared.open_connections.load(Ordering::Relaxed);
+        if open == 0 {
+            tracing::info!("stopped: all connections finished");
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(connections = open, "stopped: shutdown_timeout reached with connections still open");
+            return;
+        }
+    }
+    tracing::warn!("stopped at once on a second signal");
 }
 
 /// Re-reads the config file. On success: binds any new listeners, swaps the
@@ -307,6 +351,14 @@ async fn accept_loop(listener: TcpListener, name: Arc<str>, worker: Arc<Worker>)
 }
 
 async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<Worker>) {
+    struct Open<'a>(&'a AtomicUsize);
+    impl Drop for Open<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    worker.shared.open_connections.fetch_add(1, Ordering::Relaxed);
+    let _open = Open(&worker.shared.open_connections);
     let snap = worker.shared.snapshot.load_full();
     let Some(index) = snap.listener_index(&name) else { return };
     let http = snap.http.clone();
@@ -352,13 +404,14 @@ where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let io = TokioIo::new(Box::pin(ClientIo::new(io, state.clone(), http.client_header_timeout, http.client_idle_timeout)));
+    let drain = state.worker.shared.draining.subscribe();
     let svc = service_fn(move |req| crate::proxy::handle(req, state.clone()));
     let max_header_list = u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX);
     match alpn_h2 {
         Some(true) => {
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
-            let _ = b.serve_connection(io, svc).await;
+            drive(b.serve_connection(io, svc), drain, |c| c.graceful_shutdown()).await;
         }
         Some(false) => {
             let mut b = hyper::server::conn::http1::Builder::new();
@@ -369,7 +422,7 @@ where
                 // hyper's own would arm a second timer per request.
                 .header_read_timeout(None)
                 .keep_alive(true);
-            let _ = b.serve_connection(io, svc).with_upgrades().await;
+            drive(b.serve_connection(io, svc).with_upgrades(), drain, |c| c.graceful_shutdown()).await;
         }
         None => {
             let mut b = auto::Builder::new(TokioExecutor::new());
@@ -377,12 +430,25 @@ where
                 .timer(TokioTimer::new())
                 .max_buf_size(http.max_header_bytes.max(8192))
                 .max_headers(http.max_headers)
-                // ClientIo enforces the head timeout (and answers 408);
-                // hyper's own would arm a second timer per request.
                 .header_read_timeout(None)
                 .keep_alive(true);
             b.http2().timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
-            let _ = b.serve_connection_with_upgrades(io, svc).await;
+            drive(b.serve_connection_with_upgrades(io, svc), drain, |c| c.graceful_shutdown()).await;
         }
     }
+}
+
+/// Runs a connection to its end; when draining starts, asks it to finish
+/// its current requests and close (HTTP/2: GOAWAY).
+async fn drive<C: std::future::Future>(
+    conn: C,
+    mut drain: tokio::sync::watch::Receiver<bool>,
+    shutdown: impl FnOnce(std::pin::Pin<&mut C>),
+) {
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = drain.wait_for(|d| *d) => shutdown(conn.as_mut()),
+    }
+    conn.await;
 }

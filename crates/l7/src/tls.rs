@@ -163,6 +163,10 @@ struct CertPair {
 }
 
 impl CertPair {
+    fn set(&mut self, ecdsa: bool, ctx: SslContext) {
+        if ecdsa { self.ecdsa = Some(ctx) } else { self.rsa = Some(ctx) }
+    }
+
     fn choose(&self, ecdsa_ok: bool) -> Option<&SslContext> {
         match (&self.ecdsa, &self.rsa) {
             (Some(e), Some(r)) => Some(if ecdsa_ok { e } else { r }),
@@ -279,37 +283,26 @@ fn cert_context(tls: &ListenerTls, cert: &LoadedCert) -> Result<SslContext, Stri
 
 /// Builds a listener's acceptor and its SNI table.
 pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<ListenerTlsState, String> {
+    let default_name = tls.default_certificate.as_deref().or(certs.first().map(|c| c.name.as_str()));
+    let default_cert = certs
+        .iter()
+        .find(|c| Some(c.name.as_str()) == default_name)
+        .ok_or_else(|| "no certificate available for this listener".to_string())?;
     let mut table = CertTable::default();
-    let mut by_name: HashMap<&str, CertPair> = HashMap::new();
     for cert in certs {
         let ctx = cert_context(tls, cert)?;
-        let pair = by_name.entry(cert.name.as_str()).or_default();
-        if cert.is_ecdsa { pair.ecdsa = Some(ctx) } else { pair.rsa = Some(ctx) }
         for name in &cert.sni {
             let name = name.to_ascii_lowercase();
-            let (map, key) = match name.strip_prefix("*.") {
-                Some(parent) => (&mut table.wildcard, parent.to_string()),
-                None => (&mut table.exact, name.clone()),
+            let slot = match name.strip_prefix("*.") {
+                Some(parent) => table.wildcard.entry(parent.to_string()).or_default(),
+                None => table.exact.entry(name).or_default(),
             };
-            let slot = map.entry(key).or_default();
-            let ctx = by_name[cert.name.as_str()].clone();
-            if ctx.ecdsa.is_some() && cert.is_ecdsa {
-                slot.ecdsa = ctx.ecdsa;
-            }
-            if ctx.rsa.is_some() && !cert.is_ecdsa {
-                slot.rsa = ctx.rsa;
-            }
+            slot.set(cert.is_ecdsa, ctx.clone());
+        }
+        if cert.name == default_cert.name {
+            table.default.set(cert.is_ecdsa, ctx);
         }
     }
-    let default_name = tls.default_certificate.as_deref().or(certs.first().map(|c| c.name.as_str()));
-    if let Some(name) = default_name {
-        table.default = by_name.get(name).cloned().unwrap_or_default();
-    }
-    let default_ctx = table
-        .default
-        .choose(true)
-        .cloned()
-        .ok_or_else(|| "no certificate available for this listener".to_string())?;
 
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
     configure(&mut b, tls)?;
@@ -325,11 +318,6 @@ pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<Lis
         }
         Ok(())
     });
-    let _ = default_ctx;
-    let default_cert = certs
-        .iter()
-        .find(|c| Some(c.name.as_str()) == default_name)
-        .ok_or_else(|| "default certificate not loaded".to_string())?;
     b.set_certificate(&default_cert.chain[0]).map_err(tls_err)?;
     b.set_private_key(&default_cert.key).map_err(tls_err)?;
     Ok(ListenerTlsState { acceptor: b.build() })
