@@ -8,19 +8,20 @@ import time
 from harness import curl, free_port, port_open, wait_for
 
 
+def config(port, upstream, shutdown_timeout):
+    return f"""
+access_log: {{ path: off }}
+shutdown_timeout: {shutdown_timeout}
+listeners: [{{ name: web, address: 127.0.0.1:{port} }}]
+upstreams: [{{ name: a, endpoints: [{upstream.addr}] }}]
+routes: [{{ name: a, upstream: a }}]
+"""
+
+
 def test_sigterm_finishes_requests_in_flight_then_exits(upstream, gatehouse):
     a = upstream("a")
     port = free_port()
-    g = gatehouse(
-        f"""
-access_log: {{ path: off }}
-shutdown_timeout: 10s
-listeners: [{{ name: web, address: 127.0.0.1:{port} }}]
-upstreams: [{{ name: a, endpoints: [{a.addr}] }}]
-routes: [{{ name: a, upstream: a }}]
-""",
-        [port],
-    )
+    g = gatehouse(config(port, a, "10s"), [port])
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("r", curl(f"http://127.0.0.1:{port}/slow?t=1.5")))
     t.start()
@@ -41,16 +42,7 @@ routes: [{{ name: a, upstream: a }}]
 def test_shutdown_timeout_bounds_the_wait(upstream, gatehouse):
     a = upstream("a")
     port = free_port()
-    g = gatehouse(
-        f"""
-access_log: {{ path: off }}
-shutdown_timeout: 300ms
-listeners: [{{ name: web, address: 127.0.0.1:{port} }}]
-upstreams: [{{ name: a, endpoints: [{a.addr}] }}]
-routes: [{{ name: a, upstream: a }}]
-""",
-        [port],
-    )
+    g = gatehouse(config(port, a, "300ms"), [port])
     t = threading.Thread(target=lambda: curl(f"http://127.0.0.1:{port}/slow?t=5"))
     t.start()
     wait_for(lambda: a.seen("/slow"), what="the slow request at the upstream")

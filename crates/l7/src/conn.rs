@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::accesslog::{LogRecord, reason};
+use crate::h1::response_status;
 use crate::server::Worker;
 
 /// Flags the head scanner raises for the next request.
@@ -248,16 +249,6 @@ fn note_rejection(state: &ConnState, mode: Mode, h2: bool, head_requests: u32, l
     }
 }
 
-/// The status of an HTTP/1 response head at the start of `buf`.
-fn response_status(buf: &[u8]) -> Option<u16> {
-    let rest = buf.strip_prefix(b"HTTP/1.")?;
-    let code = rest.get(2..5)?;
-    if rest.get(1) != Some(&b' ') || !code.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(code.iter().fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0')))
-}
-
 impl ConnState {
     /// An access log line for a request refused before it had a route.
     pub fn log_rejected(&self, status: u16, why: &'static str) {
@@ -395,14 +386,6 @@ mod tests {
     #[test]
     fn names_inside_values_or_the_request_line_do_not_count() {
         assert_eq!(scan_all_splits(b"GET /content-length: HTTP/1.1\r\nX-A: transfer-encoding: x\r\n\r\n"), Some(0));
-    }
-
-    #[test]
-    fn response_status_lines() {
-        assert_eq!(response_status(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), Some(431));
-        assert_eq!(response_status(b"HTTP/1.0 400 "), Some(400));
-        assert_eq!(response_status(b"0\r\n\r\n"), None);
-        assert_eq!(response_status(b"HTTP/1.1 4"), None);
     }
 
     #[test]

@@ -19,6 +19,8 @@ use gatehouse_config::{HealthCheck, HealthCheckKind, PassiveHealth};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::h1::response_status;
+
 /// Milliseconds since the process started: a cheap monotonic clock for
 /// ejection deadlines shared between threads.
 pub fn now_ms() -> u64 {
@@ -163,7 +165,7 @@ pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> 
             }
             n += got;
         }
-        let status = parse_status(&buf[..n]).ok_or("not an HTTP response")?;
+        let status = response_status(&buf[..n]).ok_or("not an HTTP response")?;
         if status == check.expect_status {
             Ok(())
         } else {
@@ -174,15 +176,6 @@ pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> 
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     }
-}
-
-fn parse_status(head: &[u8]) -> Option<u16> {
-    let rest = head.strip_prefix(b"HTTP/1.")?;
-    let code = rest.get(2..5)?;
-    if rest.get(1) != Some(&b' ') || !code.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(code).ok()?.parse().ok()
 }
 
 /// Runs the active check of one endpoint until the task is aborted.
@@ -256,15 +249,6 @@ mod tests {
         assert_eq!(s.observe(true), None);
         assert_eq!(s.observe(true), Some(true));
         assert_eq!(s.observe(true), None);
-    }
-
-    #[test]
-    fn status_lines() {
-        assert_eq!(parse_status(b"HTTP/1.1 200 OK\r\n"), Some(200));
-        assert_eq!(parse_status(b"HTTP/1.0 503 Busy"), Some(503));
-        assert_eq!(parse_status(b"HTTP/2 200"), None);
-        assert_eq!(parse_status(b"SSH-2.0-OpenSSH"), None);
-        assert_eq!(parse_status(b"HTTP/1.1 2x0 OK"), None);
     }
 
     #[test]

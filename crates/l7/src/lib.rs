@@ -10,6 +10,7 @@ pub mod accesslog;
 pub mod body;
 pub mod conn;
 pub mod filters;
+pub mod h1;
 pub mod health;
 pub mod proxy;
 pub mod router;
