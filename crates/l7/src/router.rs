@@ -114,7 +114,7 @@ impl Router {
         }
         let sort = |v: &mut Vec<Candidate>| {
             // Stable sort keeps config order among equals.
-            v.sort_by(|a, b| b.specificity().cmp(&a.specificity()));
+            v.sort_by_key(|c| std::cmp::Reverse(c.specificity()));
         };
         r.exact.values_mut().for_each(sort);
         sort(&mut r.any_host);

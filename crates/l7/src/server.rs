@@ -177,11 +177,11 @@ pub enum ListenerCommand {
 
 type WorkerHandle = tokio::sync::mpsc::UnboundedSender<ListenerCommand>;
 
+/// Each worker's sockets, by listener.
+type WorkerSockets = Vec<Vec<(ListenerKey, std::net::TcpListener)>>;
+
 /// One SO_REUSEPORT socket per worker for each key. All or nothing.
-fn bind_for_workers(
-    keys: &[ListenerKey],
-    workers: usize,
-) -> Result<Vec<Vec<(ListenerKey, std::net::TcpListener)>>, (ListenerKey, std::io::Error)> {
+fn bind_for_workers(keys: &[ListenerKey], workers: usize) -> Result<WorkerSockets, (ListenerKey, std::io::Error)> {
     let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
     for key in keys {
         for sockets in per_worker.iter_mut() {

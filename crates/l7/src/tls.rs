@@ -88,7 +88,10 @@ pub fn resolve(base: &Path, p: &str) -> PathBuf {
     if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
 }
 
-fn load_pair(cert_file: &Path, key_file: &Path) -> Result<(Vec<X509>, PKey<Private>), (&'static str, String)> {
+/// A failed load: the field at fault (`cert` or `key`) and why.
+type LoadError = (&'static str, String);
+
+fn load_pair(cert_file: &Path, key_file: &Path) -> Result<(Vec<X509>, PKey<Private>), LoadError> {
     let cert_pem = std::fs::read(cert_file).map_err(|e| ("cert", format!("cannot read {}: {e}", cert_file.display())))?;
     let chain = X509::stack_from_pem(&cert_pem)
         .ok()
