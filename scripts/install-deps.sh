@@ -10,6 +10,7 @@ need clang clang
 need curl curl
 need openssl openssl
 need h2load nghttp2-client
+need nghttpd nghttp2-server
 need wrk wrk
 need go golang-go
 need python3 python3

@@ -244,9 +244,22 @@ impl Default for PassiveHealth {
     }
 }
 
+/// How Gatehouse speaks to an upstream's endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with a keep-alive pool per endpoint per worker.
+    #[default]
+    Http1,
+    /// Cleartext HTTP/2 with prior knowledge: one multiplexed connection per
+    /// endpoint per worker; request and response trailers pass through
+    /// (gRPC needs this).
+    H2c,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Upstream {
     pub name: String,
+    pub protocol: UpstreamProtocol,
     pub balance: Balance,
     pub hash_key: HashKey,
     pub endpoints: Vec<Endpoint>,
@@ -265,6 +278,7 @@ impl Default for Upstream {
     fn default() -> Self {
         Upstream {
             name: String::new(),
+            protocol: UpstreamProtocol::Http1,
             balance: Balance::RoundRobin,
             hash_key: HashKey::ClientIp,
             endpoints: Vec::new(),
@@ -448,6 +462,12 @@ impl Decode for Certificate {
     }
 }
 
+impl Decode for UpstreamProtocol {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(node, ctx, &[("http1", UpstreamProtocol::Http1), ("h2c", UpstreamProtocol::H2c)])
+    }
+}
+
 impl Decode for Balance {
     fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
         decode_enum(
@@ -537,6 +557,7 @@ impl Decode for Upstream {
         let mut m = MapReader::new(node, ctx)?;
         let u = Upstream {
             name: m.req(ctx, "name"),
+            protocol: m.or(ctx, "protocol", d.protocol),
             balance: m.or(ctx, "balance", d.balance),
             hash_key: m.or(ctx, "hash_key", d.hash_key),
             endpoints: m.req(ctx, "endpoints"),

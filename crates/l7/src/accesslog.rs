@@ -35,6 +35,7 @@ pub mod reason {
     pub const UPSTREAM_TIMEOUT: &str = "upstream_timeout";
     pub const UPSTREAM_ERROR: &str = "upstream_error";
     pub const UPSTREAM_ABORTED: &str = "upstream_aborted";
+    pub const UPGRADE_UNSUPPORTED: &str = "upgrade_unsupported";
     pub const CLIENT_ABORTED: &str = "client_aborted";
 }
 

@@ -24,6 +24,7 @@ use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, Snapshot};
 use crate::upstream::{ConnectError, Loan, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
+use gatehouse_config::UpstreamProtocol;
 
 /// Why a request was answered by Gatehouse itself rather than an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,8 @@ pub enum Refusal {
     ConnectTimeout,
     UpstreamTimeout,
     UpstreamError,
+    /// An Upgrade (WebSocket) to a pool spoken to over HTTP/2.
+    UpgradeUnsupported,
 }
 
 impl Refusal {
@@ -51,7 +54,7 @@ impl Refusal {
             Refusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::ClientTimeout => StatusCode::REQUEST_TIMEOUT,
             Refusal::NoHealthyEndpoint => StatusCode::SERVICE_UNAVAILABLE,
-            Refusal::ConnectFailed | Refusal::UpstreamError => StatusCode::BAD_GATEWAY,
+            Refusal::ConnectFailed | Refusal::UpstreamError | Refusal::UpgradeUnsupported => StatusCode::BAD_GATEWAY,
             Refusal::ConnectTimeout | Refusal::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -69,6 +72,7 @@ impl Refusal {
             Refusal::ConnectTimeout => reason::CONNECT_TIMEOUT,
             Refusal::UpstreamTimeout => reason::UPSTREAM_TIMEOUT,
             Refusal::UpstreamError => reason::UPSTREAM_ERROR,
+            Refusal::UpgradeUnsupported => reason::UPGRADE_UNSUPPORTED,
         }
     }
 
@@ -265,6 +269,9 @@ async fn process(
     }
 
     let upgrade = wants_upgrade(&req);
+    if upgrade && pool.pool.cfg.protocol == UpstreamProtocol::H2c {
+        return Err(Refusal::UpgradeUnsupported);
+    }
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let hash = pool.pool.request_hash(req.headers(), ip);
     let (mut parts, body) = req.into_parts();
@@ -282,6 +289,9 @@ async fn process(
         }
     };
     rewrite_request(&mut parts, conn, &authority, upgrade);
+    if pool.pool.cfg.protocol == UpstreamProtocol::H2c {
+        to_http2(&mut parts);
+    }
     let request = Request::from_parts(parts, body);
 
     let (resp, sender, addr) = exchange(&pool.pool, hash, request, conn, upgrade, ex).await?;
@@ -394,6 +404,27 @@ fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority
     h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
 }
 
+/// HTTP/2 carries the host in `:authority` and needs `:scheme`: both come
+/// from an absolute request target, so the Host header moves there.
+fn to_http2(parts: &mut http::request::Parts) {
+    parts.version = Version::HTTP_2;
+    let host = parts.headers.remove(header::HOST);
+    let authority = host
+        .as_ref()
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| http::uri::Authority::try_from(h).ok());
+    let pq = parts.uri.path_and_query().cloned();
+    if let (Some(authority), Some(pq)) = (authority, pq) {
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(http::uri::Scheme::HTTP);
+        uri.authority = Some(authority);
+        uri.path_and_query = Some(pq);
+        if let Ok(u) = Uri::from_parts(uri) {
+            parts.uri = u;
+        }
+    }
+}
+
 fn connect_refusal(e: &ConnectError) -> Refusal {
     match e {
         ConnectError::Timeout => Refusal::ConnectTimeout,
@@ -435,7 +466,7 @@ async fn exchange(
         }
         let mut stale_retries = 0;
         loop {
-            let sent = tokio::time::timeout(pool.cfg.response_timeout, sender.try_send_request(request)).await;
+            let sent = tokio::time::timeout(pool.cfg.response_timeout, sender.send(request)).await;
             match sent {
                 Err(_) => return Err(Refusal::UpstreamTimeout),
                 Ok(Ok(resp)) => return Ok((resp, sender, ep.addr)),
@@ -451,10 +482,11 @@ async fn exchange(
                         return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
                     };
                     request = unsent;
-                    sender = match connect(ep.addr, pool.cfg.connect_timeout, upgrade).await {
+                    sender = match connect(ep.addr, pool.cfg.connect_timeout, upgrade, pool.cfg.protocol).await {
                         Ok(s) => s,
                         Err(e) => return Err(connect_refusal(&e)),
                     };
+                    conn.worker.conns.share_h2(ep.addr, &sender);
                 }
             }
         }
@@ -463,11 +495,18 @@ async fn exchange(
 }
 
 async fn checkout(pool: &UpstreamPool, ep: &PoolEndpoint, conn: &ConnState, upgrade: bool) -> Result<Sender, ConnectError> {
-    if !upgrade && let Some(s) = conn.worker.conns.take(ep.addr, pool.cfg.idle_timeout) {
+    let protocol = pool.cfg.protocol;
+    let reuse = match protocol {
+        UpstreamProtocol::H2c => conn.worker.conns.shared_h2(ep.addr),
+        UpstreamProtocol::Http1 if !upgrade => conn.worker.conns.take(ep.addr, pool.cfg.idle_timeout),
+        UpstreamProtocol::Http1 => None,
+    };
+    if let Some(s) = reuse {
         return Ok(s);
     }
-    let s = connect(ep.addr, pool.cfg.connect_timeout, upgrade).await?;
+    let s = connect(ep.addr, pool.cfg.connect_timeout, upgrade, protocol).await?;
     ep.health.connect_succeeded();
+    conn.worker.conns.share_h2(ep.addr, &s);
     Ok(s)
 }
 
@@ -493,7 +532,9 @@ fn relay_response(
         });
         return resp.map(|_| empty());
     }
-    if client_upgrade.is_none() {
+    // An HTTP/1.1 connection goes back to the pool once its response has
+    // been read; a shared HTTP/2 one never left it.
+    if client_upgrade.is_none() && matches!(sender, Sender::H1(_)) {
         ex.loan = Some(Loan { addr, sender, max_idle: pool.cfg.max_idle_per_endpoint });
     }
     strip_hop_by_hop(resp.headers_mut(), false);
@@ -541,6 +582,15 @@ mod tests {
         strip_hop_by_hop(&mut h, true);
         assert_eq!(h.get(header::UPGRADE).map(|v| v.as_bytes()), Some(&b"websocket"[..]));
         assert_eq!(h.get(header::CONNECTION).map(|v| v.as_bytes()), Some(&b"upgrade"[..]));
+    }
+
+    #[test]
+    fn http2_requests_carry_the_host_as_authority() {
+        let (mut parts, ()) = Request::get("/a?b=1").header("host", "api.test:8080").body(()).expect("req").into_parts();
+        to_http2(&mut parts);
+        assert_eq!(parts.version, Version::HTTP_2);
+        assert_eq!(parts.uri.to_string(), "http://api.test:8080/a?b=1");
+        assert!(parts.headers.get(header::HOST).is_none());
     }
 
     #[test]

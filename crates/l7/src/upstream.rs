@@ -16,11 +16,13 @@ use bytes::Bytes;
 use gatehouse_balance::hash::hash64;
 use gatehouse_balance::maglev::DEFAULT_TABLE_SIZE;
 use gatehouse_balance::{Backends, LeastConnections, MaglevTable, RoundRobin, SmoothWeighted};
-use gatehouse_config::{Balance, HashKey, Upstream};
+use gatehouse_config::{Balance, HashKey, Upstream, UpstreamProtocol};
 use http::HeaderMap;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use crate::body::BoxError;
@@ -135,7 +137,40 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
 }
 
 pub type UpstreamBody = UnsyncBoxBody<Bytes, BoxError>;
-pub type Sender = http1::SendRequest<UpstreamBody>;
+
+/// A connection that can carry a request to an endpoint.
+pub enum Sender {
+    H1(http1::SendRequest<UpstreamBody>),
+    /// Shared: an HTTP/2 connection carries many requests at once.
+    H2(http2::SendRequest<UpstreamBody>),
+}
+
+pub type SendError = hyper::client::conn::TrySendError<Request<UpstreamBody>>;
+
+impl Sender {
+    fn is_ready(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_ready(),
+            Sender::H2(s) => s.is_ready(),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+
+    /// Sends a request; on an error before anything was written, the
+    /// request comes back inside the error.
+    pub async fn send(&mut self, req: Request<UpstreamBody>) -> Result<Response<Incoming>, SendError> {
+        match self {
+            Sender::H1(s) => s.try_send_request(req).await,
+            Sender::H2(s) => s.try_send_request(req).await,
+        }
+    }
+}
 
 /// Why no connection could be had.
 #[derive(Debug)]
@@ -150,13 +185,34 @@ struct Idle {
     since: Instant,
 }
 
-/// One worker's idle upstream connections.
+/// One worker's upstream connections: idle HTTP/1.1 ones, and the one
+/// shared HTTP/2 connection per h2c endpoint.
 #[derive(Default)]
 pub struct ConnPool {
     idle: Mutex<HashMap<SocketAddr, Vec<Idle>>>,
+    h2: Mutex<HashMap<SocketAddr, http2::SendRequest<UpstreamBody>>>,
 }
 
 impl ConnPool {
+    /// The shared HTTP/2 connection to `addr`, if it is still open.
+    pub fn shared_h2(&self, addr: SocketAddr) -> Option<Sender> {
+        let mut map = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(&addr) {
+            Some(s) if !s.is_closed() => Some(Sender::H2(s.clone())),
+            Some(_) => {
+                map.remove(&addr);
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub fn share_h2(&self, addr: SocketAddr, sender: &Sender) {
+        if let Sender::H2(s) = sender {
+            self.h2.lock().unwrap_or_else(|e| e.into_inner()).insert(addr, s.clone());
+        }
+    }
+
     /// A connection to `addr` that can take a request now, newest first.
     /// Closed and expired entries are dropped; entries still finishing
     /// their previous exchange are left for a later request.
@@ -211,14 +267,30 @@ pub struct Loan {
     pub max_idle: usize,
 }
 
-/// Opens a new HTTP/1.1 connection to `addr`.
-pub async fn connect(addr: SocketAddr, timeout: Duration, upgrades: bool) -> Result<Sender, ConnectError> {
+/// Opens a new connection to `addr`, HTTP/1.1 or (h2c) HTTP/2.
+pub async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    upgrades: bool,
+    protocol: UpstreamProtocol,
+) -> Result<Sender, ConnectError> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Err(_) => return Err(ConnectError::Timeout),
         Ok(Err(e)) => return Err(ConnectError::Failed(e)),
         Ok(Ok(s)) => s,
     };
     let _ = stream.set_nodelay(true);
+    if protocol == UpstreamProtocol::H2c {
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(ConnectError::Handshake)?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        return Ok(Sender::H2(sender));
+    }
     let (sender, conn) = http1::Builder::new()
         .max_buf_size(1024 * 1024)
         .handshake(TokioIo::new(stream))
@@ -233,7 +305,7 @@ pub async fn connect(addr: SocketAddr, timeout: Duration, upgrades: bool) -> Res
             let _ = conn.await;
         });
     }
-    Ok(sender)
+    Ok(Sender::H1(sender))
 }
 
 #[cfg(test)]
