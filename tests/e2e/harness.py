@@ -62,7 +62,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _record(self, body):
-        self.server.owner.record(self.command, self.path, dict(self.headers.items()), body)
+        self.server.owner.record(self.command, self.path, dict(self.headers.items()), body, self.client_address[1])
 
     def _answer(self, status=200, extra=None):
         up = self.server.owner
@@ -168,9 +168,11 @@ class Upstream:
             self.server.server_close()
             self.server = None
 
-    def record(self, method, path, headers, body):
+    def record(self, method, path, headers, body, client_port=None):
         with self.lock:
-            self.requests.append({"method": method, "path": path, "headers": headers, "body": body})
+            self.requests.append(
+                {"method": method, "path": path, "headers": headers, "body": body, "client_port": client_port}
+            )
 
     def seen(self, path_prefix="/"):
         with self.lock:

@@ -73,9 +73,11 @@ def test_maglev_keeps_a_client_and_moves_about_one_nth_when_one_goes(upstream, g
     g.wait_log("configuration reloaded")
     after = placement()
     moved = [u for u in users if before[u] != after[u]]
-    # Exactly the keys of the removed endpoint move (about 1/4).
-    assert all(before[u] == "u3" for u in moved)
+    # The removed endpoint's keys move (about 1/4). Maglev's rebuild may
+    # shift a few slots between survivors too, but only a few.
     assert all(after[u] != "u3" for u in users)
+    bystanders = [u for u in moved if before[u] != "u3"]
+    assert len(bystanders) <= 0.03 * len(users), bystanders
     assert 0.15 <= len(moved) / len(users) <= 0.35, len(moved)
 
 

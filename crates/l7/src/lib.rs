@@ -11,6 +11,7 @@ pub mod body;
 pub mod conn;
 pub mod filters;
 pub mod h1;
+pub mod h1client;
 pub mod health;
 pub mod proxy;
 pub mod router;

@@ -23,7 +23,9 @@ use crate::conn::ConnState;
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, Snapshot};
-use crate::upstream::{ConnectError, Loan, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
+use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming};
+use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
+use hyper::client::conn::http2;
 use gatehouse_config::UpstreamProtocol;
 
 /// Why a request was answered by Gatehouse itself rather than an upstream.
@@ -113,9 +115,6 @@ struct Exchange {
     upstream_ms: Option<f64>,
     bytes_in: Option<Arc<AtomicU64>>,
     reason: &'static str,
-    /// The upstream connection, returned to the pool when the response
-    /// body has been read to its end.
-    loan: Option<Loan>,
 }
 
 /// Finishes an exchange when its response body ends or is dropped.
@@ -131,11 +130,6 @@ impl Completion {
     }
 
     pub fn finish(mut self, bytes_out: u64, complete: bool) {
-        if let Some(loan) = self.ex.loan.take()
-            && complete
-        {
-            self.conn.worker.conns.put(loan.addr, loan.sender, loan.max_idle);
-        }
         self.conn.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Some((_, h)) = &self.ex.endpoint {
             h.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -204,7 +198,6 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
         upstream_ms: None,
         bytes_in: None,
         reason: reason::OK,
-        loan: None,
     };
     let resp = match process(req, &snap, &conn, &mut ex).await {
         Ok(resp) => resp,
@@ -294,8 +287,8 @@ async fn process(
     }
     let request = Request::from_parts(parts, body);
 
-    let (resp, sender, addr) = exchange(&pool.pool, hash, request, conn, upgrade, ex).await?;
-    Ok(relay_response(resp, sender, addr, &pool.pool, client_upgrade, ex))
+    let upstreamed = exchange(&pool.pool, hash, request, conn, upgrade, ex).await?;
+    Ok(relay_response(upstreamed, &pool.pool, conn, client_upgrade))
 }
 
 /// The authority the client addressed: the request target's (absolute form,
@@ -432,23 +425,30 @@ fn connect_refusal(e: &ConnectError) -> Refusal {
     }
 }
 
+/// A response head from an upstream, with what its body needs.
+enum Upstreamed {
+    H1(Response<()>, ResponseFraming, H1Conn),
+    H2(Response<Incoming>),
+}
+
 /// Sends the request to an endpoint and waits for the response head. A
-/// connect failure is retried once on another endpoint; a pooled connection
-/// that turns out closed before the request went out is replaced at once.
+/// connect failure is retried once on another endpoint; a pooled
+/// connection found closed before it answered is replaced at once (only
+/// requests without a body, which can be sent again as they are).
 async fn exchange(
     pool: &UpstreamPool,
     hash: Option<u64>,
-    mut request: Request<UpstreamBody>,
+    request: Request<UpstreamBody>,
     conn: &ConnState,
     upgrade: bool,
     ex: &mut Exchange,
-) -> Result<(Response<Incoming>, Sender, SocketAddr), Refusal> {
+) -> Result<Upstreamed, Refusal> {
     let mut exclude = None;
     let mut last = Refusal::NoHealthyEndpoint;
     for _attempt in 0..2 {
         let Some(i) = pool.pick(hash, exclude) else { break };
         let ep = &pool.endpoints[i];
-        let mut sender = match checkout(pool, ep, conn, upgrade).await {
+        let sender = match checkout(pool, ep, conn, upgrade).await {
             Ok(s) => s,
             Err(e) => {
                 if ep.health.connect_failed(&pool.cfg.passive) {
@@ -464,81 +464,138 @@ async fn exchange(
         if ex.logging {
             ex.upstream_start = Some(Instant::now());
         }
-        let mut stale_retries = 0;
-        loop {
-            let sent = tokio::time::timeout(pool.cfg.response_timeout, sender.send(request)).await;
-            match sent {
-                Err(_) => return Err(Refusal::UpstreamTimeout),
-                Ok(Ok(resp)) => return Ok((resp, sender, ep.addr)),
-                Ok(Err(mut e)) => {
-                    // Not written at all: the pooled connection was stale.
-                    // Take another (or a new) one; nothing was sent.
-                    stale_retries += 1;
-                    let unsent = e.take_message().filter(|_| stale_retries <= 2);
-                    let Some(unsent) = unsent else {
-                        let err = e.into_error();
-                        tracing::debug!(upstream = %pool.cfg.name, endpoint = %ep.addr, "upstream exchange failed: {err:?}");
-                        let too_large = std::error::Error::source(&err).is_some_and(|s| s.is::<BodyTooLarge>());
-                        return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
-                    };
-                    request = unsent;
-                    sender = match connect(ep.addr, pool.cfg.connect_timeout, upgrade, pool.cfg.protocol).await {
-                        Ok(s) => s,
-                        Err(e) => return Err(connect_refusal(&e)),
-                    };
-                    conn.worker.conns.share_h2(ep.addr, &sender);
-                }
+        return match sender {
+            Sender::H1(h1) => exchange_h1(pool, ep, h1, request).await,
+            Sender::H2(h2) => exchange_h2(pool, ep, h2, request, conn).await,
+        };
+    }
+    Err(last)
+}
+
+async fn exchange_h1(
+    pool: &UpstreamPool,
+    ep: &PoolEndpoint,
+    mut h1: H1Conn,
+    request: Request<UpstreamBody>,
+) -> Result<Upstreamed, Refusal> {
+    let (parts, body) = request.into_parts();
+    let out = Outgoing::new(&parts, !body.is_end_stream());
+    let mut body = (!body.is_end_stream()).then_some(body);
+    let mut stale_retries = 0;
+    loop {
+        match h1client::exchange(&mut h1, &out, body.as_mut(), pool.cfg.response_timeout).await {
+            Ok((resp, framing)) => return Ok(Upstreamed::H1(resp, framing, h1)),
+            Err(ExchangeError::Stale) if stale_retries < 2 => {
+                stale_retries += 1;
+                h1 = match connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::Http1).await {
+                    Ok(Sender::H1(c)) => c,
+                    Ok(Sender::H2(_)) => return Err(Refusal::UpstreamError),
+                    Err(e) => return Err(connect_refusal(&e)),
+                };
+            }
+            Err(ExchangeError::Timeout) => return Err(Refusal::UpstreamTimeout),
+            Err(ExchangeError::ClientBody(e)) if e.is::<BodyTooLarge>() => return Err(Refusal::BodyTooLarge),
+            Err(ExchangeError::ClientBody(_)) => return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR)),
+            Err(e) => {
+                tracing::debug!(upstream = %pool.cfg.name, endpoint = %ep.addr, "upstream exchange failed: {e:?}");
+                return Err(Refusal::UpstreamError);
             }
         }
     }
-    Err(last)
+}
+
+async fn exchange_h2(
+    pool: &UpstreamPool,
+    ep: &PoolEndpoint,
+    mut h2: http2::SendRequest<UpstreamBody>,
+    mut request: Request<UpstreamBody>,
+    conn: &ConnState,
+) -> Result<Upstreamed, Refusal> {
+    let mut stale_retries = 0;
+    loop {
+        match tokio::time::timeout(pool.cfg.response_timeout, h2.try_send_request(request)).await {
+            Err(_) => return Err(Refusal::UpstreamTimeout),
+            Ok(Ok(resp)) => return Ok(Upstreamed::H2(resp)),
+            Ok(Err(mut e)) => {
+                // Not written at all: the shared connection had closed.
+                stale_retries += 1;
+                let Some(unsent) = e.take_message().filter(|_| stale_retries <= 2) else {
+                    let err = e.into_error();
+                    tracing::debug!(upstream = %pool.cfg.name, endpoint = %ep.addr, "upstream exchange failed: {err:?}");
+                    let too_large = std::error::Error::source(&err).is_some_and(|s| s.is::<BodyTooLarge>());
+                    return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
+                };
+                request = unsent;
+                let fresh = connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::H2c).await;
+                h2 = match fresh {
+                    Ok(s @ Sender::H2(_)) => {
+                        conn.worker.conns.share_h2(ep.addr, &s);
+                        let Sender::H2(h2) = s else { return Err(Refusal::UpstreamError) };
+                        h2
+                    }
+                    Ok(Sender::H1(_)) => return Err(Refusal::UpstreamError),
+                    Err(e) => return Err(connect_refusal(&e)),
+                };
+            }
+        }
+    }
 }
 
 async fn checkout(pool: &UpstreamPool, ep: &PoolEndpoint, conn: &ConnState, upgrade: bool) -> Result<Sender, ConnectError> {
     let protocol = pool.cfg.protocol;
     let reuse = match protocol {
         UpstreamProtocol::H2c => conn.worker.conns.shared_h2(ep.addr),
-        UpstreamProtocol::Http1 if !upgrade => conn.worker.conns.take(ep.addr, pool.cfg.idle_timeout),
+        UpstreamProtocol::Http1 if !upgrade => conn.worker.conns.take(ep.addr, pool.cfg.idle_timeout).map(Sender::H1),
         UpstreamProtocol::Http1 => None,
     };
     if let Some(s) = reuse {
         return Ok(s);
     }
-    let s = connect(ep.addr, pool.cfg.connect_timeout, upgrade, protocol).await?;
+    let s = connect(ep.addr, pool.cfg.connect_timeout, protocol).await?;
     ep.health.connect_succeeded();
     conn.worker.conns.share_h2(ep.addr, &s);
     Ok(s)
 }
 
 fn relay_response(
-    mut resp: Response<Incoming>,
-    sender: Sender,
-    addr: SocketAddr,
+    upstreamed: Upstreamed,
     pool: &UpstreamPool,
+    conn: &ConnState,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    ex: &mut Exchange,
 ) -> Response<AnyBody> {
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
-        && let Some(client_side) = client_upgrade
-    {
-        let upstream_side = hyper::upgrade::on(&mut resp);
-        tokio::spawn(async move {
-            if let (Ok(client), Ok(upstream)) = (client_side.await, upstream_side.await) {
-                let mut client = TokioIo::new(client);
-                let mut upstream = TokioIo::new(upstream);
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    match upstreamed {
+        Upstreamed::H1(resp, framing, h1) => {
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+                && let Some(client_side) = client_upgrade
+            {
+                tokio::spawn(bridge(client_side, h1));
+                return resp.map(|()| empty());
             }
-            drop(sender);
-        });
-        return resp.map(|_| empty());
+            let mut resp = resp.map(|()| {
+                H1Body::new(h1, framing, conn.worker.conns.clone(), pool.cfg.max_idle_per_endpoint).boxed_unsync()
+            });
+            strip_hop_by_hop(resp.headers_mut(), false);
+            resp
+        }
+        Upstreamed::H2(mut resp) => {
+            strip_hop_by_hop(resp.headers_mut(), false);
+            resp.map(|b| b.map_err(|e| Box::new(e) as crate::body::BoxError).boxed_unsync())
+        }
     }
-    // An HTTP/1.1 connection goes back to the pool once its response has
-    // been read; a shared HTTP/2 one never left it.
-    if client_upgrade.is_none() && matches!(sender, Sender::H1(_)) {
-        ex.loan = Some(Loan { addr, sender, max_idle: pool.cfg.max_idle_per_endpoint });
+}
+
+/// Joins an upgraded client connection (WebSocket and the like) to the
+/// upstream socket, bytes both ways, until either side closes.
+async fn bridge(client_side: hyper::upgrade::OnUpgrade, upstream: H1Conn) {
+    use tokio::io::AsyncWriteExt;
+    let Ok(client) = client_side.await else { return };
+    let mut client = TokioIo::new(client);
+    let (mut upstream, early) = upstream.into_parts();
+    // Bytes the upstream sent right after its 101 belong to the client.
+    if !early.is_empty() && client.write_all(&early).await.is_err() {
+        return;
     }
-    strip_hop_by_hop(resp.headers_mut(), false);
-    resp.map(|b| b.map_err(|e| Box::new(e) as crate::body::BoxError).boxed_unsync())
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
 }
 
 /// A compiled direct response.

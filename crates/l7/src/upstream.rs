@@ -19,13 +19,12 @@ use gatehouse_balance::{Backends, LeastConnections, MaglevTable, RoundRobin, Smo
 use gatehouse_config::{Balance, HashKey, Upstream, UpstreamProtocol};
 use http::HeaderMap;
 use http_body_util::combinators::UnsyncBoxBody;
-use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use crate::body::BoxError;
+use crate::h1client::H1Conn;
 use crate::health::{EndpointHealth, HealthRegistry, now_ms};
 
 pub struct PoolEndpoint {
@@ -140,36 +139,10 @@ pub type UpstreamBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A connection that can carry a request to an endpoint.
 pub enum Sender {
-    H1(http1::SendRequest<UpstreamBody>),
+    /// Ours alone for one exchange (see `h1client`).
+    H1(H1Conn),
     /// Shared: an HTTP/2 connection carries many requests at once.
     H2(http2::SendRequest<UpstreamBody>),
-}
-
-pub type SendError = hyper::client::conn::TrySendError<Request<UpstreamBody>>;
-
-impl Sender {
-    fn is_ready(&self) -> bool {
-        match self {
-            Sender::H1(s) => s.is_ready(),
-            Sender::H2(s) => s.is_ready(),
-        }
-    }
-
-    fn is_closed(&self) -> bool {
-        match self {
-            Sender::H1(s) => s.is_closed(),
-            Sender::H2(s) => s.is_closed(),
-        }
-    }
-
-    /// Sends a request; on an error before anything was written, the
-    /// request comes back inside the error.
-    pub async fn send(&mut self, req: Request<UpstreamBody>) -> Result<Response<Incoming>, SendError> {
-        match self {
-            Sender::H1(s) => s.try_send_request(req).await,
-            Sender::H2(s) => s.try_send_request(req).await,
-        }
-    }
 }
 
 /// Why no connection could be had.
@@ -181,7 +154,7 @@ pub enum ConnectError {
 }
 
 struct Idle {
-    sender: Sender,
+    conn: H1Conn,
     since: Instant,
 }
 
@@ -213,99 +186,67 @@ impl ConnPool {
         }
     }
 
-    /// A connection to `addr` that can take a request now, newest first.
-    /// Closed and expired entries are dropped; entries still finishing
-    /// their previous exchange are left for a later request.
-    pub fn take(&self, addr: SocketAddr, idle_timeout: Duration) -> Option<Sender> {
+    /// An idle HTTP/1.1 connection to `addr` that can take a request now,
+    /// newest first. Closed and expired ones are dropped on the way.
+    pub fn take(&self, addr: SocketAddr, idle_timeout: Duration) -> Option<H1Conn> {
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.get_mut(&addr)?;
         let now = Instant::now();
-        let mut i = list.len();
-        while i > 0 {
-            i -= 1;
-            let entry = &list[i];
-            if entry.sender.is_closed() || now.duration_since(entry.since) >= idle_timeout {
-                // Every index above i was visited already, so the element
-                // swapped in is not skipped.
-                list.swap_remove(i);
-            } else if entry.sender.is_ready() {
-                return Some(list.swap_remove(i).sender);
+        while let Some(idle) = list.pop() {
+            if now.duration_since(idle.since) < idle_timeout && idle.conn.idle_usable() {
+                return Some(idle.conn);
             }
         }
         None
     }
 
-    /// Keeps `sender` for reuse. Called when its response has been read to
-    /// the end, so the connection is idle or about to be.
-    pub fn put(&self, addr: SocketAddr, sender: Sender, max_idle: usize) {
-        if max_idle == 0 || sender.is_closed() {
+    /// Keeps a connection whose last response was read to its end.
+    pub fn put_h1(&self, conn: H1Conn, max_idle: usize) {
+        if max_idle == 0 {
             return;
         }
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = map.entry(addr).or_default();
+        let list = map.entry(conn.addr).or_default();
         if list.len() >= max_idle {
             list.remove(0); // drop the oldest
         }
-        list.push(Idle { sender, since: Instant::now() });
+        list.push(Idle { conn, since: Instant::now() });
     }
 
-    /// Closes connections idle for longer than `max_age`.
+    /// Closes connections idle for longer than `max_age` or closed by the
+    /// upstream.
     pub fn sweep(&self, max_age: Duration) {
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, list| {
-            list.retain(|i| i.since.elapsed() < max_age && !i.sender.is_closed());
+            list.retain(|i| i.since.elapsed() < max_age && i.conn.idle_usable());
             !list.is_empty()
         });
+        self.h2.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, s| !s.is_closed());
     }
 }
 
-/// An upstream connection on loan to one exchange; it goes back to its
-/// worker's pool only if the response was read to its end.
-pub struct Loan {
-    pub addr: SocketAddr,
-    pub sender: Sender,
-    pub max_idle: usize,
-}
-
 /// Opens a new connection to `addr`, HTTP/1.1 or (h2c) HTTP/2.
-pub async fn connect(
-    addr: SocketAddr,
-    timeout: Duration,
-    upgrades: bool,
-    protocol: UpstreamProtocol,
-) -> Result<Sender, ConnectError> {
+pub async fn connect(addr: SocketAddr, timeout: Duration, protocol: UpstreamProtocol) -> Result<Sender, ConnectError> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Err(_) => return Err(ConnectError::Timeout),
         Ok(Err(e)) => return Err(ConnectError::Failed(e)),
         Ok(Ok(s)) => s,
     };
     let _ = stream.set_nodelay(true);
-    if protocol == UpstreamProtocol::H2c {
-        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(ConnectError::Handshake)?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        return Ok(Sender::H2(sender));
+    match protocol {
+        UpstreamProtocol::Http1 => Ok(Sender::H1(H1Conn::new(stream, addr))),
+        UpstreamProtocol::H2c => {
+            let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .handshake(TokioIo::new(stream))
+                .await
+                .map_err(ConnectError::Handshake)?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(Sender::H2(sender))
+        }
     }
-    let (sender, conn) = http1::Builder::new()
-        .max_buf_size(1024 * 1024)
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(ConnectError::Handshake)?;
-    if upgrades {
-        tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
-        });
-    } else {
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-    }
-    Ok(Sender::H1(sender))
 }
 
 #[cfg(test)]

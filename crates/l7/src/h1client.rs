@@ -1,0 +1,648 @@
+//! HTTP/1.1 to upstreams, driven inside the request's own task.
+//!
+//! hyper's client runs each upstream connection as a separate task and
+//! hands requests, responses and body chunks across channels; measured on
+//! the proxy path, that hand-off was most of the CPU Gatehouse spent above
+//! HAProxy per request (docs/BENCHMARKS.md). Here the request's task writes
+//! the request and reads the response head itself, and the response body
+//! reads straight from the upstream socket; at the end of a reusable
+//! response the connection goes back to the worker's pool.
+//!
+//! The response parser is strict, as a proxy's must be: a response whose
+//! length is ambiguous (Content-Length with Transfer-Encoding, differing
+//! Content-Lengths) or malformed is refused, and its connection is never
+//! reused.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Response, StatusCode, Version};
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::body::BoxError;
+use crate::upstream::ConnPool;
+
+/// Largest response head accepted from an upstream.
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+const READ_CHUNK: usize = 16 * 1024;
+
+/// An open HTTP/1.1 connection to an upstream endpoint.
+pub struct H1Conn {
+    io: TcpStream,
+    /// Bytes read but not consumed yet.
+    buf: BytesMut,
+    pub addr: SocketAddr,
+    /// Has carried an exchange before (a failure may be a stale close).
+    pub reused: bool,
+}
+
+impl H1Conn {
+    pub fn new(io: TcpStream, addr: SocketAddr) -> Self {
+        H1Conn { io, buf: BytesMut::with_capacity(READ_CHUNK), addr, reused: false }
+    }
+
+    /// Whether an idle connection can take a request: the reactor has seen
+    /// nothing on it (an upstream that closed it, or sent stray bytes, made
+    /// it readable). No system call.
+    pub fn idle_usable(&self) -> bool {
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        self.buf.is_empty() && self.io.poll_read_ready(&mut cx).is_pending()
+    }
+
+    /// Reads more bytes into the buffer; Ok(0) at end of stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(READ_CHUNK);
+        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
+    }
+
+    pub fn into_parts(self) -> (TcpStream, BytesMut) {
+        (self.io, self.buf)
+    }
+}
+
+/// Why an exchange failed.
+#[derive(Debug)]
+pub enum ExchangeError {
+    /// A reused connection turned out closed before any response byte:
+    /// the request may be sent again on a new connection.
+    Stale,
+    Io(io::Error),
+    /// The upstream's response was malformed.
+    BadResponse(&'static str),
+    /// The client's request body failed (too large, malformed, cut off).
+    ClientBody(BoxError),
+    /// No response head within the response timeout.
+    Timeout,
+}
+
+/// How a message body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// Serialises a request head. `chunked`: the body is sent chunked.
+fn encode_head(req: &http::request::Parts, chunked: bool, out: &mut BytesMut) {
+    out.reserve(256);
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(req.uri.path_and_query().map_or("/", |pq| pq.as_str()).as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &req.headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How to send a request: its serialised head and how its body goes.
+pub struct Outgoing {
+    pub head: BytesMut,
+    /// The body is sent chunked (it has no Content-Length).
+    pub chunked: bool,
+    /// A HEAD request: the response has no body whatever it says.
+    pub is_head: bool,
+}
+
+impl Outgoing {
+    /// Serialises `parts`; `has_body` says whether a body follows.
+    pub fn new(parts: &http::request::Parts, has_body: bool) -> Self {
+        let chunked = has_body && !parts.headers.contains_key(header::CONTENT_LENGTH);
+        let mut head = BytesMut::new();
+        encode_head(parts, chunked, &mut head);
+        Outgoing { head, chunked, is_head: parts.method == Method::HEAD }
+    }
+}
+
+/// Sends a request on `conn` and reads the response head. The body is
+/// written while the response is awaited, so an upstream that answers
+/// early (say 413) is heard; its connection is then not reused.
+pub async fn exchange<B>(
+    conn: &mut H1Conn,
+    out: &Outgoing,
+    body: Option<&mut B>,
+    head_timeout: Duration,
+) -> Result<(Response<()>, ResponseFraming), ExchangeError>
+where
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+{
+    let has_body = body.is_some();
+    let reused = conn.reused;
+    conn.reused = true;
+    if let Err(e) = conn.io.write_all(&out.head).await {
+        return Err(if reused && !has_body { ExchangeError::Stale } else { ExchangeError::Io(e) });
+    }
+
+    let (mut rd, mut wr) = conn.io.split();
+    let buf = &mut conn.buf;
+    let chunked = out.chunked;
+    let send_body = async move {
+        match body {
+            Some(body) => write_body(&mut wr, body, chunked).await,
+            None => Ok(()),
+        }
+    };
+    let read_head = tokio::time::timeout(head_timeout, read_response_head(&mut rd, buf, out.is_head));
+    tokio::pin!(send_body, read_head);
+    let mut body_done = !has_body;
+    let result = loop {
+        tokio::select! {
+            sent = &mut send_body, if !body_done => {
+                sent?;
+                body_done = true;
+            }
+            head = &mut read_head => break head,
+        }
+    };
+    let (resp, mut framing) = match result {
+        Err(_) => return Err(ExchangeError::Timeout),
+        Ok(Err(HeadError::ClosedEarly | HeadError::Io(_))) if reused && !has_body => return Err(ExchangeError::Stale),
+        Ok(Err(HeadError::ClosedEarly)) => return Err(ExchangeError::BadResponse("closed before a response")),
+        Ok(Err(HeadError::Io(e))) => return Err(ExchangeError::Io(e)),
+        Ok(Err(HeadError::Bad(why))) => return Err(ExchangeError::BadResponse(why)),
+        Ok(Ok(r)) => r,
+    };
+    if !body_done {
+        // The upstream answered before taking the whole body: the rest of
+        // the request would be read as the next request. Never reuse.
+        framing.reusable = false;
+    }
+    Ok((resp, framing))
+}
+
+/// The body framing of a response and whether its connection can be reused.
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseFraming {
+    framing: Framing,
+    pub reusable: bool,
+}
+
+async fn write_body<W, B>(wr: &mut W, body: &mut B, chunked: bool) -> Result<(), ExchangeError>
+where
+    W: AsyncWrite + Unpin,
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+{
+    use http_body_util::BodyExt;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(ExchangeError::ClientBody)?;
+        let Ok(data) = frame.into_data() else { continue }; // trailers: not sent on HTTP/1.1
+        if data.is_empty() {
+            continue;
+        }
+        if chunked {
+            let mut out = BytesMut::with_capacity(data.len() + 16);
+            out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+            out.extend_from_slice(&data);
+            out.extend_from_slice(b"\r\n");
+            wr.write_all(&out).await.map_err(ExchangeError::Io)?;
+        } else {
+            wr.write_all(&data).await.map_err(ExchangeError::Io)?;
+        }
+    }
+    if chunked {
+        wr.write_all(b"0\r\n\r\n").await.map_err(ExchangeError::Io)?;
+    }
+    Ok(())
+}
+
+enum HeadError {
+    /// End of stream before any byte of a response.
+    ClosedEarly,
+    Io(io::Error),
+    Bad(&'static str),
+}
+
+async fn read_response_head<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    is_head_request: bool,
+) -> Result<(Response<()>, ResponseFraming), HeadError> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if !buf.is_empty() {
+            match parse_response(buf, is_head_request)? {
+                Parsed::Final(resp, framing) => return Ok((resp, framing)),
+                Parsed::Interim => continue, // 100 Continue and the like: skip
+                Parsed::Partial => {}
+            }
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(HeadError::Bad("response head too large"));
+        }
+        buf.reserve(READ_CHUNK);
+        let was_empty = buf.is_empty();
+        let n = rd.read_buf(buf).await.map_err(HeadError::Io)?;
+        if n == 0 {
+            return Err(if was_empty { HeadError::ClosedEarly } else { HeadError::Bad("closed inside the response head") });
+        }
+    }
+}
+
+enum Parsed {
+    Final(Response<()>, ResponseFraming),
+    Interim,
+    Partial,
+}
+
+fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut headers);
+    let len = match r.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::Bad("too many response headers")),
+        Err(_) => return Err(HeadError::Bad("malformed response head")),
+    };
+    let code = r.code.ok_or(HeadError::Bad("no status"))?;
+    let status = StatusCode::from_u16(code).map_err(|_| HeadError::Bad("invalid status"))?;
+    let version = if r.version == Some(1) { Version::HTTP_11 } else { Version::HTTP_10 };
+    if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+        buf.advance(len);
+        return Ok(Parsed::Interim);
+    }
+    let mut map = HeaderMap::with_capacity(r.headers.len());
+    let mut content_length: Option<u64> = None;
+    let mut transfer_encoding: Option<bool> = None; // Some(last coding is chunked)
+    let mut close = version == Version::HTTP_10;
+    for h in r.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| HeadError::Bad("invalid header name"))?;
+        let value = HeaderValue::from_bytes(h.value).map_err(|_| HeadError::Bad("invalid header value"))?;
+        if name == header::CONTENT_LENGTH {
+            let n = parse_content_length(h.value).ok_or(HeadError::Bad("invalid content-length"))?;
+            if content_length.is_some_and(|prev| prev != n) {
+                return Err(HeadError::Bad("conflicting content-length"));
+            }
+            content_length = Some(n);
+        } else if name == header::TRANSFER_ENCODING {
+            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or(b"").trim_ascii();
+            transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked"));
+        } else if name == header::CONNECTION {
+            for token in h.value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
+                    close = false;
+                }
+            }
+        }
+        map.append(name, value);
+    }
+    buf.advance(len);
+    let no_body = is_head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    let framing = if status == StatusCode::SWITCHING_PROTOCOLS {
+        ResponseFraming { framing: Framing::Empty, reusable: false }
+    } else if no_body {
+        ResponseFraming { framing: Framing::Empty, reusable: !close }
+    } else {
+        match (transfer_encoding, content_length) {
+            (Some(_), Some(_)) => return Err(HeadError::Bad("both content-length and transfer-encoding")),
+            (Some(true), None) => ResponseFraming { framing: Framing::Chunked, reusable: !close },
+            (Some(false), None) => ResponseFraming { framing: Framing::Close, reusable: false },
+            (None, Some(0)) => ResponseFraming { framing: Framing::Empty, reusable: !close },
+            (None, Some(n)) => ResponseFraming { framing: Framing::Length(n), reusable: !close },
+            (None, None) => ResponseFraming { framing: Framing::Close, reusable: false },
+        }
+    };
+    let mut resp = Response::new(());
+    *resp.status_mut() = status;
+    *resp.version_mut() = version;
+    *resp.headers_mut() = map;
+    Ok(Parsed::Final(resp, framing))
+}
+
+fn parse_content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// Strict chunked-body decoder state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// Reading a size line.
+    Size,
+    /// `n` bytes of chunk data left.
+    Data(u64),
+    /// The CRLF after chunk data.
+    DataEnd,
+    /// Trailer lines after the last chunk, until an empty line.
+    Trailers,
+    Done,
+}
+
+/// What the decoder got from the buffer.
+#[derive(Debug, PartialEq, Eq)]
+enum Decoded {
+    Data(Bytes),
+    NeedMore,
+    End,
+}
+
+#[derive(Debug)]
+struct ChunkedDecoder {
+    state: Chunk,
+}
+
+impl ChunkedDecoder {
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, &'static str> {
+        loop {
+            match self.state {
+                Chunk::Size => {
+                    let Some(eol) = buf.iter().position(|&b| b == b'\n') else {
+                        return if buf.len() > 1024 { Err("chunk size line too long") } else { Ok(Decoded::NeedMore) };
+                    };
+                    let line = &buf[..eol];
+                    let line = line.strip_suffix(b"\r").ok_or("chunk size line without CR")?;
+                    let digits = line.split(|&b| b == b';').next().unwrap_or(b"").trim_ascii_end();
+                    if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_hexdigit) {
+                        return Err("invalid chunk size");
+                    }
+                    let size = u64::from_str_radix(std::str::from_utf8(digits).map_err(|_| "invalid chunk size")?, 16)
+                        .map_err(|_| "invalid chunk size")?;
+                    buf.advance(eol + 1);
+                    self.state = if size == 0 { Chunk::Trailers } else { Chunk::Data(size) };
+                }
+                Chunk::Data(left) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let n = left.min(buf.len() as u64) as usize;
+                    let data = buf.split_to(n).freeze();
+                    self.state = if left == n as u64 { Chunk::DataEnd } else { Chunk::Data(left - n as u64) };
+                    return Ok(Decoded::Data(data));
+                }
+                Chunk::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err("chunk data not followed by CRLF");
+                    }
+                    buf.advance(2);
+                    self.state = Chunk::Size;
+                }
+                Chunk::Trailers => {
+                    let Some(eol) = buf.iter().position(|&b| b == b'\n') else {
+                        return if buf.len() > 8192 { Err("trailers too long") } else { Ok(Decoded::NeedMore) };
+                    };
+                    let empty = eol == 0 || (eol == 1 && buf[0] == b'\r');
+                    buf.advance(eol + 1);
+                    if empty {
+                        self.state = Chunk::Done;
+                    }
+                }
+                Chunk::Done => return Ok(Decoded::End),
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Reading {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    Close,
+    Done,
+}
+
+/// A response body read straight from the upstream connection. When it
+/// has been read to its end and the connection is reusable, the connection
+/// goes back to the worker's pool.
+pub struct H1Body {
+    conn: Option<H1Conn>,
+    reading: Reading,
+    reusable: bool,
+    pool: Arc<ConnPool>,
+    max_idle: usize,
+}
+
+impl H1Body {
+    pub fn new(conn: H1Conn, framing: ResponseFraming, pool: Arc<ConnPool>, max_idle: usize) -> Self {
+        let reading = match framing.framing {
+            Framing::Empty => Reading::Done,
+            Framing::Length(n) => Reading::Length(n),
+            Framing::Chunked => Reading::Chunked(ChunkedDecoder { state: Chunk::Size }),
+            Framing::Close => Reading::Close,
+        };
+        let mut body = H1Body { conn: Some(conn), reading, reusable: framing.reusable, pool, max_idle };
+        if matches!(body.reading, Reading::Done) {
+            body.release();
+        }
+        body
+    }
+
+    /// The body is complete: keep the connection if it can carry another
+    /// exchange (nothing left over in its buffer).
+    fn release(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && self.reusable
+            && conn.buf.is_empty()
+        {
+            self.pool.put_h1(conn, self.max_idle);
+        }
+    }
+}
+
+fn io_err(why: &'static str) -> BoxError {
+    Box::new(io::Error::new(io::ErrorKind::InvalidData, why))
+}
+
+impl Body for H1Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
+            match &mut this.reading {
+                Reading::Done => {
+                    this.release();
+                    return Poll::Ready(None);
+                }
+                Reading::Length(left) => {
+                    if !conn.buf.is_empty() {
+                        let n = (*left).min(conn.buf.len() as u64) as usize;
+                        let data = conn.buf.split_to(n).freeze();
+                        *left -= n as u64;
+                        if *left == 0 {
+                            this.reading = Reading::Done;
+                            this.release();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+                Reading::Chunked(dec) => match dec.decode(&mut conn.buf) {
+                    Err(why) => {
+                        this.conn = None;
+                        return Poll::Ready(Some(Err(io_err(why))));
+                    }
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Decoded::End) => {
+                        this.reading = Reading::Done;
+                        continue;
+                    }
+                    Ok(Decoded::NeedMore) => {}
+                },
+                Reading::Close => {
+                    if !conn.buf.is_empty() {
+                        let data = conn.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+            }
+            // Need more bytes from the upstream.
+            let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
+            match ready!(conn.poll_fill(cx)) {
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
+                Ok(0) => {
+                    if matches!(this.reading, Reading::Close) {
+                        this.conn = None;
+                        this.reading = Reading::Done;
+                        return Poll::Ready(None);
+                    }
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(io_err("upstream closed inside the response body"))));
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.reading, Reading::Done)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.reading {
+            Reading::Length(n) => SizeHint::with_exact(n),
+            Reading::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Request;
+
+    fn decode_all(input: &[u8], split: usize) -> Result<Vec<u8>, &'static str> {
+        let mut dec = ChunkedDecoder { state: Chunk::Size };
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for part in [&input[..split], &input[split..]] {
+            buf.extend_from_slice(part);
+            loop {
+                match dec.decode(&mut buf)? {
+                    Decoded::Data(d) => out.extend_from_slice(&d),
+                    Decoded::NeedMore => break,
+                    Decoded::End => return Ok(out),
+                }
+            }
+        }
+        Err("incomplete")
+    }
+
+    #[test]
+    fn chunked_bodies_decode_however_they_arrive() {
+        let input = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n";
+        for split in 0..=input.len() {
+            assert_eq!(decode_all(input, split).as_deref(), Ok(&b"hello  world"[..]), "split {split}");
+        }
+    }
+
+    #[test]
+    fn malformed_chunks_are_refused() {
+        for bad in [&b"zz\r\nhello\r\n0\r\n\r\n"[..], b"5\r\nhelloXX0\r\n\r\n", b"5\nhello\r\n0\r\n\r\n", b"\r\n", b"-1\r\n"] {
+            assert!(decode_all(bad, bad.len()).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert!(decode_all(b"fffffffffffffffff\r\n", 19).is_err(), "size overflow");
+    }
+
+    fn parse(head: &[u8], is_head: bool) -> Result<(Response<()>, ResponseFraming, usize), &'static str> {
+        let mut buf = BytesMut::from(head);
+        let before = buf.len();
+        loop {
+            match parse_response(&mut buf, is_head) {
+                Ok(Parsed::Final(r, f)) => return Ok((r, f, before - buf.len())),
+                Ok(Parsed::Interim) => continue,
+                Ok(Parsed::Partial) => return Err("partial"),
+                Err(HeadError::Bad(why)) => return Err(why),
+                Err(_) => return Err("io"),
+            }
+        }
+    }
+
+    #[test]
+    fn response_framing_follows_rfc_9112() {
+        let (r, f, _) = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false).expect("ok");
+        assert_eq!((r.status(), f.framing, f.reusable), (StatusCode::OK, Framing::Length(5), true));
+        let (_, f, _) = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false).expect("ok");
+        assert_eq!(f.framing, Framing::Chunked);
+        let (_, f, _) = parse(b"HTTP/1.1 200 OK\r\n\r\n", false).expect("ok");
+        assert_eq!((f.framing, f.reusable), (Framing::Close, false));
+        let (_, f, _) = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n", false).expect("ok");
+        assert!(!f.reusable);
+        let (_, f, _) = parse(b"HTTP/1.1 204 No Content\r\n\r\n", false).expect("ok");
+        assert_eq!(f.framing, Framing::Empty);
+        let (_, f, _) = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true).expect("ok");
+        assert_eq!(f.framing, Framing::Empty, "HEAD responses have no body");
+        let (_, f, _) = parse(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false).expect("ok");
+        assert!(!f.reusable, "HTTP/1.0 closes by default");
+        let (r, _, used) = parse(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n", false).expect("ok");
+        assert_eq!((r.status(), used), (StatusCode::CREATED, 68));
+    }
+
+    #[test]
+    fn ambiguous_or_malformed_responses_are_refused() {
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1 2\r\n\r\n",
+            b"HTTP/1.1 2000 OK\r\n\r\n",
+            b"SSH-2.0\r\n\r\n",
+        ] {
+            assert!(parse(bad, false).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn request_heads_are_serialised() {
+        let (parts, ()) = Request::post("/a?b=1").header("host", "x").header("content-length", "3").body(()).expect("req").into_parts();
+        let mut out = BytesMut::new();
+        encode_head(&parts, false, &mut out);
+        assert_eq!(&out[..], b"POST /a?b=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\n");
+        let (parts, ()) = Request::put("/").body(()).expect("req").into_parts();
+        out.clear();
+        encode_head(&parts, true, &mut out);
+        assert_eq!(&out[..], b"PUT / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n");
+    }
+}
