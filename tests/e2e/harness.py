@@ -69,16 +69,16 @@ class _Handler(BaseHTTPRequestHandler):
         payload = json.dumps(
             {"upstream": up.name, "method": self.command, "path": self.path, "headers": dict(self.headers.items())}
         ).encode()
-        if self.command == "HEAD":
-            payload = b""
         self.send_response(status)
         self.send_header("content-type", "application/json")
+        # HEAD: the length the GET would have, and no body (RFC 9110 9.3.2).
         self.send_header("content-length", str(len(payload)))
         self.send_header("x-upstream", up.name)
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(payload)
+        if self.command != "HEAD":
+            self.wfile.write(payload)
 
     def _read_body(self):
         if self.headers.get("transfer-encoding", "").lower() == "chunked":

@@ -211,3 +211,24 @@ def test_keep_alive_to_upstreams_reuses_connections(raw_upstream, upstream, gate
     seen = up.seen("/ka")
     assert len(seen) == 30
     assert len({r["client_port"] for r in seen}) <= 2, [r["client_port"] for r in seen]
+
+
+def test_head_responses_keep_the_connection_in_step(upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }"), [port])
+    import http.client
+
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for i in range(5):
+        c.request("HEAD", f"/head{i}")
+        r = c.getresponse()
+        assert r.status == 200 and int(r.getheader("content-length")) > 0
+        assert r.read() == b""
+        # The next exchange on both connections must not see stray bytes.
+        c.request("GET", f"/after-head{i}")
+        r = c.getresponse()
+        assert r.status == 200 and r.getheader("x-upstream") == "a"
+        assert b'"path": "/after-head' in r.read()
+    c.close()
+    assert len({r["client_port"] for r in up.seen("/")}) <= 2
