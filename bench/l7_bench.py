@@ -355,12 +355,12 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:
+        # Newest run first: insert before the first dated section.
         path = ROOT / args.write
-        if not path.exists():
-            path.write_text("# Benchmarks\n\nMethod: shared/BENCH.md. Newest results first below the method notes;"
-                            " every figure is from the run it is listed under.\n\n")
-        with open(path, "a") as f:
-            f.write(text + "\n")
+        old = path.read_text() if path.exists() else "# Benchmarks\n\n"
+        at = old.find("\n## 2")
+        new = old + "\n" + text if at < 0 else old[: at + 1] + text + "\n" + old[at + 1 :]
+        path.write_text(new)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
