@@ -300,36 +300,21 @@ impl HeadScanner {
     }
 
     /// Feeds bytes; returns the flags once the head's blank line is seen.
+    /// Only the first bytes of each line are looked at; the rest of a line
+    /// is skipped with memchr.
     pub fn feed(&mut self, bytes: &[u8]) -> Option<u8> {
         if self.done {
             return None;
         }
-        for &b in bytes {
-            if b == b'\n' {
-                let blank = self.line_pos == 0 || (self.line_pos == 1 && self.line[0] == b'\r');
-                if blank && self.lines > 0 {
-                    self.done = true;
-                    let mut flags = 0;
-                    if self.transfer_encoding && self.content_length > 0 {
-                        flags |= FLAG_CL_AND_TE;
-                    }
-                    if self.content_length > 1 {
-                        flags |= FLAG_DUPLICATE_CL;
-                    }
-                    return Some(flags);
-                }
-                if !blank {
-                    self.lines += 1;
-                }
-                self.line_len = 0;
-                self.line_pos = 0;
-                continue;
-            }
-            if self.line_len < self.line.len() {
+        let mut rest = bytes;
+        loop {
+            let newline = memchr::memchr(b'\n', rest);
+            let segment = &rest[..newline.unwrap_or(rest.len())];
+            for &b in segment.iter().take(self.line.len().saturating_sub(self.line_len)) {
                 self.line[self.line_len] = b.to_ascii_lowercase();
                 self.line_len += 1;
-                let l = &self.line[..self.line_len];
                 if self.lines > 0 {
+                    let l = &self.line[..self.line_len];
                     if l == b"content-length:" {
                         self.content_length += 1;
                     } else if l == b"transfer-encoding:" {
@@ -337,9 +322,27 @@ impl HeadScanner {
                     }
                 }
             }
-            self.line_pos += 1;
+            self.line_pos += segment.len();
+            let i = newline?;
+            rest = &rest[i + 1..];
+            let blank = self.line_pos == 0 || (self.line_pos == 1 && self.line[0] == b'\r');
+            if blank && self.lines > 0 {
+                self.done = true;
+                let mut flags = 0;
+                if self.transfer_encoding && self.content_length > 0 {
+                    flags |= FLAG_CL_AND_TE;
+                }
+                if self.content_length > 1 {
+                    flags |= FLAG_DUPLICATE_CL;
+                }
+                return Some(flags);
+            }
+            if !blank {
+                self.lines += 1;
+            }
+            self.line_len = 0;
+            self.line_pos = 0;
         }
-        None
     }
 }
 

@@ -281,24 +281,36 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, H
         buf.advance(len);
         return Ok(Parsed::Interim);
     }
-    let mut map = HeaderMap::with_capacity(r.headers.len());
+    // Where each name and value sits in the head, so that the values can
+    // share the head's bytes instead of each being copied.
+    let base = buf.as_ptr() as usize;
+    let count = r.headers.len();
+    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
+    for (span, h) in spans.iter_mut().zip(r.headers.iter()) {
+        let n = h.name.as_ptr() as usize - base;
+        let v = h.value.as_ptr() as usize - base;
+        *span = (n as u32, (n + h.name.len()) as u32, v as u32, (v + h.value.len()) as u32);
+    }
+    let head = buf.split_to(len).freeze();
+    let mut map = HeaderMap::with_capacity(count);
     let mut content_length: Option<u64> = None;
     let mut transfer_encoding: Option<bool> = None; // Some(last coding is chunked)
     let mut close = version == Version::HTTP_10;
-    for h in r.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| HeadError::Bad("invalid header name"))?;
-        let value = HeaderValue::from_bytes(h.value).map_err(|_| HeadError::Bad("invalid header value"))?;
+    for &(n0, n1, v0, v1) in &spans[..count] {
+        let raw_name = &head[n0 as usize..n1 as usize];
+        let raw_value = &head[v0 as usize..v1 as usize];
+        let name = HeaderName::from_bytes(raw_name).map_err(|_| HeadError::Bad("invalid header name"))?;
         if name == header::CONTENT_LENGTH {
-            let n = parse_content_length(h.value).ok_or(HeadError::Bad("invalid content-length"))?;
+            let n = parse_content_length(raw_value).ok_or(HeadError::Bad("invalid content-length"))?;
             if content_length.is_some_and(|prev| prev != n) {
                 return Err(HeadError::Bad("conflicting content-length"));
             }
             content_length = Some(n);
         } else if name == header::TRANSFER_ENCODING {
-            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or(b"").trim_ascii();
+            let last = raw_value.rsplit(|&b| b == b',').next().unwrap_or(b"").trim_ascii();
             transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked"));
         } else if name == header::CONNECTION {
-            for token in h.value.split(|&b| b == b',') {
+            for token in raw_value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
@@ -307,9 +319,10 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, H
                 }
             }
         }
+        let value = HeaderValue::from_maybe_shared(head.slice(v0 as usize..v1 as usize))
+            .map_err(|_| HeadError::Bad("invalid header value"))?;
         map.append(name, value);
     }
-    buf.advance(len);
     let no_body = is_head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
     let framing = if status == StatusCode::SWITCHING_PROTOCOLS {
         ResponseFraming { framing: Framing::Empty, reusable: false }

@@ -334,6 +334,23 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 /// `Connection: upgrade`. Names are prebuilt: a lookup by `&str` would parse
 /// the name again on every request.
 fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
+    // Usually there is none, or only Connection: one pass over the names
+    // is cheaper than a hashed removal per hop-by-hop name.
+    let is_hop = |k: &HeaderName| {
+        k == header::CONNECTION
+            || k == header::TE
+            || k == header::TRAILER
+            || k == header::TRANSFER_ENCODING
+            || k == header::UPGRADE
+            || *k == KEEP_ALIVE
+            || *k == PROXY_CONNECTION
+    };
+    if !h.keys().any(is_hop) {
+        if upgrade {
+            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        return;
+    }
     if h.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = h
             .get_all(header::CONNECTION)
