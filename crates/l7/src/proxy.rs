@@ -329,50 +329,65 @@ fn wants_upgrade(req: &Request<Incoming>) -> bool {
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those the
-/// Connection header names. With `upgrade`, keeps `Upgrade` and answers
-/// `Connection: upgrade`. Names are prebuilt: a lookup by `&str` would parse
-/// the name again on every request.
-fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
-    // Usually there is none, or only Connection: one pass over the names
-    // is cheaper than a hashed removal per hop-by-hop name.
-    let is_hop = |k: &HeaderName| {
-        k == header::CONNECTION
-            || k == header::TE
-            || k == header::TRAILER
-            || k == header::TRANSFER_ENCODING
-            || k == header::UPGRADE
-            || *k == KEEP_ALIVE
-            || *k == PROXY_CONNECTION
-    };
-    if !h.keys().any(is_hop) {
-        if upgrade {
-            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        return;
+/// The hop-by-hop headers of RFC 9110 §7.6.1 (and the old Proxy-Connection
+/// and Keep-Alive), by position in a bit set.
+fn hop_by_hop_bit(k: &HeaderName) -> u8 {
+    if k == header::CONNECTION {
+        1
+    } else if k == header::TE {
+        2
+    } else if k == header::TRAILER {
+        4
+    } else if k == header::TRANSFER_ENCODING {
+        8
+    } else if k == header::UPGRADE {
+        16
+    } else if *k == KEEP_ALIVE {
+        32
+    } else if *k == PROXY_CONNECTION {
+        64
+    } else {
+        0
     }
-    if h.contains_key(header::CONNECTION) {
+}
+
+/// Removes hop-by-hop headers, including those the Connection header
+/// names. With `upgrade`, keeps `Upgrade` and answers `Connection:
+/// upgrade`. One pass over the names finds which are present, so only
+/// those cost a removal.
+fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
+    let present = h.keys().fold(0u8, |acc, k| acc | hop_by_hop_bit(k));
+    if present & 1 != 0 {
+        // Names listed in Connection, other than the usual tokens.
         let named: Vec<HeaderName> = h
             .get_all(header::CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .map(str::trim)
+            .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close") && !t.eq_ignore_ascii_case("upgrade"))
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
             .collect();
         for name in named {
-            if !(upgrade && name == header::UPGRADE) {
-                h.remove(&name);
-            }
+            h.remove(&name);
         }
-        h.remove(header::CONNECTION);
     }
-    for name in [&KEEP_ALIVE, &PROXY_CONNECTION, &header::TE, &header::TRAILER, &header::TRANSFER_ENCODING] {
-        h.remove(name);
+    let names: [(u8, &HeaderName); 7] = [
+        (1, &header::CONNECTION),
+        (2, &header::TE),
+        (4, &header::TRAILER),
+        (8, &header::TRANSFER_ENCODING),
+        (16, &header::UPGRADE),
+        (32, &KEEP_ALIVE),
+        (64, &PROXY_CONNECTION),
+    ];
+    for (bit, name) in names {
+        if present & bit != 0 && !(upgrade && bit == 16) {
+            h.remove(name);
+        }
     }
     if upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        h.remove(header::UPGRADE);
     }
 }
 
@@ -384,8 +399,11 @@ fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority
     // An authority in the request target (HTTP/2, absolute form) becomes
     // the Host header; otherwise the client's one Host header stays as is.
     let from_target = parts.uri.authority().is_some();
-    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    parts.uri = Uri::try_from(target).unwrap_or_else(|_| Uri::from_static("/"));
+    // Origin form, sharing the path's bytes rather than copying them.
+    parts.uri = match parts.uri.path_and_query() {
+        Some(pq) => Uri::from(pq.clone()),
+        None => Uri::from_static("/"),
+    };
     parts.version = Version::HTTP_11;
     let h = &mut parts.headers;
     strip_hop_by_hop(h, upgrade);
