@@ -14,6 +14,7 @@ need nghttpd nghttp2-server
 need wrk wrk
 need go golang-go
 need python3 python3
+need ss iproute2
 [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || want_pkgs+=(libclang-dev)
 if [ "${1:-}" = "--bench" ]; then
   need haproxy haproxy
