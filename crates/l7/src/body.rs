@@ -11,12 +11,50 @@ use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use crate::h1client::H1Body;
 use crate::proxy::Completion;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body of a response to a client, whatever produced it.
-pub type AnyBody = UnsyncBoxBody<Bytes, BoxError>;
+/// The body of a response to a client, whatever produced it. An enum
+/// rather than a boxed trait object: no allocation per response.
+pub enum AnyBody {
+    /// Made here (direct responses, refusals); `None` once sent or empty.
+    Bytes(Option<Bytes>),
+    /// Read straight from an HTTP/1.1 upstream.
+    H1(H1Body),
+    /// From an HTTP/2 upstream, through hyper.
+    H2(Incoming),
+}
+
+impl Body for AnyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut *self {
+            AnyBody::Bytes(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
+            AnyBody::H1(b) => Pin::new(b).poll_frame(cx),
+            AnyBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(|e| Box::new(e) as BoxError),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            AnyBody::Bytes(b) => b.is_none(),
+            AnyBody::H1(b) => b.is_end_stream(),
+            AnyBody::H2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            AnyBody::Bytes(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            AnyBody::H1(b) => b.size_hint(),
+            AnyBody::H2(b) => b.size_hint(),
+        }
+    }
+}
 
 /// Raised when a request body passes `max_body_bytes`.
 #[derive(Debug)]
@@ -163,9 +201,15 @@ impl Drop for ResponseBody {
 }
 
 pub fn full(bytes: impl Into<Bytes>) -> AnyBody {
-    http_body_util::Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+    let bytes = bytes.into();
+    AnyBody::Bytes((!bytes.is_empty()).then_some(bytes))
 }
 
 pub fn empty() -> AnyBody {
+    AnyBody::Bytes(None)
+}
+
+/// An empty request body for an upstream (a zero-sized box: no allocation).
+pub fn empty_upstream() -> UnsyncBoxBody<Bytes, BoxError> {
     http_body_util::Empty::new().map_err(|never| match never {}).boxed_unsync()
 }

@@ -18,7 +18,7 @@ use hyper::body::{Body, Incoming};
 use hyper_util::rt::TokioIo;
 
 use crate::accesslog::{LogRecord, reason};
-use crate::body::{AnyBody, BodyTooLarge, RequestBody, ResponseBody, empty, full};
+use crate::body::{AnyBody, BodyTooLarge, RequestBody, ResponseBody, empty, empty_upstream, full};
 use crate::conn::ConnState;
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
@@ -223,9 +223,9 @@ async fn process(
         return Err(Refusal::BadRequest(reason::AMBIGUOUS_LENGTH));
     }
     let authority = authority(&req)?;
-    let host = normalize_host(&authority);
+    let host = normalize_host(authority.to_str().unwrap_or(""));
     if ex.logging {
-        ex.host.clone_from(&host);
+        ex.host = host.clone().into_owned();
     }
     let route_idx = snap
         .router
@@ -269,7 +269,7 @@ async fn process(
     let hash = pool.pool.request_hash(req.headers(), ip);
     let (mut parts, body) = req.into_parts();
     let body: UpstreamBody = if body.is_end_stream() {
-        empty()
+        empty_upstream()
     } else {
         let seen = Arc::new(AtomicU64::new(0));
         ex.bytes_in = Some(seen.clone());
@@ -291,21 +291,22 @@ async fn process(
     Ok(relay_response(upstreamed, &pool.pool, conn, client_upgrade))
 }
 
-/// The authority the client addressed: the request target's (absolute form,
-/// or HTTP/2's :authority), else the one Host header.
-fn authority(req: &Request<Incoming>) -> Result<String, Refusal> {
+/// The authority the client addressed: the request target's (absolute
+/// form, or HTTP/2's :authority), else the one Host header. A header value
+/// is cloned by reference count, not copied.
+fn authority(req: &Request<Incoming>) -> Result<HeaderValue, Refusal> {
     let mut hosts = req.headers().get_all(header::HOST).iter();
     let host_header = hosts.next();
     if hosts.next().is_some() {
         return Err(Refusal::BadRequest(reason::BAD_REQUEST));
     }
     if let Some(a) = req.uri().authority() {
-        return Ok(a.as_str().to_owned());
+        return HeaderValue::from_str(a.as_str()).map_err(|_| Refusal::BadRequest(reason::BAD_REQUEST));
     }
-    match host_header.map(|h| h.to_str()) {
-        Some(Ok(h)) if !h.is_empty() => Ok(h.to_owned()),
+    match host_header {
+        Some(h) if !h.is_empty() && h.to_str().is_ok() => Ok(h.clone()),
         Some(_) => Err(Refusal::BadRequest(reason::MISSING_HOST)),
-        None if req.version() == Version::HTTP_10 => Ok(String::new()),
+        None if req.version() == Version::HTTP_10 => Ok(HeaderValue::from_static("")),
         None => Err(Refusal::BadRequest(reason::MISSING_HOST)),
     }
 }
@@ -395,7 +396,7 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority: &str, upgrade: bool) {
+fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority: &HeaderValue, upgrade: bool) {
     // An authority in the request target (HTTP/2, absolute form) becomes
     // the Host header; otherwise the client's one Host header stays as is.
     let from_target = parts.uri.authority().is_some();
@@ -407,8 +408,8 @@ fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority
     parts.version = Version::HTTP_11;
     let h = &mut parts.headers;
     strip_hop_by_hop(h, upgrade);
-    if from_target && let Ok(v) = HeaderValue::from_str(authority) {
-        h.insert(header::HOST, v);
+    if from_target && !authority.is_empty() {
+        h.insert(header::HOST, authority.clone());
     }
     if let Some(host) = h.get(header::HOST).cloned() {
         h.insert(X_FORWARDED_HOST.clone(), host);
@@ -606,15 +607,14 @@ fn relay_response(
                 tokio::spawn(bridge(client_side, h1));
                 return resp.map(|()| empty());
             }
-            let mut resp = resp.map(|()| {
-                H1Body::new(h1, framing, conn.worker.conns.clone(), pool.cfg.max_idle_per_endpoint).boxed_unsync()
-            });
+            let mut resp = resp
+                .map(|()| AnyBody::H1(H1Body::new(h1, framing, conn.worker.conns.clone(), pool.cfg.max_idle_per_endpoint)));
             strip_hop_by_hop(resp.headers_mut(), false);
             resp
         }
         Upstreamed::H2(mut resp) => {
             strip_hop_by_hop(resp.headers_mut(), false);
-            resp.map(|b| b.map_err(|e| Box::new(e) as crate::body::BoxError).boxed_unsync())
+            resp.map(AnyBody::H2)
         }
     }
 }

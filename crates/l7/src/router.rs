@@ -146,14 +146,20 @@ impl Router {
 }
 
 /// Normalises a Host header or :authority for matching: lower case, no
-/// port, no trailing dot. IPv6 literals keep their brackets.
-pub fn normalize_host(raw: &str) -> String {
+/// port, no trailing dot. IPv6 literals keep their brackets. Borrows when
+/// the name is already in that form (the usual case).
+pub fn normalize_host(raw: &str) -> std::borrow::Cow<'_, str> {
     let host = if raw.starts_with('[') {
         raw.find(']').map_or(raw, |end| &raw[..=end])
     } else {
         raw.rsplit_once(':').map_or(raw, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { raw })
     };
-    host.trim_end_matches('.').to_ascii_lowercase()
+    let host = host.trim_end_matches('.');
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(host)
+    }
 }
 
 #[cfg(test)]
