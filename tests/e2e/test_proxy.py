@@ -232,3 +232,44 @@ def test_head_responses_keep_the_connection_in_step(upstream, gatehouse):
         assert b'"path": "/after-head' in r.read()
     c.close()
     assert len({r["client_port"] for r in up.seen("/")}) <= 2
+
+
+def test_malformed_upstream_responses_become_502(raw_upstream, gatehouse):
+    """An upstream whose response is ambiguous or broken is not relayed."""
+    bad = {
+        "cl-and-te": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        "two-lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        "not-http": b"SSH-2.0-OpenSSH_9.2\r\n",
+        "closed-early": b"",
+    }
+    ups = {name: raw_upstream(response=resp) for name, resp in bad.items()}
+    port = free_port()
+    upstreams = "\n".join(
+        f"  - {{ name: {n}, endpoints: [{u.addr}], passive: {{ consecutive_failures: 0 }} }}" for n, u in ups.items()
+    )
+    routes = "\n".join(f"  - {{ name: {n}, upstream: {n}, match: {{ path_prefix: /{n} }} }}" for n in ups)
+    g = gatehouse(proxy_config(port, upstreams, routes), [port])
+    for name in bad:
+        code, body, _ = curl(f"http://127.0.0.1:{port}/{name}")
+        assert code == 502, (name, code, body)
+    logs = wait_for(lambda: len(g.access_log()) >= len(bad) and g.access_log(), what="log lines")
+    assert all(r["reason"] == "upstream_error" for r in logs), logs
+
+
+def test_chunked_and_close_delimited_upstream_responses_are_relayed(raw_upstream, gatehouse):
+    chunked = raw_upstream(response=b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                    b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nx-trailer: t\r\n\r\n")
+    closing = raw_upstream(response=b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the upstream closes")
+    port = free_port()
+    upstreams = f"""
+  - {{ name: chunked, endpoints: [{chunked.addr}] }}
+  - {{ name: closing, endpoints: [{closing.addr}] }}
+"""
+    routes = """
+  - { name: chunked, upstream: chunked, match: { path_prefix: /chunked } }
+  - { name: closing, upstream: closing, match: { path_prefix: /closing } }
+"""
+    gatehouse(proxy_config(port, upstreams, routes), [port])
+    for _ in range(3):  # a fresh upstream connection each time: RawUpstream closes
+        assert curl(f"http://127.0.0.1:{port}/chunked") == (200, "hello world", "")
+        assert curl(f"http://127.0.0.1:{port}/closing") == (200, "until the upstream closes", "")
