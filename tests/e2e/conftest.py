@@ -13,33 +13,30 @@ def pytest_sessionstart(session):
         raise pytest.UsageError(f"{BIN} is missing: run `make build` first (make test does)")
 
 
+def _stopping_factory(cls):
+    """A fixture body: yields a factory for `cls`; stops what it made."""
+    made = []
+
+    def make(*args, **kwargs):
+        thing = cls(*args, **kwargs)
+        made.append(thing)
+        return thing
+
+    yield make
+    for thing in made:
+        thing.stop()
+
+
 @pytest.fixture
 def upstream():
     """Factory: upstream("name") starts a real HTTP server; all stop at the end."""
-    made = []
-
-    def make(name, port=None):
-        u = Upstream(name, port)
-        made.append(u)
-        return u
-
-    yield make
-    for u in made:
-        u.stop()
+    yield from _stopping_factory(Upstream)
 
 
 @pytest.fixture
 def raw_upstream():
-    made = []
-
-    def make(**kw):
-        u = RawUpstream(**kw)
-        made.append(u)
-        return u
-
-    yield make
-    for u in made:
-        u.stop()
+    """Factory: raw_upstream(response=...) starts a TCP server that records bytes."""
+    yield from _stopping_factory(RawUpstream)
 
 
 @pytest.fixture
