@@ -273,3 +273,23 @@ def test_chunked_and_close_delimited_upstream_responses_are_relayed(raw_upstream
     for _ in range(3):  # a fresh upstream connection each time: RawUpstream closes
         assert curl(f"http://127.0.0.1:{port}/chunked") == (200, "hello world", "")
         assert curl(f"http://127.0.0.1:{port}/closing") == (200, "until the upstream closes", "")
+
+
+def test_response_timeout_holds_on_a_reused_upstream_connection(upstream, gatehouse):
+    """The response timer lives with the upstream connection and is re-armed
+    lazily; a slow answer on a reused connection must still time out."""
+    import time
+
+    up = upstream("a")
+    port = free_port()
+    ups = f"  - {{ name: a, endpoints: [{up.addr}], response_timeout: 400ms }}"
+    gatehouse(proxy_config(port, ups, "  - { name: a, upstream: a }", "workers: 1"), [port])
+    c = KeepAliveClient(port)
+    for i in range(3):
+        assert c.get(f"/fast{i}")[0] == 200
+    started = time.monotonic()
+    assert c.get("/slow?t=3")[0] == 504
+    took = time.monotonic() - started
+    assert 0.35 <= took < 2.0, took
+    assert len({r["client_port"] for r in up.seen("/fast")} | {r["client_port"] for r in up.seen("/slow")}) == 1, \
+        "the slow request went over the reused connection"

@@ -26,6 +26,7 @@ use http::{Method, Response, StatusCode, Version};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
 use crate::upstream::ConnPool;
@@ -43,11 +44,16 @@ pub struct H1Conn {
     pub addr: SocketAddr,
     /// Has carried an exchange before (a failure may be a stale close).
     pub reused: bool,
+    /// The response timer, kept for the connection's life and re-armed
+    /// lazily: an exchange only moves a deadline, so the timer wheel is
+    /// touched about once per timeout period, not once per request.
+    timer: Pin<Box<Sleep>>,
 }
 
 impl H1Conn {
     pub fn new(io: TcpStream, addr: SocketAddr) -> Self {
-        H1Conn { io, buf: BytesMut::with_capacity(READ_CHUNK), addr, reused: false }
+        let timer = Box::pin(tokio::time::sleep(Duration::from_secs(24 * 3600)));
+        H1Conn { io, buf: BytesMut::with_capacity(READ_CHUNK), addr, reused: false, timer }
     }
 
     /// Whether an idle connection can take a request: the reactor has seen
@@ -154,6 +160,21 @@ where
         return Err(if reused && !has_body { ExchangeError::Stale } else { ExchangeError::Io(e) });
     }
 
+    let deadline = Instant::now() + head_timeout;
+    if deadline < conn.timer.deadline() {
+        conn.timer.as_mut().reset(deadline);
+    }
+    let timer = &mut conn.timer;
+    let expired = std::future::poll_fn(|cx| {
+        while timer.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
+                return Poll::Ready(());
+            }
+            // Armed for an earlier exchange's deadline: move it.
+            timer.as_mut().reset(deadline);
+        }
+        Poll::Pending
+    });
     let (mut rd, mut wr) = conn.io.split();
     let buf = &mut conn.buf;
     let chunked = out.chunked;
@@ -163,8 +184,8 @@ where
             None => Ok(()),
         }
     };
-    let read_head = tokio::time::timeout(head_timeout, read_response_head(&mut rd, buf, out.is_head));
-    tokio::pin!(send_body, read_head);
+    let read_head = read_response_head(&mut rd, buf, out.is_head);
+    tokio::pin!(send_body, read_head, expired);
     let mut body_done = !has_body;
     let result = loop {
         tokio::select! {
@@ -172,7 +193,8 @@ where
                 sent?;
                 body_done = true;
             }
-            head = &mut read_head => break head,
+            head = &mut read_head => break Ok(head),
+            () = &mut expired => break Err(()),
         }
     };
     let (resp, mut framing) = match result {
