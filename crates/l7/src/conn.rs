@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::accesslog::{LogRecord, reason};
+use crate::deadline::{expired, set_deadline};
 use crate::h1::response_status;
 use crate::server::Worker;
 
@@ -213,26 +214,6 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         self.project().inner.poll_shutdown(cx)
     }
-}
-
-/// Moves the deadline; touches the timer only if it must fire sooner.
-fn set_deadline(timer: Pin<&mut Sleep>, deadline: &mut Instant, new: Instant) {
-    *deadline = new;
-    if new < timer.deadline() {
-        timer.reset(new);
-    }
-}
-
-/// Whether the deadline has passed. A timer that fires before the (since
-/// moved) deadline is re-armed for it, which also registers the waker.
-fn expired(mut timer: Pin<&mut Sleep>, deadline: Instant, cx: &mut Context<'_>) -> bool {
-    while timer.as_mut().poll(cx).is_ready() {
-        if Instant::now() >= deadline {
-            return true;
-        }
-        timer.as_mut().reset(deadline);
-    }
-    false
 }
 
 /// Logs a response that hyper wrote for a head the service never saw.

@@ -29,6 +29,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
+use crate::deadline::{expired, set_deadline};
 use crate::upstream::ConnPool;
 
 /// Largest response head accepted from an upstream.
@@ -160,21 +161,10 @@ where
         return Err(if reused && !has_body { ExchangeError::Stale } else { ExchangeError::Io(e) });
     }
 
-    let deadline = Instant::now() + head_timeout;
-    if deadline < conn.timer.deadline() {
-        conn.timer.as_mut().reset(deadline);
-    }
+    let mut deadline = conn.timer.deadline();
+    set_deadline(conn.timer.as_mut(), &mut deadline, Instant::now() + head_timeout);
     let timer = &mut conn.timer;
-    let expired = std::future::poll_fn(|cx| {
-        while timer.as_mut().poll(cx).is_ready() {
-            if Instant::now() >= deadline {
-                return Poll::Ready(());
-            }
-            // Armed for an earlier exchange's deadline: move it.
-            timer.as_mut().reset(deadline);
-        }
-        Poll::Pending
-    });
+    let expired = std::future::poll_fn(|cx| if expired(timer.as_mut(), deadline, cx) { Poll::Ready(()) } else { Poll::Pending });
     let (mut rd, mut wr) = conn.io.split();
     let buf = &mut conn.buf;
     let chunked = out.chunked;

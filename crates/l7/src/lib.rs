@@ -9,6 +9,7 @@
 pub mod accesslog;
 pub mod body;
 pub mod conn;
+mod deadline;
 pub mod filters;
 pub mod h1;
 pub mod h1client;

@@ -36,7 +36,6 @@ pub struct Shared {
     pub health: HealthRegistry,
     pub limiters: RateLimiters,
     pub config_path: PathBuf,
-    pub base_dir: PathBuf,
     /// Set once on SIGTERM/SIGINT: every connection finishes what it is
     /// doing and closes.
     pub draining: tokio::sync::watch::Sender<bool>,
@@ -125,7 +124,6 @@ pub fn run(path: &Path) -> Result<(), String> {
         health,
         limiters,
         config_path: path.to_path_buf(),
-        base_dir: config_base_dir(path),
         draining: tokio::sync::watch::Sender::new(false),
         open_connections: AtomicUsize::new(0),
     });
