@@ -24,7 +24,7 @@ use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, Snapshot};
 use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming};
-use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect, connect_h1, connect_h2};
+use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
 use hyper::client::conn::http2;
 use gatehouse_config::UpstreamProtocol;
 
@@ -523,7 +523,11 @@ async fn exchange_h1(
             Ok((resp, framing)) => return Ok(Upstreamed::H1(resp, framing, h1)),
             Err(ExchangeError::Stale) if stale_retries < 2 => {
                 stale_retries += 1;
-                h1 = connect_h1(ep.addr, pool.cfg.connect_timeout).await.map_err(|e| connect_refusal(&e))?;
+                h1 = match connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::Http1).await {
+                    Ok(Sender::H1(c)) => c,
+                    Ok(Sender::H2(_)) => return Err(Refusal::UpstreamError),
+                    Err(e) => return Err(connect_refusal(&e)),
+                };
             }
             Err(ExchangeError::Timeout) => return Err(Refusal::UpstreamTimeout),
             Err(ExchangeError::ClientBody(e)) if e.is::<BodyTooLarge>() => return Err(Refusal::BodyTooLarge),
@@ -558,8 +562,16 @@ async fn exchange_h2(
                     return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
                 };
                 request = unsent;
-                h2 = connect_h2(ep.addr, pool.cfg.connect_timeout).await.map_err(|e| connect_refusal(&e))?;
-                conn.worker.conns.share_h2(ep.addr, &h2);
+                let fresh = connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::H2c).await;
+                h2 = match fresh {
+                    Ok(s @ Sender::H2(_)) => {
+                        conn.worker.conns.share_h2(ep.addr, &s);
+                        let Sender::H2(h2) = s else { return Err(Refusal::UpstreamError) };
+                        h2
+                    }
+                    Ok(Sender::H1(_)) => return Err(Refusal::UpstreamError),
+                    Err(e) => return Err(connect_refusal(&e)),
+                };
             }
         }
     }
@@ -577,9 +589,7 @@ async fn checkout(pool: &UpstreamPool, ep: &PoolEndpoint, conn: &ConnState, upgr
     }
     let s = connect(ep.addr, pool.cfg.connect_timeout, protocol).await?;
     ep.health.connect_succeeded();
-    if let Sender::H2(h2) = &s {
-        conn.worker.conns.share_h2(ep.addr, h2);
-    }
+    conn.worker.conns.share_h2(ep.addr, &s);
     Ok(s)
 }
 

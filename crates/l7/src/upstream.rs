@@ -180,8 +180,10 @@ impl ConnPool {
         }
     }
 
-    pub fn share_h2(&self, addr: SocketAddr, sender: &http2::SendRequest<UpstreamBody>) {
-        self.h2.lock().unwrap_or_else(|e| e.into_inner()).insert(addr, sender.clone());
+    pub fn share_h2(&self, addr: SocketAddr, sender: &Sender) {
+        if let Sender::H2(s) = sender {
+            self.h2.lock().unwrap_or_else(|e| e.into_inner()).insert(addr, s.clone());
+        }
     }
 
     /// An idle HTTP/1.1 connection to `addr` that can take a request now,
@@ -225,37 +227,26 @@ impl ConnPool {
 
 /// Opens a new connection to `addr`, HTTP/1.1 or (h2c) HTTP/2.
 pub async fn connect(addr: SocketAddr, timeout: Duration, protocol: UpstreamProtocol) -> Result<Sender, ConnectError> {
-    match protocol {
-        UpstreamProtocol::Http1 => connect_h1(addr, timeout).await.map(Sender::H1),
-        UpstreamProtocol::H2c => connect_h2(addr, timeout).await.map(Sender::H2),
-    }
-}
-
-async fn tcp_connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ConnectError> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Err(_) => return Err(ConnectError::Timeout),
         Ok(Err(e)) => return Err(ConnectError::Failed(e)),
         Ok(Ok(s)) => s,
     };
     let _ = stream.set_nodelay(true);
-    Ok(stream)
-}
-
-pub async fn connect_h1(addr: SocketAddr, timeout: Duration) -> Result<H1Conn, ConnectError> {
-    Ok(H1Conn::new(tcp_connect(addr, timeout).await?, addr))
-}
-
-pub async fn connect_h2(addr: SocketAddr, timeout: Duration) -> Result<http2::SendRequest<UpstreamBody>, ConnectError> {
-    let stream = tcp_connect(addr, timeout).await?;
-    let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(ConnectError::Handshake)?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
+    match protocol {
+        UpstreamProtocol::Http1 => Ok(Sender::H1(H1Conn::new(stream, addr))),
+        UpstreamProtocol::H2c => {
+            let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .handshake(TokioIo::new(stream))
+                .await
+                .map_err(ConnectError::Handshake)?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(Sender::H2(sender))
+        }
+    }
 }
 
 #[cfg(test)]
