@@ -1,0 +1,33 @@
+//! Multi-buffer RSA: eight private-key operations at once, one per 64-bit lane
+//! of an AVX-512 register, with radix 2^52 limbs and the IFMA instructions
+//! (`vpmadd52luq`/`vpmadd52huq`).
+//!
+//! The private operation uses the CRT, fixed-window exponentiation with
+//! constant-time table reads and almost Montgomery multiplication; every result
+//! is checked with the public key (e = 65537) before it leaves, so a fault in
+//! the computation never produces a wrong signature. Pure compute: no I/O, no
+//! threads, no allocation on the arithmetic path.
+//!
+//! ```no_run
+//! # fn demo(key: &gatehouse_mbx::RsaKey, msgs: &[Vec<u8>]) {
+//! use gatehouse_mbx::{Op, private_batch};
+//! let mut outs = vec![vec![0u8; key.size()]; msgs.len()];
+//! let mut ops: Vec<Op> = msgs.iter().zip(outs.iter_mut())
+//!     .map(|(m, o)| Op { key, input: m, output: o }).collect();
+//! let results = private_batch(&mut ops);
+//! # }
+//! ```
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("gatehouse-mbx needs x86_64 (AVX-512 IFMA); other targets use the BoringSSL provider");
+
+mod bn;
+mod engine;
+mod ifma;
+mod rsa;
+
+pub use engine::{Fault, available};
+pub use rsa::{BATCH, Components, KeyClass, KeyError, Op, OpError, RsaKey, private_batch, private_batch_with_fault};
+
+#[cfg(test)]
+mod tests;
