@@ -23,6 +23,7 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     pub access_log: AccessLog,
     pub http: HttpSettings,
+    pub key_ops: KeyOps,
     pub listeners: Vec<Listener>,
     pub certificates: Vec<Certificate>,
     pub upstreams: Vec<Upstream>,
@@ -37,11 +38,53 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(30),
             access_log: AccessLog::default(),
             http: HttpSettings::default(),
+            key_ops: KeyOps::default(),
             listeners: Vec::new(),
             certificates: Vec::new(),
             upstreams: Vec::new(),
             routes: Vec::new(),
         }
+    }
+}
+
+/// How TLS private-key operations are batched (see `key_provider`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyOps {
+    /// Longest time a queued RSA operation waits for its batch to fill while
+    /// the worker is busy. An idle worker runs the batch at once. Default 1ms.
+    pub max_delay: Duration,
+}
+
+impl Default for KeyOps {
+    fn default() -> Self {
+        KeyOps { max_delay: Duration::from_millis(1) }
+    }
+}
+
+impl Decode for KeyOps {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let k = KeyOps { max_delay: m.or(ctx, "max_delay", KeyOps::default().max_delay) };
+        m.finish(ctx);
+        Some(k)
+    }
+}
+
+/// Which engine computes a certificate's RSA private-key operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyProvider {
+    /// `mb` when the CPU has AVX-512 IFMA, else `boring`.
+    #[default]
+    Auto,
+    /// Multi-buffer: operations queued per worker and computed eight at a time.
+    Mb,
+    /// BoringSSL, one operation at a time inside the handshake.
+    Boring,
+}
+
+impl Decode for KeyProvider {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(node, ctx, &[("auto", KeyProvider::Auto), ("mb", KeyProvider::Mb), ("boring", KeyProvider::Boring)])
     }
 }
 
@@ -161,6 +204,9 @@ pub struct Certificate {
     /// leading wildcard (`*.example.com`, one label). A name may carry both an
     /// RSA and an ECDSA certificate; ECDSA is used when the client supports it.
     pub sni: Vec<String>,
+    /// Engine for RSA private-key operations: `auto` (default), `mb` or
+    /// `boring`. ECDSA keys always sign inline in BoringSSL.
+    pub key_provider: KeyProvider,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -364,6 +410,7 @@ impl Decode for Config {
             shutdown_timeout: m.or(ctx, "shutdown_timeout", Duration::from_secs(30)),
             access_log: m.or(ctx, "access_log", AccessLog::default()),
             http: m.or(ctx, "http", HttpSettings::default()),
+            key_ops: m.or(ctx, "key_ops", KeyOps::default()),
             listeners: m.or(ctx, "listeners", Vec::new()),
             certificates: m.or(ctx, "certificates", Vec::new()),
             upstreams: m.or(ctx, "upstreams", Vec::new()),
@@ -456,6 +503,7 @@ impl Decode for Certificate {
             key: m.opt(ctx, "key"),
             self_signed: m.or(ctx, "self_signed", false),
             sni: m.or(ctx, "sni", Vec::new()),
+            key_provider: m.or(ctx, "key_provider", KeyProvider::Auto),
         };
         m.finish(ctx);
         Some(c)

@@ -19,6 +19,11 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
             ctx.error_at("max_headers", None, "must be at least 1");
         }
     });
+    if c.key_ops.max_delay > std::time::Duration::from_millis(100) {
+        ctx.with_field("key_ops", |ctx| {
+            ctx.error_at("max_delay", None, "must be at most 100ms (it delays TLS handshakes)")
+        });
+    }
     if c.workers > 1024 {
         ctx.error_at("workers", None, "must be between 0 (one per core) and 1024");
     }

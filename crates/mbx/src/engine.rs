@@ -150,7 +150,7 @@ fn exp_half<const N: usize, const W: usize>(
 ) -> [V; N] {
     // c·R⁻¹ (reduction of the double-width input), then ·R³·R⁻¹ gives c·R.
     let mut rrr = amm(rr, rr, m, k0);
-    let mut cr = amm(&redc::<N, W>(*c, m, k0), &rrr, m, k0);
+    let mut cr = amm(&redc::<N, W>(c, m, k0), &rrr, m, k0);
     let mut one_r = amm(rr, &one::<N>(), m, k0);
     let bits = primes.iter().map(|k| k.bits).max().unwrap_or(0);
     let x = mod_exp::<N, W>(
@@ -166,3 +166,4 @@ fn exp_half<const N: usize, const W: usize>(
     wipe(&mut one_r);
     x
 }
+

@@ -72,77 +72,117 @@ pub(crate) fn normalize<const N: usize>(a: &mut [V; N]) {
 }
 
 /// Almost Montgomery multiplication: a·b·R⁻¹ mod m, below 2·m when a·b < 4·m².
-/// Operand scanning with the reduction interleaved; the accumulator is shifted
-/// one limb per step, so it stays `N` registers wide.
+///
+/// Operand scanning with the reduction interleaved. The accumulator is a window
+/// of `N + 1` limbs that slides down one limb per step, so with the inner loops
+/// unrolled it lives in registers; each limb of `a` and `m` is loaded once per
+/// step and feeds both the low and the high half product (zmm loads, not
+/// multiplies, are the scarce resource).
 #[inline]
 #[target_feature(enable = "avx512f,avx512ifma")]
 pub(crate) fn amm<const N: usize>(a: &[V; N], b: &[V; N], m: &[V; N], k0: V) -> [V; N] {
     let mut acc = [zero(); N];
+    let mut top = zero();
     for &bi in b.iter() {
-        for j in 0..N {
-            acc[j] = lo(acc[j], a[j], bi);
-        }
+        mac_row(&mut acc, &mut top, a, bi);
         let y = lo(zero(), acc[0], k0);
-        for j in 0..N {
-            acc[j] = lo(acc[j], m[j], y);
+        // Add m·y and slide the window down one limb in the same pass: acc[0]
+        // becomes a multiple of 2^52 and leaves, keeping only its carry.
+        let carry = _mm512_srli_epi64::<52>(lo(acc[0], m[0], y));
+        for j in 1..N {
+            acc[j - 1] = hi(lo(acc[j], m[j], y), m[j - 1], y);
         }
-        // acc[0] is now a multiple of 2^52: drop it, keeping its carry.
-        let carry = _mm512_srli_epi64::<52>(acc[0]);
-        for j in 0..N - 1 {
-            acc[j] = acc[j + 1];
-        }
-        acc[N - 1] = zero();
+        acc[N - 1] = hi(top, m[N - 1], y);
+        top = zero();
         acc[0] = _mm512_add_epi64(acc[0], carry);
-        // High halves belong one limb up, which after the shift is index j.
-        for j in 0..N {
-            acc[j] = hi(acc[j], a[j], bi);
-            acc[j] = hi(acc[j], m[j], y);
-        }
     }
     normalize(&mut acc);
     acc
 }
 
-/// Montgomery reduction of a `W = 2·N` limb value T < m·R: T·R⁻¹ mod m, below 2·m.
+/// window += x·s, where `acc` is limbs 0..N of the window and `top` limb N.
 #[inline]
 #[target_feature(enable = "avx512f,avx512ifma")]
-pub(crate) fn redc<const N: usize, const W: usize>(mut t: [V; W], m: &[V; N], k0: V) -> [V; N] {
-    const { assert!(W == 2 * N) };
-    for i in 0..N {
-        let y = lo(zero(), t[i], k0);
-        for j in 0..N {
-            t[i + j] = lo(t[i + j], m[j], y);
-            t[i + j + 1] = hi(t[i + j + 1], m[j], y);
-        }
-        t[i + 1] = _mm512_add_epi64(t[i + 1], _mm512_srli_epi64::<52>(t[i]));
+fn mac_row<const N: usize>(acc: &mut [V; N], top: &mut V, x: &[V; N], s: V) {
+    for j in 0..N - 1 {
+        let xj = x[j];
+        acc[j] = lo(acc[j], xj, s);
+        acc[j + 1] = hi(acc[j + 1], xj, s);
     }
-    let mut r = [zero(); N];
-    r.copy_from_slice(&t[N..]);
-    normalize(&mut r);
-    r
+    acc[N - 1] = lo(acc[N - 1], x[N - 1], s);
+    *top = hi(*top, x[N - 1], s);
 }
 
-/// Almost Montgomery squaring: a²·R⁻¹ mod m. The cross products are computed
-/// once and doubled, which saves a quarter of the multiplications of [`amm`].
+/// Montgomery reduction of a `W = 2·N` limb value T < m·R: T·R⁻¹ mod m, below
+/// 2·m. The limbs of T may exceed 52 bits (up to 2^60). Like [`amm`], it keeps a
+/// window of `N + 1` limbs in registers and slides it one limb per step.
+#[inline]
+#[target_feature(enable = "avx512f,avx512ifma")]
+pub(crate) fn redc<const N: usize, const W: usize>(t: &[V; W], m: &[V; N], k0: V) -> [V; N] {
+    const { assert!(W == 2 * N) };
+    let mut acc: [V; N] = core::array::from_fn(|j| t[j]);
+    let mut top = t[N];
+    for i in 0..N {
+        let y = lo(zero(), acc[0], k0);
+        let carry = _mm512_srli_epi64::<52>(lo(acc[0], m[0], y));
+        for j in 1..N {
+            acc[j - 1] = hi(lo(acc[j], m[j], y), m[j - 1], y);
+        }
+        acc[N - 1] = hi(top, m[N - 1], y);
+        top = if i + N + 1 < W { t[i + N + 1] } else { zero() };
+        acc[0] = _mm512_add_epi64(acc[0], carry);
+    }
+    normalize(&mut acc);
+    acc
+}
+
+/// Almost Montgomery squaring: a²·R⁻¹ mod m, below 2·m for a < 2·m. The square
+/// is formed column by column with each cross product a_i·a_j (i < j) computed
+/// once and doubled, about half the multiplications of a general product, then
+/// reduced by [`redc`]: 3·N² + N multiplications where [`amm`] needs 4·N².
 #[inline]
 #[target_feature(enable = "avx512f,avx512ifma")]
 pub(crate) fn sqr<const N: usize, const W: usize>(a: &[V; N], m: &[V; N], k0: V) -> [V; N] {
     const { assert!(W == 2 * N) };
     let mut t = [zero(); W];
-    for i in 0..N {
-        for j in i + 1..N {
-            t[i + j] = lo(t[i + j], a[i], a[j]);
-            t[i + j + 1] = hi(t[i + j + 1], a[i], a[j]);
+    // Column k collects the low halves of the pairs with i + j = k and the high
+    // halves of the pairs with i + j = k − 1. Two accumulators of each kind
+    // (even and odd i) halve the dependency chains.
+    let mut carry_in = [zero(); 2];
+    for k in 1..W - 2 {
+        let first = k.saturating_sub(N - 1);
+        let last = (k - 1) / 2;
+        let (mut low0, mut low1, mut high0, mut high1) = (zero(), zero(), zero(), zero());
+        let mut i = first;
+        while i < last {
+            let (x0, y0, x1, y1) = (a[i], a[k - i], a[i + 1], a[k - i - 1]);
+            low0 = lo(low0, x0, y0);
+            high0 = hi(high0, x0, y0);
+            low1 = lo(low1, x1, y1);
+            high1 = hi(high1, x1, y1);
+            i += 2;
         }
+        if i == last {
+            low0 = lo(low0, a[i], a[k - i]);
+            high0 = hi(high0, a[i], a[k - i]);
+        }
+        let low = [low0, low1];
+        let high = [high0, high1];
+        let column = _mm512_add_epi64(
+            _mm512_add_epi64(low[0], low[1]),
+            _mm512_add_epi64(carry_in[0], carry_in[1]),
+        );
+        t[k] = column;
+        carry_in = high;
     }
-    for x in t.iter_mut() {
-        *x = _mm512_add_epi64(*x, *x);
-    }
+    t[W - 2] = _mm512_add_epi64(carry_in[0], carry_in[1]);
     for i in 0..N {
-        t[2 * i] = lo(t[2 * i], a[i], a[i]);
-        t[2 * i + 1] = hi(t[2 * i + 1], a[i], a[i]);
+        t[2 * i] = lo(_mm512_add_epi64(t[2 * i], t[2 * i]), a[i], a[i]);
+        t[2 * i + 1] = hi(_mm512_add_epi64(t[2 * i + 1], t[2 * i + 1]), a[i], a[i]);
     }
-    redc::<N, W>(t, m, k0)
+    let r = redc::<N, W>(&t, m, k0);
+    wipe(&mut t);
+    r
 }
 
 /// The plain product a·b, `W = 2·N` limbs, normalized.

@@ -1,0 +1,181 @@
+//! The per-worker batcher: thread-local queues of RSA private operations, one
+//! per key size, with no locks.
+//!
+//! A queue runs as a batch when it holds [`mbx::BATCH`] operations (at once, in
+//! the handshake that filled it), when the worker has no other ready work (the
+//! runtime's park hook calls [`on_idle`], so a lone handshake never waits for a
+//! timer), or when its oldest operation has waited `max_delay` while the worker
+//! stayed busy ([`run_timer`]). A batch smaller than the key size's break-even
+//! count runs one operation at a time in BoringSSL instead.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use gatehouse_mbx as mbx;
+use tokio::sync::{Notify, oneshot};
+
+use crate::{Error, RsaKey, stats};
+
+/// Settings shared by every worker, fixed at start-up.
+static MAX_DELAY_US: AtomicU64 = AtomicU64::new(1000);
+
+/// Sets the longest wait of a queued operation on a busy worker.
+pub fn set_max_delay(d: Duration) {
+    MAX_DELAY_US.store(d.as_micros().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+}
+
+fn max_delay() -> Duration {
+    Duration::from_micros(MAX_DELAY_US.load(Ordering::Relaxed))
+}
+
+/// Smallest batch for which the multi-buffer engine beats running the same
+/// operations one by one in BoringSSL, per key size. From `gatehouse bench
+/// keyops` on the development machine (AMD EPYC Zen 4): one eight-lane batch
+/// costs about as much as 3.2 (RSA-2048), 3.4 (3072) and 5.3 (4096) BoringSSL
+/// operations; see docs/BENCHMARKS.md.
+pub fn break_even(class: mbx::KeyClass) -> usize {
+    match class {
+        mbx::KeyClass::Rsa2048 => 4,
+        mbx::KeyClass::Rsa3072 => 4,
+        mbx::KeyClass::Rsa4096 => 6,
+    }
+}
+
+struct Pending {
+    key: Arc<RsaKey>,
+    input: Vec<u8>,
+    queued: Instant,
+    reply: oneshot::Sender<Result<Vec<u8>, Error>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    ops: Vec<Pending>,
+}
+
+struct Batcher {
+    queues: [Queue; 3],
+    /// Bumped at every flush, so the timer knows whether its batch already ran.
+    generation: u64,
+    timer: Arc<Notify>,
+}
+
+thread_local! {
+    static BATCHER: RefCell<Batcher> = RefCell::new(Batcher {
+        queues: Default::default(),
+        generation: 0,
+        timer: Arc::new(Notify::new()),
+    });
+}
+
+fn slot(class: mbx::KeyClass) -> usize {
+    match class {
+        mbx::KeyClass::Rsa2048 => 0,
+        mbx::KeyClass::Rsa3072 => 1,
+        mbx::KeyClass::Rsa4096 => 2,
+    }
+}
+
+/// Queues a raw private operation on this worker; the receiver gets the result.
+pub(crate) fn submit(key: Arc<RsaKey>, input: Vec<u8>) -> oneshot::Receiver<Result<Vec<u8>, Error>> {
+    let (reply, rx) = oneshot::channel();
+    let Some(class) = key.mb_class() else {
+        let _ = reply.send(key.private_single(&input));
+        return rx;
+    };
+    let full = BATCHER.with_borrow_mut(|b| {
+        let was_empty = b.queues.iter().all(|q| q.ops.is_empty());
+        let q = &mut b.queues[slot(class)];
+        q.ops.push(Pending { key, input, queued: Instant::now(), reply });
+        if was_empty {
+            b.timer.notify_one();
+        }
+        (q.ops.len() >= mbx::BATCH).then(|| std::mem::take(&mut q.ops))
+    });
+    if let Some(ops) = full {
+        run(class, ops);
+    }
+    rx
+}
+
+/// Runs everything queued on this worker. Called when the worker is about to
+/// park (no other ready work), and by the timer.
+pub fn on_idle() {
+    for class in [mbx::KeyClass::Rsa2048, mbx::KeyClass::Rsa3072, mbx::KeyClass::Rsa4096] {
+        let ops = BATCHER.with_borrow_mut(|b| {
+            b.generation += 1;
+            std::mem::take(&mut b.queues[slot(class)].ops)
+        });
+        if !ops.is_empty() {
+            run(class, ops);
+        }
+    }
+}
+
+/// The busy-worker bound: a task on each worker that runs the queues once the
+/// first queued operation has waited `max_delay`. Spawn it once per worker.
+pub async fn run_timer() {
+    let notify = BATCHER.with_borrow(|b| b.timer.clone());
+    loop {
+        notify.notified().await;
+        let armed = BATCHER.with_borrow(|b| b.generation);
+        tokio::time::sleep(max_delay()).await;
+        if BATCHER.with_borrow(|b| b.generation) == armed {
+            stats::record_timer_flush();
+            on_idle();
+        }
+    }
+}
+
+/// Fault injection for the end-to-end test of the public-key check:
+/// `GATEHOUSE_TEST_FAULT_LANE=N` corrupts lane N of every multi-buffer batch.
+fn injected_fault() -> Option<mbx::Fault> {
+    static LANE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let lane = (*LANE.get_or_init(|| {
+        let lane = std::env::var("GATEHOUSE_TEST_FAULT_LANE").ok()?.parse().ok()?;
+        tracing::warn!(lane, "fault injection on: lane {lane} of every RSA batch will be corrupted");
+        Some(lane)
+    }))?;
+    Some(mbx::Fault { lane, limb: 3 })
+}
+
+fn run(class: mbx::KeyClass, ops: Vec<Pending>) {
+    let now = Instant::now();
+    for op in &ops {
+        stats::record_queue_delay(now.saturating_duration_since(op.queued));
+    }
+    if ops.len() < break_even(class) {
+        stats::record_batch(class, ops.len(), false);
+        for op in ops {
+            let result = op.key.private_single(&op.input);
+            let _ = op.reply.send(result);
+        }
+        return;
+    }
+    stats::record_batch(class, ops.len(), true);
+    let mut outputs: Vec<Vec<u8>> = ops.iter().map(|op| vec![0u8; op.key.size()]).collect();
+    let results = {
+        let mut batch: Vec<mbx::Op<'_>> = Vec::with_capacity(ops.len());
+        for (op, out) in ops.iter().zip(outputs.iter_mut()) {
+            match op.key.mb_key() {
+                Some(key) => batch.push(mbx::Op { key, input: &op.input, output: out }),
+                None => return, // unreachable: only keys with an mb form are queued
+            }
+        }
+        mbx::private_batch_with_fault(&mut batch, injected_fault())
+    };
+    for ((op, out), result) in ops.into_iter().zip(outputs).zip(results) {
+        let sent = match result {
+            Ok(()) => Ok(out),
+            Err(mbx::OpError::Fault) => {
+                stats::record_fault();
+                tracing::error!("RSA result failed the public-key check; handshake aborted");
+                Err(Error::Fault)
+            }
+            Err(e) => Err(Error::Engine(e)),
+        };
+        let _ = op.reply.send(sent);
+    }
+}

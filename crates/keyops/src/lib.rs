@@ -1,0 +1,386 @@
+//! Asynchronous TLS private-key operations.
+//!
+//! A [`Provider`] signs and decrypts with one private key. Two engines exist:
+//! `boring` computes each operation at once inside the handshake; `mb` pads the
+//! message, queues the raw RSA operation in the worker's [`batcher`] and lets
+//! the handshake resume when the eight-lane AVX-512 IFMA engine (`mbx`) has
+//! computed its batch. [`KeyMethod`] plugs a provider into BoringSSL through
+//! `AsyncPrivateKeyMethod`. Every RSA result is checked with the public key
+//! before it is used, on both paths.
+
+pub mod batcher;
+pub mod padding;
+pub mod stats;
+
+use std::fmt;
+use std::sync::Arc;
+
+use boring::pkey::{PKey, Private};
+use boring::rsa::{Padding, Rsa};
+use boring::sign::Signer;
+use boring::ssl::{
+    AsyncPrivateKeyMethod, AsyncPrivateKeyMethodError, BoxPrivateKeyMethodFuture, SslRef,
+    SslSignatureAlgorithm,
+};
+use gatehouse_config::KeyProvider;
+use gatehouse_mbx as mbx;
+use zeroize::Zeroize;
+
+pub use padding::Hash;
+
+/// Why a private-key operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The signature scheme does not fit this key.
+    Algorithm(String),
+    /// The key is too small for the encoding.
+    KeyTooSmall,
+    /// BoringSSL reported an error in the named step.
+    Crypto(&'static str),
+    /// The multi-buffer engine refused the operation.
+    Engine(mbx::OpError),
+    /// The result failed the public-key check and was discarded.
+    Fault,
+    /// The worker dropped the operation (shutting down).
+    Dropped,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Algorithm(a) => write!(f, "signature algorithm {a} does not fit the key"),
+            Error::KeyTooSmall => f.write_str("key too small for the encoding"),
+            Error::Crypto(step) => write!(f, "BoringSSL failed in {step}"),
+            Error::Engine(e) => write!(f, "multi-buffer engine: {e}"),
+            Error::Fault => f.write_str("result failed the public-key check"),
+            Error::Dropped => f.write_str("operation dropped"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The engine that runs a key's RSA operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Boring,
+    Mb,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Boring => "boring",
+            Engine::Mb => "mb",
+        }
+    }
+}
+
+/// Resolves a configured provider on this CPU: `auto` takes `mb` when the CPU
+/// has AVX-512 IFMA; an explicit `mb` without it is an error.
+pub fn resolve(choice: KeyProvider) -> Result<Engine, String> {
+    let ifma = mbx::available();
+    match choice {
+        KeyProvider::Boring => Ok(Engine::Boring),
+        KeyProvider::Mb if ifma => Ok(Engine::Mb),
+        KeyProvider::Mb => Err("mb needs AVX-512 IFMA, which this CPU lacks (use auto or boring)".into()),
+        KeyProvider::Auto if ifma => Ok(Engine::Mb),
+        KeyProvider::Auto => Ok(Engine::Boring),
+    }
+}
+
+/// A TLS signature scheme for an RSA key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RsaScheme {
+    Pkcs1(Hash),
+    Pss(Hash),
+}
+
+impl RsaScheme {
+    pub fn from_tls(alg: SslSignatureAlgorithm) -> Option<Self> {
+        Some(match alg {
+            SslSignatureAlgorithm::RSA_PKCS1_SHA1 => RsaScheme::Pkcs1(Hash::Sha1),
+            SslSignatureAlgorithm::RSA_PKCS1_SHA256 => RsaScheme::Pkcs1(Hash::Sha256),
+            SslSignatureAlgorithm::RSA_PKCS1_SHA384 => RsaScheme::Pkcs1(Hash::Sha384),
+            SslSignatureAlgorithm::RSA_PKCS1_SHA512 => RsaScheme::Pkcs1(Hash::Sha512),
+            SslSignatureAlgorithm::RSA_PSS_RSAE_SHA256 => RsaScheme::Pss(Hash::Sha256),
+            SslSignatureAlgorithm::RSA_PSS_RSAE_SHA384 => RsaScheme::Pss(Hash::Sha384),
+            SslSignatureAlgorithm::RSA_PSS_RSAE_SHA512 => RsaScheme::Pss(Hash::Sha512),
+            _ => return None,
+        })
+    }
+}
+
+/// An RSA private key with, when the engine supports it, its multi-buffer form.
+pub struct RsaKey {
+    rsa: Rsa<Private>,
+    mb: Option<mbx::RsaKey>,
+    bits: usize,
+}
+
+impl RsaKey {
+    /// Prepares `pkey` (which must be RSA) for `engine`. With `mb`, a key the
+    /// engine cannot take (exponent other than 65537, size other than 2048,
+    /// 3072 or 4096) stays on BoringSSL, and the returned note says why.
+    pub fn new(pkey: &PKey<Private>, engine: Engine) -> Result<(Self, Option<String>), String> {
+        let rsa = pkey.rsa().map_err(|_| "not an RSA key".to_string())?;
+        let bits = rsa.n().num_bits() as usize;
+        let mut note = None;
+        let mb = match engine {
+            Engine::Boring => None,
+            Engine::Mb => match mb_form(&rsa) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    note = Some(format!("{e}: this key's operations stay on boring"));
+                    None
+                }
+            },
+        };
+        let key = RsaKey { rsa, mb, bits };
+        // A self-test through the chosen path before the key serves anyone.
+        key.self_test()?;
+        Ok((key, note))
+    }
+
+    pub fn engine(&self) -> Engine {
+        if self.mb.is_some() { Engine::Mb } else { Engine::Boring }
+    }
+
+    /// Modulus length in bytes.
+    pub fn size(&self) -> usize {
+        self.bits.div_ceil(8)
+    }
+
+    pub fn bits(&self) -> usize {
+        self.bits
+    }
+
+    pub(crate) fn mb_class(&self) -> Option<mbx::KeyClass> {
+        self.mb.as_ref().map(mbx::RsaKey::class)
+    }
+
+    pub(crate) fn mb_key(&self) -> Option<&mbx::RsaKey> {
+        self.mb.as_ref()
+    }
+
+    /// The encoded block for a signature with `scheme` over `msg`.
+    pub fn encode(&self, scheme: RsaScheme, msg: &[u8]) -> Result<Vec<u8>, Error> {
+        match scheme {
+            RsaScheme::Pkcs1(h) => padding::pkcs1(h, msg, self.size()),
+            RsaScheme::Pss(h) => {
+                let mut salt = vec![0u8; h.len()];
+                boring::rand::rand_bytes(&mut salt).map_err(|_| Error::Crypto("rand"))?;
+                padding::pss(h, msg, self.bits, self.size(), &salt)
+            }
+        }
+    }
+
+    /// input^d mod n in BoringSSL, checked with the public key.
+    pub fn private_single(&self, input: &[u8]) -> Result<Vec<u8>, Error> {
+        let mut out = vec![0u8; self.size()];
+        let len = self
+            .rsa
+            .private_decrypt(input, &mut out, Padding::NONE)
+            .map_err(|_| Error::Crypto("RSA private operation"))?;
+        out.truncate(len);
+        if !self.public_check(&out, input) {
+            out.zeroize();
+            return Err(Error::Fault);
+        }
+        Ok(out)
+    }
+
+    fn public_check(&self, result: &[u8], input: &[u8]) -> bool {
+        let mut back = vec![0u8; self.size()];
+        match self.rsa.public_encrypt(result, &mut back, Padding::NONE) {
+            Ok(len) => back[..len] == *input,
+            Err(_) => false,
+        }
+    }
+
+    fn self_test(&self) -> Result<(), String> {
+        let mut msg = [0u8; 32];
+        boring::rand::rand_bytes(&mut msg).map_err(|e| e.to_string())?;
+        let em = self.encode(RsaScheme::Pkcs1(Hash::Sha256), &msg).map_err(|e| e.to_string())?;
+        let single = self.private_single(&em).map_err(|e| format!("self-test on boring: {e}"))?;
+        if let Some(k) = &self.mb {
+            let mut out = vec![0u8; self.size()];
+            let r = mbx::private_batch(&mut [mbx::Op { key: k, input: &em, output: &mut out }]);
+            match r.first() {
+                Some(Ok(())) if out == single => {}
+                Some(Err(e)) => return Err(format!("self-test on mb: {e}")),
+                _ => return Err("self-test on mb: result differs from BoringSSL's".into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn mb_form(rsa: &Rsa<Private>) -> Result<mbx::RsaKey, String> {
+    let part = |b: Option<&boring::bn::BigNumRef>, name: &str| {
+        b.map(|b| b.to_vec()).ok_or_else(|| format!("key has no {name} (CRT parameters needed)"))
+    };
+    let (n, e) = (rsa.n().to_vec(), rsa.e().to_vec());
+    let mut p = part(rsa.p(), "p")?;
+    let mut q = part(rsa.q(), "q")?;
+    let mut dp = part(rsa.dmp1(), "dmp1")?;
+    let mut dq = part(rsa.dmq1(), "dmq1")?;
+    let mut qinv = part(rsa.iqmp(), "iqmp")?;
+    let key = mbx::RsaKey::new(&mbx::Components { n: &n, e: &e, p: &p, q: &q, dp: &dp, dq: &dq, qinv: &qinv });
+    for secret in [&mut p, &mut q, &mut dp, &mut dq, &mut qinv] {
+        secret.zeroize();
+    }
+    key.map_err(|e| e.to_string())
+}
+
+/// A finished or queued private-key operation.
+pub enum KeyOp {
+    Ready(Result<Vec<u8>, Error>),
+    Queued(tokio::sync::oneshot::Receiver<Result<Vec<u8>, Error>>),
+}
+
+impl KeyOp {
+    pub async fn wait(self) -> Result<Vec<u8>, Error> {
+        match self {
+            KeyOp::Ready(r) => r,
+            KeyOp::Queued(rx) => rx.await.unwrap_or(Err(Error::Dropped)),
+        }
+    }
+}
+
+/// Private-key operations for TLS: signatures over a handshake transcript and
+/// TLS 1.2 RSA key-exchange decryption (raw: BoringSSL removes the padding, in
+/// constant time).
+pub trait Provider: Send + Sync + 'static {
+    fn engine(&self) -> Engine;
+    fn sign(&self, alg: SslSignatureAlgorithm, msg: &[u8]) -> KeyOp;
+    fn decrypt(&self, ciphertext: &[u8]) -> KeyOp;
+}
+
+/// RSA through either engine: the `mb` form queues in the worker's batcher.
+pub struct RsaProvider {
+    key: Arc<RsaKey>,
+}
+
+impl RsaProvider {
+    pub fn new(key: RsaKey) -> Self {
+        RsaProvider { key: Arc::new(key) }
+    }
+
+    fn private(&self, block: Vec<u8>) -> KeyOp {
+        if self.key.mb.is_some() {
+            KeyOp::Queued(batcher::submit(self.key.clone(), block))
+        } else {
+            KeyOp::Ready(self.key.private_single(&block))
+        }
+    }
+}
+
+impl Provider for RsaProvider {
+    fn engine(&self) -> Engine {
+        self.key.engine()
+    }
+
+    fn sign(&self, alg: SslSignatureAlgorithm, msg: &[u8]) -> KeyOp {
+        let Some(scheme) = RsaScheme::from_tls(alg) else {
+            return KeyOp::Ready(Err(Error::Algorithm(format!("{alg:?}"))));
+        };
+        match self.key.encode(scheme, msg) {
+            Ok(block) => self.private(block),
+            Err(e) => KeyOp::Ready(Err(e)),
+        }
+    }
+
+    fn decrypt(&self, ciphertext: &[u8]) -> KeyOp {
+        if ciphertext.len() != self.key.size() {
+            return KeyOp::Ready(Err(Error::Crypto("ciphertext length")));
+        }
+        self.private(ciphertext.to_vec())
+    }
+}
+
+/// ECDSA P-256: BoringSSL signs at once (about 15 µs; nothing to batch).
+pub struct EcdsaProvider {
+    key: PKey<Private>,
+}
+
+impl EcdsaProvider {
+    pub fn new(key: PKey<Private>) -> Self {
+        EcdsaProvider { key }
+    }
+}
+
+impl Provider for EcdsaProvider {
+    fn engine(&self) -> Engine {
+        Engine::Boring
+    }
+
+    fn sign(&self, alg: SslSignatureAlgorithm, msg: &[u8]) -> KeyOp {
+        if alg != SslSignatureAlgorithm::ECDSA_SECP256R1_SHA256 {
+            return KeyOp::Ready(Err(Error::Algorithm(format!("{alg:?}"))));
+        }
+        let sign = || -> Result<Vec<u8>, boring::error::ErrorStack> {
+            let mut s = Signer::new(boring::hash::MessageDigest::sha256(), &self.key)?;
+            s.update(msg)?;
+            s.sign_to_vec()
+        };
+        KeyOp::Ready(sign().map_err(|_| Error::Crypto("ECDSA sign")))
+    }
+
+    fn decrypt(&self, _ciphertext: &[u8]) -> KeyOp {
+        KeyOp::Ready(Err(Error::Crypto("ECDSA keys cannot decrypt")))
+    }
+}
+
+/// A provider as BoringSSL's asynchronous private-key method.
+pub struct KeyMethod {
+    provider: Arc<dyn Provider>,
+}
+
+impl KeyMethod {
+    pub fn new(provider: Arc<dyn Provider>) -> Self {
+        KeyMethod { provider }
+    }
+}
+
+fn finish(op: KeyOp) -> BoxPrivateKeyMethodFuture {
+    Box::pin(async move {
+        let result = op.wait().await;
+        let finish: boring::ssl::BoxPrivateKeyMethodFinish = Box::new(move |_ssl: &mut SslRef, out: &mut [u8]| {
+            let mut bytes = result.map_err(|e| {
+                tracing::debug!(error = %e, "private-key operation failed");
+                AsyncPrivateKeyMethodError
+            })?;
+            let len = bytes.len();
+            let slot = out.get_mut(..len).ok_or(AsyncPrivateKeyMethodError)?;
+            slot.copy_from_slice(&bytes);
+            bytes.zeroize();
+            Ok(len)
+        });
+        Ok(finish)
+    })
+}
+
+impl AsyncPrivateKeyMethod for KeyMethod {
+    fn sign(
+        &self,
+        _ssl: &mut SslRef,
+        input: &[u8],
+        alg: SslSignatureAlgorithm,
+        _output: &mut [u8],
+    ) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
+        Ok(finish(self.provider.sign(alg, input)))
+    }
+
+    fn decrypt(
+        &self,
+        _ssl: &mut SslRef,
+        input: &[u8],
+        _output: &mut [u8],
+    ) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
+        Ok(finish(self.provider.decrypt(input)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! Batch counters, kept per worker thread and summed when read, so the
+//! handshake path touches no shared cache line.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gatehouse_mbx::{BATCH, KeyClass};
+
+/// Upper bounds (µs) of the queue-delay histogram buckets; the last is +Inf.
+pub const DELAY_BUCKETS_US: [u64; 8] = [10, 50, 100, 250, 500, 1000, 2500, 10000];
+
+#[derive(Default)]
+struct Counters {
+    /// Batches run by the multi-buffer engine, by size (index = ops − 1), per class.
+    mb_batches: [[AtomicU64; BATCH]; 3],
+    /// Operations run one by one because their batch was below break-even.
+    single_ops: [AtomicU64; 3],
+    delay: [AtomicU64; DELAY_BUCKETS_US.len() + 1],
+    delay_sum_us: AtomicU64,
+    faults: AtomicU64,
+    timer_flushes: AtomicU64,
+}
+
+static ALL: Mutex<Vec<Arc<Counters>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static MINE: Arc<Counters> = {
+        let c = Arc::new(Counters::default());
+        if let Ok(mut all) = ALL.lock() {
+            all.push(c.clone());
+        }
+        c
+    };
+}
+
+fn class_index(class: KeyClass) -> usize {
+    match class {
+        KeyClass::Rsa2048 => 0,
+        KeyClass::Rsa3072 => 1,
+        KeyClass::Rsa4096 => 2,
+    }
+}
+
+fn bump(a: &AtomicU64, by: u64) {
+    // Only this thread writes its counters: a plain load and store suffice.
+    a.store(a.load(Relaxed).wrapping_add(by), Relaxed);
+}
+
+pub(crate) fn record_batch(class: KeyClass, ops: usize, mb: bool) {
+    MINE.with(|c| {
+        let k = class_index(class);
+        if mb {
+            if let Some(slot) = c.mb_batches[k].get(ops.saturating_sub(1)) {
+                bump(slot, 1);
+            }
+        } else {
+            bump(&c.single_ops[k], ops as u64);
+        }
+    });
+}
+
+pub(crate) fn record_queue_delay(d: Duration) {
+    let us = d.as_micros().min(u128::from(u64::MAX)) as u64;
+    let bucket = DELAY_BUCKETS_US.iter().position(|&b| us <= b).unwrap_or(DELAY_BUCKETS_US.len());
+    MINE.with(|c| {
+        bump(&c.delay[bucket], 1);
+        bump(&c.delay_sum_us, us);
+    });
+}
+
+pub(crate) fn record_fault() {
+    MINE.with(|c| bump(&c.faults, 1));
+}
+
+pub(crate) fn record_timer_flush() {
+    MINE.with(|c| bump(&c.timer_flushes, 1));
+}
+
+/// All workers' counters summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// `[class][ops − 1]`: multi-buffer batches of each size; classes 2048, 3072, 4096.
+    pub mb_batches: [[u64; BATCH]; 3],
+    pub single_ops: [u64; 3],
+    /// Queue-delay histogram, non-cumulative, buckets of [`DELAY_BUCKETS_US`] then +Inf.
+    pub delay: [u64; DELAY_BUCKETS_US.len() + 1],
+    pub delay_sum_us: u64,
+    pub faults: u64,
+    pub timer_flushes: u64,
+}
+
+pub fn snapshot() -> Snapshot {
+    let mut s = Snapshot::default();
+    let Ok(all) = ALL.lock() else { return s };
+    for c in all.iter() {
+        for k in 0..3 {
+            for (dst, src) in s.mb_batches[k].iter_mut().zip(&c.mb_batches[k]) {
+                *dst += src.load(Relaxed);
+            }
+            s.single_ops[k] += c.single_ops[k].load(Relaxed);
+        }
+        for (dst, src) in s.delay.iter_mut().zip(&c.delay) {
+            *dst += src.load(Relaxed);
+        }
+        s.delay_sum_us += c.delay_sum_us.load(Relaxed);
+        s.faults += c.faults.load(Relaxed);
+        s.timer_flushes += c.timer_flushes.load(Relaxed);
+    }
+    s
+}

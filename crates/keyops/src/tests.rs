@@ -1,0 +1,120 @@
+//! Providers against BoringSSL: PKCS#1 v1.5 signatures byte for byte, PSS
+//! signatures verified, raw decryptions equal; and the batcher's triggers.
+
+use std::sync::Arc;
+
+use boring::hash::MessageDigest;
+use boring::pkey::{PKey, Private};
+use boring::rsa::{Padding, Rsa};
+use boring::sign::{RsaPssSaltlen, Signer, Verifier};
+use boring::ssl::SslSignatureAlgorithm as Alg;
+
+use crate::{Engine, Provider, RsaKey, RsaProvider, batcher, stats};
+
+fn rsa_key(bits: u32) -> PKey<Private> {
+    PKey::from_rsa(Rsa::generate(bits).expect("keygen")).expect("pkey")
+}
+
+fn engines() -> Vec<Engine> {
+    if gatehouse_mbx::available() { vec![Engine::Boring, Engine::Mb] } else { vec![Engine::Boring] }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .on_thread_park(batcher::on_idle)
+        .build()
+        .expect("runtime")
+}
+
+const SCHEMES: [(Alg, fn() -> MessageDigest, bool); 7] = [
+    (Alg::RSA_PKCS1_SHA1, MessageDigest::sha1, false),
+    (Alg::RSA_PKCS1_SHA256, MessageDigest::sha256, false),
+    (Alg::RSA_PKCS1_SHA384, MessageDigest::sha384, false),
+    (Alg::RSA_PKCS1_SHA512, MessageDigest::sha512, false),
+    (Alg::RSA_PSS_RSAE_SHA256, MessageDigest::sha256, true),
+    (Alg::RSA_PSS_RSAE_SHA384, MessageDigest::sha384, true),
+    (Alg::RSA_PSS_RSAE_SHA512, MessageDigest::sha512, true),
+];
+
+#[test]
+fn signatures_and_decryptions_match_boringssl() {
+    let rt = runtime();
+    for bits in [2048u32, 3072, 4096] {
+        let pkey = rsa_key(bits);
+        for engine in engines() {
+            let (key, note) = RsaKey::new(&pkey, engine).expect("key");
+            assert_eq!(note, None);
+            assert_eq!(key.engine(), engine);
+            let provider = Arc::new(RsaProvider::new(key));
+            // Many operations in flight at once, so the batcher fills batches.
+            let mut jobs = Vec::new();
+            for round in 0..24 {
+                let (alg, md, pss) = SCHEMES[round % SCHEMES.len()];
+                let msg: Vec<u8> = (0..fastrand::usize(1..300)).map(|_| fastrand::u8(..)).collect();
+                jobs.push((alg, md, pss, msg.clone(), provider.sign(alg, &msg)));
+            }
+            for (alg, md, pss, msg, op) in jobs {
+                let sig = rt.block_on(op.wait()).expect("sign");
+                let mut v = Verifier::new(md(), &pkey).expect("verifier");
+                if pss {
+                    v.set_rsa_padding(Padding::PKCS1_PSS).expect("pss");
+                    v.set_rsa_pss_saltlen(RsaPssSaltlen::DIGEST_LENGTH).expect("salt");
+                } else {
+                    let mut s = Signer::new(md(), &pkey).expect("signer");
+                    s.update(&msg).expect("update");
+                    assert_eq!(sig, s.sign_to_vec().expect("sign"), "{engine:?} {alg:?} rsa{bits}");
+                }
+                v.update(&msg).expect("update");
+                assert!(v.verify(&sig).expect("verify"), "{engine:?} {alg:?} rsa{bits} verifies");
+            }
+            let rsa = pkey.rsa().expect("rsa");
+            for _ in 0..10 {
+                let secret: Vec<u8> = (0..48).map(|_| fastrand::u8(..)).collect();
+                let mut ct = vec![0u8; rsa.size() as usize];
+                rsa.public_encrypt(&secret, &mut ct, Padding::PKCS1).expect("encrypt");
+                let raw = rt.block_on(provider.decrypt(&ct).wait()).expect("decrypt");
+                let mut expect = vec![0u8; rsa.size() as usize];
+                rsa.private_decrypt(&ct, &mut expect, Padding::NONE).expect("reference");
+                assert_eq!(raw, expect, "{engine:?} rsa{bits} raw decryption");
+                assert!(raw.ends_with(&secret));
+            }
+        }
+    }
+}
+
+#[test]
+fn batcher_fills_batches_and_flushes_a_lone_operation_when_idle() {
+    if !gatehouse_mbx::available() {
+        return;
+    }
+    let rt = runtime();
+    let pkey = rsa_key(2048);
+    let provider = Arc::new(RsaProvider::new(RsaKey::new(&pkey, Engine::Mb).expect("key").0));
+    let before = stats::snapshot();
+    // Eight at once: the eighth submission runs the batch inline.
+    let ops: Vec<_> = (0..8).map(|i| provider.sign(Alg::RSA_PKCS1_SHA256, &[i])).collect();
+    let after_eight = stats::snapshot();
+    assert_eq!(after_eight.mb_batches[0][7], before.mb_batches[0][7] + 1, "a full batch ran at once");
+    for op in ops {
+        rt.block_on(op.wait()).expect("sign");
+    }
+    // One alone: below break-even, run when the worker parks, not by a timer.
+    let started = std::time::Instant::now();
+    rt.block_on(provider.sign(Alg::RSA_PKCS1_SHA256, b"lone").wait()).expect("sign");
+    assert!(started.elapsed() < std::time::Duration::from_millis(500));
+    let after = stats::snapshot();
+    assert_eq!(after.single_ops[0], after_eight.single_ops[0] + 1);
+    assert_eq!(after.timer_flushes, after_eight.timer_flushes);
+}
+
+#[test]
+fn unsupported_keys_stay_on_boring_with_a_note() {
+    let rsa = Rsa::generate_with_e(2048, &boring::bn::BigNum::from_u32(3).expect("bn")).expect("keygen");
+    let pkey = PKey::from_rsa(rsa).expect("pkey");
+    let (key, note) = RsaKey::new(&pkey, Engine::Mb).expect("key");
+    assert_eq!(key.engine(), Engine::Boring);
+    if gatehouse_mbx::available() {
+        assert!(note.expect("note").contains("65537"));
+    }
+}
