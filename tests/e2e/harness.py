@@ -379,7 +379,11 @@ def make_cert(dir_path, name, names, kind="ec"):
     """A self-signed certificate for `names` with openssl; returns (crt, key)."""
     d = Path(dir_path)
     crt, key = d / f"{name}.crt", d / f"{name}.key"
-    algo = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"] if kind == "ec" else ["-newkey", "rsa:2048"]
+    # kind: "ec" (P-256), "rsa" (2048 bits) or "rsa:BITS".
+    if kind == "ec":
+        algo = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    else:
+        algo = ["-newkey", kind if ":" in kind else "rsa:2048"]
     san = ",".join(f"DNS:{n}" for n in names)
     subprocess.run(
         ["openssl", "req", "-x509", *algo, "-nodes", "-days", "30", "-subj", f"/CN={names[0]}",

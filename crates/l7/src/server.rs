@@ -103,6 +103,7 @@ pub fn run(path: &Path) -> Result<(), String> {
     let health = HealthRegistry::default();
     let limiters = RateLimiters::default();
     let snap = load_snapshot(path, 1, &health, &limiters, true).map_err(|e| e.to_string())?;
+    gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
     let access_log = AccessLog::start(&snap.config.access_log.target).map_err(|e| format!("access_log: {e}"))?;
     let workers = match snap.config.workers {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -274,6 +275,7 @@ fn reload(shared: &Shared, checks: &mut HealthChecks, workers: &[WorkerHandle]) 
         .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
         .collect();
     checks.reconcile(snap.health_checks());
+    gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
     shared.snapshot.store(Arc::new(snap));
     shared.health.retain(&|u, a| keep.iter().any(|(ku, ka)| ku == u && *ka == a));
     for (worker, opened) in workers.iter().zip(sockets) {
@@ -293,8 +295,23 @@ fn reload(shared: &Shared, checks: &mut HealthChecks, workers: &[WorkerHandle]) 
     tracing::info!(version, "configuration reloaded");
 }
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::UnboundedReceiver<ListenerCommand>) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    // A worker about to park has no other ready work: that is when queued
+    // private-key operations run without waiting for their batch to fill.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(gatehouse_keyops::batcher::on_idle)
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(worker = worker.id, "cannot start runtime: {e}");
@@ -302,6 +319,8 @@ fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::UnboundedRe
         }
     };
     rt.block_on(async move {
+        let batch_timer = tokio::spawn(gatehouse_keyops::batcher::run_timer());
+        let _stop_timer = AbortOnDrop(batch_timer);
         let mut accepting: HashMap<ListenerKey, tokio::task::JoinHandle<()>> = HashMap::new();
         // Close upstream connections that idled out.
         let mut sweep = tokio::time::interval(Duration::from_secs(5));

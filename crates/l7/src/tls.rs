@@ -27,6 +27,7 @@ use boring::ssl::{
 use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, SubjectAlternativeName};
 use boring::x509::{X509, X509NameBuilder};
 use gatehouse_config::{Certificate, ListenerTls, TlsVersion};
+use gatehouse_keyops::{Engine, KeyMethod, Provider, RsaKey, RsaProvider};
 
 /// A certificate and key loaded from disk, checked to belong together.
 #[derive(Clone)]
@@ -36,6 +37,9 @@ pub struct LoadedCert {
     pub key: PKey<Private>,
     pub sni: Vec<String>,
     pub is_ecdsa: bool,
+    /// For RSA keys on the multi-buffer engine: the asynchronous key method.
+    /// `None`: BoringSSL uses the key directly.
+    pub provider: Option<Arc<dyn Provider>>,
 }
 
 /// Loads (or for `self_signed`, generates on first use) every certificate.
@@ -75,12 +79,57 @@ pub fn load_certificates(
                     errors.push((path("key"), "expected an RSA or ECDSA private key".into()));
                     continue;
                 }
-                out.push(LoadedCert { name: c.name.clone(), chain, key, sni: c.sni.clone(), is_ecdsa });
+                let provider = match key_provider(c, &key, is_ecdsa) {
+                    Ok(p) => p,
+                    Err(msg) => {
+                        errors.push((path("key_provider"), msg));
+                        continue;
+                    }
+                };
+                out.push(LoadedCert { name: c.name.clone(), chain, key, sni: c.sni.clone(), is_ecdsa, provider });
             }
             Err((field, msg)) => errors.push((path(field), msg)),
         }
     }
     if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+/// The engine for a certificate's key: `None` keeps BoringSSL's own signing
+/// (ECDSA keys, and RSA on `boring`); RSA on `mb` gets a batched provider.
+fn key_provider(c: &Certificate, key: &PKey<Private>, is_ecdsa: bool) -> Result<Option<Arc<dyn Provider>>, String> {
+    let engine = gatehouse_keyops::resolve(c.key_provider)?;
+    if is_ecdsa || engine == Engine::Boring {
+        tracing::debug!(certificate = %c.name, "private key on boring");
+        return Ok(None);
+    }
+    let (rsa, note) = RsaKey::new(key, engine)?;
+    if let Some(note) = note {
+        tracing::warn!(certificate = %c.name, "{note}");
+    }
+    tracing::info!(
+        certificate = %c.name,
+        provider = rsa.engine().name(),
+        "RSA-{} key on {} ({})",
+        rsa.bits(),
+        rsa.engine().name(),
+        if rsa.engine() == Engine::Mb { "AVX-512 IFMA multi-buffer, batched per worker" } else { "one operation at a time" }
+    );
+    if rsa.engine() == Engine::Boring {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(RsaProvider::new(rsa))))
+}
+
+/// Installs the certificate's private key: directly, or through its provider.
+fn install_key(b: &mut SslContextBuilder, cert: &LoadedCert) -> Result<(), String> {
+    match &cert.provider {
+        Some(p) => b.set_async_private_key_method(KeyMethod::new(p.clone())),
+        None => {
+            b.set_private_key(&cert.key).map_err(tls_err)?;
+            b.check_private_key().map_err(tls_err)?;
+        }
+    }
+    Ok(())
 }
 
 pub fn resolve(base: &Path, p: &str) -> PathBuf {
@@ -279,8 +328,7 @@ fn cert_context(tls: &ListenerTls, cert: &LoadedCert) -> Result<SslContext, Stri
     for extra in &cert.chain[1..] {
         b.add_extra_chain_cert(extra.clone()).map_err(tls_err)?;
     }
-    b.set_private_key(&cert.key).map_err(tls_err)?;
-    b.check_private_key().map_err(tls_err)?;
+    install_key(&mut b, cert)?;
     Ok(b.build().into_context())
 }
 
@@ -322,7 +370,7 @@ pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<Lis
         Ok(())
     });
     b.set_certificate(&default_cert.chain[0]).map_err(tls_err)?;
-    b.set_private_key(&default_cert.key).map_err(tls_err)?;
+    install_key(&mut b, default_cert)?;
     Ok(ListenerTlsState { acceptor: b.build() })
 }
 
