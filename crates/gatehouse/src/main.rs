@@ -30,6 +30,25 @@ enum Command {
     },
     /// Print the version.
     Version,
+    /// Measure on this machine (single-threaded, ends with one line per result).
+    Bench {
+        #[command(subcommand)]
+        what: Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Private-key operations per second on one core, per engine and key size:
+    /// `keyops engine=mb key=rsa2048 ops_per_sec=N`.
+    Keyops {
+        /// Seconds per engine and key size.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// RSA sizes to measure (ECDSA P-256 is always measured).
+        #[arg(long, value_delimiter = ',', default_values_t = [2048u32, 3072, 4096])]
+        rsa: Vec<u32>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,6 +56,23 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Version => {
             println!("gatehouse {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Bench { what: Bench::Keyops { seconds, rsa } } => {
+            let time = std::time::Duration::from_secs_f64(seconds.max(0.1));
+            eprintln!(
+                "gatehouse bench keyops: {seconds}s per engine and key, one thread; AVX-512 IFMA {}",
+                if gatehouse_mbx::available() { "present (mb measured)" } else { "absent (mb skipped)" }
+            );
+            let results = gatehouse_keyops::bench::run(time, &rsa, |r| eprintln!("  {:>6} {:<10} {:>10.0} ops/s", r.engine, r.key, r.ops_per_sec));
+            for bits in &rsa {
+                if let Some(b) = gatehouse_keyops::bench::break_even(&results, &format!("rsa{bits}")) {
+                    eprintln!("  rsa{bits}: one mb batch of 8 costs {b:.2} boring operations (break-even {})", b.ceil());
+                }
+            }
+            for r in &results {
+                println!("{r}");
+            }
             ExitCode::SUCCESS
         }
         Command::Check { config } => match gatehouse_l7::check(&config) {

@@ -32,14 +32,14 @@ fn max_delay() -> Duration {
 
 /// Smallest batch for which the multi-buffer engine beats running the same
 /// operations one by one in BoringSSL, per key size. From `gatehouse bench
-/// keyops` on the development machine (AMD EPYC Zen 4): one eight-lane batch
-/// costs about as much as 3.2 (RSA-2048), 3.4 (3072) and 5.3 (4096) BoringSSL
+/// keyops` on the development machine (AMD EPYC, Zen 4): one eight-lane batch
+/// costs as much as 2.78 (RSA-2048), 2.71 (3072) and 3.15 (4096) BoringSSL
 /// operations; see docs/BENCHMARKS.md.
 pub fn break_even(class: mbx::KeyClass) -> usize {
     match class {
-        mbx::KeyClass::Rsa2048 => 4,
-        mbx::KeyClass::Rsa3072 => 4,
-        mbx::KeyClass::Rsa4096 => 6,
+        mbx::KeyClass::Rsa2048 => 3,
+        mbx::KeyClass::Rsa3072 => 3,
+        mbx::KeyClass::Rsa4096 => 4,
     }
 }
 

@@ -9,6 +9,7 @@
 //! before it is used, on both paths.
 
 pub mod batcher;
+pub mod bench;
 pub mod padding;
 pub mod stats;
 

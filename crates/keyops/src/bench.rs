@@ -1,0 +1,116 @@
+//! `gatehouse bench keyops`: private-key operations per second on one core,
+//! for each engine and key size, with the break-even batch size they imply.
+
+use std::time::{Duration, Instant};
+
+use boring::ec::{EcGroup, EcKey};
+use boring::hash::MessageDigest;
+use boring::nid::Nid;
+use boring::pkey::PKey;
+use boring::rsa::Rsa;
+use boring::sign::Signer;
+use gatehouse_mbx as mbx;
+
+use crate::{Engine, Hash, RsaKey, RsaScheme};
+
+/// One measured engine and key.
+#[derive(Clone, Debug)]
+pub struct Result {
+    pub engine: &'static str,
+    pub key: String,
+    pub ops_per_sec: f64,
+}
+
+impl std::fmt::Display for Result {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "keyops engine={} key={} ops_per_sec={:.0}", self.engine, self.key, self.ops_per_sec)
+    }
+}
+
+/// Runs `op` (doing `per_call` operations each time) for about `time`.
+fn measure(time: Duration, per_call: usize, mut op: impl FnMut() -> bool) -> Option<f64> {
+    // One untimed call warms caches and the CPU's vector unit.
+    if !op() {
+        return None;
+    }
+    let start = Instant::now();
+    let mut ops = 0usize;
+    while start.elapsed() < time {
+        if !op() {
+            return None;
+        }
+        ops += per_call;
+    }
+    Some(ops as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Measures every engine on every key size; `report` gets each line as it comes.
+pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Vec<Result> {
+    let mut out = Vec::new();
+    let msg = b"gatehouse keyops benchmark: the handshake transcript hash stands here";
+    for &bits in sizes {
+        let Ok(pkey) = Rsa::generate(bits).and_then(PKey::from_rsa) else { continue };
+        let name = format!("rsa{bits}");
+        // boring: BoringSSL signs as it does for a key without a provider.
+        let boring = measure(time, 1, || {
+            Signer::new(MessageDigest::sha256(), &pkey)
+                .and_then(|mut s| {
+                    s.update(msg)?;
+                    s.sign_to_vec()
+                })
+                .is_ok()
+        });
+        if let Some(v) = boring {
+            let r = Result { engine: "boring", key: name.clone(), ops_per_sec: v };
+            report(&r);
+            out.push(r);
+        }
+        if !mbx::available() {
+            continue;
+        }
+        let Ok((key, None)) = RsaKey::new(&pkey, Engine::Mb) else { continue };
+        let Some(mbk) = key.mb_key() else { continue };
+        let mut outputs = vec![vec![0u8; key.size()]; mbx::BATCH];
+        let mb = measure(time, mbx::BATCH, || {
+            let blocks: Vec<Vec<u8>> = (0..mbx::BATCH)
+                .filter_map(|_| key.encode(RsaScheme::Pkcs1(Hash::Sha256), msg).ok())
+                .collect();
+            let mut ops: Vec<mbx::Op<'_>> = blocks
+                .iter()
+                .zip(outputs.iter_mut())
+                .map(|(b, o)| mbx::Op { key: mbk, input: b, output: o })
+                .collect();
+            ops.len() == mbx::BATCH && mbx::private_batch(&mut ops).iter().all(|r| r.is_ok())
+        });
+        if let Some(v) = mb {
+            let r = Result { engine: "mb", key: name.clone(), ops_per_sec: v };
+            report(&r);
+            out.push(r);
+        }
+    }
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1);
+    if let Ok(pkey) = group.and_then(|g| EcKey::generate(&g)).and_then(PKey::from_ec_key) {
+        let ecdsa = measure(time, 1, || {
+            Signer::new(MessageDigest::sha256(), &pkey)
+                .and_then(|mut s| {
+                    s.update(msg)?;
+                    s.sign_to_vec()
+                })
+                .is_ok()
+        });
+        if let Some(v) = ecdsa {
+            let r = Result { engine: "boring", key: "ecdsa-p256".into(), ops_per_sec: v };
+            report(&r);
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The batch size from which one multi-buffer batch costs less than running
+/// its operations one by one: batch time over single-op time, rounded up.
+pub fn break_even(results: &[Result], key: &str) -> Option<f64> {
+    let get = |engine| results.iter().find(|r| r.engine == engine && r.key == key).map(|r| r.ops_per_sec);
+    let (boring, mb) = (get("boring")?, get("mb")?);
+    Some((mbx::BATCH as f64 / mb) / (1.0 / boring))
+}
