@@ -44,6 +44,16 @@ fn measure(time: Duration, per_call: usize, mut op: impl FnMut() -> bool) -> Opt
     Some(ops as f64 / start.elapsed().as_secs_f64())
 }
 
+/// One SHA-256 signature by BoringSSL, as a handshake without a provider makes.
+fn boring_sign(pkey: &PKey<boring::pkey::Private>, msg: &[u8]) -> bool {
+    Signer::new(MessageDigest::sha256(), pkey)
+        .and_then(|mut s| {
+            s.update(msg)?;
+            s.sign_to_vec()
+        })
+        .is_ok()
+}
+
 /// Measures every engine on every key size; `report` gets each line as it comes.
 pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Vec<Result> {
     let mut out = Vec::new();
@@ -52,14 +62,7 @@ pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Ve
         let Ok(pkey) = Rsa::generate(bits).and_then(PKey::from_rsa) else { continue };
         let name = format!("rsa{bits}");
         // boring: BoringSSL signs as it does for a key without a provider.
-        let boring = measure(time, 1, || {
-            Signer::new(MessageDigest::sha256(), &pkey)
-                .and_then(|mut s| {
-                    s.update(msg)?;
-                    s.sign_to_vec()
-                })
-                .is_ok()
-        });
+        let boring = measure(time, 1, || boring_sign(&pkey, msg));
         if let Some(v) = boring {
             let r = Result { engine: "boring", key: name.clone(), ops_per_sec: v };
             report(&r);
@@ -90,14 +93,7 @@ pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Ve
     }
     let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1);
     if let Ok(pkey) = group.and_then(|g| EcKey::generate(&g)).and_then(PKey::from_ec_key) {
-        let ecdsa = measure(time, 1, || {
-            Signer::new(MessageDigest::sha256(), &pkey)
-                .and_then(|mut s| {
-                    s.update(msg)?;
-                    s.sign_to_vec()
-                })
-                .is_ok()
-        });
+        let ecdsa = measure(time, 1, || boring_sign(&pkey, msg));
         if let Some(v) = ecdsa {
             let r = Result { engine: "boring", key: "ecdsa-p256".into(), ops_per_sec: v };
             report(&r);

@@ -169,7 +169,7 @@ impl RsaKey {
         match scheme {
             RsaScheme::Pkcs1(h) => padding::pkcs1(h, msg, self.size()),
             RsaScheme::Pss(h) => {
-                let mut salt = vec![0u8; h.len()];
+                let mut salt = vec![0u8; h.output_len()];
                 boring::rand::rand_bytes(&mut salt).map_err(|_| Error::Crypto("rand"))?;
                 padding::pss(h, msg, self.bits, self.size(), &salt)
             }

@@ -24,7 +24,7 @@ impl Hash {
         }
     }
 
-    pub fn len(self) -> usize {
+    pub fn output_len(self) -> usize {
         match self {
             Hash::Sha1 => 20,
             Hash::Sha256 => 32,
@@ -60,7 +60,7 @@ impl Hash {
 /// EMSA-PKCS1-v1_5: `00 01 FF…FF 00 DigestInfo(H(msg))`, `k` bytes long.
 pub fn pkcs1(hash: Hash, msg: &[u8], k: usize) -> Result<Vec<u8>, Error> {
     let prefix = hash.digest_info_prefix();
-    let t_len = prefix.len() + hash.len();
+    let t_len = prefix.len() + hash.output_len();
     if k < t_len + 11 {
         return Err(Error::KeyTooSmall);
     }
@@ -77,7 +77,7 @@ pub fn pkcs1(hash: Hash, msg: &[u8], k: usize) -> Result<Vec<u8>, Error> {
 /// EMSA-PSS with MGF1 over the same hash and a salt as long as the hash (what
 /// TLS 1.3 requires), for a modulus of `mod_bits` bits; returns `k` bytes.
 pub fn pss(hash: Hash, msg: &[u8], mod_bits: usize, k: usize, salt: &[u8]) -> Result<Vec<u8>, Error> {
-    let h_len = hash.len();
+    let h_len = hash.output_len();
     let em_bits = mod_bits - 1;
     let em_len = em_bits.div_ceil(8);
     if em_len < h_len + salt.len() + 2 || em_len > k {
@@ -106,7 +106,7 @@ pub fn pss(hash: Hash, msg: &[u8], mod_bits: usize, k: usize, salt: &[u8]) -> Re
 }
 
 fn mgf1(hash: Hash, seed: &[u8], len: usize) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::with_capacity(len + hash.len());
+    let mut out = Vec::with_capacity(len + hash.output_len());
     let mut counter: u32 = 0;
     while out.len() < len {
         let mut input = seed.to_vec();
