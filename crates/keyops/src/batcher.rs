@@ -50,13 +50,9 @@ struct Pending {
     reply: oneshot::Sender<Result<Vec<u8>, Error>>,
 }
 
-#[derive(Default)]
-struct Queue {
-    ops: Vec<Pending>,
-}
-
 struct Batcher {
-    queues: [Queue; 3],
+    /// One queue per key size, in [`CLASSES`] order.
+    queues: [Vec<Pending>; 3],
     /// Bumped at every flush, so the timer knows whether its batch already ran.
     generation: u64,
     timer: Arc<Notify>,
@@ -70,7 +66,11 @@ thread_local! {
     });
 }
 
-fn slot(class: mbx::KeyClass) -> usize {
+/// The key sizes, in queue order.
+const CLASSES: [mbx::KeyClass; 3] = [mbx::KeyClass::Rsa2048, mbx::KeyClass::Rsa3072, mbx::KeyClass::Rsa4096];
+
+/// A key size's index in [`CLASSES`] (queues and counters).
+pub(crate) fn slot(class: mbx::KeyClass) -> usize {
     match class {
         mbx::KeyClass::Rsa2048 => 0,
         mbx::KeyClass::Rsa3072 => 1,
@@ -78,21 +78,21 @@ fn slot(class: mbx::KeyClass) -> usize {
     }
 }
 
-/// Queues a raw private operation on this worker; the receiver gets the result.
-pub(crate) fn submit(key: Arc<RsaKey>, input: Vec<u8>) -> oneshot::Receiver<Result<Vec<u8>, Error>> {
+/// Queues a raw private operation for a key of `class` (which must have a
+/// multi-buffer form) on this worker; the receiver gets the result.
+pub(crate) fn submit(
+    class: mbx::KeyClass,
+    key: Arc<RsaKey>,
+    input: Vec<u8>,
+) -> oneshot::Receiver<Result<Vec<u8>, Error>> {
     let (reply, rx) = oneshot::channel();
-    let Some(class) = key.mb_class() else {
-        let _ = reply.send(key.private_single(&input));
-        return rx;
-    };
     let full = BATCHER.with_borrow_mut(|b| {
-        let was_empty = b.queues.iter().all(|q| q.ops.is_empty());
-        let q = &mut b.queues[slot(class)];
-        q.ops.push(Pending { key, input, queued: Instant::now(), reply });
-        if was_empty {
+        if b.queues.iter().all(Vec::is_empty) {
             b.timer.notify_one();
         }
-        (q.ops.len() >= mbx::BATCH).then(|| std::mem::take(&mut q.ops))
+        let q = &mut b.queues[slot(class)];
+        q.push(Pending { key, input, queued: Instant::now(), reply });
+        (q.len() >= mbx::BATCH).then(|| std::mem::take(q))
     });
     if let Some(ops) = full {
         run(class, ops);
@@ -100,14 +100,19 @@ pub(crate) fn submit(key: Arc<RsaKey>, input: Vec<u8>) -> oneshot::Receiver<Resu
     rx
 }
 
-/// Runs everything queued on this worker. Called when the worker is about to
-/// park (no other ready work), and by the timer.
+/// Runs everything queued on this worker. Called whenever the worker is about
+/// to park (no other ready work), so the common case, nothing queued, is one
+/// check; and by the timer.
 pub fn on_idle() {
-    for class in [mbx::KeyClass::Rsa2048, mbx::KeyClass::Rsa3072, mbx::KeyClass::Rsa4096] {
-        let ops = BATCHER.with_borrow_mut(|b| {
-            b.generation += 1;
-            std::mem::take(&mut b.queues[slot(class)].ops)
-        });
+    let queued = BATCHER.with_borrow_mut(|b| {
+        if b.queues.iter().all(Vec::is_empty) {
+            return None;
+        }
+        b.generation += 1;
+        Some(b.queues.each_mut().map(std::mem::take))
+    });
+    let Some(queued) = queued else { return };
+    for (class, ops) in CLASSES.into_iter().zip(queued) {
         if !ops.is_empty() {
             run(class, ops);
         }

@@ -269,10 +269,9 @@ impl RsaProvider {
     }
 
     fn private(&self, block: Vec<u8>) -> KeyOp {
-        if self.key.mb.is_some() {
-            KeyOp::Queued(batcher::submit(self.key.clone(), block))
-        } else {
-            KeyOp::Ready(self.key.private_single(&block))
+        match self.key.mb_class() {
+            Some(class) => KeyOp::Queued(batcher::submit(class, self.key.clone(), block)),
+            None => KeyOp::Ready(self.key.private_single(&block)),
         }
     }
 }

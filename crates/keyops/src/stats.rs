@@ -34,14 +34,6 @@ thread_local! {
     };
 }
 
-fn class_index(class: KeyClass) -> usize {
-    match class {
-        KeyClass::Rsa2048 => 0,
-        KeyClass::Rsa3072 => 1,
-        KeyClass::Rsa4096 => 2,
-    }
-}
-
 fn bump(a: &AtomicU64, by: u64) {
     // Only this thread writes its counters: a plain load and store suffice.
     a.store(a.load(Relaxed).wrapping_add(by), Relaxed);
@@ -49,7 +41,7 @@ fn bump(a: &AtomicU64, by: u64) {
 
 pub(crate) fn record_batch(class: KeyClass, ops: usize, mb: bool) {
     MINE.with(|c| {
-        let k = class_index(class);
+        let k = crate::batcher::slot(class);
         if mb {
             if let Some(slot) = c.mb_batches[k].get(ops.saturating_sub(1)) {
                 bump(slot, 1);

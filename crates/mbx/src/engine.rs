@@ -5,7 +5,9 @@
 
 #![allow(unsafe_code)]
 
-use crate::bn::window;
+use zeroize::Zeroize;
+
+use crate::bn::{limbs_to_be, window};
 use crate::ifma::{
     LANES, V, add_2m_sub, add_low, amm, eq_mask, from_lanes, mod_exp, mul_wide, one, pack, redc,
     sub_cond, unpack, wipe, WINDOW,
@@ -26,44 +28,30 @@ pub fn available() -> bool {
 }
 
 /// Runs the private operation for up to eight lanes of one class. `inputs[l]` is
-/// lane l's input as 52-bit limbs (at least the class's modulus limbs long);
-/// the results go to `outputs[l]`. Returns the mask of lanes whose result passed
-/// the public-key check; the others' outputs are zeroed.
+/// lane l's input as 52-bit limbs (at least the class's modulus limbs long).
+/// Returns the mask of lanes whose result passed the public-key check; only
+/// those results are written, as big-endian bytes, to `outputs[l]`.
 pub(crate) fn run(
     class: KeyClass,
     keys: &[&RsaKey],
     inputs: &[&[u64]],
-    outputs: &mut [Vec<u64>],
+    outputs: &mut [&mut [u8]],
     fault: Option<Fault>,
 ) -> u8 {
     assert!(available(), "the IFMA engine was called on a CPU without AVX-512 IFMA");
     assert!(!keys.is_empty() && keys.len() <= LANES && keys.len() == inputs.len());
-    assert!(outputs.len() >= keys.len());
+    assert_eq!(outputs.len(), keys.len());
     let keys: [&RsaKey; LANES] = core::array::from_fn(|l| keys[l.min(keys.len() - 1)]);
     let inputs: [&[u64]; LANES] = core::array::from_fn(|l| inputs[l.min(inputs.len() - 1)]);
-    let used = keys.len().min(LANES);
     // SAFETY: `available()` was checked above, so the CPU has AVX-512F and IFMA,
     // the only requirement of these `#[target_feature]` functions.
-    let (limbs, ok) = unsafe {
+    unsafe {
         match class {
-            KeyClass::Rsa2048 => lanes_to_vecs(crt::<20, 40>(&keys, &inputs, fault)),
-            KeyClass::Rsa3072 => lanes_to_vecs(crt::<30, 60>(&keys, &inputs, fault)),
-            KeyClass::Rsa4096 => lanes_to_vecs(crt::<40, 80>(&keys, &inputs, fault)),
-        }
-    };
-    for (l, (out, mut lane)) in outputs.iter_mut().zip(limbs).enumerate().take(used) {
-        if ok & (1 << l) != 0 {
-            *out = lane;
-        } else {
-            zeroize::Zeroize::zeroize(&mut lane);
-            out.clear();
+            KeyClass::Rsa2048 => crt::<20, 40>(&keys, &inputs, outputs, fault),
+            KeyClass::Rsa3072 => crt::<30, 60>(&keys, &inputs, outputs, fault),
+            KeyClass::Rsa4096 => crt::<40, 80>(&keys, &inputs, outputs, fault),
         }
     }
-    ok
-}
-
-fn lanes_to_vecs<const W: usize>((lanes, ok): ([[u64; W]; LANES], u8)) -> (Vec<Vec<u64>>, u8) {
-    (lanes.iter().map(|l| l.to_vec()).collect(), ok)
 }
 
 fn k0s(primes: [&Prime; LANES]) -> V {
@@ -75,8 +63,9 @@ fn k0s(primes: [&Prime; LANES]) -> V {
 fn crt<const N: usize, const W: usize>(
     keys: &[&RsaKey; LANES],
     inputs: &[&[u64]; LANES],
+    outputs: &mut [&mut [u8]],
     fault: Option<Fault>,
-) -> ([[u64; W]; LANES], u8) {
+) -> u8 {
     let c: [V; W] = pack(*inputs);
     let p_side: [&Prime; LANES] = core::array::from_fn(|l| &keys[l].p);
     let q_side: [&Prime; LANES] = core::array::from_fn(|l| &keys[l].q);
@@ -129,14 +118,15 @@ fn crt<const N: usize, const W: usize>(
     t = sub_cond(&amm(&t, &one::<W>(), &n, kn), &n);
     let ok = eq_mask(&t, &c);
 
-    let mut out = [[0u64; W]; LANES];
-    unpack(&s, &mut out);
-    for (l, lane) in out.iter_mut().enumerate() {
-        if ok & (1 << l) == 0 {
-            lane.fill(0);
+    let mut lanes = [[0u64; W]; LANES];
+    unpack(&s, &mut lanes);
+    for (l, (lane, out)) in lanes.iter_mut().zip(outputs.iter_mut()).enumerate() {
+        if ok & (1 << l) != 0 {
+            limbs_to_be(lane, out);
         }
+        lane.zeroize();
     }
-    (out, ok)
+    ok
 }
 
 /// c^d · R mod m for one prime of each lane (almost reduced).

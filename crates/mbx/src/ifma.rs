@@ -147,8 +147,8 @@ pub(crate) fn sqr<const N: usize, const W: usize>(a: &[V; N], m: &[V; N], k0: V)
     let mut t = [zero(); W];
     // Column k collects the low halves of the pairs with i + j = k and the high
     // halves of the pairs with i + j = k − 1. Two accumulators of each kind
-    // (even and odd i) halve the dependency chains.
-    let mut carry_in = [zero(); 2];
+    // (pairs taken two at a time) halve the dependency chains.
+    let mut carry_in = zero();
     for k in 1..W - 2 {
         let first = k.saturating_sub(N - 1);
         let last = (k - 1) / 2;
@@ -166,16 +166,10 @@ pub(crate) fn sqr<const N: usize, const W: usize>(a: &[V; N], m: &[V; N], k0: V)
             low0 = lo(low0, a[i], a[k - i]);
             high0 = hi(high0, a[i], a[k - i]);
         }
-        let low = [low0, low1];
-        let high = [high0, high1];
-        let column = _mm512_add_epi64(
-            _mm512_add_epi64(low[0], low[1]),
-            _mm512_add_epi64(carry_in[0], carry_in[1]),
-        );
-        t[k] = column;
-        carry_in = high;
+        t[k] = _mm512_add_epi64(_mm512_add_epi64(low0, low1), carry_in);
+        carry_in = _mm512_add_epi64(high0, high1);
     }
-    t[W - 2] = _mm512_add_epi64(carry_in[0], carry_in[1]);
+    t[W - 2] = carry_in;
     for i in 0..N {
         t[2 * i] = lo(_mm512_add_epi64(t[2 * i], t[2 * i]), a[i], a[i]);
         t[2 * i + 1] = hi(_mm512_add_epi64(t[2 * i + 1], t[2 * i + 1]), a[i], a[i]);

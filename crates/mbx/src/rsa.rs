@@ -4,7 +4,7 @@ use std::fmt;
 
 use zeroize::Zeroize;
 
-use crate::bn::{LIMB_BITS, bit_len, limbs_from_be, limbs_to_be, mont_k0, mont_rr, words_from_be};
+use crate::bn::{LIMB_BITS, bit_len, limbs_from_be, mont_k0, mont_rr, words_from_be};
 use crate::engine::{self, Fault};
 use crate::ifma::LANES;
 
@@ -170,6 +170,8 @@ pub struct RsaKey {
     class: KeyClass,
     /// Modulus length in bytes: the length of every input and output.
     size: usize,
+    /// The modulus, big-endian without leading zeros (`size` bytes).
+    n_be: Vec<u8>,
     /// The modulus, 52-bit limbs.
     pub(crate) n: Vec<u64>,
     pub(crate) n_k0: u64,
@@ -183,7 +185,7 @@ pub struct RsaKey {
 impl RsaKey {
     /// Prepares a key: checks the exponent and sizes and computes the constants.
     pub fn new(c: &Components<'_>) -> Result<Self, KeyError> {
-        if c.e.iter().skip_while(|&&b| b == 0).copied().collect::<Vec<_>>() != [1, 0, 1] {
+        if strip_zeros(c.e) != [1, 0, 1] {
             return Err(KeyError::Exponent);
         }
         let bits = bit_len(c.n);
@@ -202,6 +204,7 @@ impl RsaKey {
         Ok(Self {
             class,
             size: bits / 8,
+            n_be: strip_zeros(c.n).to_vec(),
             n_k0: mont_k0(n[0]),
             n_rr: mont_rr(&n),
             n,
@@ -260,12 +263,15 @@ pub fn private_batch_with_fault(
         return results;
     };
     let limbs = class.modulus_limbs();
+    let supported = engine::available();
     let mut lanes: Vec<usize> = Vec::with_capacity(BATCH);
+    let mut keys: Vec<&RsaKey> = Vec::with_capacity(BATCH);
     let mut inputs: Vec<Vec<u64>> = Vec::with_capacity(BATCH);
+    let mut outputs: Vec<&mut [u8]> = Vec::with_capacity(BATCH);
     for (i, op) in ops.iter_mut().enumerate() {
         op.output.fill(0);
         let size = op.key.size;
-        let checked = if !engine::available() {
+        let checked = if !supported {
             Err(OpError::Unsupported)
         } else if i >= BATCH {
             Err(OpError::BatchFull)
@@ -275,7 +281,7 @@ pub fn private_batch_with_fault(
             Err(OpError::InputLength { expected: size, got: op.input.len() })
         } else if op.output.len() != size {
             Err(OpError::OutputLength { expected: size, got: op.output.len() })
-        } else if !less_than(op.input, &op.key.n) {
+        } else if op.input >= op.key.n_be.as_slice() {
             Err(OpError::InputTooLarge)
         } else {
             limbs_from_be(op.input, limbs).ok_or(OpError::InputTooLarge)
@@ -283,7 +289,9 @@ pub fn private_batch_with_fault(
         match checked {
             Ok(limbs) => {
                 lanes.push(i);
+                keys.push(op.key);
                 inputs.push(limbs);
+                outputs.push(&mut *op.output);
                 results.push(Ok(()));
             }
             Err(e) => results.push(Err(e)),
@@ -292,25 +300,18 @@ pub fn private_batch_with_fault(
     if lanes.is_empty() {
         return results;
     }
-    let keys: Vec<&RsaKey> = lanes.iter().map(|&i| ops[i].key).collect();
     let input_refs: Vec<&[u64]> = inputs.iter().map(Vec::as_slice).collect();
-    let mut outputs = vec![Vec::new(); lanes.len()];
     let ok = engine::run(class, &keys, &input_refs, &mut outputs, fault);
-    for (lane, (&i, out)) in lanes.iter().zip(outputs.iter_mut()).enumerate() {
-        if ok & (1 << lane) != 0 {
-            limbs_to_be(out, ops[i].output);
-        } else {
+    for (lane, &i) in lanes.iter().enumerate() {
+        if ok & (1 << lane) == 0 {
             results[i] = Err(OpError::Fault);
         }
-        out.zeroize();
     }
     results
 }
 
-/// Whether the big-endian `x` is below the modulus `n` (public values: the input
-/// is not secret, so this may branch).
-fn less_than(x: &[u8], n: &[u64]) -> bool {
-    let mut nb = vec![0u8; x.len()];
-    limbs_to_be(n, &mut nb);
-    x < nb.as_slice()
+/// A big-endian number without its leading zero bytes.
+fn strip_zeros(x: &[u8]) -> &[u8] {
+    let first = x.iter().position(|&b| b != 0).unwrap_or(x.len());
+    &x[first..]
 }

@@ -37,6 +37,11 @@ fn random_input(rsa: &Rsa<Private>) -> Vec<u8> {
     }
 }
 
+/// One operation per input, the i-th with the i-th key.
+fn batch<'a>(keys: impl Iterator<Item = &'a RsaKey>, inputs: &'a [Vec<u8>], outputs: &'a mut [Vec<u8>]) -> Vec<Op<'a>> {
+    keys.zip(inputs).zip(outputs).map(|((key, input), output)| Op { key, input, output }).collect()
+}
+
 fn reference(rsa: &Rsa<Private>, input: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8; rsa.size() as usize];
     let len = rsa.private_decrypt(input, &mut out, Padding::NONE).expect("boring raw RSA");
@@ -57,12 +62,7 @@ fn check_size(bits: u32, keys: usize, messages: usize) {
         let picks: Vec<usize> = (0..batch_size).map(|_| fastrand::usize(..keys)).collect();
         let inputs: Vec<Vec<u8>> = picks.iter().map(|&k| random_input(&rsas[k])).collect();
         let mut outputs = vec![vec![0u8; bits as usize / 8]; batch_size];
-        let mut ops: Vec<Op> = picks
-            .iter()
-            .zip(inputs.iter())
-            .zip(outputs.iter_mut())
-            .map(|((&k, input), output)| Op { key: &prepared[k], input, output })
-            .collect();
+        let mut ops = batch(picks.iter().map(|&k| &prepared[k]), &inputs, &mut outputs);
         let results = private_batch(&mut ops);
         for (i, &k) in picks.iter().enumerate() {
             assert_eq!(results[i], Ok(()), "rsa{bits} key {k} batch of {batch_size}");
@@ -98,11 +98,7 @@ fn fault_in_one_lane_is_caught_and_the_others_succeed() {
     for lane in 0..BATCH {
         let inputs: Vec<Vec<u8>> = (0..BATCH).map(|_| random_input(&rsa)).collect();
         let mut outputs = vec![vec![0xaau8; 256]; BATCH];
-        let mut ops: Vec<Op> = inputs
-            .iter()
-            .zip(outputs.iter_mut())
-            .map(|(input, output)| Op { key: &key, input, output })
-            .collect();
+        let mut ops = batch(std::iter::repeat(&key), &inputs, &mut outputs);
         let limb = fastrand::usize(..40);
         let results = private_batch_with_fault(&mut ops, Some(Fault { lane, limb }));
         for i in 0..BATCH {
