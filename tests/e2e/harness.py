@@ -328,15 +328,21 @@ def curl(*args, timeout=20):
     return int(code or 0), body, p.stderr.decode(errors="replace")
 
 
-def raw_request(port, data, timeout=5.0, tls=False, server_name="localhost"):
+def raw_request(port, data, timeout=5.0, tls=False, server_name="localhost", cafile=None):
     """Sends raw bytes and returns everything the server answers until it
-    closes or goes quiet."""
+    closes or goes quiet. With `cafile`, the TLS server's certificate and name
+    are verified against it; handshake failures raise ssl.SSLError."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     if tls:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        sock = ctx.wrap_socket(sock, server_hostname=server_name)
+        ctx = ssl.create_default_context(cafile=str(cafile) if cafile else None)
+        if cafile is None:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        try:
+            sock = ctx.wrap_socket(sock, server_hostname=server_name)
+        except BaseException:
+            sock.close()
+            raise
     try:
         sock.sendall(data)
         chunks = []

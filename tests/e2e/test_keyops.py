@@ -1,13 +1,12 @@
 """Batched private-key offload (key_provider: mb) through real TLS clients."""
 
 import concurrent.futures
-import socket
 import ssl
 from pathlib import Path
 
 import pytest
 
-from harness import curl, free_port, make_cert
+from harness import curl, free_port, make_cert, raw_request
 from test_tls import s_client
 
 IFMA = "avx512ifma" in Path("/proc/cpuinfo").read_text()
@@ -63,15 +62,9 @@ def test_tls12_and_tls13_handshakes_with_mb(tmp_path, gatehouse, kind):
 
 
 def handshake(port, ca):
-    ctx = ssl.create_default_context(cafile=str(ca))
-    ctx.check_hostname = True
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
-        with ctx.wrap_socket(raw, server_hostname="a.test") as tls:
-            tls.sendall(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
-            data = b""
-            while chunk := tls.recv(4096):
-                data += chunk
-            return data
+    """One full TLS handshake (certificate and signature verified) and one request."""
+    return raw_request(port, b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+                       timeout=20, tls=True, server_name="a.test", cafile=ca)
 
 
 @needs_ifma
