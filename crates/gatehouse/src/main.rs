@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench_tls;
+
 #[derive(Parser)]
 #[command(name = "gatehouse", about = "L7 HTTPS load balancer, L4 load balancer and VPN gateway", version)]
 struct Cli {
@@ -49,6 +51,44 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_values_t = [2048u32, 3072, 4096])]
         rsa: Vec<u32>,
     },
+    /// Full TLS handshakes against a server: N connections each loop connect,
+    /// handshake (never resumed), one GET with `Connection: close`, close.
+    /// Ends with `tls handshakes_per_sec=N p50_ms=N p99_ms=N errors=N`
+    /// (latencies from the TCP connect to the end of the handshake).
+    Tls {
+        /// https://host[:port][/path]
+        url: String,
+        /// Concurrent connections.
+        #[arg(short, long, default_value_t = 50)]
+        connections: usize,
+        /// Client threads (each its own event loop).
+        #[arg(short, long, default_value_t = 1)]
+        threads: usize,
+        /// Stop starting connections after this many seconds.
+        #[arg(short, long, default_value_t = 10.0)]
+        duration: f64,
+        /// Stop after this many connections (whichever comes first).
+        #[arg(short = 'n', long)]
+        handshakes: Option<u64>,
+        /// Only this TLS version: 1.2 or 1.3.
+        #[arg(long)]
+        tls: Option<String>,
+        /// TLS 1.2 cipher list, e.g. ECDHE-RSA-AES256-GCM-SHA384.
+        #[arg(long)]
+        ciphers: Option<String>,
+        /// Key-exchange groups offered, e.g. X25519 or P-256.
+        #[arg(long, default_value = "X25519")]
+        groups: String,
+        /// Signature algorithms offered, e.g. rsa_pss_rsae_sha256 or rsa_pkcs1_sha256.
+        #[arg(long)]
+        sigalgs: Option<String>,
+        /// Connect to this address instead of resolving the URL's host.
+        #[arg(long)]
+        connect: Option<std::net::SocketAddr>,
+        /// Seconds a connection may take from connect to the end of the response.
+        #[arg(long, default_value_t = 10.0)]
+        timeout: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -74,6 +114,51 @@ fn main() -> ExitCode {
                 println!("{r}");
             }
             ExitCode::SUCCESS
+        }
+        Command::Bench {
+            what:
+                Bench::Tls { url, connections, threads, duration, handshakes, tls, ciphers, groups, sigalgs, connect, timeout },
+        } => {
+            let opts = bench_tls::Options {
+                url,
+                connections,
+                threads,
+                duration: std::time::Duration::from_secs_f64(duration.max(0.0)),
+                handshakes,
+                tls,
+                ciphers,
+                groups,
+                sigalgs,
+                connect,
+                timeout: std::time::Duration::from_secs_f64(timeout.max(0.001)),
+            };
+            match bench_tls::run(&opts, |line| eprintln!("{line}")) {
+                Ok(r) => {
+                    eprintln!(
+                        "  {} handshakes in {:.2}s, {} errors; negotiated {}",
+                        r.handshakes,
+                        r.elapsed.as_secs_f64(),
+                        r.errors,
+                        r.negotiated.as_deref().unwrap_or("nothing")
+                    );
+                    eprintln!(
+                        "  handshake latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}; to the end of the response: p50 {:.3}  p99 {:.3}",
+                        r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms, r.total_p50_ms, r.total_p99_ms
+                    );
+                    if let Some(cpu) = r.client_cpu_us {
+                        eprintln!("  client CPU per handshake: {cpu:.1} µs (user + system, all client threads)");
+                    }
+                    for line in &r.error_lines {
+                        eprintln!("  error {line}");
+                    }
+                    println!("{r}");
+                    if r.errors > 0 || r.handshakes == 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+                }
+                Err(e) => {
+                    eprintln!("gatehouse bench tls: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Check { config } => match gatehouse_l7::check(&config) {
             Ok(()) => {

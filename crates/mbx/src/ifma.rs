@@ -140,11 +140,14 @@ pub(crate) fn redc<const N: usize, const W: usize>(t: &[V; W], m: &[V; N], k0: V
 /// is formed column by column with each cross product a_i·a_j (i < j) computed
 /// once and doubled, about half the multiplications of a general product, then
 /// reduced by [`redc`]: 3·N² + N multiplications where [`amm`] needs 4·N².
+/// The double-width square goes to the caller's scratch `t`, which the caller
+/// wipes once when its exponentiation ends rather than once per squaring.
 #[inline]
 #[target_feature(enable = "avx512f,avx512ifma")]
-pub(crate) fn sqr<const N: usize, const W: usize>(a: &[V; N], m: &[V; N], k0: V) -> [V; N] {
+pub(crate) fn sqr<const N: usize, const W: usize>(a: &[V; N], m: &[V; N], k0: V, t: &mut [V; W]) -> [V; N] {
     const { assert!(W == 2 * N) };
-    let mut t = [zero(); W];
+    t[0] = zero();
+    t[W - 1] = zero();
     // Column k collects the low halves of the pairs with i + j = k and the high
     // halves of the pairs with i + j = k − 1. Two accumulators of each kind
     // (pairs taken two at a time) halve the dependency chains.
@@ -174,9 +177,7 @@ pub(crate) fn sqr<const N: usize, const W: usize>(a: &[V; N], m: &[V; N], k0: V)
         t[2 * i] = lo(_mm512_add_epi64(t[2 * i], t[2 * i]), a[i], a[i]);
         t[2 * i + 1] = hi(_mm512_add_epi64(t[2 * i + 1], t[2 * i + 1]), a[i], a[i]);
     }
-    let r = redc::<N, W>(&t, m, k0);
-    wipe(&mut t);
-    r
+    redc::<N, W>(t, m, k0)
 }
 
 /// The plain product a·b, `W = 2·N` limbs, normalized.
@@ -298,12 +299,13 @@ pub(crate) fn mod_exp<const N: usize, const W: usize>(
     m: &[V; N],
     k0: V,
 ) -> [V; N] {
+    let mut scratch = [zero(); W];
     let mut table = [[zero(); N]; 1 << WINDOW];
     table[0] = *one_r;
     table[1] = *base_r;
     for k in 2..(1 << WINDOW) {
         table[k] = if k % 2 == 0 {
-            sqr::<N, W>(&table[k / 2], m, k0)
+            sqr::<N, W>(&table[k / 2], m, k0, &mut scratch)
         } else {
             amm(&table[k - 1], base_r, m, k0)
         };
@@ -312,7 +314,7 @@ pub(crate) fn mod_exp<const N: usize, const W: usize>(
     let mut acc = select(&table, windows((count - 1) * WINDOW));
     for w in (0..count - 1).rev() {
         for _ in 0..WINDOW {
-            acc = sqr::<N, W>(&acc, m, k0);
+            acc = sqr::<N, W>(&acc, m, k0, &mut scratch);
         }
         let mut factor = select(&table, windows(w * WINDOW));
         acc = amm(&acc, &factor, m, k0);
@@ -321,6 +323,7 @@ pub(crate) fn mod_exp<const N: usize, const W: usize>(
     for entry in table.iter_mut() {
         wipe(entry);
     }
+    wipe(&mut scratch);
     acc
 }
 
