@@ -2,15 +2,18 @@
 """L7 benchmarks: Gatehouse side by side with HAProxy and NGINX.
 
 Method (shared/BENCH.md): the server under test is pinned to CPU 0, the load
-generator (wrk) and the NGINX backend to CPU 1. The figure is the server's
+generator (and the NGINX backend) to CPU 1. The main figure is the server's
 CPU time per unit of work, read from /proc before and after each run, which
-holds even when wrk, not the server, is the bottleneck. Each case is warmed
-up, run several times, and the median is reported with its ratio to the
-peers measured in the same run.
+holds even when the load generator, not the server, is the bottleneck. Each
+case is warmed up, run several times with the servers interleaved, and the
+median is reported with its ratio to the peers measured in the same run.
 
   reverse proxy:  wrk (keep-alive, 50 connections) -> proxy -> NGINX backend
-  handshakes:     wrk -H 'Connection: close' (a full handshake per request,
-                  no resumption) -> server answering 200 itself
+  handshakes:     gatehouse bench tls -c 50 (a full handshake per connection,
+                  no resumption, one request) -> server answering 200 itself;
+                  Gatehouse twice, key_provider mb and boring. Then one
+                  connection at a time for the low-load latency, and the
+                  load generators' own cost (wrk vs gatehouse bench tls).
 
 Usage: bench/l7_bench.py [--duration S] [--repeat N] [--only proxy|tls]
                          [--write docs/BENCHMARKS.md]
@@ -20,6 +23,7 @@ import argparse
 import datetime
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -194,7 +198,7 @@ def tls_params(version, kind):
     return cipher if version == "1.2" else None
 
 
-def gatehouse_tls(d, port, crt, key, version, kind):
+def gatehouse_tls(d, port, crt, key, version, kind, provider="boring"):
     cipher = tls_params(version, kind)
     cfg = Path(d) / "gatehouse.yaml"
     cfg.write_text(f"""
@@ -205,7 +209,7 @@ listeners:
     address: 127.0.0.1:{port}
     protocol: https
     tls: {{ min_version: "{version}", max_version: "{version}", session_resumption: false, alpn: [http/1.1]{f", ciphers: {cipher}" if cipher else ""} }}
-certificates: [{{ name: c, cert: {crt}, key: {key}, sni: [localhost] }}]
+certificates: [{{ name: c, cert: {crt}, key: {key}, sni: [localhost], key_provider: {provider} }}]
 routes: [{{ name: hello, direct_response: {{ status: 200, body: "hello\\n" }} }}]
 """)
     return [str(GATEHOUSE), "run", "-c", str(cfg)]
@@ -259,14 +263,19 @@ def make_cert(d, kind):
 # ------------------------------------------------------------------ runs
 
 
+def ifma():
+    return "avx512ifma" in Path("/proc/cpuinfo").read_text()
+
+
 def median_of(runs):
     keys = runs[0].keys()
     return {k: statistics.median([r[k] for r in runs if r[k] is not None]) if any(r[k] is not None for r in runs) else None
             for k in keys}
 
 
-def run_case(make_server, url, duration, repeat, close, workdir):
-    """Runs each server `repeat` times, interleaved, so drift hits all alike."""
+def run_case(make_server, measure_one, repeat, workdir):
+    """Runs each server `repeat` times, interleaved, so drift hits all alike.
+    `measure_one(server)` returns one run's figures."""
     runs = {name: [] for name in make_server}
     for _ in range(repeat):
         for name, make in make_server.items():
@@ -274,10 +283,63 @@ def run_case(make_server, url, duration, repeat, close, workdir):
             port = free_port()
             server = Server(name, make(d, port), port, d)
             try:
-                runs[name].append(measure(server, url.format(port=port), duration, close))
+                runs[name].append(measure_one(server))
             finally:
                 server.stop()
     return {name: median_of(r) for name, r in runs.items()}
+
+
+BENCH_TLS = re.compile(r"^tls handshakes_per_sec=(\d+) p50_ms=([\d.]+) p99_ms=([\d.]+) errors=(\d+)$", re.M)
+
+
+def children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def bench_tls(port, version, kind, seconds, connections):
+    """Runs `gatehouse bench tls` on the load CPU; returns its figures."""
+    args = ["taskset", "-c", LOAD_CPU, str(GATEHOUSE), "bench", "tls", f"https://localhost:{port}/",
+            "--connect", f"127.0.0.1:{port}", "-c", str(connections), "-d", str(seconds), "--tls", version]
+    if tls_params(version, kind):
+        args += ["--ciphers", tls_params(version, kind)]
+    c0 = children_cpu_s()
+    p = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 120)
+    client_s = children_cpu_s() - c0
+    m = BENCH_TLS.search(p.stdout)
+    done = re.search(r"(\d+) handshakes in ([\d.]+)s", p.stderr)
+    if not m or not done:
+        raise RuntimeError(f"gatehouse bench tls failed:\n{p.stdout}\n{p.stderr}")
+    n = int(done.group(1))
+    return {"handshakes": n, "rate": float(m.group(1)), "p50_ms": float(m.group(2)), "p99_ms": float(m.group(3)),
+            "errors": int(m.group(4)), "client_us": client_s * 1e6 / n if n else None,
+            "client_busy": client_s / float(done.group(2))}
+
+
+def measure_tls(server, version, kind, duration, connections=50):
+    """Saturating run (server CPU per handshake, handshakes/s, client load),
+    then one connection at a time (low-load latency)."""
+    bench_tls(server.port, version, kind, 2, connections)  # warm-up
+    u0, s0 = cpu_ticks(server.proc.pid)
+    sat = bench_tls(server.port, version, kind, duration, connections)
+    u1, s1 = cpu_ticks(server.proc.pid)
+    if sat["handshakes"] == 0:
+        raise RuntimeError(f"{server.name}: no handshakes completed")
+    per = TICK_US / sat["handshakes"]
+    low = bench_tls(server.port, version, kind, max(3, duration // 3), 1)
+    return {"cpu_us": (u1 - u0 + s1 - s0) * per, "user_us": (u1 - u0) * per, "sys_us": (s1 - s0) * per,
+            "rps": sat["rate"], "p50_ms": sat["p50_ms"], "p99_ms": sat["p99_ms"], "errors": sat["errors"] + low["errors"],
+            "client_busy": sat["client_busy"], "low_p50_ms": low["p50_ms"]}
+
+
+def client_cost(url_port, duration):
+    """Client CPU per handshake of wrk (Connection: close) and of
+    gatehouse bench tls, each with 50 connections against the same server."""
+    c0 = children_cpu_s()
+    requests, errors, _, _ = wrk(f"https://localhost:{url_port}/", duration, close=True)
+    wrk_us = (children_cpu_s() - c0) * 1e6 / max(requests, 1)
+    g = bench_tls(url_port, "1.3", "rsa", duration, 50)
+    return {"wrk": (wrk_us, requests / duration, errors), "gatehouse bench tls": (g["client_us"], g["rate"], g["errors"])}
 
 
 def fmt_ratio(a, b):
@@ -304,7 +366,7 @@ def main():
     lines = [f"## {datetime.date.today()} — commit {commit}", "",
              f"Command: `bench/l7_bench.py --duration {args.duration} --repeat {args.repeat}"
              f"{' --only ' + args.only if args.only else ''}`. Peers: {versions['haproxy']}; {versions['nginx']}. "
-             f"Server on CPU 0, wrk{' and the NGINX backend' if args.only != 'tls' else ''} on CPU 1; "
+             f"Server on CPU 0, the load generator{' and the NGINX backend' if args.only != 'tls' else ''} on CPU 1; "
              f"median of {args.repeat} runs of {args.duration} s each after a 2 s warm-up. "
              "CPU-µs = server user+system CPU time / requests (clock-tick resolution).", ""]
 
@@ -318,7 +380,8 @@ def main():
                 {"gatehouse": lambda d, p: gatehouse_proxy(d, p, bport),
                  "haproxy": lambda d, p: haproxy_proxy(d, p, bport),
                  "nginx": lambda d, p: nginx_proxy(d, p, bport)},
-                "http://127.0.0.1:{port}/", args.duration, args.repeat, False, workdir)
+                lambda server: measure(server, f"http://127.0.0.1:{server.port}/", args.duration, False),
+                args.repeat, workdir)
         finally:
             back.send_signal(signal.SIGTERM)
             back.wait()
@@ -333,23 +396,48 @@ def main():
         print("\n".join(lines), flush=True)
 
     if args.only in (None, "tls"):
-        lines += ["### Full TLS handshakes (wrk -t1 -c50 -H 'Connection: close', no resumption)", "",
-                  "| key | TLS | server | CPU-µs/handshake | handshakes/s | errors | Gatehouse ÷ this |",
-                  "|---|---|---|---|---|---|---|"]
+        mb = "gatehouse mb" if ifma() else None
+        lines += ["### Full TLS handshakes (gatehouse bench tls -c 50 on CPU 1, server on CPU 0)", "",
+                  "A full handshake per connection (no resumption: tickets and cache off on both sides), X25519, "
+                  "one GET answered by the server itself, then close. CPU-µs/handshake = server CPU / handshakes; "
+                  "handshakes/s = one server core saturated (if `client busy` is near 100%, the load generator's "
+                  "core was the limit instead); low-load p50 = one connection at a time.", "",
+                  "| key | TLS | server | CPU-µs/handshake | handshakes/s | p50 ms | p99 ms | client busy | low-load p50 ms | errors | "
+                  f"{'Gatehouse mb' if mb else 'Gatehouse'} ÷ this (CPU) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for kind in ("rsa", "ecdsa"):
             crt, key = make_cert(workdir, kind)
             for version in ("1.3", "1.2"):
-                res = run_case(
-                    {"gatehouse": lambda d, p: gatehouse_tls(d, p, crt, key, version, kind),
-                     "haproxy": lambda d, p: haproxy_tls(d, p, crt, key, version, kind),
-                     "nginx": lambda d, p: nginx_tls(d, p, crt, key, version, kind)},
-                    "https://localhost:{port}/", args.duration, args.repeat, True, workdir)
-                g = res["gatehouse"]["cpu_us"]
+                servers = {}
+                if mb:
+                    servers[mb] = lambda d, p: gatehouse_tls(d, p, crt, key, version, kind, "mb")
+                servers["gatehouse boring"] = lambda d, p: gatehouse_tls(d, p, crt, key, version, kind, "boring")
+                servers["haproxy"] = lambda d, p: haproxy_tls(d, p, crt, key, version, kind)
+                servers["nginx"] = lambda d, p: nginx_tls(d, p, crt, key, version, kind)
+                res = run_case(servers, lambda server: measure_tls(server, version, kind, args.duration),
+                               args.repeat, workdir)
+                g = res[mb or "gatehouse boring"]["cpu_us"]
                 label = "RSA-2048" if kind == "rsa" else "ECDSA P-256"
                 tls = "1.3" if version == "1.3" else f"1.2 {tls_params(version, kind)}"
                 for name, r in res.items():
-                    lines.append(f"| {label} | {tls} | {name} | {r['cpu_us']:.0f} | {r['rps']:.0f} | {r['errors']:.0f} | {fmt_ratio(g, r['cpu_us'])} |")
-                print("\n".join(lines[-3:]), flush=True)
+                    lines.append(f"| {label} | {tls} | {name} | {r['cpu_us']:.0f} | {r['rps']:.0f} | {r['p50_ms']:.2f} | "
+                                 f"{r['p99_ms']:.2f} | {r['client_busy'] * 100:.0f}% | {r['low_p50_ms']:.3f} | "
+                                 f"{r['errors']:.0f} | {fmt_ratio(g, r['cpu_us'])} |")
+                print("\n".join(lines[-len(res):]), flush=True)
+        lines.append("")
+        # What the load generators themselves spend, against one server.
+        crt, key = make_cert(workdir, "rsa")
+        d = Path(tempfile.mkdtemp(dir=workdir, prefix="cost-"))
+        port = free_port()
+        server = Server("nginx", nginx_tls(d, port, crt, key, "1.3", "rsa"), port, d)
+        try:
+            cost = client_cost(port, args.duration)
+        finally:
+            server.stop()
+        lines += ["### Load generator cost (client on CPU 1, NGINX RSA-2048 TLS 1.3 on CPU 0, 50 connections)", "",
+                  "| client | client CPU-µs/handshake | handshakes/s | errors |", "|---|---|---|---|"]
+        for name, (us, rate, errors) in cost.items():
+            lines.append(f"| {name} | {us:.0f} | {rate:.0f} | {errors} |")
         lines.append("")
 
     text = "\n".join(lines) + "\n"

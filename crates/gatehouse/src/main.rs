@@ -76,8 +76,9 @@ enum Bench {
         /// TLS 1.2 cipher list, e.g. ECDHE-RSA-AES256-GCM-SHA384.
         #[arg(long)]
         ciphers: Option<String>,
-        /// Key-exchange groups offered, e.g. X25519 or P-256.
-        #[arg(long, default_value = "X25519")]
+        /// Key-exchange groups offered, first preferred (TLS 1.3 sends a key share
+        /// for the first only; TLS 1.2 ECDSA certificates need their curve listed).
+        #[arg(long, default_value = "X25519:P-256")]
         groups: String,
         /// Signature algorithms offered, e.g. rsa_pss_rsae_sha256 or rsa_pkcs1_sha256.
         #[arg(long)]
