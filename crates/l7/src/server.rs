@@ -367,6 +367,9 @@ async fn accept_loop(listener: TcpListener, name: Arc<str>, worker: Arc<Worker>)
     }
 }
 
+/// Bytes read from a TLS client's socket at a time (see `serve`).
+const TLS_READ_BUFFER: usize = 4096;
+
 async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<Worker>) {
     struct Open<'a>(&'a AtomicUsize);
     impl Drop for Open<'_> {
@@ -397,6 +400,11 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
     };
     match tls {
         Some(acceptor) => {
+            // BoringSSL reads a record as two reads, its 5-byte header then its
+            // body; a small buffer under it turns a flight of records that
+            // arrived together into one recvfrom. Reads larger than the buffer
+            // (bulk request bodies) bypass it.
+            let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream);
             let accepted = tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)).await;
             let Ok(Ok(tls_stream)) = accepted else { return };
             let ssl = tls_stream.ssl();
