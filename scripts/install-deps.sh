@@ -39,6 +39,8 @@ fi
 
 # pytest drives the end-to-end tests.
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
+# The Prometheus project's text-format parser checks /metrics in the tests.
+python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q prometheus-client || python3 -m pip install -q --break-system-packages prometheus-client
 
 # h2spec, the HTTP/2 conformance suite, from the Go module proxy.
 gobin="$(go env GOPATH)/bin"

@@ -11,8 +11,8 @@ from test_keyops import config, needs_ifma
 RESULT = re.compile(r"^tls handshakes_per_sec=(\d+) p50_ms=([\d.]+) p99_ms=([\d.]+) errors=(\d+)$")
 
 
-def bench_tls(port, *args, timeout=120):
-    p = subprocess.run([str(BIN), "bench", "tls", f"https://a.test:{port}/", "--connect", f"127.0.0.1:{port}", *args],
+def bench_tls(port, *args, timeout=120, path="/"):
+    p = subprocess.run([str(BIN), "bench", "tls", f"https://a.test:{port}{path}", "--connect", f"127.0.0.1:{port}", *args],
                        capture_output=True, text=True, timeout=timeout)
     last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
     m = RESULT.match(last)
@@ -65,7 +65,7 @@ def test_errors_are_counted_by_kind_and_fail_the_run(tmp_path, gatehouse):
 
 def test_bad_arguments_are_refused_with_a_clear_message():
     for args, msg in ((["http://x/"], "expected a URL starting with https://"),
-                      (["https://127.0.0.1:1/", "--tls", "1.1"], "127.0.0.1:1"),
+                      (["https://127.0.0.1:1/", "-n", "1"], "error connect: 1"),
                       (["https://127.0.0.1:9/", "--connect", "127.0.0.1:9", "--tls", "1.1"], "--tls 1.1: expected 1.2 or 1.3")):
         p = subprocess.run([str(BIN), "bench", "tls", *args], capture_output=True, text=True, timeout=30)
         assert p.returncode == 1 and msg in p.stderr, p.stderr

@@ -24,6 +24,8 @@ pub struct Config {
     pub access_log: AccessLog,
     pub http: HttpSettings,
     pub key_ops: KeyOps,
+    /// The admin listener (metrics, status, the API); none when absent.
+    pub admin: Option<Admin>,
     pub listeners: Vec<Listener>,
     pub certificates: Vec<Certificate>,
     pub upstreams: Vec<Upstream>,
@@ -39,6 +41,7 @@ impl Default for Config {
             access_log: AccessLog::default(),
             http: HttpSettings::default(),
             key_ops: KeyOps::default(),
+            admin: None,
             listeners: Vec::new(),
             certificates: Vec::new(),
             upstreams: Vec::new(),
@@ -67,6 +70,40 @@ impl Decode for KeyOps {
         let k = KeyOps { max_delay: m.or(ctx, "max_delay", KeyOps::default().max_delay) };
         m.finish(ctx);
         Some(k)
+    }
+}
+
+/// The admin listener: Prometheus metrics, status and the admin API, on an
+/// address of its own (never a traffic listener's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admin {
+    /// Default 127.0.0.1:9180.
+    pub address: SocketAddr,
+    /// The key clients send in `X-API-KEY`. Without one, only the read-only
+    /// paths (`/metrics`, `/status`) answer.
+    pub api_key: Option<String>,
+    /// Client networks allowed to connect; empty means any.
+    pub allow: Vec<IpNet>,
+    /// Whether `/metrics` and `/status` need the key too. Default false.
+    pub read_requires_key: bool,
+}
+
+impl Admin {
+    pub const DEFAULT_ADDRESS: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9180);
+}
+
+impl Decode for Admin {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let a = Admin {
+            address: m.or(ctx, "address", Admin::DEFAULT_ADDRESS),
+            api_key: m.opt(ctx, "api_key"),
+            allow: m.or(ctx, "allow", Vec::new()),
+            read_requires_key: m.or(ctx, "read_requires_key", false),
+        };
+        m.finish(ctx);
+        Some(a)
     }
 }
 
@@ -411,6 +448,7 @@ impl Decode for Config {
             access_log: m.or(ctx, "access_log", AccessLog::default()),
             http: m.or(ctx, "http", HttpSettings::default()),
             key_ops: m.or(ctx, "key_ops", KeyOps::default()),
+            admin: m.opt(ctx, "admin"),
             listeners: m.or(ctx, "listeners", Vec::new()),
             certificates: m.or(ctx, "certificates", Vec::new()),
             upstreams: m.or(ctx, "upstreams", Vec::new()),

@@ -24,6 +24,19 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
             ctx.error_at("max_delay", None, "must be at most 100ms (it delays TLS handshakes)")
         });
     }
+    if let Some(a) = &c.admin {
+        ctx.with_field("admin", |ctx| {
+            if c.listeners.iter().any(|l| l.address.is_some_and(|la| la.port() == a.address.port() && (la.ip() == a.address.ip() || la.ip().is_unspecified() || a.address.ip().is_unspecified()))) {
+                ctx.error_at("address", None, format!("{} is a traffic listener's address; the admin listener needs its own", a.address));
+            }
+            if a.api_key.as_deref().is_some_and(|k| k.len() < 16) {
+                ctx.error_at("api_key", None, "must be at least 16 characters");
+            }
+            if a.read_requires_key && a.api_key.is_none() {
+                ctx.error_at("read_requires_key", None, "needs admin.api_key");
+            }
+        });
+    }
     if c.workers > 1024 {
         ctx.error_at("workers", None, "must be between 0 (one per core) and 1024");
     }

@@ -172,12 +172,19 @@ fn parse_target(opts: &Options) -> Result<Target, String> {
                 .to_socket_addrs()
                 .map_err(|e| format!("{host}: cannot resolve: {e}"))?
                 .collect();
-            // The first address that accepts a connection now is used for the run.
-            candidates
-                .iter()
-                .copied()
-                .find(|a| std::net::TcpStream::connect_timeout(a, Duration::from_secs(2)).is_ok())
-                .ok_or_else(|| format!("{host}:{port}: no address accepts connections ({candidates:?})"))?
+            // With several addresses (localhost: ::1 and 127.0.0.1), the first
+            // that accepts a connection now is used for the run. One address
+            // is not probed: the probe would count as a failed handshake on
+            // the server.
+            match candidates.as_slice() {
+                [] => return Err(format!("{host}: resolves to no address")),
+                [one] => *one,
+                _ => candidates
+                    .iter()
+                    .copied()
+                    .find(|a| std::net::TcpStream::connect_timeout(a, Duration::from_secs(2)).is_ok())
+                    .ok_or_else(|| format!("{host}:{port}: no address accepts connections ({candidates:?})"))?,
+            }
         }
     };
     let request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: gatehouse-bench\r\nConnection: close\r\n\r\n");

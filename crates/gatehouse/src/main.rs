@@ -179,7 +179,7 @@ fn main() -> ExitCode {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .init();
-            match gatehouse_l7::run(&config) {
+            match gatehouse_l7::run(&config, Some(Box::new(gatehouse_admin::start))) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     for line in e.lines() {

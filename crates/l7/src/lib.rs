@@ -14,6 +14,7 @@ pub mod filters;
 pub mod h1;
 pub mod h1client;
 pub mod health;
+pub mod metrics;
 pub mod proxy;
 pub mod router;
 pub mod server;

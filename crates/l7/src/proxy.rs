@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -102,7 +102,7 @@ struct Exchange {
     /// Whether an access log line will be written: what only the log needs
     /// (times, names) is recorded only then.
     logging: bool,
-    start: Option<Instant>,
+    start: Instant,
     time: Option<SystemTime>,
     method: String,
     path: String,
@@ -112,7 +112,10 @@ struct Exchange {
     upstream: Option<Arc<str>>,
     endpoint: Option<(SocketAddr, Arc<EndpointHealth>)>,
     upstream_start: Option<Instant>,
-    upstream_ms: Option<f64>,
+    upstream_elapsed: Option<Duration>,
+    /// Indexes into the request's snapshot, for the metrics.
+    route_idx: Option<usize>,
+    pool_idx: Option<usize>,
     bytes_in: Option<Arc<AtomicU64>>,
     reason: &'static str,
 }
@@ -122,6 +125,7 @@ pub struct Completion {
     ex: Exchange,
     status: u16,
     conn: Arc<ConnState>,
+    snap: Arc<Snapshot>,
 }
 
 impl Completion {
@@ -138,6 +142,15 @@ impl Completion {
             self.ex.reason = reason::CLIENT_ABORTED;
         }
         let c = &self.conn;
+        let elapsed = self.ex.start.elapsed();
+        let worker = c.worker.id;
+        match self.ex.route_idx.and_then(|i| self.snap.routes.get(i)) {
+            Some(r) => r.metrics.record(worker, self.status, elapsed),
+            None => c.worker.shared.metrics.unrouted.record(worker, self.status, elapsed),
+        }
+        if let (Some(d), Some(u)) = (self.ex.upstream_elapsed, self.ex.pool_idx.and_then(|i| self.snap.upstreams.get(i))) {
+            u.metrics.record(worker, d);
+        }
         let log = &c.worker.shared.access_log;
         if !log.is_on() {
             return;
@@ -154,8 +167,8 @@ impl Completion {
             status: self.status,
             bytes_in: ex.bytes_in.map_or(0, |b| b.load(Ordering::Relaxed)),
             bytes_out,
-            duration_ms: ex.start.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1000.0),
-            upstream_ms: ex.upstream_ms,
+            duration_ms: elapsed.as_secs_f64() * 1000.0,
+            upstream_ms: ex.upstream_elapsed.map(|d| d.as_secs_f64() * 1000.0),
             route: ex.route,
             upstream: ex.upstream,
             endpoint: ex.endpoint.map(|(a, _)| a),
@@ -185,7 +198,7 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
     let logging = conn.worker.shared.access_log.is_on();
     let mut ex = Exchange {
         logging,
-        start: logging.then(Instant::now),
+        start: Instant::now(),
         time: logging.then(SystemTime::now),
         method: if logging { req.method().as_str().to_owned() } else { String::new() },
         path: if logging { req.uri().path().to_owned() } else { String::new() },
@@ -195,7 +208,9 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
         upstream: None,
         endpoint: None,
         upstream_start: None,
-        upstream_ms: None,
+        upstream_elapsed: None,
+        route_idx: None,
+        pool_idx: None,
         bytes_in: None,
         reason: reason::OK,
     };
@@ -207,9 +222,9 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
         }
     };
     if let Some(t) = ex.upstream_start {
-        ex.upstream_ms = Some(t.elapsed().as_secs_f64() * 1000.0);
+        ex.upstream_elapsed = Some(t.elapsed());
     }
-    let completion = Completion { status: resp.status().as_u16(), ex, conn };
+    let completion = Completion { status: resp.status().as_u16(), ex, conn, snap };
     Ok(resp.map(|b| ResponseBody::new(b, completion)))
 }
 
@@ -232,6 +247,7 @@ async fn process(
         .find(conn.listener, &host, req.method(), req.uri().path(), req.headers())
         .ok_or(Refusal::NoRoute)?;
     let route = &snap.routes[route_idx];
+    ex.route_idx = Some(route_idx);
     if ex.logging {
         ex.route = Some(route.name.clone());
     }
@@ -257,6 +273,7 @@ async fn process(
         _ => pool_idx,
     };
     let pool = &snap.upstreams[pool_idx];
+    ex.pool_idx = Some(pool_idx);
     if ex.logging {
         ex.upstream = Some(pool.name.clone());
     }
@@ -497,9 +514,7 @@ async fn exchange(
         };
         ep.health.in_flight.fetch_add(1, Ordering::Relaxed);
         ex.endpoint = Some((ep.addr, ep.health.clone()));
-        if ex.logging {
-            ex.upstream_start = Some(Instant::now());
-        }
+        ex.upstream_start = Some(Instant::now());
         return match sender {
             Sender::H1(h1) => exchange_h1(pool, ep, h1, request).await,
             Sender::H2(h2) => exchange_h2(pool, ep, h2, request, conn).await,

@@ -26,6 +26,7 @@ use crate::accesslog::AccessLog;
 use crate::conn::{ClientIo, ConnState};
 use crate::filters::RateLimiters;
 use crate::health::{HealthChecks, HealthRegistry};
+use crate::metrics::{HandshakeResult, Metrics, ScrapeInput};
 use crate::snapshot::{BuildContext, Snapshot};
 use crate::upstream::ConnPool;
 
@@ -42,6 +43,25 @@ pub struct Shared {
     /// Client connections open on all workers (counted per connection, not
     /// per request).
     pub open_connections: AtomicUsize,
+    pub metrics: Metrics,
+}
+
+impl Shared {
+    /// The Prometheus exposition of everything: the registry's counters plus
+    /// what is read from the live snapshot.
+    pub fn scrape(&self) -> String {
+        let snap = self.snapshot.load();
+        let input = ScrapeInput {
+            config_version: snap.version,
+            endpoints: snap
+                .upstreams
+                .iter()
+                .flat_map(|u| u.pool.endpoints.iter().map(move |e| (&*u.name, e.addr, e.health.is_up(), e.health.in_flight.load(Ordering::Relaxed))))
+                .collect(),
+            certificates: snap.certificates.iter().map(|(n, t)| (n.as_str(), *t)).collect(),
+        };
+        self.metrics.render(&input)
+    }
 }
 
 /// One worker thread's state.
@@ -77,22 +97,30 @@ pub fn load_snapshot(
     version: u64,
     health: &HealthRegistry,
     limiters: &RateLimiters,
+    metrics: &Metrics,
     generate_certs: bool,
 ) -> Result<Snapshot, ConfigErrors> {
     let cfg: Config = gatehouse_config::load(path)?;
     let base_dir = config_base_dir(path);
-    let cx = BuildContext { base_dir: &base_dir, health, limiters, generate_certs };
+    let cx = BuildContext { base_dir: &base_dir, health, limiters, metrics, generate_certs };
     Snapshot::build(cfg, version, &cx).map_err(|errors| ConfigErrors { file: path.to_path_buf(), errors })
 }
 
 /// `gatehouse check`: everything `run` checks, without binding or writing.
 pub fn check(path: &Path) -> Result<(), ConfigErrors> {
-    load_snapshot(path, 0, &HealthRegistry::default(), &RateLimiters::default(), false).map(|_| ())
+    load_snapshot(path, 0, &HealthRegistry::default(), &RateLimiters::default(), &Metrics::new(1), false).map(|_| ())
 }
+
+/// Starts the admin listener (from the `admin` crate, which the binary wires
+/// in): binds at once, so a bad address fails start-up, and returns the
+/// server to run on the control thread.
+pub type AdminStart = Box<
+    dyn FnOnce(Arc<Shared>, &gatehouse_config::Admin) -> Result<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>, String>,
+>;
 
 /// `gatehouse run`: starts workers and runs the control loop until SIGTERM
 /// or SIGINT.
-pub fn run(path: &Path) -> Result<(), String> {
+pub fn run(path: &Path, admin: Option<AdminStart>) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -102,13 +130,17 @@ pub fn run(path: &Path) -> Result<(), String> {
     let signals = rt.block_on(async { Signals::install() }).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let health = HealthRegistry::default();
     let limiters = RateLimiters::default();
-    let snap = load_snapshot(path, 1, &health, &limiters, true).map_err(|e| e.to_string())?;
-    gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
-    let access_log = AccessLog::start(&snap.config.access_log.target).map_err(|e| format!("access_log: {e}"))?;
-    let workers = match snap.config.workers {
+    // The worker count is fixed for the life of the process: per-worker
+    // counter tables are sized by it before the first snapshot is built.
+    let configured = gatehouse_config::load(path).map(|c| c.workers).unwrap_or(0);
+    let workers = match configured {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let metrics = Metrics::new(workers);
+    let snap = load_snapshot(path, 1, &health, &limiters, &metrics, true).map_err(|e| e.to_string())?;
+    gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
+    let access_log = AccessLog::start(&snap.config.access_log.target).map_err(|e| format!("access_log: {e}"))?;
 
     // Bind every worker's sockets before starting anything, so an address
     // in use is reported at once.
@@ -127,7 +159,12 @@ pub fn run(path: &Path) -> Result<(), String> {
         config_path: path.to_path_buf(),
         draining: tokio::sync::watch::Sender::new(false),
         open_connections: AtomicUsize::new(0),
+        metrics,
     });
+    let admin_server = match (&shared.snapshot.load().config.admin, admin) {
+        (Some(cfg), Some(start)) => Some(start(shared.clone(), cfg).map_err(|e| format!("admin.address: {e}"))?),
+        _ => None,
+    };
     tracing::info!(workers, config = %path.display(), "gatehouse started");
     let mut handles = Vec::new();
     for (id, sockets) in per_worker.into_iter().enumerate() {
@@ -143,7 +180,10 @@ pub fn run(path: &Path) -> Result<(), String> {
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
     }
 
-    rt.block_on(control_loop(shared, signals, handles));
+    rt.block_on(async move {
+        let _admin = admin_server.map(|server| AbortOnDrop(tokio::spawn(server)));
+        control_loop(shared, signals, handles).await;
+    });
     Ok(())
 }
 
@@ -251,8 +291,9 @@ fn reload(shared: &Shared, checks: &mut HealthChecks, workers: &[WorkerHandle]) 
             tracing::error!("reload refused: {line}");
         }
         tracing::error!(version = current.version, "reload refused; the running config stays");
+        shared.metrics.reloaded(false);
     };
-    let snap = match load_snapshot(&shared.config_path, current.version + 1, &shared.health, &shared.limiters, true) {
+    let snap = match load_snapshot(&shared.config_path, current.version + 1, &shared.health, &shared.limiters, &shared.metrics, true) {
         Ok(snap) => snap,
         Err(errors) => return refuse(&errors.to_string()),
     };
@@ -276,7 +317,14 @@ fn reload(shared: &Shared, checks: &mut HealthChecks, workers: &[WorkerHandle]) 
         .collect();
     checks.reconcile(snap.health_checks());
     gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
+    {
+        let routes: Vec<&str> = snap.routes.iter().map(|r| &*r.name).collect();
+        let upstreams: Vec<&str> = snap.upstreams.iter().map(|u| &*u.name).collect();
+        let listeners: Vec<&str> = snap.listeners.iter().map(|l| &*l.name).collect();
+        shared.metrics.retain(&routes, &upstreams, &listeners);
+    }
     shared.snapshot.store(Arc::new(snap));
+    shared.metrics.reloaded(true);
     shared.health.retain(&|u, a| keep.iter().any(|(ku, ka)| ku == u && *ka == a));
     for (worker, opened) in workers.iter().zip(sockets) {
         for key in &closing {
@@ -383,7 +431,16 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
     let Some(index) = snap.listener_index(&name) else { return };
     let http = snap.http.clone();
     let tls = snap.listeners[index].tls.as_ref().map(|t| t.acceptor.clone());
+    let metrics = snap.listeners[index].metrics.clone();
     drop(snap);
+    metrics.accepted(worker.id);
+    struct Closed<'a>(&'a crate::metrics::ListenerMetrics, usize);
+    impl Drop for Closed<'_> {
+        fn drop(&mut self) {
+            self.0.closed(self.1);
+        }
+    }
+    let _closed = Closed(&metrics, worker.id);
     let state = |tls: Option<(&'static str, &'static str)>, is_h2: bool| {
         Arc::new(ConnState {
             client: peer,
@@ -406,10 +463,15 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
             // (bulk request bodies) bypass it.
             let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream);
             let accepted = tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)).await;
-            let Ok(Ok(tls_stream)) = accepted else { return };
+            let tls_stream = match accepted {
+                Ok(Ok(s)) => s,
+                Ok(Err(_)) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Failed),
+                Err(_) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Timeout),
+            };
             let ssl = tls_stream.ssl();
             let is_h2 = ssl.selected_alpn_protocol() == Some(b"h2");
             let info = (ssl.version_str(), ssl.current_cipher().map_or("-", |c| c.name()));
+            metrics.handshake(worker.id, info.0, info.1, HandshakeResult::Ok);
             serve_http(tls_stream, state(Some(info), is_h2), &http, Some(is_h2)).await;
         }
         None => serve_http(stream, state(None, false), &http, None).await,

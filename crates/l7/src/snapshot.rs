@@ -14,6 +14,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::filters::{Acl, CanarySplit, RateLimiter, RateLimiters};
 use crate::health::{EndpointHealth, HealthRegistry};
+use crate::metrics::{ListenerMetrics, Metrics, RouteMetrics, UpstreamMetrics};
 use crate::proxy::DirectAnswer;
 use crate::router::Router;
 use crate::tls::{ListenerTlsState, build_listener_tls, load_certificates, resolve};
@@ -24,6 +25,7 @@ pub struct ListenerSnap {
     pub address: std::net::SocketAddr,
     pub protocol: Protocol,
     pub tls: Option<ListenerTlsState>,
+    pub metrics: Arc<ListenerMetrics>,
 }
 
 pub enum Action {
@@ -36,11 +38,13 @@ pub struct CompiledRoute {
     pub acl: Acl,
     pub rate_limit: Option<Arc<RateLimiter>>,
     pub action: Action,
+    pub metrics: Arc<RouteMetrics>,
 }
 
 pub struct CompiledUpstream {
     pub name: Arc<str>,
     pub pool: UpstreamPool,
+    pub metrics: Arc<UpstreamMetrics>,
 }
 
 pub struct Snapshot {
@@ -51,6 +55,8 @@ pub struct Snapshot {
     pub router: Router,
     pub routes: Vec<CompiledRoute>,
     pub upstreams: Vec<CompiledUpstream>,
+    /// (name, notAfter as Unix seconds) of every certificate.
+    pub certificates: Vec<(String, i64)>,
 }
 
 /// State that outlives snapshots and what a build needs to know.
@@ -59,6 +65,7 @@ pub struct BuildContext<'a> {
     pub base_dir: &'a Path,
     pub health: &'a HealthRegistry,
     pub limiters: &'a RateLimiters,
+    pub metrics: &'a Metrics,
     /// Write self-signed certificates that don't exist yet (false for `check`).
     pub generate_certs: bool,
 }
@@ -100,13 +107,14 @@ impl Snapshot {
                 }
                 _ => None,
             };
-            listeners.push(ListenerSnap { name: l.name.as_str().into(), address, protocol: l.protocol, tls });
+            let metrics = cx.metrics.listener(&l.name);
+            listeners.push(ListenerSnap { name: l.name.as_str().into(), address, protocol: l.protocol, tls, metrics });
         }
 
         let mut upstreams = Vec::new();
         for (i, u) in cfg.upstreams.iter().enumerate() {
             match UpstreamPool::build(u, cx.health) {
-                Ok(pool) => upstreams.push(CompiledUpstream { name: u.name.as_str().into(), pool }),
+                Ok(pool) => upstreams.push(CompiledUpstream { name: u.name.as_str().into(), pool, metrics: cx.metrics.upstream(&u.name) }),
                 Err(e) => errors.push(field_error(format!("upstreams[{i}]"), e)),
             }
         }
@@ -135,13 +143,15 @@ impl Snapshot {
                 acl: Acl::new(&r.allow, &r.deny),
                 rate_limit: r.rate_limit.as_ref().map(|rl| cx.limiters.get(&r.name, rl)),
                 action,
+                metrics: cx.metrics.route(&r.name),
             });
         }
         if !errors.is_empty() {
             return Err(errors);
         }
         let router = Router::build(&cfg.routes, &|name| cfg.listeners.iter().position(|l| l.name == name));
-        Ok(Snapshot { version, http: cfg.http.clone(), config: Arc::new(cfg), listeners, router, routes, upstreams })
+        let certificates = certs.iter().map(|c| (c.name.clone(), c.not_after)).collect();
+        Ok(Snapshot { version, http: cfg.http.clone(), config: Arc::new(cfg), listeners, router, routes, upstreams, certificates })
     }
 
     pub fn listener_index(&self, name: &str) -> Option<usize> {

@@ -37,6 +37,8 @@ pub struct LoadedCert {
     pub key: PKey<Private>,
     pub sni: Vec<String>,
     pub is_ecdsa: bool,
+    /// The leaf certificate's notAfter, Unix seconds.
+    pub not_after: i64,
     /// For RSA keys on the multi-buffer engine: the asynchronous key method.
     /// `None`: BoringSSL uses the key directly.
     pub provider: Option<Arc<dyn Provider>>,
@@ -86,12 +88,19 @@ pub fn load_certificates(
                         continue;
                     }
                 };
-                out.push(LoadedCert { name: c.name.clone(), chain, key, sni: c.sni.clone(), is_ecdsa, provider });
+                let not_after = chain.first().map_or(0, |leaf| unix_seconds(leaf.not_after()));
+                out.push(LoadedCert { name: c.name.clone(), chain, key, sni: c.sni.clone(), is_ecdsa, not_after, provider });
             }
             Err((field, msg)) => errors.push((path(field), msg)),
         }
     }
     if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+/// An ASN.1 time as Unix seconds (0 if it cannot be read).
+fn unix_seconds(t: &boring::asn1::Asn1TimeRef) -> i64 {
+    let Ok(epoch) = Asn1Time::from_unix(0) else { return 0 };
+    epoch.diff(t).map_or(0, |d| i64::from(d.days) * 86_400 + i64::from(d.secs))
 }
 
 /// The engine for a certificate's key: `None` keeps BoringSSL's own signing

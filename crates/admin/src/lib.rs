@@ -1,0 +1,216 @@
+//! The admin listener: Prometheus metrics at `/metrics`, a JSON `/status`,
+//! and (as it grows) the admin API, on an address of its own.
+//!
+//! It runs on the control thread, never on a worker. Access: an optional
+//! allow-list of client networks (else 403), and the key in `X-API-KEY`
+//! (else 401), which every path needs except the read-only `/metrics` and
+//! `/status` (unless `admin.read_requires_key`). The settings are read from
+//! the live config on every request, so a reload rotates the key.
+
+#![forbid(unsafe_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use gatehouse_config::Admin;
+use gatehouse_l7::server::Shared;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+
+type Body = Full<Bytes>;
+
+/// Binds the admin address now (a bad one fails start-up) and returns the
+/// server to run on the control runtime.
+pub fn start(shared: Arc<Shared>, cfg: &Admin) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, String> {
+    let addr = cfg.address;
+    let std_listener = std::net::TcpListener::bind(addr).map_err(|e| format!("cannot bind {addr}: {e}"))?;
+    std_listener.set_nonblocking(true).map_err(|e| format!("{addr}: {e}"))?;
+    tracing::info!("admin listening on http://{addr}");
+    Ok(Box::pin(async move {
+        let listener = match tokio::net::TcpListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("admin listener {addr}: {e}");
+                return;
+            }
+        };
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("admin accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let shared = shared.clone();
+                    async move { Ok::<_, Infallible>(handle(req, peer, &shared).await) }
+                });
+                let mut b = hyper::server::conn::http1::Builder::new();
+                b.timer(TokioTimer::new()).header_read_timeout(std::time::Duration::from_secs(10));
+                let _ = b.serve_connection(TokioIo::new(stream), svc).await;
+            });
+        }
+    }))
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("{body:#}\n"))));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// An error in the shape APISIX's Admin API uses.
+fn error(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
+    json_response(status, &json!({ "error_msg": msg.into() }))
+}
+
+/// What a request may do, from its address and key.
+enum Access {
+    Denied(Response<Body>),
+    /// Read-only paths only.
+    Read,
+    /// Everything.
+    Full,
+}
+
+fn access(req: &Request<Incoming>, peer: SocketAddr, cfg: &Admin) -> Access {
+    let ip = match peer.ip() {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    if !cfg.allow.is_empty() && !cfg.allow.iter().any(|net| net.contains(&ip)) {
+        return Access::Denied(error(StatusCode::FORBIDDEN, format!("{ip} is not in admin.allow")));
+    }
+    let sent = req.headers().get("x-api-key");
+    match (&cfg.api_key, sent) {
+        (Some(key), Some(sent)) if bool::from(key.as_bytes().ct_eq(sent.as_bytes())) => Access::Full,
+        (Some(_), Some(_)) => Access::Denied(error(StatusCode::UNAUTHORIZED, "wrong X-API-KEY")),
+        _ => Access::Read,
+    }
+}
+
+async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Response<Body> {
+    let cfg = match shared.snapshot.load().config.admin.clone() {
+        Some(c) => c,
+        None => return error(StatusCode::SERVICE_UNAVAILABLE, "the admin section was removed from the config"),
+    };
+    let level = match access(&req, peer, &cfg) {
+        Access::Denied(r) => return r,
+        l => l,
+    };
+    let path = req.uri().path();
+    let read_only = matches!(path, "/metrics" | "/status");
+    let allowed = match level {
+        Access::Full => true,
+        Access::Read => read_only && !cfg.read_requires_key,
+        Access::Denied(_) => false,
+    };
+    if !allowed {
+        let msg = if cfg.api_key.is_none() {
+            "this path needs admin.api_key to be set in the config, and that key in X-API-KEY"
+        } else {
+            "missing X-API-KEY"
+        };
+        return error(StatusCode::UNAUTHORIZED, msg);
+    }
+    let get_only = |f: &dyn Fn() -> Response<Body>| {
+        if req.method() == Method::GET || req.method() == Method::HEAD {
+            f()
+        } else {
+            let mut r = error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} answers GET only"));
+            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            r
+        }
+    };
+    match path {
+        "/metrics" => get_only(&|| {
+            let mut r = Response::new(Full::new(Bytes::from(shared.scrape())));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+            r
+        }),
+        "/status" => get_only(&|| json_response(StatusCode::OK, &status(shared))),
+        _ => error(StatusCode::NOT_FOUND, format!("no admin resource at {path}")),
+    }
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `/status`: what is running, in one document.
+fn status(shared: &Shared) -> Value {
+    let snap = shared.snapshot.load();
+    let now = SystemTime::now();
+    let open = shared.metrics.open_connections();
+    let started = shared.metrics.started();
+    let listeners: Vec<Value> = snap
+        .listeners
+        .iter()
+        .map(|l| {
+            json!({
+                "name": &*l.name,
+                "address": l.address.to_string(),
+                "protocol": if l.tls.is_some() { "https" } else { "http" },
+                "connections_open": open.get(&*l.name).copied().unwrap_or(0),
+            })
+        })
+        .collect();
+    let upstreams: Vec<Value> = snap
+        .upstreams
+        .iter()
+        .map(|u| {
+            let endpoints: Vec<Value> = u
+                .pool
+                .endpoints
+                .iter()
+                .map(|e| {
+                    json!({
+                        "address": e.addr.to_string(),
+                        "weight": e.weight,
+                        "healthy": e.health.is_up(),
+                        "in_flight": e.health.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+                    })
+                })
+                .collect();
+            json!({ "name": &*u.name, "endpoints": endpoints })
+        })
+        .collect();
+    let now_s = unix_seconds(now);
+    let certificates: Vec<Value> = snap
+        .certificates
+        .iter()
+        .map(|(name, not_after)| {
+            json!({
+                "name": name,
+                "not_after": not_after,
+                "expires_in_days": ((*not_after as f64 - now_s) / 86_400.0 * 10.0).round() / 10.0,
+            })
+        })
+        .collect();
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "started": unix_seconds(started).floor(),
+        "uptime_seconds": now.duration_since(started).map_or(0.0, |d| (d.as_secs_f64() * 10.0).round() / 10.0),
+        "workers": shared.metrics.workers(),
+        "config_version": snap.version,
+        "listeners": listeners,
+        "upstreams": upstreams,
+        "certificates": certificates,
+    })
+}
