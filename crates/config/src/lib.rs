@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod decode;
+pub mod doc;
 pub mod model;
 pub mod validate;
 pub mod yaml;
@@ -42,16 +43,22 @@ impl std::error::Error for ConfigErrors {}
 
 /// Parses, decodes and validates config text. `file` names it in errors.
 pub fn from_str(text: &str, file: &Path) -> Result<Config, ConfigErrors> {
+    from_node(&parse_document(text, file)?, file)
+}
+
+/// Parses YAML text into a document, or one error with its line.
+pub fn parse_document(text: &str, file: &Path) -> Result<yaml::Node, ConfigErrors> {
+    yaml::parse(text).map_err(|e| ConfigErrors {
+        file: file.to_path_buf(),
+        errors: vec![FieldError { path: String::new(), message: format!("invalid YAML: {}", e.message), line: Some(e.line) }],
+    })
+}
+
+/// Decodes and validates a document (`file` names it in errors).
+pub fn from_node(root: &yaml::Node, file: &Path) -> Result<Config, ConfigErrors> {
     let fail = |errors| ConfigErrors { file: file.to_path_buf(), errors };
-    let root = yaml::parse(text).map_err(|e| {
-        fail(vec![FieldError {
-            path: String::new(),
-            message: format!("invalid YAML: {}", e.message),
-            line: Some(e.line),
-        }])
-    })?;
     let mut ctx = Ctx::default();
-    let config = <Config as decode::Decode>::decode(&root, &mut ctx);
+    let config = <Config as decode::Decode>::decode(root, &mut ctx);
     if let Some(c) = &config {
         validate::validate(c, &mut ctx);
     }

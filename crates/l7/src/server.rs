@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use gatehouse_config::yaml::Node;
 use gatehouse_config::{Config, ConfigErrors, Protocol};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -44,6 +45,161 @@ pub struct Shared {
     /// per request).
     pub open_connections: AtomicUsize,
     pub metrics: Metrics,
+    /// What changes the config: SIGHUP and the admin API take turns on it.
+    pub control: std::sync::Mutex<Control>,
+}
+
+/// The control plane's state, behind [`Shared::control`].
+pub struct Control {
+    checks: HealthChecks,
+    workers: Vec<WorkerHandle>,
+    /// The running config as a document: what the admin API reads and edits.
+    pub doc: Node,
+    /// Each resource's version, by (list, name): the config version that last
+    /// changed it.
+    pub versions: HashMap<(&'static str, String), u64>,
+}
+
+/// Why a change was not applied. Nothing changed in either case.
+#[derive(Debug)]
+pub enum ApplyError {
+    /// The resulting config is invalid (or a new listener cannot bind).
+    Invalid(ConfigErrors),
+    /// The config file could not be written.
+    Store(String),
+}
+
+impl std::fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApplyError::Invalid(e) => write!(f, "{e}"),
+            ApplyError::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Versions of the named entries of one list: unchanged entries keep theirs.
+fn entry_versions<T: PartialEq>(
+    kind: &'static str,
+    old: &[T],
+    new: &[T],
+    name: impl Fn(&T) -> &str,
+    version: u64,
+    prev: &HashMap<(&'static str, String), u64>,
+    out: &mut HashMap<(&'static str, String), u64>,
+) {
+    for e in new {
+        let key = (kind, name(e).to_string());
+        let same = old.iter().find(|o| name(o) == key.1).is_some_and(|o| o == e);
+        let v = match prev.get(&key) {
+            Some(&v) if same => v,
+            _ => version,
+        };
+        out.insert(key, v);
+    }
+}
+
+fn resource_versions(old: &Config, new: &Config, version: u64, prev: &HashMap<(&'static str, String), u64>) -> HashMap<(&'static str, String), u64> {
+    let mut out = HashMap::new();
+    entry_versions("routes", &old.routes, &new.routes, |r| &r.name, version, prev, &mut out);
+    entry_versions("upstreams", &old.upstreams, &new.upstreams, |u| &u.name, version, prev, &mut out);
+    entry_versions("certificates", &old.certificates, &new.certificates, |c| &c.name, version, prev, &mut out);
+    out
+}
+
+/// Writes `text` to `path` so that a crash at any moment leaves either the
+/// old file or the new one: a temporary file beside it, fsync, the old file
+/// kept as `PATH.prev` (written the same way), rename over, fsync the
+/// directory.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = config_base_dir(path);
+    let name = path.file_name().map_or_else(|| "config".into(), |n| n.to_string_lossy().into_owned());
+    let put = |target: &Path, bytes: &[u8]| -> std::io::Result<()> {
+        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, target)
+    };
+    if let Ok(old) = std::fs::read(path) {
+        put(&dir.join(format!("{name}.prev")), &old)?;
+    }
+    put(path, text.as_bytes())?;
+    std::fs::File::open(&dir)?.sync_all()
+}
+
+impl Shared {
+    /// Applies a new config document: compiles it whole (any error: nothing
+    /// changes), binds new listeners, writes it to the config file when
+    /// `persist` (the admin API; a SIGHUP reload read it from there), then
+    /// swaps the snapshot on every worker. Returns the new config version.
+    pub fn apply(&self, control: &mut Control, doc: Node, persist: bool) -> Result<u64, ApplyError> {
+        let current = self.snapshot.load();
+        let path = &self.config_path;
+        let snap = build_snapshot(&doc, path, current.version + 1, &self.health, &self.limiters, &self.metrics, true)
+            .map_err(ApplyError::Invalid)?;
+        let old: Vec<ListenerKey> = current.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
+        let new: Vec<ListenerKey> = snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
+        let opening: Vec<ListenerKey> = new.iter().filter(|k| !old.contains(k)).cloned().collect();
+        let closing: Vec<ListenerKey> = old.iter().filter(|k| !new.contains(k)).cloned().collect();
+        let sockets = bind_for_workers(&opening, control.workers.len()).map_err(|(key, e)| {
+            let index = new.iter().position(|k| *k == key).unwrap_or(0);
+            ApplyError::Invalid(ConfigErrors {
+                file: path.clone(),
+                errors: vec![gatehouse_config::FieldError {
+                    path: format!("listeners[{index}].address"),
+                    message: format!("cannot bind {}: {e}", key.1),
+                    line: None,
+                }],
+            })
+        })?;
+        if persist {
+            write_atomically(path, &gatehouse_config::doc::emit(&doc))
+                .map_err(|e| ApplyError::Store(format!("{}: cannot write the config: {e}", path.display())))?;
+        }
+
+        let version = snap.version;
+        control.versions = resource_versions(&current.config, &snap.config, version, &control.versions);
+        control.doc = doc;
+        let keep: Vec<(String, SocketAddr)> = snap
+            .upstreams
+            .iter()
+            .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
+            .collect();
+        control.checks.reconcile(snap.health_checks());
+        gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
+        {
+            let routes: Vec<&str> = snap.routes.iter().map(|r| &*r.name).collect();
+            let upstreams: Vec<&str> = snap.upstreams.iter().map(|u| &*u.name).collect();
+            let listeners: Vec<&str> = snap.listeners.iter().map(|l| &*l.name).collect();
+            self.metrics.retain(&routes, &upstreams, &listeners);
+        }
+        self.snapshot.store(Arc::new(snap));
+        self.metrics.reloaded(true);
+        self.health.retain(&|u, a| keep.iter().any(|(ku, ka)| ku == u && *ka == a));
+        for (worker, opened) in control.workers.iter().zip(sockets) {
+            for key in &closing {
+                let _ = worker.send(ListenerCommand::Close(key.clone()));
+            }
+            for (key, socket) in opened {
+                let _ = worker.send(ListenerCommand::Open(key, socket));
+            }
+        }
+        for (name, addr) in &closing {
+            tracing::info!(listener = %name, "stopped listening on {addr}");
+        }
+        for (name, addr) in &opening {
+            tracing::info!(listener = %name, "listening on {addr}");
+        }
+        Ok(version)
+    }
+
+    /// The control state, even if a panic poisoned its lock.
+    pub fn control(&self) -> std::sync::MutexGuard<'_, Control> {
+        self.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Shared {
@@ -91,7 +247,7 @@ fn config_base_dir(path: &Path) -> PathBuf {
 }
 
 /// Loads and compiles a config file: the shared path of start-up, reload and
-/// `gatehouse check`.
+/// `gatehouse check`. Also returns the document it was parsed into.
 pub fn load_snapshot(
     path: &Path,
     version: u64,
@@ -99,8 +255,28 @@ pub fn load_snapshot(
     limiters: &RateLimiters,
     metrics: &Metrics,
     generate_certs: bool,
+) -> Result<(Snapshot, Node), ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        file: path.to_path_buf(),
+        errors: vec![gatehouse_config::FieldError { path: String::new(), message: format!("cannot read: {e}"), line: None }],
+    })?;
+    let doc = gatehouse_config::parse_document(&text, path)?;
+    let snap = build_snapshot(&doc, path, version, health, limiters, metrics, generate_certs)?;
+    Ok((snap, doc))
+}
+
+/// Decodes, validates and compiles a document (`path` names it in errors
+/// and anchors relative paths).
+fn build_snapshot(
+    doc: &Node,
+    path: &Path,
+    version: u64,
+    health: &HealthRegistry,
+    limiters: &RateLimiters,
+    metrics: &Metrics,
+    generate_certs: bool,
 ) -> Result<Snapshot, ConfigErrors> {
-    let cfg: Config = gatehouse_config::load(path)?;
+    let cfg: Config = gatehouse_config::from_node(doc, path)?;
     let base_dir = config_base_dir(path);
     let cx = BuildContext { base_dir: &base_dir, health, limiters, metrics, generate_certs };
     Snapshot::build(cfg, version, &cx).map_err(|errors| ConfigErrors { file: path.to_path_buf(), errors })
@@ -138,7 +314,7 @@ pub fn run(path: &Path, admin: Option<AdminStart>) -> Result<(), String> {
         n => n,
     };
     let metrics = Metrics::new(workers);
-    let snap = load_snapshot(path, 1, &health, &limiters, &metrics, true).map_err(|e| e.to_string())?;
+    let (snap, doc) = load_snapshot(path, 1, &health, &limiters, &metrics, true).map_err(|e| e.to_string())?;
     gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
     let access_log = AccessLog::start(&snap.config.access_log.target).map_err(|e| format!("access_log: {e}"))?;
 
@@ -160,6 +336,12 @@ pub fn run(path: &Path, admin: Option<AdminStart>) -> Result<(), String> {
         draining: tokio::sync::watch::Sender::new(false),
         open_connections: AtomicUsize::new(0),
         metrics,
+        control: std::sync::Mutex::new(Control {
+            checks: HealthChecks::default(),
+            workers: Vec::new(),
+            doc,
+            versions: HashMap::new(),
+        }),
     });
     let admin_server = match (&shared.snapshot.load().config.admin, admin) {
         (Some(cfg), Some(start)) => Some(start(shared.clone(), cfg).map_err(|e| format!("admin.address: {e}"))?),
@@ -182,7 +364,15 @@ pub fn run(path: &Path, admin: Option<AdminStart>) -> Result<(), String> {
 
     rt.block_on(async move {
         let _admin = admin_server.map(|server| AbortOnDrop(tokio::spawn(server)));
-        control_loop(shared, signals, handles).await;
+        {
+            let mut control = shared.control();
+            control.workers = handles;
+            let checks = shared.snapshot.load().health_checks();
+            control.checks.reconcile(checks);
+            let cfg = shared.snapshot.load().config.clone();
+            control.versions = resource_versions(&cfg, &cfg, 1, &HashMap::new());
+        }
+        control_loop(shared, signals).await;
     });
     Ok(())
 }
@@ -231,16 +421,15 @@ fn bind_for_workers(keys: &[ListenerKey], workers: usize) -> Result<WorkerSocket
     Ok(per_worker)
 }
 
-async fn control_loop(shared: Arc<Shared>, mut signals: Signals, workers: Vec<WorkerHandle>) {
-    let mut checks = HealthChecks::default();
-    checks.reconcile(shared.snapshot.load().health_checks());
+async fn control_loop(shared: Arc<Shared>, mut signals: Signals) {
     loop {
         tokio::select! {
-            _ = signals.hup.recv() => reload(&shared, &mut checks, &workers),
+            _ = signals.hup.recv() => reload(&shared),
             _ = signals.term.recv() => break,
             _ = signals.int.recv() => break,
         }
     }
+    let workers = shared.control().workers.clone();
     drain(&shared, &workers, &mut signals).await;
 }
 
@@ -284,63 +473,27 @@ async fn drain(shared: &Shared, workers: &[WorkerHandle], signals: &mut Signals)
 /// new snapshot in and closes listeners that are gone. On any error (the
 /// file, or a new address that cannot be bound): logs every problem and
 /// keeps the running config, listeners included.
-fn reload(shared: &Shared, checks: &mut HealthChecks, workers: &[WorkerHandle]) {
-    let current = shared.snapshot.load();
+fn reload(shared: &Shared) {
     let refuse = |lines: &str| {
         for line in lines.lines() {
             tracing::error!("reload refused: {line}");
         }
-        tracing::error!(version = current.version, "reload refused; the running config stays");
+        tracing::error!(version = shared.snapshot.load().version, "reload refused; the running config stays");
         shared.metrics.reloaded(false);
     };
-    let snap = match load_snapshot(&shared.config_path, current.version + 1, &shared.health, &shared.limiters, &shared.metrics, true) {
-        Ok(snap) => snap,
-        Err(errors) => return refuse(&errors.to_string()),
+    let text = match std::fs::read_to_string(&shared.config_path) {
+        Ok(t) => t,
+        Err(e) => return refuse(&format!("{}: cannot read: {e}", shared.config_path.display())),
     };
-    let old: Vec<ListenerKey> = current.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
-    let new: Vec<ListenerKey> = snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
-    let opening: Vec<ListenerKey> = new.iter().filter(|k| !old.contains(k)).cloned().collect();
-    let closing: Vec<ListenerKey> = old.iter().filter(|k| !new.contains(k)).cloned().collect();
-    let sockets = match bind_for_workers(&opening, workers.len()) {
-        Ok(s) => s,
-        Err((key, e)) => {
-            let index = new.iter().position(|k| *k == key).unwrap_or(0);
-            return refuse(&format!("{}: listeners[{index}].address: cannot bind {}: {e}", shared.config_path.display(), key.1));
-        }
+    let doc = match gatehouse_config::parse_document(&text, &shared.config_path) {
+        Ok(d) => d,
+        Err(e) => return refuse(&e.to_string()),
     };
-
-    let version = snap.version;
-    let keep: Vec<(String, SocketAddr)> = snap
-        .upstreams
-        .iter()
-        .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
-        .collect();
-    checks.reconcile(snap.health_checks());
-    gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
-    {
-        let routes: Vec<&str> = snap.routes.iter().map(|r| &*r.name).collect();
-        let upstreams: Vec<&str> = snap.upstreams.iter().map(|u| &*u.name).collect();
-        let listeners: Vec<&str> = snap.listeners.iter().map(|l| &*l.name).collect();
-        shared.metrics.retain(&routes, &upstreams, &listeners);
+    let mut control = shared.control();
+    match shared.apply(&mut control, doc, false) {
+        Ok(version) => tracing::info!(version, "configuration reloaded"),
+        Err(e) => refuse(&e.to_string()),
     }
-    shared.snapshot.store(Arc::new(snap));
-    shared.metrics.reloaded(true);
-    shared.health.retain(&|u, a| keep.iter().any(|(ku, ka)| ku == u && *ka == a));
-    for (worker, opened) in workers.iter().zip(sockets) {
-        for key in &closing {
-            let _ = worker.send(ListenerCommand::Close(key.clone()));
-        }
-        for (key, socket) in opened {
-            let _ = worker.send(ListenerCommand::Open(key, socket));
-        }
-    }
-    for (name, addr) in &closing {
-        tracing::info!(listener = %name, "stopped listening on {addr}");
-    }
-    for (name, addr) in &opening {
-        tracing::info!(listener = %name, "listening on {addr}");
-    }
-    tracing::info!(version, "configuration reloaded");
 }
 
 /// Aborts a task when dropped.
