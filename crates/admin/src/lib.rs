@@ -9,6 +9,8 @@
 
 #![forbid(unsafe_code)]
 
+mod api;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,7 +29,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
-type Body = Full<Bytes>;
+pub(crate) type Body = Full<Bytes>;
 
 /// Binds the admin address now (a bad one fails start-up) and returns the
 /// server to run on the control runtime.
@@ -67,7 +69,7 @@ pub fn start(shared: Arc<Shared>, cfg: &Admin) -> Result<Pin<Box<dyn Future<Outp
     }))
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(format!("{body:#}\n"))));
     *r.status_mut() = status;
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -75,7 +77,7 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
 }
 
 /// An error in the shape APISIX's Admin API uses.
-fn error(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
+pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     json_response(status, &json!({ "error_msg": msg.into() }))
 }
 
@@ -145,8 +147,23 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Re
             r
         }),
         "/status" => get_only(&|| json_response(StatusCode::OK, &status(shared))),
-        _ => error(StatusCode::NOT_FOUND, format!("no admin resource at {path}")),
+        "/config" => api::config(req, shared).await,
+        _ => {
+            let mut parts = path.trim_start_matches('/').splitn(2, '/');
+            let kind = parts.next().and_then(|k| gatehouse_config::doc::KINDS.iter().copied().find(|x| *x == k));
+            let name = parts.next().map(str::to_string);
+            match (kind, name.as_deref()) {
+                (Some(kind), None) => api::resource(req, shared, kind, None).await,
+                (Some(kind), Some(n)) if valid_name(n) => api::resource(req, shared, kind, name).await,
+                (Some(_), Some(n)) => error(StatusCode::BAD_REQUEST, format!("{n:?}: a name is 1 to 128 letters, digits, '-', '_' or '.'")),
+                _ => error(StatusCode::NOT_FOUND, format!("no admin resource at {path}")),
+            }
+        }
     }
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty() && n.len() <= 128 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {

@@ -26,7 +26,7 @@ pub fn from_json(v: &Json) -> Node {
         Json::Number(n) => return scalar(n.to_string(), true),
         Json::String(s) => return scalar(s.as_str(), false),
         Json::Array(items) => Value::Seq(items.iter().map(from_json).collect()),
-        Json::Object(map) => Value::Map(map.iter().map(|(k, v)| (scalar(k.as_str(), false), from_json(v))).collect()),
+        Json::Object(map) => Value::Map(map.iter().map(|(k, v)| (scalar(k.as_str(), true), from_json(v))).collect()),
     };
     Node { line: 0, value }
 }

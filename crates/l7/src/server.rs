@@ -115,9 +115,14 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     let dir = config_base_dir(path);
     let name = path.file_name().map_or_else(|| "config".into(), |n| n.to_string_lossy().into_owned());
+    // The new file keeps the old one's permissions (it may hold inline keys).
+    let perms = std::fs::metadata(path).ok().map(|m| m.permissions());
     let put = |target: &Path, bytes: &[u8]| -> std::io::Result<()> {
         let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let mut f = std::fs::File::create(&tmp)?;
+        if let Some(p) = &perms {
+            f.set_permissions(p.clone())?;
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);

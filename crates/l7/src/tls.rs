@@ -69,10 +69,10 @@ pub fn load_certificates(
                     continue;
                 }
             }
-            (cert_file, key_file)
+            (Pem::File(cert_file), Pem::File(key_file))
         } else {
             let (Some(cert), Some(key)) = (&c.cert, &c.key) else { continue };
-            (resolve(base_dir, cert), resolve(base_dir, key))
+            (Pem::of(base_dir, cert), Pem::of(base_dir, key))
         };
         match load_pair(&cert_file, &key_file) {
             Ok((chain, key)) => {
@@ -149,18 +149,49 @@ pub fn resolve(base: &Path, p: &str) -> PathBuf {
 /// A failed load: the field at fault (`cert` or `key`) and why.
 type LoadError = (&'static str, String);
 
-fn load_pair(cert_file: &Path, key_file: &Path) -> Result<(Vec<X509>, PKey<Private>), LoadError> {
-    let cert_pem = std::fs::read(cert_file).map_err(|e| ("cert", format!("cannot read {}: {e}", cert_file.display())))?;
+/// Where a certificate's or key's PEM comes from: a file, or the config value
+/// itself when it starts with `-----BEGIN` (how the admin API sends them).
+enum Pem {
+    File(PathBuf),
+    Inline(String),
+}
+
+impl Pem {
+    fn of(base_dir: &Path, value: &str) -> Pem {
+        if value.trim_start().starts_with("-----BEGIN") {
+            Pem::Inline(value.to_string())
+        } else {
+            Pem::File(resolve(base_dir, value))
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Pem::File(p) => p.display().to_string(),
+            Pem::Inline(_) => "the inline PEM".into(),
+        }
+    }
+
+    fn read(&self, field: &'static str) -> Result<Vec<u8>, LoadError> {
+        match self {
+            Pem::File(p) => std::fs::read(p).map_err(|e| (field, format!("cannot read {}: {e}", p.display()))),
+            Pem::Inline(text) => Ok(text.as_bytes().to_vec()),
+        }
+    }
+}
+
+fn load_pair(cert_src: &Pem, key_src: &Pem) -> Result<(Vec<X509>, PKey<Private>), LoadError> {
+    let cert_pem = cert_src.read("cert")?;
     let chain = X509::stack_from_pem(&cert_pem)
         .ok()
         .filter(|c| !c.is_empty())
-        .ok_or(("cert", format!("{} holds no PEM certificate", cert_file.display())))?;
-    let key_pem = std::fs::read(key_file).map_err(|e| ("key", format!("cannot read {}: {e}", key_file.display())))?;
+        .ok_or(("cert", format!("{} holds no PEM certificate", cert_src.describe())))?;
+    let key_pem = key_src.read("key")?;
     let key = PKey::private_key_from_pem(&key_pem)
-        .map_err(|_| ("key", format!("{} holds no PEM private key", key_file.display())))?;
+        .map_err(|_| ("key", format!("{} holds no PEM private key", key_src.describe())))?;
     let matches = chain[0].public_key().map(|pk| pk.public_eq(&key)).unwrap_or(false);
     if !matches {
-        return Err(("key", format!("{} does not belong to the certificate in {}", key_file.display(), cert_file.display())));
+        return Err(("key", format!("{} does not belong to the certificate in {}", key_src.describe(), cert_src.describe())));
     }
     Ok((chain, key))
 }
