@@ -199,3 +199,25 @@ def test_kill_9_during_a_burst_of_writes_leaves_a_whole_config(tmp_path, upstrea
     # Every acknowledged write is there, plus at most the one in flight.
     assert routes[: len(acked)] == acked, (routes, acked)
     assert len(routes) - len(acked) in (0, 1), (routes, acked)
+
+
+def test_the_openapi_document_is_served_and_describes_every_resource(gatehouse, upstream):
+    from pathlib import Path
+    web, admin = free_port(), free_port()
+    gatehouse(base_config(web, admin, upstream("a").addr), [web, admin])
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/openapi.json", timeout=5) as r:
+        served = json.loads(r.read())
+    checked_in = json.loads((Path(__file__).parents[2] / "docs" / "openapi.json").read_text())
+    assert served == checked_in
+    assert served["openapi"].startswith("3.")
+    for kind in ("routes", "upstreams", "certificates"):
+        assert {"get", "put", "patch", "delete"} <= set(served["paths"][f"/{kind}/{{name}}"])
+    assert served["components"]["securitySchemes"]["apiKey"] == {"type": "apiKey", "in": "header", "name": "X-API-KEY"}
+    # Every field the Route schema names is one the config accepts.
+    fields = served["components"]["schemas"]["Route"]["properties"]
+    status, _, body = api(admin, "PUT", "/routes/full", {
+        "listeners": ["web"], "match": {"hosts": ["a.test"], "path_prefix": "/full", "methods": ["GET"], "headers": [{"name": "x-a"}]},
+        "upstream": "main", "canary": {"upstream": "main", "weight": 5}, "allow": ["127.0.0.1/32"], "deny": ["10.0.0.0/8"],
+        "rate_limit": {"rate": 100, "burst": 10}})
+    assert status == 201, body
+    assert set(body["value"]) | {"direct_response"} == set(fields)

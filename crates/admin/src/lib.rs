@@ -31,6 +31,9 @@ use subtle::ConstantTimeEq;
 
 pub(crate) type Body = Full<Bytes>;
 
+/// The API's description, checked in at docs/openapi.json.
+const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
 /// Binds the admin address now (a bad one fails start-up) and returns the
 /// server to run on the control runtime.
 pub fn start(shared: Arc<Shared>, cfg: &Admin) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, String> {
@@ -116,7 +119,7 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Re
         l => l,
     };
     let path = req.uri().path();
-    let read_only = matches!(path, "/metrics" | "/status");
+    let read_only = matches!(path, "/metrics" | "/status" | "/openapi.json");
     let allowed = match level {
         Access::Full => true,
         Access::Read => read_only && !cfg.read_requires_key,
@@ -148,6 +151,11 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Re
         }),
         "/status" => get_only(&|| json_response(StatusCode::OK, &status(shared))),
         "/config" => api::config(req, shared).await,
+        "/openapi.json" => get_only(&|| {
+            let mut r = Response::new(Full::new(Bytes::from_static(OPENAPI.as_bytes())));
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        }),
         _ => {
             let mut parts = path.trim_start_matches('/').splitn(2, '/');
             let kind = parts.next().and_then(|k| gatehouse_config::doc::KINDS.iter().copied().find(|x| *x == k));
