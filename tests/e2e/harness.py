@@ -269,15 +269,17 @@ def ws_read_frame(f):
 class Gatehouse:
     """One Gatehouse process on a config written to a temporary directory."""
 
-    def __init__(self, tmp_path, config, wait_ports=()):
+    def __init__(self, tmp_path, config, wait_ports=(), args=()):
         self.dir = Path(tmp_path)
         self.config_path = self.dir / "gatehouse.yaml"
-        self.config_path.write_text(config)
-        self.stdout_path = self.dir / "stdout.log"
-        self.stderr_path = self.dir / "stderr.log"
+        if config is not None:
+            self.config_path.write_text(config)
+        suffix = "-" + "-".join(a.strip("-") for a in args) if args else ""
+        self.stdout_path = self.dir / f"stdout{suffix}.log"
+        self.stderr_path = self.dir / f"stderr{suffix}.log"
         env = dict(os.environ, GATEHOUSE_LOG="info", NO_COLOR="1", RUST_LOG_STYLE="never")
         self.proc = subprocess.Popen(
-            [str(BIN), "run", "-c", str(self.config_path)],
+            [str(BIN), "run", "-c", str(self.config_path), *args],
             stdout=open(self.stdout_path, "wb"),
             stderr=open(self.stderr_path, "wb"),
             env=env,

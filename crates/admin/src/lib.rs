@@ -34,18 +34,15 @@ pub(crate) type Body = Full<Bytes>;
 /// The API's description, checked in at docs/openapi.json.
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
-/// Binds the admin address now (a bad one fails start-up) and returns the
-/// server to run on the control runtime.
-pub fn start(shared: Arc<Shared>, cfg: &Admin) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, String> {
-    let addr = cfg.address;
-    let std_listener = std::net::TcpListener::bind(addr).map_err(|e| format!("cannot bind {addr}: {e}"))?;
-    std_listener.set_nonblocking(true).map_err(|e| format!("{addr}: {e}"))?;
-    tracing::info!("admin listening on http://{addr}");
+/// Serves the admin API on `std_listener` (bound, or handed over, by the
+/// L7 plane's start-up); returns the server to run on the control runtime.
+pub fn start(shared: Arc<Shared>, std_listener: std::net::TcpListener) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, String> {
+    std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     Ok(Box::pin(async move {
         let listener = match tokio::net::TcpListener::from_std(std_listener) {
             Ok(l) => l,
             Err(e) => {
-                tracing::error!("admin listener {addr}: {e}");
+                tracing::error!("admin listener: {e}");
                 return;
             }
         };

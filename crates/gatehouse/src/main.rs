@@ -23,6 +23,11 @@ enum Command {
         /// The config file.
         #[arg(short, long, default_value = "gatehouse.yaml")]
         config: PathBuf,
+        /// Take the listening sockets over from the Gatehouse running on the
+        /// same config (binary upgrade): it stops accepting once this one
+        /// accepts, finishes its requests in flight and exits.
+        #[arg(long)]
+        takeover: bool,
     },
     /// Check a config file: exit 0 if valid, else print every error as
     /// `FILE: path.to.field: what was expected` and exit 1.
@@ -171,7 +176,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run { config } => {
+        Command::Run { config, takeover } => {
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
                 .with_env_filter(
@@ -179,7 +184,7 @@ fn main() -> ExitCode {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .init();
-            match gatehouse_l7::run(&config, Some(Box::new(gatehouse_admin::start))) {
+            match gatehouse_l7::run(&config, Some(Box::new(gatehouse_admin::start)), takeover) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     for line in e.lines() {

@@ -53,6 +53,10 @@ pub struct ConnState {
     /// Requests handed to the service so far.
     pub requests: AtomicU32,
     pub head_flags: AtomicU8,
+    /// Set when the process drains: the next HTTP/1 response says
+    /// `Connection: close`, so a busy keep-alive connection ends cleanly
+    /// after a complete exchange instead of being cut between requests.
+    pub closing: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

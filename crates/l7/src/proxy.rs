@@ -194,6 +194,7 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
     conn.in_flight.fetch_add(1, Ordering::Relaxed);
     conn.requests.fetch_add(1, Ordering::Relaxed);
     let snap = conn.worker.shared.snapshot.load_full();
+    let http1 = req.version() <= Version::HTTP_11;
     // What only the log line needs is copied only when there is a log.
     let logging = conn.worker.shared.access_log.is_on();
     let mut ex = Exchange {
@@ -223,6 +224,11 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
     };
     if let Some(t) = ex.upstream_start {
         ex.upstream_elapsed = Some(t.elapsed());
+    }
+    let mut resp = resp;
+    // A 101 keeps its own Connection header; HTTP/2 has none (GOAWAY does this).
+    if conn.closing.load(Ordering::Relaxed) && http1 && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     let completion = Completion { status: resp.status().as_u16(), ex, conn, snap };
     Ok(resp.map(|b| ResponseBody::new(b, completion)))

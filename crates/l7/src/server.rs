@@ -26,6 +26,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::accesslog::AccessLog;
 use crate::conn::{ClientIo, ConnState};
 use crate::filters::RateLimiters;
+use crate::handover::{Inherited, Registry};
 use crate::health::{HealthChecks, HealthRegistry};
 use crate::metrics::{HandshakeResult, Metrics, ScrapeInput};
 use crate::snapshot::{BuildContext, Snapshot};
@@ -47,6 +48,12 @@ pub struct Shared {
     pub metrics: Metrics,
     /// What changes the config: SIGHUP and the admin API take turns on it.
     pub control: std::sync::Mutex<Control>,
+    /// Every listening socket (a duplicate of each worker's), for handover.
+    pub sockets: std::sync::Mutex<Registry>,
+    /// The admin listener's socket (a duplicate), for handover.
+    admin_socket: Option<(SocketAddr, std::net::TcpListener)>,
+    /// Set when a new process has taken the sockets over: time to drain.
+    handed_over: tokio::sync::Notify,
 }
 
 /// The control plane's state, behind [`Shared::control`].
@@ -149,7 +156,7 @@ impl Shared {
         let new: Vec<ListenerKey> = snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
         let opening: Vec<ListenerKey> = new.iter().filter(|k| !old.contains(k)).cloned().collect();
         let closing: Vec<ListenerKey> = old.iter().filter(|k| !new.contains(k)).cloned().collect();
-        let sockets = bind_for_workers(&opening, control.workers.len()).map_err(|(key, e)| {
+        let sockets = bind_for_workers(&opening, control.workers.len(), None, &self.sockets).map_err(|(key, e)| {
             let index = new.iter().position(|k| *k == key).unwrap_or(0);
             ApplyError::Invalid(ConfigErrors {
                 file: path.clone(),
@@ -193,6 +200,7 @@ impl Shared {
             }
         }
         for (name, addr) in &closing {
+            self.sockets.lock().unwrap_or_else(|e| e.into_inner()).remove(name, *addr);
             tracing::info!(listener = %name, "stopped listening on {addr}");
         }
         for (name, addr) in &opening {
@@ -230,6 +238,17 @@ pub struct Worker {
     pub id: usize,
     pub shared: Arc<Shared>,
     pub conns: Arc<ConnPool>,
+}
+
+/// Binds a listening socket without SO_REUSEPORT (the admin listener: one
+/// process at a time; a takeover passes the socket itself).
+fn bind_plain(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
 }
 
 /// Binds one listening socket with SO_REUSEPORT, so every worker can bind
@@ -293,15 +312,14 @@ pub fn check(path: &Path) -> Result<(), ConfigErrors> {
 }
 
 /// Starts the admin listener (from the `admin` crate, which the binary wires
-/// in): binds at once, so a bad address fails start-up, and returns the
-/// server to run on the control thread.
-pub type AdminStart = Box<
-    dyn FnOnce(Arc<Shared>, &gatehouse_config::Admin) -> Result<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>, String>,
->;
+/// in) on the socket bound here (or handed over), and returns the server to
+/// run on the control thread.
+pub type AdminStart =
+    Box<dyn FnOnce(Arc<Shared>, std::net::TcpListener) -> Result<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>, String>>;
 
 /// `gatehouse run`: starts workers and runs the control loop until SIGTERM
 /// or SIGINT.
-pub fn run(path: &Path, admin: Option<AdminStart>) -> Result<(), String> {
+pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -323,10 +341,44 @@ pub fn run(path: &Path, admin: Option<AdminStart>) -> Result<(), String> {
     gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
     let access_log = AccessLog::start(&snap.config.access_log.target).map_err(|e| format!("access_log: {e}"))?;
 
+    // The control socket: where a later binary takes this one's sockets over.
+    let data_dir = crate::tls::resolve(&config_base_dir(path), &snap.config.data_dir);
+    let control_path = crate::handover::socket_path(&data_dir);
+    let (mut inherited, ready) = if takeover {
+        let (inherited, ready) = crate::handover::take_over(&control_path)?;
+        tracing::info!(sockets = inherited.leftover(), "took the listening sockets over from the running process");
+        (Some(inherited), Some(ready))
+    } else {
+        if std::os::unix::net::UnixStream::connect(&control_path).is_ok() {
+            return Err(format!(
+                "another Gatehouse runs on this config ({}); to replace it without refusing connections: gatehouse run -c {} --takeover",
+                control_path.display(),
+                path.display()
+            ));
+        }
+        (None, None)
+    };
+
     // Bind every worker's sockets before starting anything, so an address
     // in use is reported at once.
+    let registry = std::sync::Mutex::new(Registry::default());
     let keys: Vec<ListenerKey> = snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect();
-    let per_worker = bind_for_workers(&keys, workers).map_err(|(key, e)| format!("listener {:?} cannot bind {}: {e}", &*key.0, key.1))?;
+    let per_worker = bind_for_workers(&keys, workers, inherited.as_mut(), &registry)
+        .map_err(|(key, e)| format!("listener {:?} cannot bind {}: {e}", &*key.0, key.1))?;
+    let admin_socket = match &snap.config.admin {
+        Some(a) => {
+            let socket = match inherited.as_mut().and_then(|i| i.take_admin(a.address)) {
+                Some(s) => s,
+                None => bind_plain(a.address).map_err(|e| format!("admin.address: cannot bind {}: {e}", a.address))?,
+            };
+            Some((a.address, socket))
+        }
+        None => None,
+    };
+    if let Some(left) = inherited.as_ref().map(Inherited::leftover).filter(|n| *n > 0) {
+        tracing::warn!(sockets = left, "sockets handed over but not in this config (or beyond this worker count) are closed");
+    }
+    drop(inherited);
     for l in &snap.listeners {
         let scheme = if l.protocol == Protocol::Https { "https" } else { "http" };
         tracing::info!(listener = %l.name, "listening on {scheme}://{}", l.address);
@@ -347,9 +399,15 @@ pub fn run(path: &Path, admin: Option<AdminStart>) -> Result<(), String> {
             doc,
             versions: HashMap::new(),
         }),
+        sockets: registry,
+        admin_socket: admin_socket.as_ref().and_then(|(a, s)| s.try_clone().ok().map(|s| (*a, s))),
+        handed_over: tokio::sync::Notify::new(),
     });
-    let admin_server = match (&shared.snapshot.load().config.admin, admin) {
-        (Some(cfg), Some(start)) => Some(start(shared.clone(), cfg).map_err(|e| format!("admin.address: {e}"))?),
+    let admin_server = match (admin_socket, admin) {
+        (Some((addr, socket)), Some(start)) => {
+            tracing::info!("admin listening on http://{addr}");
+            Some(start(shared.clone(), socket).map_err(|e| format!("admin.address: {e}"))?)
+        }
         _ => None,
     };
     tracing::info!(workers, config = %path.display(), "gatehouse started");
@@ -377,6 +435,19 @@ pub fn run(path: &Path, admin: Option<AdminStart>) -> Result<(), String> {
             let cfg = shared.snapshot.load().config.clone();
             control.versions = resource_versions(&cfg, &cfg, 1, &HashMap::new());
         }
+        // Only now, with every worker accepting, may the old process stop.
+        if let Some(ready) = ready {
+            if let Err(e) = crate::handover::ready(ready) {
+                tracing::warn!("could not tell the previous process to stop: {e}");
+            }
+        }
+        let _control_socket = match serve_control_socket(shared.clone(), &control_path) {
+            Ok(task) => Some(AbortOnDrop(task)),
+            Err(e) => {
+                tracing::warn!("control socket {}: {e}; this process cannot be taken over", control_path.display());
+                None
+            }
+        };
         control_loop(shared, signals).await;
     });
     Ok(())
@@ -415,20 +486,65 @@ type WorkerHandle = tokio::sync::mpsc::UnboundedSender<ListenerCommand>;
 type WorkerSockets = Vec<Vec<(ListenerKey, std::net::TcpListener)>>;
 
 /// One SO_REUSEPORT socket per worker for each key. All or nothing.
-fn bind_for_workers(keys: &[ListenerKey], workers: usize) -> Result<WorkerSockets, (ListenerKey, std::io::Error)> {
+/// One SO_REUSEPORT socket per worker for each key. All or nothing. A socket
+/// the previous process handed over is used rather than a new one, and every
+/// socket is also recorded (duplicated) in `registry` for the next handover.
+fn bind_for_workers(
+    keys: &[ListenerKey],
+    workers: usize,
+    mut inherited: Option<&mut Inherited>,
+    registry: &std::sync::Mutex<Registry>,
+) -> Result<WorkerSockets, (ListenerKey, std::io::Error)> {
     let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
     for key in keys {
-        for sockets in per_worker.iter_mut() {
-            let s = bind(key.1).map_err(|e| (key.clone(), e))?;
+        for (w, sockets) in per_worker.iter_mut().enumerate() {
+            let s = match inherited.as_deref_mut().and_then(|i| i.take(&key.0, key.1, w)) {
+                Some(s) => s,
+                None => bind(key.1).map_err(|e| (key.clone(), e))?,
+            };
             sockets.push((key.clone(), s));
+        }
+    }
+    let mut reg = registry.lock().unwrap_or_else(|e| e.into_inner());
+    for (w, sockets) in per_worker.iter().enumerate() {
+        for (key, s) in sockets {
+            reg.add(&key.0, key.1, w, s).map_err(|e| (key.clone(), e))?;
         }
     }
     Ok(per_worker)
 }
 
+/// Serves the control socket: a `TAKEOVER` hands every listening socket to
+/// the asking process; its `READY` starts this one's drain.
+fn serve_control_socket(shared: Arc<Shared>, path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // A file left by a process that is gone (or the one being replaced,
+    // which no longer needs its path) is replaced.
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path)?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let admin = shared.admin_socket.as_ref().map(|(a, s)| (*a, s));
+            match crate::handover::hand_over(stream, &shared.sockets, admin).await {
+                Ok(true) => {
+                    tracing::info!("a new process took the listening sockets over; finishing requests in flight");
+                    shared.handed_over.notify_one();
+                    return;
+                }
+                Ok(false) => tracing::warn!("a takeover did not complete; still serving"),
+                Err(e) => tracing::warn!("takeover failed: {e}; still serving"),
+            }
+        }
+    }))
+}
+
 async fn control_loop(shared: Arc<Shared>, mut signals: Signals) {
     loop {
         tokio::select! {
+            _ = shared.handed_over.notified() => break,
             _ = signals.hup.recv() => reload(&shared),
             _ = signals.term.recv() => break,
             _ = signals.int.recv() => break,
@@ -449,6 +565,7 @@ async fn drain(shared: &Shared, workers: &[WorkerHandle], signals: &mut Signals)
             let _ = worker.send(ListenerCommand::Close((l.name.clone(), l.address)));
         }
     }
+    shared.sockets.lock().unwrap_or_else(|e| e.into_inner()).clear();
     shared.draining.send_replace(true);
     tracing::info!(
         connections = shared.open_connections.load(Ordering::Relaxed),
@@ -611,6 +728,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
             in_flight: AtomicU32::new(0),
             requests: AtomicU32::new(0),
             head_flags: AtomicU8::new(0),
+            closing: std::sync::atomic::AtomicBool::new(false),
         })
     };
     match tls {
@@ -650,13 +768,14 @@ where
 {
     let io = TokioIo::new(Box::pin(ClientIo::new(io, state.clone(), http.client_header_timeout, http.client_idle_timeout)));
     let drain = state.worker.shared.draining.subscribe();
+    let h1_state = (alpn_h2 != Some(true)).then(|| state.clone());
     let svc = service_fn(move |req| crate::proxy::handle(req, state.clone()));
     let max_header_list = u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX);
     match alpn_h2 {
         Some(true) => {
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
-            drive(b.serve_connection(io, svc), drain, |c| c.graceful_shutdown()).await;
+            drive(b.serve_connection(io, svc), drain, None, |c| c.graceful_shutdown()).await;
         }
         Some(false) => {
             let mut b = hyper::server::conn::http1::Builder::new();
@@ -667,7 +786,7 @@ where
                 // hyper's own would arm a second timer per request.
                 .header_read_timeout(None)
                 .keep_alive(true);
-            drive(b.serve_connection(io, svc).with_upgrades(), drain, |c| c.graceful_shutdown()).await;
+            drive(b.serve_connection(io, svc).with_upgrades(), drain, h1_state, |c| c.graceful_shutdown()).await;
         }
         None => {
             let mut b = auto::Builder::new(TokioExecutor::new());
@@ -678,22 +797,39 @@ where
                 .header_read_timeout(None)
                 .keep_alive(true);
             b.http2().timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
-            drive(b.serve_connection_with_upgrades(io, svc), drain, |c| c.graceful_shutdown()).await;
+            drive(b.serve_connection_with_upgrades(io, svc), drain, h1_state, |c| c.graceful_shutdown()).await;
         }
     }
 }
 
-/// Runs a connection to its end; when draining starts, asks it to finish
-/// its current requests and close (HTTP/2: GOAWAY).
+/// How long a draining HTTP/1 connection may go on before it is closed even
+/// though no request came to carry `Connection: close`.
+const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
+
+/// Runs a connection to its end. When draining starts: an HTTP/1 connection
+/// (`h1_state`) first gets [`DRAIN_IDLE_GRACE`] to end by itself, its next
+/// response saying `Connection: close` (closing an idle keep-alive
+/// connection at once would race a request the client is already sending);
+/// then, and at once for HTTP/2, it is asked to finish its requests and
+/// close (HTTP/2: GOAWAY).
 async fn drive<C: std::future::Future>(
     conn: C,
     mut drain: tokio::sync::watch::Receiver<bool>,
+    h1_state: Option<Arc<ConnState>>,
     shutdown: impl FnOnce(std::pin::Pin<&mut C>),
 ) {
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => return,
-        _ = drain.wait_for(|d| *d) => shutdown(conn.as_mut()),
+        _ = drain.wait_for(|d| *d) => {}
     }
+    if let Some(state) = h1_state {
+        state.closing.store(true, Ordering::Relaxed);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = tokio::time::sleep(DRAIN_IDLE_GRACE) => {}
+        }
+    }
+    shutdown(conn.as_mut());
     conn.await;
 }

@@ -1,0 +1,289 @@
+//! Binary upgrade without refusing a connection: the new process takes the
+//! running one's listening sockets over a Unix socket (SCM_RIGHTS), as
+//! HAProxy (`-x`) and Envoy (hot restart) do.
+//!
+//! Every running Gatehouse serves `DATA_DIR/gatehouse.sock`. A new one started
+//! with `--takeover` connects there, sends `TAKEOVER`, and receives every
+//! listening socket (each worker's, and the admin listener's) with a JSON
+//! header naming them. Both processes now accept from the same kernel
+//! queues. Once its workers are accepting, the new process sends `READY`;
+//! the old one stops accepting, lets its connections finish (the SIGTERM
+//! drain) and exits. No queue is ever closed while connections wait in it.
+//!
+//! The descriptors arrive as raw numbers; turning them into owned sockets is
+//! the one `unsafe` step, in [`fds`].
+
+use std::collections::HashMap;
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use serde::{Deserialize, Serialize};
+
+/// The most descriptors sent in one message (the kernel allows 253).
+const MAX_FDS: usize = 250;
+
+/// The control socket's name inside the data directory.
+pub const SOCKET_NAME: &str = "gatehouse.sock";
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    /// Listener name; empty for the admin listener.
+    name: String,
+    addr: SocketAddr,
+    worker: usize,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    sockets: Vec<Entry>,
+}
+
+/// Listening sockets received from the previous process.
+#[derive(Default)]
+pub struct Inherited {
+    sockets: HashMap<(String, SocketAddr, usize), TcpListener>,
+    admin: Option<(SocketAddr, TcpListener)>,
+}
+
+impl Inherited {
+    /// The socket worker `worker` used for listener `name` on `addr`, if the
+    /// previous process had one.
+    pub fn take(&mut self, name: &str, addr: SocketAddr, worker: usize) -> Option<TcpListener> {
+        self.sockets.remove(&(name.to_string(), addr, worker))
+    }
+
+    pub fn take_admin(&mut self, addr: SocketAddr) -> Option<TcpListener> {
+        match self.admin.take() {
+            Some((a, l)) if a == addr => Some(l),
+            other => {
+                self.admin = other;
+                None
+            }
+        }
+    }
+
+    /// Sockets the new config does not use (closed when dropped).
+    pub fn leftover(&self) -> usize {
+        self.sockets.len() + usize::from(self.admin.is_some())
+    }
+}
+
+/// The old process's side: every listening socket this process holds (a
+/// duplicate of each worker's), ready to hand over.
+#[derive(Default)]
+pub struct Registry {
+    sockets: Vec<(Entry, TcpListener)>,
+}
+
+impl Registry {
+    pub fn add(&mut self, name: &str, addr: SocketAddr, worker: usize, socket: &TcpListener) -> std::io::Result<()> {
+        self.sockets.push((Entry { name: name.to_string(), addr, worker }, socket.try_clone()?));
+        Ok(())
+    }
+
+    /// Closes this process's duplicates (draining: the listening sockets must
+    /// close once the workers drop theirs, or handed over already).
+    pub fn clear(&mut self) {
+        self.sockets.clear();
+    }
+
+    pub fn remove(&mut self, name: &str, addr: SocketAddr) {
+        self.sockets.retain(|(e, _)| !(e.name == name && e.addr == addr));
+    }
+}
+
+/// Where a config's control socket lives.
+pub fn socket_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(SOCKET_NAME)
+}
+
+fn io_err(e: nix::Error) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e as i32)
+}
+
+/// The new process's side: asks the running one for its sockets. Returns
+/// them and the connection on which to say `READY`.
+pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), String> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("takeover via {}: {what}: {e}", path.display());
+    let mut s = UnixStream::connect(path).map_err(|e| fail("no running Gatehouse answers", &e))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| fail("socket", &e))?;
+    s.write_all(b"TAKEOVER\n").map_err(|e| fail("send", &e))?;
+
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let (got, fds) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = recvmsg::<()>(s.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+            .map_err(|e| fail("receive", &io_err(e)))?;
+        let mut fds = Vec::new();
+        for c in msg.cmsgs().map_err(|e| fail("receive", &io_err(e)))? {
+            if let ControlMessageOwned::ScmRights(r) = c {
+                fds.extend(r);
+            }
+        }
+        (msg.bytes, fds)
+    };
+    // Own the descriptors at once, so that any error below closes them.
+    let mut sockets = fds::own(fds).into_iter();
+    if got < 4 {
+        return Err(fail("answer", &"too short"));
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > buf.len() - 4 {
+        return Err(fail("answer", &"header too long"));
+    }
+    let mut have = got - 4;
+    while have < len {
+        let n = s.read(&mut buf[4 + have..4 + len]).map_err(|e| fail("receive", &e))?;
+        if n == 0 {
+            return Err(fail("answer", &"closed early"));
+        }
+        have += n;
+    }
+    let header: Header = serde_json::from_slice(&buf[4..4 + len]).map_err(|e| fail("header", &e))?;
+    let mut inherited = Inherited::default();
+    for entry in header.sockets {
+        let Some(socket) = sockets.next() else { return Err(fail("answer", &"fewer sockets than named")) };
+        socket.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
+        if entry.name.is_empty() {
+            inherited.admin = Some((entry.addr, socket));
+        } else {
+            inherited.sockets.insert((entry.name, entry.addr, entry.worker), socket);
+        }
+    }
+    Ok((inherited, s))
+}
+
+/// Tells the old process the new one is accepting.
+pub fn ready(mut s: UnixStream) -> std::io::Result<()> {
+    s.write_all(b"READY\n")
+}
+
+/// The old process's side of one takeover: sends the sockets, then waits for
+/// `READY`. Returns true when the new process took over.
+pub async fn hand_over(
+    stream: tokio::net::UnixStream,
+    registry: &std::sync::Mutex<Registry>,
+    admin: Option<(SocketAddr, &TcpListener)>,
+) -> std::io::Result<bool> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut lines = BufReader::new(stream);
+    let mut line = String::new();
+    lines.read_line(&mut line).await?;
+    if line.trim() != "TAKEOVER" {
+        return Ok(false);
+    }
+    // Duplicates, so the registry's lock is not held while sending.
+    let mut entries = Vec::new();
+    let mut sockets = Vec::new();
+    {
+        let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
+        for (e, s) in &reg.sockets {
+            entries.push(Entry { name: e.name.clone(), addr: e.addr, worker: e.worker });
+            sockets.push(s.try_clone()?);
+        }
+    }
+    if let Some((addr, l)) = admin {
+        entries.push(Entry { name: String::new(), addr, worker: 0 });
+        sockets.push(l.try_clone()?);
+    }
+    if sockets.len() > MAX_FDS {
+        return Err(std::io::Error::other(format!("{} listening sockets: more than {MAX_FDS} cannot be handed over", sockets.len())));
+    }
+    let fds: Vec<RawFd> = sockets.iter().map(AsRawFd::as_raw_fd).collect();
+    let json = serde_json::to_vec(&Header { sockets: entries }).map_err(std::io::Error::other)?;
+    let mut header = u32::try_from(json.len()).map_err(std::io::Error::other)?.to_le_bytes().to_vec();
+    header.extend_from_slice(&json);
+    // The descriptors ride on the first bytes; the rest of a long header follows.
+    let sent = loop {
+        let stream = lines.get_ref();
+        stream.writable().await?;
+        let r = stream.try_io(tokio::io::Interest::WRITABLE, || {
+            sendmsg::<()>(stream.as_raw_fd(), &[IoSlice::new(&header)], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+                .map_err(io_err)
+        });
+        match r {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    drop(sockets);
+    lines.get_mut().write_all(&header[sent..]).await?;
+    line.clear();
+    lines.read_line(&mut line).await?;
+    Ok(line.trim() == "READY")
+}
+
+/// Turning received descriptor numbers into owned sockets.
+#[allow(unsafe_code)]
+mod fds {
+    use std::net::TcpListener;
+    use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+    /// Owns descriptors the kernel just installed in this process.
+    pub(super) fn own(fds: Vec<RawFd>) -> Vec<TcpListener> {
+        fds.into_iter()
+            .map(|fd| {
+                // SAFETY: `fd` came in an SCM_RIGHTS message just received:
+                // the kernel installed it in our table for us, it is open,
+                // and nothing else in this process knows or owns it.
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                TcpListener::from(owned)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockets_cross_to_the_taking_process_with_their_names() {
+        let dir = std::env::temp_dir().join(format!("gh-handover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = socket_path(&dir);
+        let _ = std::fs::remove_file(&path);
+        let web = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let admin = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let (web_addr, admin_addr) = (web.local_addr().expect("addr"), admin.local_addr().expect("addr"));
+        let registry = std::sync::Mutex::new(Registry::default());
+        registry.lock().expect("lock").add("web", web_addr, 1, &web).expect("dup");
+
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let listener = rt.block_on(async { tokio::net::UnixListener::bind(&path) }).expect("unix bind");
+        let taker = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let (mut inherited, stream) = take_over(&path).expect("take over");
+                let got = inherited.take("web", web_addr, 1).expect("the web socket");
+                assert!(inherited.take("web", web_addr, 0).is_none());
+                let got_admin = inherited.take_admin(admin_addr).expect("the admin socket");
+                assert_eq!(inherited.leftover(), 0);
+                ready(stream).expect("ready");
+                (got, got_admin)
+            })
+        };
+        let took = rt.block_on(async {
+            let (stream, _) = listener.accept().await.expect("accept");
+            hand_over(stream, &registry, Some((admin_addr, &admin))).await.expect("hand over")
+        });
+        assert!(took);
+        let (got, got_admin) = taker.join().expect("taker");
+        assert_eq!(got.local_addr().expect("addr"), web_addr);
+        assert_eq!(got_admin.local_addr().expect("addr"), admin_addr);
+        // The same kernel socket: a connection made to it is accepted through the received copy.
+        drop(web);
+        registry.lock().expect("lock").clear();
+        got.set_nonblocking(false).expect("blocking");
+        let _client = std::net::TcpStream::connect(web_addr).expect("connect");
+        assert!(got.accept().is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
