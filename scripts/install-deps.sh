@@ -15,6 +15,10 @@ need wrk wrk
 need go golang-go
 need python3 python3
 need ss iproute2
+# The etcd client crate compiles etcd's protobuf definitions; the tests run a real etcd.
+need protoc protobuf-compiler
+need etcd etcd-server
+need etcdctl etcd-client
 [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || want_pkgs+=(libclang-dev)
 if [ "${1:-}" = "--bench" ]; then
   need haproxy haproxy

@@ -95,3 +95,21 @@ def test_the_readme_example_is_valid(tmp_path):
     f.write_text(example)
     p = run_check(f)
     assert p.returncode == 0, p.stderr
+
+
+def test_store_errors_name_their_fields(tmp_path):
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text("""
+store: { type: etcd, endpoints: [127.0.0.1:2379], prefix: gatehouse/ }
+listeners: [{ name: web, address: 127.0.0.1:8080 }]
+""")
+    p = run_check(cfg)
+    assert p.returncode == 1
+    assert "store.endpoints[0]: expected an http:// or https:// URL" in p.stderr, p.stderr
+    assert "store.prefix: must start with /" in p.stderr, p.stderr
+    cfg.write_text("store: { type: zookeeper }\n")
+    p = run_check(cfg)
+    assert "store.type: expected file or etcd, found \"zookeeper\"" in p.stderr, p.stderr
+    cfg.write_text("store: { type: etcd }\n")
+    p = run_check(cfg)
+    assert "store.endpoints" in p.stderr, p.stderr

@@ -129,6 +129,9 @@ pub async fn config(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
             let version = shared.snapshot.load().version;
             with_etag(json_response(StatusCode::OK, &json!({ "version": version, "value": doc::to_json(&control.doc) })), version)
         }
+        Method::PUT if shared.store.is_some() => {
+            error(StatusCode::CONFLICT, "with store: etcd, change routes, upstreams and certificates one by one")
+        }
         Method::PUT => {
             let pre = match precondition(&req) {
                 Ok(p) => p,
@@ -202,6 +205,9 @@ pub async fn resource(req: Request<Incoming>, shared: &Shared, kind: &'static st
                 Ok(_) => return error(StatusCode::BAD_REQUEST, format!("expected a JSON object: the fields of {what}")),
                 Err(r) => return r,
             };
+            if let Some(etcd) = shared.store.clone() {
+                return etcd_write(shared, &etcd, kind, &name, &pre, Some((body, patch))).await;
+            }
             let mut control = shared.control();
             let current = control.versions.get(&(kind, name.clone())).copied();
             let at = position(&control, kind, &name);
@@ -256,6 +262,9 @@ pub async fn resource(req: Request<Incoming>, shared: &Shared, kind: &'static st
             }
         }
         Method::DELETE => {
+            if let Some(etcd) = shared.store.clone() {
+                return etcd_write(shared, &etcd, kind, &name, &pre, None).await;
+            }
             let mut control = shared.control();
             let Some(i) = position(&control, kind, &name) else {
                 return error(StatusCode::NOT_FOUND, format!("no {what}"));
@@ -274,5 +283,110 @@ pub async fn resource(req: Request<Incoming>, shared: &Shared, kind: &'static st
             }
         }
         _ => not_allowed("GET, HEAD, PUT, PATCH, DELETE"),
+    }
+}
+
+/// A write with `store: etcd`: checked against the whole resulting config
+/// here, then a transaction in etcd that holds only if the key's mod revision
+/// is still the one this node knows (409 otherwise: another node changed it),
+/// then applied here at once; other nodes get it through their watch.
+/// `change`: the fields sent and whether they patch, or `None` to delete.
+async fn etcd_write(
+    shared: &Shared,
+    etcd: &gatehouse_l7::store::Etcd,
+    kind: &'static str,
+    name: &str,
+    pre: &Precondition,
+    change: Option<(Map<String, Value>, bool)>,
+) -> Response<Body> {
+    use gatehouse_l7::store::WriteError;
+    let what = format!("{kind}/{name}");
+    let _one_at_a_time = etcd.write_lock.lock().await;
+    let key = format!("{kind}/{name}");
+    let current = etcd.mirror.lock().unwrap_or_else(|e| e.into_inner()).entries.get(&key).cloned();
+    let expected = current.as_ref().map_or(0, |(_, rev)| *rev);
+    if let Err(r) = check_version(pre, current.as_ref().map(|(_, rev)| u64::try_from(*rev).unwrap_or(0)), &what) {
+        return r;
+    }
+    let entry = match change {
+        None => {
+            if current.is_none() {
+                return error(StatusCode::NOT_FOUND, format!("no {what}"));
+            }
+            None
+        }
+        Some((fields, patch)) => {
+            let mut value = Value::Object(fields);
+            if patch {
+                let Some((base, _)) = &current else { return error(StatusCode::NOT_FOUND, format!("no {what} to patch")) };
+                let mut merged = base.clone();
+                merge_patch(&mut merged, &value);
+                value = merged;
+            }
+            let Value::Object(fields) = value else {
+                return error(StatusCode::BAD_REQUEST, format!("{what} must stay a JSON object"));
+            };
+            if let Some(n) = fields.get("name")
+                && n.as_str() != Some(name)
+            {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    &json!({ "error_msg": format!("name: must be {name:?}, the name in the path"),
+                             "errors": [{ "path": "name", "field": "name", "message": format!("must be {name:?}, the name in the path") }] }),
+                );
+            }
+            let mut entry = Map::new();
+            entry.insert("name".into(), Value::from(name));
+            entry.extend(fields.into_iter().filter(|(k, _)| k != "name"));
+            Some(Value::Object(entry))
+        }
+    };
+    // The whole resulting config must be valid before anything is written.
+    let (new_doc, index) = {
+        let control = shared.control();
+        let mut new_doc = control.doc.clone();
+        let index = match doc::list_mut(&mut new_doc, kind) {
+            Ok(list) => {
+                let at = list.iter().position(|e| doc::name_of(e) == Some(name));
+                match (&entry, at) {
+                    (Some(e), Some(i)) => {
+                        list[i] = doc::from_json(e);
+                        Some(i)
+                    }
+                    (Some(e), None) => {
+                        list.push(doc::from_json(e));
+                        Some(list.len() - 1)
+                    }
+                    (None, Some(i)) => {
+                        list.remove(i);
+                        None
+                    }
+                    (None, None) => None,
+                }
+            }
+            Err(e) => return error(StatusCode::CONFLICT, format!("the running config cannot take {what}: {e}")),
+        };
+        (new_doc, index)
+    };
+    if let Err(e) = shared.check_doc(&new_doc) {
+        return invalid(&e, index.map(|i| (kind, i)));
+    }
+    match etcd.write(kind, name, entry.as_ref(), expected).await {
+        Ok(revision) => {
+            gatehouse_l7::store::apply_mirror(shared, etcd);
+            let v = u64::try_from(revision).unwrap_or(0);
+            match entry {
+                Some(e) => {
+                    let status = if current.is_some() { StatusCode::OK } else { StatusCode::CREATED };
+                    with_etag(json_response(status, &entry_json(kind, name, e, v)), v)
+                }
+                None => json_response(StatusCode::OK, &json!({ "deleted": format!("/{what}"), "revision": revision })),
+            }
+        }
+        Err(WriteError::Conflict) => error(
+            StatusCode::CONFLICT,
+            format!("{what} was changed on another node since version {expected}: read it again and retry"),
+        ),
+        Err(WriteError::Unavailable(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("the store cannot take writes now: {e}")),
     }
 }

@@ -225,8 +225,23 @@ fn status(shared: &Shared) -> Value {
             })
         })
         .collect();
+    let store = match &shared.store {
+        None => json!({ "type": "file", "path": shared.config_path.display().to_string() }),
+        Some(etcd) => {
+            let h = etcd.health();
+            json!({
+                "type": "etcd",
+                "endpoints": etcd.cfg.endpoints,
+                "prefix": etcd.cfg.prefix,
+                "connected": h.connected,
+                "revision": h.revision,
+                "last_error": h.last_error,
+            })
+        }
+    };
     json!({
         "version": env!("CARGO_PKG_VERSION"),
+        "store": store,
         "started": unix_seconds(started).floor(),
         "uptime_seconds": now.duration_since(started).map_or(0.0, |d| (d.as_secs_f64() * 10.0).round() / 10.0),
         "workers": shared.metrics.workers(),

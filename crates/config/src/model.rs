@@ -26,6 +26,9 @@ pub struct Config {
     pub key_ops: KeyOps,
     /// The admin listener (metrics, status, the API); none when absent.
     pub admin: Option<Admin>,
+    /// Where routes, upstreams and certificates live: this file (default),
+    /// or etcd, shared by a cluster of nodes.
+    pub store: Store,
     pub listeners: Vec<Listener>,
     pub certificates: Vec<Certificate>,
     pub upstreams: Vec<Upstream>,
@@ -42,6 +45,7 @@ impl Default for Config {
             http: HttpSettings::default(),
             key_ops: KeyOps::default(),
             admin: None,
+            store: Store::File,
             listeners: Vec::new(),
             certificates: Vec::new(),
             upstreams: Vec::new(),
@@ -104,6 +108,48 @@ impl Decode for Admin {
         };
         m.finish(ctx);
         Some(a)
+    }
+}
+
+/// Where the shared resources (routes, upstreams, certificates) live.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Store {
+    /// In this config file; admin API changes are written back to it.
+    #[default]
+    File,
+    /// In etcd, under a key prefix: every node reads and watches them there,
+    /// and admin API changes go there. The rest of the config stays in the file.
+    Etcd(EtcdStore),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdStore {
+    /// Client URLs, e.g. `http://10.0.0.1:2379`.
+    pub endpoints: Vec<String>,
+    /// Key prefix; resources are `PREFIX/routes/NAME` and so on. Default `/gatehouse`.
+    pub prefix: String,
+    /// Connect and request timeout. Default 5s.
+    pub timeout: Duration,
+}
+
+impl Decode for Store {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let kind: String = m.or(ctx, "type", "file".to_string());
+        let store = match kind.as_str() {
+            "file" => Store::File,
+            "etcd" => Store::Etcd(EtcdStore {
+                endpoints: m.req(ctx, "endpoints"),
+                prefix: m.or(ctx, "prefix", "/gatehouse".to_string()),
+                timeout: m.or(ctx, "timeout", Duration::from_secs(5)),
+            }),
+            other => {
+                ctx.error_at("type", Some(m.line_of("type")), format!("expected file or etcd, found {other:?}"));
+                Store::File
+            }
+        };
+        m.finish(ctx);
+        Some(store)
     }
 }
 
@@ -449,6 +495,7 @@ impl Decode for Config {
             http: m.or(ctx, "http", HttpSettings::default()),
             key_ops: m.or(ctx, "key_ops", KeyOps::default()),
             admin: m.opt(ctx, "admin"),
+            store: m.or(ctx, "store", Store::File),
             listeners: m.or(ctx, "listeners", Vec::new()),
             certificates: m.or(ctx, "certificates", Vec::new()),
             upstreams: m.or(ctx, "upstreams", Vec::new()),

@@ -37,6 +37,21 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
             }
         });
     }
+    if let Store::Etcd(e) = &c.store {
+        ctx.with_field("store", |ctx| {
+            if e.endpoints.is_empty() {
+                ctx.error_at("endpoints", None, "needs at least one etcd client URL");
+            }
+            for (i, url) in e.endpoints.iter().enumerate() {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    ctx.with_field("endpoints", |ctx| ctx.error_at(&format!("[{i}]"), None, format!("expected an http:// or https:// URL, found {url:?}")));
+                }
+            }
+            if !e.prefix.starts_with('/') || e.prefix.len() < 2 || e.prefix.ends_with('/') {
+                ctx.error_at("prefix", None, "must start with / and not end with / (e.g. /gatehouse)");
+            }
+        });
+    }
     if c.workers > 1024 {
         ctx.error_at("workers", None, "must be between 0 (one per core) and 1024");
     }

@@ -20,6 +20,7 @@ pub mod proxy;
 pub mod router;
 pub mod server;
 pub mod snapshot;
+pub mod store;
 pub mod tls;
 pub mod upstream;
 

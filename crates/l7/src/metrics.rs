@@ -282,6 +282,8 @@ pub struct ScrapeInput<'a> {
     pub endpoints: Vec<(&'a str, std::net::SocketAddr, bool, u64)>,
     /// (certificate name, not-after as Unix seconds)
     pub certificates: Vec<(&'a str, i64)>,
+    /// With the etcd store: (connected, revision).
+    pub store: Option<(bool, i64)>,
 }
 
 struct Out {
@@ -455,6 +457,12 @@ impl Metrics {
             o.sample("gatehouse_certificate_not_after_timestamp_seconds", &[("certificate", name)], t);
         }
 
+        if let Some((connected, revision)) = input.store {
+            o.header("gatehouse_store_connected", "gauge", "1 while the etcd store is reachable and watched.");
+            o.sample("gatehouse_store_connected", &[], u8::from(connected));
+            o.header("gatehouse_store_revision", "gauge", "The etcd revision this node's config reflects.");
+            o.sample("gatehouse_store_revision", &[], revision);
+        }
         keyops(&mut o);
         o.text
     }
@@ -497,7 +505,7 @@ mod tests {
     use super::*;
 
     fn input() -> ScrapeInput<'static> {
-        ScrapeInput { config_version: 3, endpoints: Vec::new(), certificates: vec![("c\"1", 1_900_000_000)] }
+        ScrapeInput { config_version: 3, endpoints: Vec::new(), certificates: vec![("c\"1", 1_900_000_000)], store: None }
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct Shared {
     admin_socket: Option<(SocketAddr, std::net::TcpListener)>,
     /// Set when a new process has taken the sockets over: time to drain.
     handed_over: tokio::sync::Notify,
+    /// The cluster store, with `store: { type: etcd }`.
+    pub store: Option<Arc<crate::store::Etcd>>,
 }
 
 /// The control plane's state, behind [`Shared::control`].
@@ -62,6 +64,9 @@ pub struct Control {
     workers: Vec<WorkerHandle>,
     /// The running config as a document: what the admin API reads and edits.
     pub doc: Node,
+    /// The config file's document. The same as `doc` with the file store;
+    /// with etcd, `doc` is this with its resource lists taken from etcd.
+    pub local: Node,
     /// Each resource's version, by (list, name): the config version that last
     /// changed it.
     pub versions: HashMap<(&'static str, String), u64>,
@@ -174,6 +179,9 @@ impl Shared {
 
         let version = snap.version;
         control.versions = resource_versions(&current.config, &snap.config, version, &control.versions);
+        if self.store.is_none() {
+            control.local = doc.clone();
+        }
         control.doc = doc;
         let keep: Vec<(String, SocketAddr)> = snap
             .upstreams
@@ -209,6 +217,15 @@ impl Shared {
         Ok(version)
     }
 
+    /// Whether a document would be accepted by [`Shared::apply`], without
+    /// applying it.
+    pub fn check_doc(&self, doc: &Node) -> Result<(), ApplyError> {
+        let version = self.snapshot.load().version + 1;
+        build_snapshot(doc, &self.config_path, version, &self.health, &self.limiters, &self.metrics, true)
+            .map(|_| ())
+            .map_err(ApplyError::Invalid)
+    }
+
     /// The control state, even if a panic poisoned its lock.
     pub fn control(&self) -> std::sync::MutexGuard<'_, Control> {
         self.control.lock().unwrap_or_else(|e| e.into_inner())
@@ -228,6 +245,10 @@ impl Shared {
                 .flat_map(|u| u.pool.endpoints.iter().map(move |e| (&*u.name, e.addr, e.health.is_up(), e.health.in_flight.load(Ordering::Relaxed))))
                 .collect(),
             certificates: snap.certificates.iter().map(|(n, t)| (n.as_str(), *t)).collect(),
+            store: self.store.as_ref().map(|s| {
+                let h = s.health();
+                (h.connected, h.revision)
+            }),
         };
         self.metrics.render(&input)
     }
@@ -337,7 +358,32 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         n => n,
     };
     let metrics = Metrics::new(workers);
-    let (snap, doc) = load_snapshot(path, 1, &health, &limiters, &metrics, true).map_err(|e| e.to_string())?;
+    let (mut snap, local) = load_snapshot(path, 1, &health, &limiters, &metrics, true).map_err(|e| e.to_string())?;
+    let mut doc = local.clone();
+    let store = match &snap.config.store {
+        gatehouse_config::Store::File => None,
+        gatehouse_config::Store::Etcd(cfg) => {
+            let data_dir = crate::tls::resolve(&config_base_dir(path), &snap.config.data_dir);
+            let etcd = Arc::new(crate::store::Etcd::new(cfg.clone(), &data_dir));
+            // Start from etcd's state; if it cannot be reached, from this
+            // node's cache of it; else from the file alone until it returns.
+            let mirror = match rt.block_on(etcd.read_all()) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(endpoints = ?cfg.endpoints, "etcd unreachable at start-up ({e}); using the cached copy of its resources");
+                    etcd.load_cache()
+                }
+            };
+            if let Some(m) = mirror {
+                let merged = m.merged_into(&local).map_err(|e| format!("{}: {e}", path.display()))?;
+                snap = build_snapshot(&merged, path, 1, &health, &limiters, &metrics, true)
+                    .map_err(|e| format!("the resources in etcd do not make a valid config with this file:\n{e}"))?;
+                doc = merged;
+                *etcd.mirror.lock().unwrap_or_else(|e| e.into_inner()) = m;
+            }
+            Some(etcd)
+        }
+    };
     gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
     let access_log = AccessLog::start(&snap.config.access_log.target).map_err(|e| format!("access_log: {e}"))?;
 
@@ -397,11 +443,13 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
             checks: HealthChecks::default(),
             workers: Vec::new(),
             doc,
+            local,
             versions: HashMap::new(),
         }),
         sockets: registry,
         admin_socket: admin_socket.as_ref().and_then(|(a, s)| s.try_clone().ok().map(|s| (*a, s))),
         handed_over: tokio::sync::Notify::new(),
+        store,
     });
     let admin_server = match (admin_socket, admin) {
         (Some((addr, socket)), Some(start)) => {
@@ -433,8 +481,12 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
             let checks = shared.snapshot.load().health_checks();
             control.checks.reconcile(checks);
             let cfg = shared.snapshot.load().config.clone();
-            control.versions = resource_versions(&cfg, &cfg, 1, &HashMap::new());
+            control.versions = match &shared.store {
+                Some(etcd) => etcd.mirror.lock().unwrap_or_else(|e| e.into_inner()).versions(),
+                None => resource_versions(&cfg, &cfg, 1, &HashMap::new()),
+            };
         }
+        let _store_sync = shared.store.clone().map(|etcd| AbortOnDrop(tokio::spawn(crate::store::run(shared.clone(), etcd))));
         // Only now, with every worker accepting, may the old process stop.
         if let Some(ready) = ready {
             if let Err(e) = crate::handover::ready(ready) {
@@ -612,8 +664,24 @@ fn reload(shared: &Shared) {
         Err(e) => return refuse(&e.to_string()),
     };
     let mut control = shared.control();
-    match shared.apply(&mut control, doc, false) {
-        Ok(version) => tracing::info!(version, "configuration reloaded"),
+    let (merged, versions) = match &shared.store {
+        Some(etcd) => {
+            let mirror = etcd.mirror.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            match mirror.merged_into(&doc) {
+                Ok(m) => (m, Some(mirror.versions())),
+                Err(e) => return refuse(&format!("{}: {e}", shared.config_path.display())),
+            }
+        }
+        None => (doc.clone(), None),
+    };
+    match shared.apply(&mut control, merged, false) {
+        Ok(version) => {
+            control.local = doc;
+            if let Some(v) = versions {
+                control.versions = v;
+            }
+            tracing::info!(version, "configuration reloaded");
+        }
         Err(e) => refuse(&e.to_string()),
     }
 }
