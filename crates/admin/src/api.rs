@@ -121,6 +121,27 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// The stored form of a resource: `name` (from the path) first, then the
+/// fields as sent. A `name` field that differs from the path is refused.
+fn named_entry(what: &str, name: &str, value: Value) -> Result<Value, Response<Body>> {
+    let Value::Object(fields) = value else {
+        return Err(error(StatusCode::BAD_REQUEST, format!("{what} must stay a JSON object")));
+    };
+    if let Some(n) = fields.get("name")
+        && n.as_str() != Some(name)
+    {
+        let msg = format!("must be {name:?}, the name in the path");
+        return Err(json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({ "error_msg": format!("name: {msg}"), "errors": [{ "path": "name", "field": "name", "message": msg }] }),
+        ));
+    }
+    let mut entry = Map::new();
+    entry.insert("name".into(), Value::from(name));
+    entry.extend(fields.into_iter().filter(|(k, _)| k != "name"));
+    Ok(Value::Object(entry))
+}
+
 /// `/config`: the whole document.
 pub async fn config(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
     match *req.method() {
@@ -221,23 +242,10 @@ pub async fn resource(req: Request<Incoming>, shared: &Shared, kind: &'static st
                 merge_patch(&mut base, &value);
                 value = base;
             }
-            let Value::Object(fields) = value else {
-                return error(StatusCode::BAD_REQUEST, format!("{what} must stay a JSON object"));
+            let entry = match named_entry(&what, &name, value) {
+                Ok(e) => e,
+                Err(r) => return r,
             };
-            if let Some(n) = fields.get("name")
-                && n.as_str() != Some(name.as_str())
-            {
-                return json_response(
-                    StatusCode::BAD_REQUEST,
-                    &json!({ "error_msg": format!("name: must be {name:?}, the name in the path"),
-                             "errors": [{ "path": "name", "field": "name", "message": format!("must be {name:?}, the name in the path") }] }),
-                );
-            }
-            // The name first, then the fields as sent.
-            let mut entry = Map::new();
-            entry.insert("name".into(), Value::from(name.as_str()));
-            entry.extend(fields.into_iter().filter(|(k, _)| k != "name"));
-            let entry = Value::Object(entry);
             let mut new_doc = control.doc.clone();
             let index = match doc::list_mut(&mut new_doc, kind) {
                 Ok(list) => match at {
@@ -323,22 +331,10 @@ async fn etcd_write(
                 merge_patch(&mut merged, &value);
                 value = merged;
             }
-            let Value::Object(fields) = value else {
-                return error(StatusCode::BAD_REQUEST, format!("{what} must stay a JSON object"));
-            };
-            if let Some(n) = fields.get("name")
-                && n.as_str() != Some(name)
-            {
-                return json_response(
-                    StatusCode::BAD_REQUEST,
-                    &json!({ "error_msg": format!("name: must be {name:?}, the name in the path"),
-                             "errors": [{ "path": "name", "field": "name", "message": format!("must be {name:?}, the name in the path") }] }),
-                );
+            match named_entry(&what, name, value) {
+                Ok(e) => Some(e),
+                Err(r) => return r,
             }
-            let mut entry = Map::new();
-            entry.insert("name".into(), Value::from(name));
-            entry.extend(fields.into_iter().filter(|(k, _)| k != "name"));
-            Some(Value::Object(entry))
         }
     };
     // The whole resulting config must be valid before anything is written.

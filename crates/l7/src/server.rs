@@ -488,10 +488,10 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         }
         let _store_sync = shared.store.clone().map(|etcd| AbortOnDrop(tokio::spawn(crate::store::run(shared.clone(), etcd))));
         // Only now, with every worker accepting, may the old process stop.
-        if let Some(ready) = ready {
-            if let Err(e) = crate::handover::ready(ready) {
-                tracing::warn!("could not tell the previous process to stop: {e}");
-            }
+        if let Some(ready) = ready
+            && let Err(e) = crate::handover::ready(ready)
+        {
+            tracing::warn!("could not tell the previous process to stop: {e}");
         }
         let _control_socket = match serve_control_socket(shared.clone(), &control_path) {
             Ok(task) => Some(AbortOnDrop(task)),
