@@ -1,6 +1,7 @@
 """Batched private-key offload (key_provider: mb) through real TLS clients."""
 
 import concurrent.futures
+import urllib.request
 import ssl
 from pathlib import Path
 
@@ -69,12 +70,23 @@ def handshake(port, ca):
 
 @needs_ifma
 def test_concurrent_handshakes_batch_and_all_succeed(tmp_path, gatehouse):
-    port = free_port()
+    port, admin = free_port(), free_port()
     crt, key = make_cert(tmp_path, "k", ["a.test"], kind="rsa:2048")
-    gatehouse(config(port, "k", crt, key), [port])
+    gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
     with concurrent.futures.ThreadPoolExecutor(64) as pool:
         results = list(pool.map(lambda _: handshake(port, crt), range(400)))
     assert all(r.startswith(b"HTTP/1.1 200") and r.endswith(b"hello\n") for r in results)
+    # The batcher's counters account for every signature: batched or single.
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    batched = sum(int(s.labels["size"]) * s.value for s in families["gatehouse_keyops_batches"].samples
+                  if s.labels.get("key") == "rsa2048")
+    single = sum(s.value for s in families["gatehouse_keyops_single_ops"].samples if s.labels.get("key") == "rsa2048")
+    assert batched + single == 400, (batched, single)
+    assert batched > 0, "64 concurrent clients must fill some batches"
+    delays = {s.name: s.value for s in families["gatehouse_keyops_queue_delay_seconds"].samples if s.name.endswith("_count")}
+    assert delays["gatehouse_keyops_queue_delay_seconds_count"] == 400
 
 
 @needs_ifma
