@@ -205,8 +205,9 @@ def test_the_openapi_document_is_served_and_describes_every_resource(gatehouse, 
     from pathlib import Path
     web, admin = free_port(), free_port()
     gatehouse(base_config(web, admin, upstream("a").addr), [web, admin])
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/openapi.json", timeout=5) as r:
-        served = json.loads(r.read())
+    assert api(admin, "GET", "/openapi.json", key="")[0] == 401
+    status, headers, served = api(admin, "GET", "/openapi.json")
+    assert status == 200 and headers["content-type"] == "application/json"
     checked_in = json.loads((Path(__file__).parents[2] / "docs" / "openapi.json").read_text())
     assert served == checked_in
     assert served["openapi"].startswith("3.")

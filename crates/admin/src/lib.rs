@@ -119,7 +119,7 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Re
         l => l,
     };
     let path = req.uri().path();
-    let read_only = matches!(path, "/metrics" | "/status" | "/openapi.json");
+    let read_only = matches!(path, "/metrics" | "/status");
     let allowed = match level {
         Access::Full => true,
         Access::Read => read_only && !cfg.read_requires_key,
@@ -209,7 +209,7 @@ fn status(shared: &Shared) -> Value {
                         "address": e.addr.to_string(),
                         "weight": e.weight,
                         "healthy": e.health.is_up(),
-                        "in_flight": e.health.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+                        "in_flight": e.health.in_flight(),
                     })
                 })
                 .collect();

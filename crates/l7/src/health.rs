@@ -36,19 +36,45 @@ pub struct EndpointHealth {
     /// Passive ejection: out of rotation until this `now_ms()`.
     ejected_until: AtomicU64,
     connect_failures: AtomicU32,
-    /// Requests in flight on all workers, for least connections.
-    pub in_flight: AtomicU64,
+    /// Requests in flight, one slot per worker (written only by its worker,
+    /// summed when read): for least connections and the status page.
+    in_flight: Box<[InFlight]>,
 }
 
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct InFlight(AtomicU64);
+
 impl EndpointHealth {
-    fn new(addr: SocketAddr) -> Self {
+    fn new(addr: SocketAddr, workers: usize) -> Self {
         EndpointHealth {
             addr,
             active_up: AtomicBool::new(true),
             ejected_until: AtomicU64::new(0),
             connect_failures: AtomicU32::new(0),
-            in_flight: AtomicU64::new(0),
+            in_flight: (0..workers.max(1)).map(|_| InFlight::default()).collect(),
         }
+    }
+
+    fn slot(&self, worker: usize) -> &AtomicU64 {
+        &self.in_flight[worker % self.in_flight.len()].0
+    }
+
+    /// A request of `worker` starts on this endpoint.
+    pub fn request_started(&self, worker: usize) {
+        let s = self.slot(worker);
+        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// A request of `worker` on this endpoint ended (on the same worker).
+    pub fn request_ended(&self, worker: usize) {
+        let s = self.slot(worker);
+        s.store(s.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+    }
+
+    /// Requests in flight on every worker.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
     }
 
     pub fn available(&self, now: u64) -> bool {
@@ -91,12 +117,18 @@ impl EndpointHealth {
 #[derive(Default)]
 pub struct HealthRegistry {
     map: Mutex<HashMap<(String, SocketAddr), Arc<EndpointHealth>>>,
+    /// Worker threads, for the per-worker in-flight slots (0 counts as 1).
+    workers: usize,
 }
 
 impl HealthRegistry {
+    pub fn new(workers: usize) -> Self {
+        HealthRegistry { map: Mutex::default(), workers }
+    }
+
     pub fn get(&self, upstream: &str, addr: SocketAddr) -> Arc<EndpointHealth> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry((upstream.to_string(), addr)).or_insert_with(|| Arc::new(EndpointHealth::new(addr))).clone()
+        map.entry((upstream.to_string(), addr)).or_insert_with(|| Arc::new(EndpointHealth::new(addr, self.workers))).clone()
     }
 
     /// Forgets endpoints no longer in any upstream.
@@ -253,7 +285,7 @@ mod tests {
 
     #[test]
     fn passive_ejection_after_consecutive_connect_failures() {
-        let h = EndpointHealth::new("127.0.0.1:1".parse().expect("addr"));
+        let h = EndpointHealth::new("127.0.0.1:1".parse().expect("addr"), 2);
         let p = PassiveHealth { consecutive_failures: 3, ejection_time: Duration::from_secs(60) };
         assert!(!h.connect_failed(&p));
         h.connect_succeeded();
@@ -286,5 +318,18 @@ mod tests {
         let tcp = HealthCheck { kind: HealthCheckKind::Tcp, ..Default::default() };
         let closed: SocketAddr = "127.0.0.1:1".parse().expect("addr");
         assert!(probe(closed, &tcp).await.is_err());
+    }
+
+    #[test]
+    fn in_flight_is_counted_per_worker_and_summed() {
+        let h = EndpointHealth::new("127.0.0.1:1".parse().expect("addr"), 2);
+        h.request_started(0);
+        h.request_started(1);
+        h.request_started(1);
+        h.request_ended(1);
+        assert_eq!(h.in_flight(), 2);
+        h.request_ended(0);
+        h.request_ended(0); // never below zero
+        assert_eq!(h.in_flight(), 1);
     }
 }

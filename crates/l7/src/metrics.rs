@@ -163,6 +163,13 @@ impl ListenerMetrics {
     }
 }
 
+#[derive(Default)]
+#[repr(align(64))]
+pub struct OpenSlot {
+    opened: AtomicU64,
+    closed: AtomicU64,
+}
+
 /// Config reloads, whatever triggered them.
 #[derive(Default)]
 struct Reloads {
@@ -180,6 +187,9 @@ pub struct Metrics {
     listeners: Mutex<BTreeMap<String, Arc<ListenerMetrics>>>,
     /// Requests that matched no route (or were refused before routing).
     pub unrouted: RouteMetrics,
+    /// Client connections opened and closed, all listeners (kept across
+    /// reloads, unlike the per-listener tables): what the drain waits on.
+    connections: PerWorker<OpenSlot>,
     reloads: Reloads,
 }
 
@@ -208,6 +218,7 @@ impl Metrics {
             upstreams: Mutex::default(),
             listeners: Mutex::default(),
             unrouted: RouteMetrics::new(workers),
+            connections: PerWorker::new(workers),
             reloads,
         }
     }
@@ -246,6 +257,20 @@ impl Metrics {
         } else {
             self.reloads.failed.fetch_add(1, Relaxed);
         }
+    }
+
+    pub fn connection_opened(&self, worker: usize) {
+        bump(&self.connections.get(worker).opened, 1);
+    }
+
+    pub fn connection_closed(&self, worker: usize) {
+        bump(&self.connections.get(worker).closed, 1);
+    }
+
+    /// Client connections open on all workers and listeners.
+    pub fn connections_open(&self) -> u64 {
+        let (o, c) = self.connections.slots.iter().fold((0, 0), |(o, c), s| (o + s.opened.load(Relaxed), c + s.closed.load(Relaxed)));
+        o.saturating_sub(c)
     }
 
     /// Open client connections on every listener.

@@ -136,7 +136,7 @@ impl Completion {
     pub fn finish(mut self, bytes_out: u64, complete: bool) {
         self.conn.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Some((_, h)) = &self.ex.endpoint {
-            h.in_flight.fetch_sub(1, Ordering::Relaxed);
+            h.request_ended(self.conn.worker.id);
         }
         if !complete && self.ex.reason == reason::OK {
             self.ex.reason = reason::CLIENT_ABORTED;
@@ -518,7 +518,7 @@ async fn exchange(
                 continue;
             }
         };
-        ep.health.in_flight.fetch_add(1, Ordering::Relaxed);
+        ep.health.request_started(conn.worker.id);
         ex.endpoint = Some((ep.addr, ep.health.clone()));
         ex.upstream_start = Some(Instant::now());
         return match sender {

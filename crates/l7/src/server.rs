@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -42,9 +42,7 @@ pub struct Shared {
     /// Set once on SIGTERM/SIGINT: every connection finishes what it is
     /// doing and closes.
     pub draining: tokio::sync::watch::Sender<bool>,
-    /// Client connections open on all workers (counted per connection, not
-    /// per request).
-    pub open_connections: AtomicUsize,
+    /// Counters, per worker (open connections among them, for the drain).
     pub metrics: Metrics,
     /// What changes the config: SIGHUP and the admin API take turns on it.
     pub control: std::sync::Mutex<Control>,
@@ -242,7 +240,7 @@ impl Shared {
             endpoints: snap
                 .upstreams
                 .iter()
-                .flat_map(|u| u.pool.endpoints.iter().map(move |e| (&*u.name, e.addr, e.health.is_up(), e.health.in_flight.load(Ordering::Relaxed))))
+                .flat_map(|u| u.pool.endpoints.iter().map(move |e| (&*u.name, e.addr, e.health.is_up(), e.health.in_flight())))
                 .collect(),
             certificates: snap.certificates.iter().map(|(n, t)| (n.as_str(), *t)).collect(),
             store: self.store.as_ref().map(|s| {
@@ -348,7 +346,6 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
     // Signal handlers go in before any socket is bound: a SIGHUP sent as
     // soon as the port answers must reload, not kill the process.
     let signals = rt.block_on(async { Signals::install() }).map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let health = HealthRegistry::default();
     let limiters = RateLimiters::default();
     // The worker count is fixed for the life of the process: per-worker
     // counter tables are sized by it before the first snapshot is built.
@@ -357,6 +354,7 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let health = HealthRegistry::new(workers);
     let metrics = Metrics::new(workers);
     let (mut snap, local) = load_snapshot(path, 1, &health, &limiters, &metrics, true).map_err(|e| e.to_string())?;
     let mut doc = local.clone();
@@ -437,7 +435,6 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         limiters,
         config_path: path.to_path_buf(),
         draining: tokio::sync::watch::Sender::new(false),
-        open_connections: AtomicUsize::new(0),
         metrics,
         control: std::sync::Mutex::new(Control {
             checks: HealthChecks::default(),
@@ -620,7 +617,7 @@ async fn drain(shared: &Shared, workers: &[WorkerHandle], signals: &mut Signals)
     shared.sockets.lock().unwrap_or_else(|e| e.into_inner()).clear();
     shared.draining.send_replace(true);
     tracing::info!(
-        connections = shared.open_connections.load(Ordering::Relaxed),
+        connections = shared.metrics.connections_open(),
         "stopping: listeners closed, finishing requests in flight"
     );
     let mut tick = tokio::time::interval(Duration::from_millis(20));
@@ -630,7 +627,7 @@ async fn drain(shared: &Shared, workers: &[WorkerHandle], signals: &mut Signals)
             _ = signals.term.recv() => break,
             _ = signals.int.recv() => break,
         }
-        let open = shared.open_connections.load(Ordering::Relaxed);
+        let open = shared.metrics.connections_open();
         if open == 0 {
             tracing::info!("stopped: all connections finished");
             return;
@@ -762,14 +759,14 @@ async fn accept_loop(listener: TcpListener, name: Arc<str>, worker: Arc<Worker>)
 const TLS_READ_BUFFER: usize = 4096;
 
 async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<Worker>) {
-    struct Open<'a>(&'a AtomicUsize);
+    struct Open<'a>(&'a Metrics, usize);
     impl Drop for Open<'_> {
         fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::Relaxed);
+            self.0.connection_closed(self.1);
         }
     }
-    worker.shared.open_connections.fetch_add(1, Ordering::Relaxed);
-    let _open = Open(&worker.shared.open_connections);
+    worker.shared.metrics.connection_opened(worker.id);
+    let _open = Open(&worker.shared.metrics, worker.id);
     let snap = worker.shared.snapshot.load_full();
     let Some(index) = snap.listener_index(&name) else { return };
     let http = snap.http.clone();

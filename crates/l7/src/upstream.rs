@@ -64,7 +64,7 @@ impl Backends for View<'_> {
         Some(i) != self.exclude && self.pool.endpoints[i].weight > 0 && self.pool.endpoints[i].health.available(self.now)
     }
     fn load(&self, i: usize) -> u64 {
-        self.pool.endpoints[i].health.in_flight.load(std::sync::atomic::Ordering::Relaxed)
+        self.pool.endpoints[i].health.in_flight()
     }
 }
 
