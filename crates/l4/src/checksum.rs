@@ -1,0 +1,124 @@
+//! The Internet checksum (RFC 1071) and its incremental update (RFC 1624).
+//!
+//! Sums are kept unfolded in a `u64` while adding (eight bytes at a time),
+//! folded to 16 bits once at the end. A rewrite of an address or port does
+//! not recompute a checksum over the packet: it adjusts it by the difference
+//! of the old and new 16-bit words, `HC' = ~(~HC + ~m + m')`.
+
+/// Adds `data` (as big-endian 16-bit words, an odd last byte padded with
+/// zero) to a running sum.
+pub fn add(mut sum: u64, data: &[u8]) -> u64 {
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        // Add the two 32-bit halves: no carry can be lost in a u64 for any
+        // packet shorter than 2^32 words.
+        sum += (w >> 32) + (w & 0xffff_ffff);
+    }
+    let rest = chunks.remainder();
+    let mut pairs = rest.chunks_exact(2);
+    for p in &mut pairs {
+        sum += u64::from(u16::from_be_bytes([p[0], p[1]]));
+    }
+    if let [last] = pairs.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    sum
+}
+
+/// Folds a running sum to 16 bits (ones' complement addition).
+pub fn fold(mut sum: u64) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// The checksum of `data`: the complement of its folded sum.
+pub fn checksum(data: &[u8]) -> u16 {
+    !fold(add(0, data))
+}
+
+/// The IPv4 pseudo-header's contribution to a TCP or UDP checksum.
+pub fn pseudo_v4(src: [u8; 4], dst: [u8; 4], proto: u8, len: u16) -> u64 {
+    add(add(0, &src), &dst) + u64::from(proto) + u64::from(len)
+}
+
+/// The IPv6 pseudo-header's contribution (RFC 8200, section 8.1).
+pub fn pseudo_v6(src: [u8; 16], dst: [u8; 16], proto: u8, len: u32) -> u64 {
+    add(add(0, &src), &dst) + u64::from(proto) + u64::from(len >> 16) + u64::from(len & 0xffff)
+}
+
+/// Updates checksum `hc` for a 16-bit word changing from `old` to `new`.
+pub fn update16(hc: u16, old: u16, new: u16) -> u16 {
+    // RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')
+    !fold(u64::from(!hc) + u64::from(!old) + u64::from(new))
+}
+
+/// Updates checksum `hc` for bytes changing from `old` to `new` (equal
+/// lengths, an even number of bytes, aligned to 16-bit words in the summed data).
+pub fn update(hc: u16, old: &[u8], new: &[u8]) -> u16 {
+    debug_assert_eq!(old.len(), new.len());
+    let mut sum = u64::from(!hc);
+    for (o, n) in old.chunks_exact(2).zip(new.chunks_exact(2)) {
+        sum += u64::from(!u16::from_be_bytes([o[0], o[1]])) + u64::from(u16::from_be_bytes([n[0], n[1]]));
+    }
+    !fold(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain definition, sixteen bits at a time.
+    fn reference(data: &[u8]) -> u16 {
+        let mut sum: u32 = 0;
+        for p in data.chunks(2) {
+            let w = if p.len() == 2 { u16::from_be_bytes([p[0], p[1]]) } else { u16::from(p[0]) << 8 };
+            sum += u32::from(w);
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
+    }
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071, section 3: the sum of these words is 0xddf2.
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold(add(0, &data)), 0xddf2);
+        assert_eq!(checksum(&data), !0xddf2);
+    }
+
+    #[test]
+    fn matches_the_plain_definition_on_random_data() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for len in 0..300 {
+            let data: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+            assert_eq!(checksum(&data), reference(&data), "len {len}");
+        }
+    }
+
+    #[test]
+    fn incremental_updates_equal_a_full_recomputation() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for _ in 0..2000 {
+            let len = 2 * rng.usize(4..200);
+            let mut data: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+            let hc = checksum(&data);
+            let at = 2 * rng.usize(0..len / 2 - 1);
+            let width = if rng.bool() { 2 } else { 4 };
+            let at = at.min(len - width);
+            let old = data[at..at + width].to_vec();
+            let new: Vec<u8> = (0..width).map(|_| rng.u8(..)).collect();
+            data[at..at + width].copy_from_slice(&new);
+            let updated = if width == 2 {
+                update16(hc, u16::from_be_bytes([old[0], old[1]]), u16::from_be_bytes([new[0], new[1]]))
+            } else {
+                update(hc, &old, &new)
+            };
+            // 0x0000 and 0xffff are the same value in ones' complement.
+            let full = checksum(&data);
+            assert!(updated == full || (updated == 0xffff && full == 0) || (updated == 0 && full == 0xffff), "{updated:#x} vs {full:#x}");
+        }
+    }
+}

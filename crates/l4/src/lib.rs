@@ -1,0 +1,9 @@
+//! The L4 plane, I/O-free: zero-copy views of Ethernet, ARP, IPv4, IPv6,
+//! TCP, UDP and ICMP; checksums with incremental updates; and (as it grows)
+//! the vector pipeline, the session table and the forwarding modes. The I/O
+//! backends (AF_XDP, AF_PACKET, the in-memory generator) live in `l4-io`.
+
+#![forbid(unsafe_code)]
+
+pub mod checksum;
+pub mod packet;
