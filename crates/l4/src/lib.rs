@@ -6,4 +6,6 @@
 #![forbid(unsafe_code)]
 
 pub mod checksum;
+pub mod encap;
 pub mod packet;
+pub mod rewrite;
