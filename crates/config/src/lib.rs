@@ -202,4 +202,64 @@ routes:
         let err = from_str("listeners: [\n", Path::new("s.yaml")).expect_err("invalid");
         assert!(err.to_string().starts_with("s.yaml: (document): invalid YAML"), "{err}");
     }
+
+    #[test]
+    fn the_l4_plane_decodes_and_is_checked() {
+        let good = r#"
+l4:
+  interfaces: [veth-lb]
+  local_addresses: [10.0.9.1, 10.0.9.2]
+  services:
+    - name: web
+      address: 10.0.0.100:80
+      scheduler: maglev
+      mode: fnat
+      real_servers: [10.0.1.1:8080, { address: 10.0.1.2:8080, weight: 3 }]
+      timeouts: { tcp_established: 1h, udp: 30s }
+      health_check: { type: tcp, interval: 1s }
+      on_server_down: reset
+    - name: dns
+      address: "[2001:db8::53]:53"
+      protocol: udp
+      mode: dr
+      real_servers: ["[2001:db8::1]:53"]
+"#;
+        let c = from_str(good, Path::new("l4.yaml")).expect("valid");
+        let l4 = c.l4.expect("l4");
+        assert_eq!(l4.services[0].mode, L4Mode::Fnat);
+        assert_eq!(l4.services[0].scheduler, L4Scheduler::Maglev);
+        assert_eq!(l4.services[0].real_servers[1].weight, 3);
+        assert_eq!(l4.services[0].timeouts.tcp_established, std::time::Duration::from_secs(3600));
+        assert_eq!(l4.services[0].timeouts.tcp_syn, std::time::Duration::from_secs(10));
+        assert_eq!(l4.services[0].on_server_down, OnServerDown::Reset);
+        assert_eq!(l4.services[1].protocol, L4Protocol::Udp);
+
+        let bad = r#"
+l4:
+  services:
+    - name: a
+      address: 10.0.0.100:80
+      mode: dr
+      real_servers: [10.0.1.1:8080]
+    - name: b
+      address: 10.0.0.100:80
+      mode: fnat
+      scheduler: random
+      real_servers: ["[2001:db8::1]:80"]
+    - name: c
+      address: 10.0.0.101:443
+      mode: ipip
+      real_servers: []
+"#;
+        let errs = from_str(bad, Path::new("l4.yaml")).expect_err("invalid").to_string();
+        for want in [
+            "l4.interfaces: needs at least one interface",
+            "l4.services[0].real_servers[0].address: port 8080 differs from the service's 80: direct routing cannot change ports",
+            "l4.services[1].address: 10.0.0.100:80 (Tcp) is already another service's",
+            "l4.services[1].scheduler: expected one of rr, wrr, wlc, maglev",
+            "l4.services[2].real_servers: needs at least one real server",
+        ] {
+            assert!(errs.contains(want), "missing {want:?} in:\n{errs}");
+        }
+    }
 }

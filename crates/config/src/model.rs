@@ -29,6 +29,8 @@ pub struct Config {
     /// Where routes, upstreams and certificates live: this file (default),
     /// or etcd, shared by a cluster of nodes.
     pub store: Store,
+    /// The L4 packet load balancer; off when absent.
+    pub l4: Option<L4>,
     pub listeners: Vec<Listener>,
     pub certificates: Vec<Certificate>,
     pub upstreams: Vec<Upstream>,
@@ -46,6 +48,7 @@ impl Default for Config {
             key_ops: KeyOps::default(),
             admin: None,
             store: Store::File,
+            l4: None,
             listeners: Vec::new(),
             certificates: Vec::new(),
             upstreams: Vec::new(),
@@ -496,6 +499,7 @@ impl Decode for Config {
             key_ops: m.or(ctx, "key_ops", KeyOps::default()),
             admin: m.opt(ctx, "admin"),
             store: m.or(ctx, "store", Store::File),
+            l4: m.opt(ctx, "l4"),
             listeners: m.or(ctx, "listeners", Vec::new()),
             certificates: m.or(ctx, "certificates", Vec::new()),
             upstreams: m.or(ctx, "upstreams", Vec::new()),
@@ -784,5 +788,180 @@ impl Decode for Route {
         };
         m.finish(ctx);
         Some(r)
+    }
+}
+
+// ----- the L4 plane -----
+
+/// `l4`: the packet load balancer.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct L4 {
+    /// Network interfaces the plane runs on (AF_XDP, one socket per queue).
+    pub interfaces: Vec<String>,
+    /// Source addresses for FNAT: each connection to a real server gets one
+    /// of these and a port allocated by the core that owns the session.
+    pub local_addresses: Vec<std::net::IpAddr>,
+    pub services: Vec<L4Service>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum L4Protocol {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum L4Scheduler {
+    /// Round robin (weights ignored).
+    Rr,
+    /// Smooth weighted round robin.
+    #[default]
+    Wrr,
+    /// Weighted least connections.
+    Wlc,
+    /// Maglev consistent hashing of the client address and port.
+    Maglev,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum L4Mode {
+    /// Destination NAT; replies must come back through the balancer.
+    #[default]
+    Nat,
+    /// Full NAT: source rewritten to a local address too, so replies come
+    /// back by routing alone.
+    Fnat,
+    /// Direct routing: only the MAC changes; the VIP sits on the real
+    /// servers' loopback and they answer the client directly.
+    Dr,
+    /// IP-in-IP tunnel to the real server, which answers directly.
+    Ipip,
+    /// GUE (variant 1, UDP) tunnel to the real server.
+    Gue,
+}
+
+/// What happens to a real server's sessions when its health check fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnServerDown {
+    /// They go on until they end or time out; new sessions avoid it.
+    #[default]
+    Keep,
+    /// TCP sessions are reset and all are forgotten.
+    Reset,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct L4Timeouts {
+    pub tcp_syn: Duration,
+    pub tcp_established: Duration,
+    pub tcp_fin: Duration,
+    pub udp: Duration,
+}
+
+impl Default for L4Timeouts {
+    fn default() -> Self {
+        L4Timeouts {
+            tcp_syn: Duration::from_secs(10),
+            tcp_established: Duration::from_secs(900),
+            tcp_fin: Duration::from_secs(30),
+            udp: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct L4Service {
+    pub name: String,
+    /// The virtual address and port.
+    pub address: Option<SocketAddr>,
+    pub protocol: L4Protocol,
+    pub scheduler: L4Scheduler,
+    pub mode: L4Mode,
+    /// UDP destination port of the GUE tunnel.
+    pub gue_port: u16,
+    pub real_servers: Vec<Endpoint>,
+    pub timeouts: L4Timeouts,
+    pub health_check: Option<HealthCheck>,
+    pub on_server_down: OnServerDown,
+}
+
+impl Decode for L4 {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let l = L4 {
+            interfaces: m.or(ctx, "interfaces", Vec::new()),
+            local_addresses: m.or(ctx, "local_addresses", Vec::new()),
+            services: m.or(ctx, "services", Vec::new()),
+        };
+        m.finish(ctx);
+        Some(l)
+    }
+}
+
+impl Decode for L4Protocol {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(node, ctx, &[("tcp", L4Protocol::Tcp), ("udp", L4Protocol::Udp)])
+    }
+}
+
+impl Decode for L4Scheduler {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(
+            node,
+            ctx,
+            &[("rr", L4Scheduler::Rr), ("wrr", L4Scheduler::Wrr), ("wlc", L4Scheduler::Wlc), ("maglev", L4Scheduler::Maglev)],
+        )
+    }
+}
+
+impl Decode for L4Mode {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(
+            node,
+            ctx,
+            &[("nat", L4Mode::Nat), ("fnat", L4Mode::Fnat), ("dr", L4Mode::Dr), ("ipip", L4Mode::Ipip), ("gue", L4Mode::Gue)],
+        )
+    }
+}
+
+impl Decode for OnServerDown {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(node, ctx, &[("keep", OnServerDown::Keep), ("reset", OnServerDown::Reset)])
+    }
+}
+
+impl Decode for L4Timeouts {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let d = L4Timeouts::default();
+        let mut m = MapReader::new(node, ctx)?;
+        let t = L4Timeouts {
+            tcp_syn: m.or(ctx, "tcp_syn", d.tcp_syn),
+            tcp_established: m.or(ctx, "tcp_established", d.tcp_established),
+            tcp_fin: m.or(ctx, "tcp_fin", d.tcp_fin),
+            udp: m.or(ctx, "udp", d.udp),
+        };
+        m.finish(ctx);
+        Some(t)
+    }
+}
+
+impl Decode for L4Service {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let s = L4Service {
+            name: m.req(ctx, "name"),
+            address: m.req::<Option<SocketAddr>>(ctx, "address"),
+            protocol: m.or(ctx, "protocol", L4Protocol::Tcp),
+            scheduler: m.or(ctx, "scheduler", L4Scheduler::Wrr),
+            mode: m.or(ctx, "mode", L4Mode::Nat),
+            gue_port: m.or(ctx, "gue_port", 6080),
+            real_servers: m.req(ctx, "real_servers"),
+            timeouts: m.or(ctx, "timeouts", L4Timeouts::default()),
+            health_check: m.opt(ctx, "health_check"),
+            on_server_down: m.or(ctx, "on_server_down", OnServerDown::Keep),
+        };
+        m.finish(ctx);
+        Some(s)
     }
 }

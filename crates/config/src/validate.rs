@@ -11,6 +11,9 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
     ctx.with_field("certificates", |ctx| certificates(c, ctx));
     ctx.with_field("upstreams", |ctx| upstreams(c, ctx));
     ctx.with_field("routes", |ctx| routes(c, ctx));
+    if let Some(l4) = &c.l4 {
+        ctx.with_field("l4", |ctx| l4_plane(l4, ctx));
+    }
     ctx.with_field("http", |ctx| {
         if c.http.max_header_bytes < 1024 {
             ctx.error_at("max_header_bytes", None, "must be at least 1024");
@@ -330,5 +333,76 @@ fn routes(c: &Config, ctx: &mut Ctx) {
                 });
             }
         });
+    }
+}
+
+fn l4_plane(l4: &L4, ctx: &mut Ctx) {
+    if !l4.services.is_empty() && l4.interfaces.is_empty() {
+        ctx.error_at("interfaces", None, "needs at least one interface for the services to run on");
+    }
+    for (i, name) in l4.interfaces.iter().enumerate() {
+        if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(char::is_whitespace) {
+            ctx.with_field("interfaces", |ctx| ctx.error_at(&format!("[{i}]"), None, format!("{name:?} is not an interface name")));
+        }
+    }
+    ctx.with_field("services", |ctx| {
+        unique_names(l4.services.iter().map(|s| s.name.as_str()), ctx, "service");
+        let mut seen = HashSet::new();
+        for (i, s) in l4.services.iter().enumerate() {
+            ctx.with_index(i, |ctx| l4_service(l4, s, &mut seen, ctx));
+        }
+    });
+}
+
+fn l4_service(l4: &L4, s: &L4Service, seen: &mut HashSet<(std::net::SocketAddr, L4Protocol)>, ctx: &mut Ctx) {
+    let Some(vip) = s.address else { return };
+    if !seen.insert((vip, s.protocol)) {
+        ctx.error_at("address", None, format!("{vip} ({:?}) is already another service's", s.protocol));
+    }
+    if vip.ip().is_unspecified() || vip.port() == 0 {
+        ctx.error_at("address", None, "needs a specific address and a port (the virtual IP and port)");
+    }
+    if s.real_servers.is_empty() {
+        ctx.error_at("real_servers", None, "needs at least one real server");
+    }
+    if s.mode == L4Mode::Gue && s.gue_port == 0 {
+        ctx.error_at("gue_port", None, "must be a UDP port (1-65535)");
+    }
+    ctx.with_field("real_servers", |ctx| {
+        for (j, r) in s.real_servers.iter().enumerate() {
+            let Some(addr) = r.address else { continue };
+            ctx.with_index(j, |ctx| {
+                let same_family = addr.is_ipv4() == vip.is_ipv4();
+                match s.mode {
+                    // DR only changes the MAC: the server must own the VIP and port.
+                    L4Mode::Dr if addr.port() != vip.port() => ctx.error_at(
+                        "address",
+                        None,
+                        format!("port {} differs from the service's {}: direct routing cannot change ports", addr.port(), vip.port()),
+                    ),
+                    L4Mode::Dr | L4Mode::Nat if !same_family => {
+                        ctx.error_at("address", None, "must be of the service address's family (IPv4 or IPv6) in this mode")
+                    }
+                    L4Mode::Ipip | L4Mode::Gue if addr.port() != vip.port() => ctx.error_at(
+                        "address",
+                        None,
+                        format!("port {} differs from the service's {}: a tunnel carries the packet unchanged", addr.port(), vip.port()),
+                    ),
+                    _ => {}
+                }
+            });
+        }
+    });
+    if s.mode == L4Mode::Fnat {
+        let families: HashSet<bool> = s.real_servers.iter().filter_map(|r| r.address).map(|a| a.is_ipv4()).collect();
+        for v4 in families {
+            if !l4.local_addresses.iter().any(|a| a.is_ipv4() == v4) {
+                ctx.error_at(
+                    "mode",
+                    None,
+                    format!("fnat needs an {} address in l4.local_addresses for its real servers", if v4 { "IPv4" } else { "IPv6" }),
+                );
+            }
+        }
     }
 }

@@ -455,6 +455,9 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         }
         _ => None,
     };
+    if shared.snapshot.load().config.l4.as_ref().is_some_and(|l| !l.services.is_empty()) {
+        tracing::warn!("l4.services are validated but not served yet: the L4 data plane is not part of this build");
+    }
     tracing::info!(workers, config = %path.display(), "gatehouse started");
     let mut handles = Vec::new();
     for (id, sockets) in per_worker.into_iter().enumerate() {
