@@ -9,3 +9,4 @@ pub mod checksum;
 pub mod encap;
 pub mod packet;
 pub mod rewrite;
+pub mod session;
