@@ -8,5 +8,6 @@
 pub mod checksum;
 pub mod encap;
 pub mod packet;
+pub mod plane;
 pub mod rewrite;
 pub mod session;

@@ -1,0 +1,721 @@
+//! The vector pipeline (IPv4 for now): a worker takes a vector of frames and
+//! returns a verdict for each, rewriting forwarded frames in place.
+//!
+//! Stages run over the whole vector, one after the other: parse every frame;
+//! classify each (to a service, or as a reply from a real server); hash every
+//! session key; look every key up; create sessions for the misses that may
+//! start one (scheduling a real server); rewrite. Doing each step for all
+//! packets before the next lets the CPU overlap the table's cache misses of
+//! different packets instead of waiting for each in turn.
+//!
+//! The [`Plane`] (services, real servers, Maglev tables) is built off the
+//! fast path and shared read-only; a [`Worker`] (session table, FNAT ports,
+//! scheduler cursors, counters) belongs to one core and is never locked.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+
+use gatehouse_balance::{Backends, LeastConnections, MaglevTable, RoundRobin, SmoothWeighted};
+use gatehouse_config::{L4Mode, L4Scheduler};
+
+use crate::encap::{Outer, Tunnel, encapsulate};
+use crate::packet::{self, Checks, Frame, Ip, Malformed, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+use crate::rewrite;
+use crate::session::{Key, REVERSE, Session, State, Table};
+
+/// Frames per vector, at most.
+pub const VECTOR: usize = 256;
+/// Maglev table size (prime).
+pub const MAGLEV_SIZE: usize = 65537;
+/// First FNAT source port; below are left to the host.
+const FNAT_FIRST_PORT: u16 = 1024;
+
+/// Why a frame was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Drop {
+    Malformed(Malformed),
+    /// Addressed to no service (and not a reply of a session).
+    NoService,
+    /// A TCP segment other than SYN for a session this core does not have.
+    NoSession,
+    NoHealthyServer,
+    TableFull,
+    /// FNAT: no free local port on this core.
+    PortsExhausted,
+    TtlExceeded,
+    /// IPv6 and ICMP are not forwarded by this version of the pipeline.
+    Unsupported,
+}
+
+/// What to do with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send it (rewritten in place; `head`/`len` of its buffer may have moved).
+    Forward,
+    /// Not for the plane: give it to the kernel.
+    Pass,
+    Drop(Drop),
+}
+
+/// One frame in a buffer with headroom (for tunnel headers).
+pub struct Buf<'a> {
+    pub mem: &'a mut [u8],
+    pub head: usize,
+    pub len: usize,
+}
+
+impl Buf<'_> {
+    pub fn frame(&self) -> &[u8] {
+        &self.mem[self.head..self.head + self.len]
+    }
+
+    pub fn frame_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[self.head..self.head + self.len]
+    }
+}
+
+pub struct Real {
+    pub addr: Ipv4Addr,
+    pub port: u16,
+    pub weight: u32,
+    pub up: bool,
+}
+
+pub struct Service {
+    pub name: String,
+    pub vip: Ipv4Addr,
+    pub port: u16,
+    pub proto: u8,
+    pub mode: L4Mode,
+    pub scheduler: L4Scheduler,
+    pub gue_port: u16,
+    pub reals: Vec<Real>,
+    pub maglev: Option<MaglevTable>,
+    /// Timeouts in clock ticks, by [`State`].
+    pub timeouts: [u32; 4],
+}
+
+/// The shared, read-only part: services and where things are.
+pub struct Plane {
+    pub services: Vec<Service>,
+    by_vip: HashMap<(u32, u16, u8), u16>,
+    /// NAT replies come from (real address, port, protocol).
+    by_real: HashMap<(u32, u16, u8), (u16, u16)>,
+    pub local_addrs: Vec<Ipv4Addr>,
+    /// This host's MAC, and the next hop's for everything sent.
+    pub mac: [u8; 6],
+    pub next_hop_mac: [u8; 6],
+    pub cores: u16,
+    pub checks: Checks,
+}
+
+impl Plane {
+    pub fn new(mut services: Vec<Service>, local_addrs: Vec<Ipv4Addr>, mac: [u8; 6], next_hop_mac: [u8; 6], cores: u16) -> Plane {
+        let mut by_vip = HashMap::new();
+        let mut by_real = HashMap::new();
+        for (i, s) in services.iter_mut().enumerate() {
+            by_vip.insert((u32::from(s.vip), s.port, s.proto), i as u16);
+            for (j, r) in s.reals.iter().enumerate() {
+                by_real.insert((u32::from(r.addr), r.port, s.proto), (i as u16, j as u16));
+            }
+            if s.scheduler == L4Scheduler::Maglev && s.maglev.is_none() {
+                let names: Vec<(String, u32)> = s.reals.iter().map(|r| (format!("{}:{}", r.addr, r.port), r.weight)).collect();
+                s.maglev = MaglevTable::build(&names, MAGLEV_SIZE).ok();
+            }
+        }
+        Plane { services, by_vip, by_real, local_addrs, mac, next_hop_mac, cores: cores.max(1), checks: Checks::default() }
+    }
+}
+
+/// Per-service and per-real-server counters of one core.
+#[derive(Clone, Debug, Default)]
+pub struct ServiceCounters {
+    pub packets: u64,
+    pub bytes: u64,
+    pub sessions_total: u64,
+    pub sessions_active: u64,
+    pub per_real_packets: Vec<u64>,
+    pub per_real_active: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    pub services: Vec<ServiceCounters>,
+    pub drops: HashMap<Drop, u64>,
+    pub passed: u64,
+}
+
+enum Sched {
+    Rr(RoundRobin),
+    Wrr(SmoothWeighted),
+    Wlc(LeastConnections),
+    Maglev,
+}
+
+struct View<'a> {
+    reals: &'a [Real],
+    active: &'a [u64],
+}
+
+impl Backends for View<'_> {
+    fn len(&self) -> usize {
+        self.reals.len()
+    }
+    fn weight(&self, i: usize) -> u32 {
+        self.reals[i].weight
+    }
+    fn available(&self, i: usize) -> bool {
+        self.reals[i].up
+    }
+    fn load(&self, i: usize) -> u64 {
+        self.active.get(i).copied().unwrap_or(0)
+    }
+}
+
+/// Free FNAT ports of one local address on this core: the ports `p` with
+/// `p % cores == core`, so that the XDP program can steer replies (by their
+/// destination port) to the core that owns the session.
+struct PortPool {
+    free: Vec<u16>,
+    /// Session number + 1 by port; 0: free.
+    owner: Vec<u32>,
+}
+
+impl PortPool {
+    fn new(core: u16, cores: u16) -> PortPool {
+        let free = (FNAT_FIRST_PORT..=u16::MAX).rev().filter(|p| p % cores == core).collect();
+        PortPool { free, owner: vec![0; 65536] }
+    }
+}
+
+/// What the stages learn about one frame.
+#[derive(Clone, Copy)]
+enum Class {
+    Done(Verdict),
+    /// From a client to service `svc`.
+    ToService { ip: Ip, svc: u16 },
+    /// A NAT reply from real `real` of service `svc`.
+    FromReal { ip: Ip, svc: u16, real: u16 },
+    /// An FNAT reply to local address `local`, port `port`.
+    ToLocal { ip: Ip, local: u16, port: u16 },
+}
+
+/// One core's state.
+pub struct Worker {
+    pub core: u16,
+    table: Table<u32>,
+    ports: Vec<PortPool>,
+    scheds: Vec<Sched>,
+    pub counters: Counters,
+    scratch: Vec<u8>,
+    classes: Vec<Class>,
+    hashes: Vec<u64>,
+    found: Vec<Option<u32>>,
+}
+
+fn v4(a: IpAddr) -> u32 {
+    match a {
+        IpAddr::V4(a) => u32::from(a),
+        IpAddr::V6(_) => 0,
+    }
+}
+
+impl Worker {
+    pub fn new(plane: &Plane, core: u16, capacity: usize, seed: u64) -> Worker {
+        let scheds = plane
+            .services
+            .iter()
+            .map(|s| match s.scheduler {
+                L4Scheduler::Rr => Sched::Rr(RoundRobin::default()),
+                L4Scheduler::Wrr => Sched::Wrr(SmoothWeighted::default()),
+                L4Scheduler::Wlc => Sched::Wlc(LeastConnections::default()),
+                L4Scheduler::Maglev => Sched::Maglev,
+            })
+            .collect();
+        let counters = Counters {
+            services: plane
+                .services
+                .iter()
+                .map(|s| ServiceCounters { per_real_packets: vec![0; s.reals.len()], per_real_active: vec![0; s.reals.len()], ..Default::default() })
+                .collect(),
+            ..Counters::default()
+        };
+        Worker {
+            core,
+            table: Table::new(capacity, seed),
+            ports: plane.local_addrs.iter().map(|_| PortPool::new(core, plane.cores)).collect(),
+            scheds,
+            counters,
+            scratch: Vec::with_capacity(2048),
+            classes: Vec::with_capacity(VECTOR),
+            hashes: Vec::with_capacity(VECTOR),
+            found: Vec::with_capacity(VECTOR),
+        }
+    }
+
+    pub fn sessions(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Bytes held by this core's session table.
+    pub fn table_bytes(&self) -> usize {
+        self.table.memory_bytes()
+    }
+
+    fn classify(plane: &Plane, buf: &Buf<'_>) -> Class {
+        let ip = match packet::parse(buf.frame(), plane.checks) {
+            Ok(Frame::Ip(ip)) => ip,
+            Ok(Frame::Arp(_) | Frame::Other) => return Class::Done(Verdict::Pass),
+            Err(m) => return Class::Done(Verdict::Drop(Drop::Malformed(m))),
+        };
+        let f = ip.flow;
+        if !f.src.is_ipv4() || !matches!(f.proto, PROTO_TCP | PROTO_UDP) {
+            return Class::Done(if plane.by_vip.is_empty() { Verdict::Pass } else { Verdict::Drop(Drop::Unsupported) });
+        }
+        if let Some(&svc) = plane.by_vip.get(&(v4(f.dst), f.dport, f.proto)) {
+            return Class::ToService { ip, svc };
+        }
+        if let Some(local) = plane.local_addrs.iter().position(|a| IpAddr::V4(*a) == f.dst) {
+            return Class::ToLocal { ip, local: local as u16, port: f.dport };
+        }
+        if let Some(&(svc, real)) = plane.by_real.get(&(v4(f.src), f.sport, f.proto)) {
+            return Class::FromReal { ip, svc, real };
+        }
+        Class::Done(Verdict::Pass)
+    }
+
+    fn key(c: &Class) -> Option<Key<u32>> {
+        match *c {
+            Class::ToService { ip, svc } => Some(Key { addr: v4(ip.flow.src), port: ip.flow.sport, context: svc }),
+            Class::FromReal { ip, real, .. } => Some(Key { addr: v4(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real }),
+            _ => None,
+        }
+    }
+
+    /// Processes one vector of frames at clock tick `now`.
+    pub fn process(&mut self, plane: &Plane, bufs: &mut [Buf<'_>], verdicts: &mut Vec<Verdict>, now: u32) {
+        verdicts.clear();
+        // 1. Parse and classify.
+        self.classes.clear();
+        self.classes.extend(bufs.iter().map(|b| Self::classify(plane, b)));
+        // 2. Hash every key.
+        self.hashes.clear();
+        for c in &self.classes {
+            self.hashes.push(Self::key(c).map_or(0, |k| self.table.hash(&k)));
+        }
+        // 3. Look every key up (the loads of different packets overlap).
+        self.found.clear();
+        for (c, &h) in self.classes.iter().zip(&self.hashes) {
+            let hit = match c {
+                Class::ToLocal { local, port, .. } => self
+                    .ports
+                    .get(usize::from(*local))
+                    .and_then(|p| p.owner.get(usize::from(*port)).copied())
+                    .filter(|&o| o != 0)
+                    .map(|o| o - 1),
+                c => Self::key(c).and_then(|k| self.table.find_hashed(&k, h)),
+            };
+            self.found.push(hit);
+        }
+        // 4. Sessions for the misses, then 5. rewrite.
+        for i in 0..bufs.len() {
+            let v = self.finish(plane, &mut bufs[i], i, now);
+            match v {
+                Verdict::Drop(d) => *self.counters.drops.entry(d).or_insert(0) += 1,
+                Verdict::Pass => self.counters.passed += 1,
+                Verdict::Forward => {}
+            }
+            verdicts.push(v);
+        }
+        // 6. Expire a slice of the table.
+        let ports = &mut self.ports;
+        let counters = &mut self.counters;
+        self.table.sweep(
+            now,
+            64,
+            |s| plane.services.get(usize::from(s.service)).is_some_and(|svc| svc.mode == L4Mode::Nat),
+            |_, s| {
+                release(ports, counters, s);
+            },
+        );
+    }
+
+    fn finish(&mut self, plane: &Plane, buf: &mut Buf<'_>, i: usize, now: u32) -> Verdict {
+        match self.classes[i] {
+            Class::Done(v) => v,
+            Class::ToService { ip, svc } => {
+                let service = &plane.services[usize::from(svc)];
+                let idx = match self.found[i] {
+                    Some(idx) => idx,
+                    None => {
+                        // Only a SYN (or a datagram) starts a session.
+                        if service.proto == PROTO_TCP && ip.tcp_flags & (TCP_SYN | TCP_ACK) != TCP_SYN {
+                            return Verdict::Drop(Drop::NoSession);
+                        }
+                        match self.create(plane, svc, &ip, self.hashes[i], now) {
+                            Ok(idx) => idx,
+                            Err(d) => return Verdict::Drop(d),
+                        }
+                    }
+                };
+                self.track(plane, idx, &ip, now);
+                let s = *self.table.get(idx);
+                let sc = &mut self.counters.services[usize::from(svc)];
+                sc.packets += 1;
+                sc.bytes += buf.len as u64;
+                if let Some(p) = sc.per_real_packets.get_mut(usize::from(s.real)) {
+                    *p += 1;
+                }
+                self.to_real(plane, service, &s, &ip, buf)
+            }
+            Class::FromReal { ip, svc, .. } => {
+                let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
+                self.track(plane, idx, &ip, now);
+                let service = &plane.services[usize::from(svc)];
+                let f = buf.frame_mut();
+                if !rewrite::decrement_ttl(f, &ip) {
+                    return Verdict::Drop(Drop::TtlExceeded);
+                }
+                rewrite::set_ipv4_addr(f, &ip, true, service.vip);
+                rewrite::set_port(f, &ip, true, service.port);
+                rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
+                Verdict::Forward
+            }
+            Class::ToLocal { ip, .. } => {
+                let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
+                self.track(plane, idx, &ip, now);
+                let s = *self.table.get(idx);
+                let Some(service) = plane.services.get(usize::from(s.service)) else { return Verdict::Drop(Drop::NoSession) };
+                let f = buf.frame_mut();
+                if !rewrite::decrement_ttl(f, &ip) {
+                    return Verdict::Drop(Drop::TtlExceeded);
+                }
+                rewrite::set_ipv4_addr(f, &ip, true, service.vip);
+                rewrite::set_port(f, &ip, true, service.port);
+                rewrite::set_ipv4_addr(f, &ip, false, Ipv4Addr::from(s.client));
+                rewrite::set_port(f, &ip, false, s.client_port);
+                rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
+                Verdict::Forward
+            }
+        }
+    }
+
+    /// Picks a real server and records the session.
+    fn create(&mut self, plane: &Plane, svc: u16, ip: &Ip, hash: u64, now: u32) -> Result<u32, Drop> {
+        let service = &plane.services[usize::from(svc)];
+        let sc = &self.counters.services[usize::from(svc)];
+        let view = View { reals: &service.reals, active: &sc.per_real_active };
+        let real = match &mut self.scheds[usize::from(svc)] {
+            Sched::Rr(s) => s.pick(&view),
+            Sched::Wrr(s) => s.pick(&view),
+            Sched::Wlc(s) => s.pick(&view),
+            Sched::Maglev => service.maglev.as_ref().and_then(|m| m.pick(hash, &view)),
+        }
+        .ok_or(Drop::NoHealthyServer)? as u16;
+        let state = if service.proto == PROTO_TCP { State::SynSent } else { State::Datagram };
+        let mut s = Session {
+            client: v4(ip.flow.src),
+            client_port: ip.flow.sport,
+            service: svc,
+            real,
+            local: u16::MAX,
+            local_port: 0,
+            state,
+            expires: now.saturating_add(service.timeouts[state as usize]),
+        };
+        if service.mode == L4Mode::Fnat {
+            // The first local address with a free port on this core.
+            let local = (0..self.ports.len()).find(|&l| !self.ports[l].free.is_empty()).ok_or(Drop::PortsExhausted)?;
+            let port = self.ports[local].free.pop().ok_or(Drop::PortsExhausted)?;
+            s.local = local as u16;
+            s.local_port = port;
+        }
+        let idx = match self.table.insert(s, service.mode == L4Mode::Nat) {
+            Ok(idx) => idx,
+            Err(_) => {
+                if s.local != u16::MAX {
+                    self.ports[usize::from(s.local)].free.push(s.local_port);
+                }
+                return Err(Drop::TableFull);
+            }
+        };
+        if s.local != u16::MAX {
+            self.ports[usize::from(s.local)].owner[usize::from(s.local_port)] = idx + 1;
+        }
+        let sc = &mut self.counters.services[usize::from(svc)];
+        sc.sessions_total += 1;
+        sc.sessions_active += 1;
+        if let Some(a) = sc.per_real_active.get_mut(usize::from(real)) {
+            *a += 1;
+        }
+        Ok(idx)
+    }
+
+    /// TCP state and expiry from a packet of the session.
+    fn track(&mut self, plane: &Plane, idx: u32, ip: &Ip, now: u32) {
+        let s = self.table.get_mut(idx);
+        if ip.flow.proto == PROTO_TCP {
+            let f = ip.tcp_flags;
+            s.state = if f & (TCP_FIN | TCP_RST) != 0 {
+                State::Closing
+            } else if s.state == State::SynSent && f & TCP_ACK != 0 {
+                State::Established
+            } else {
+                s.state
+            };
+        }
+        let timeout = plane.services.get(usize::from(s.service)).map_or(0, |svc| svc.timeouts[s.state as usize]);
+        s.expires = now.saturating_add(timeout);
+    }
+
+    /// Rewrites a client's packet toward its real server.
+    fn to_real(&mut self, plane: &Plane, service: &Service, s: &Session<u32>, ip: &Ip, buf: &mut Buf<'_>) -> Verdict {
+        let Some(real) = service.reals.get(usize::from(s.real)) else { return Verdict::Drop(Drop::NoHealthyServer) };
+        match service.mode {
+            L4Mode::Nat | L4Mode::Fnat => {
+                let f = buf.frame_mut();
+                if !rewrite::decrement_ttl(f, ip) {
+                    return Verdict::Drop(Drop::TtlExceeded);
+                }
+                rewrite::set_ipv4_addr(f, ip, false, real.addr);
+                rewrite::set_port(f, ip, false, real.port);
+                if service.mode == L4Mode::Fnat {
+                    let local = plane.local_addrs[usize::from(s.local)];
+                    rewrite::set_ipv4_addr(f, ip, true, local);
+                    rewrite::set_port(f, ip, true, s.local_port);
+                }
+                rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
+                Verdict::Forward
+            }
+            // Only the MAC changes: the real server owns the VIP too. (Its
+            // MAC is the next hop's here; per-server neighbour entries come
+            // with the I/O layer.)
+            L4Mode::Dr => {
+                rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+                Verdict::Forward
+            }
+            L4Mode::Ipip | L4Mode::Gue => {
+                let tunnel = if service.mode == L4Mode::Ipip { Tunnel::Ipip } else { Tunnel::Gue { port: service.gue_port } };
+                let Some(src) = plane.local_addrs.first() else { return Verdict::Drop(Drop::PortsExhausted) };
+                let outer = Outer {
+                    src: IpAddr::V4(*src),
+                    dst: IpAddr::V4(real.addr),
+                    ttl: 64,
+                    id: 0,
+                    flow_hash: (s.client ^ u32::from(s.client_port)).wrapping_mul(0x9e37_79b9),
+                };
+                let frame_start = buf.head;
+                if encapsulate(buf.frame(), ip.l3, ip.end, tunnel, &outer, &mut self.scratch).is_err() {
+                    return Verdict::Drop(Drop::Unsupported);
+                }
+                let grow = self.scratch.len().saturating_sub(buf.len);
+                if grow > frame_start {
+                    // No headroom for the tunnel header.
+                    return Verdict::Drop(Drop::Unsupported);
+                }
+                buf.head = frame_start - grow;
+                buf.len = self.scratch.len();
+                let (h, l) = (buf.head, buf.len);
+                buf.mem[h..h + l].copy_from_slice(&self.scratch);
+                rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+                Verdict::Forward
+            }
+        }
+    }
+}
+
+/// Frees what an ended session held.
+fn release(ports: &mut [PortPool], counters: &mut Counters, s: &Session<u32>) {
+    if s.local != u16::MAX
+        && let Some(p) = ports.get_mut(usize::from(s.local))
+    {
+        p.owner[usize::from(s.local_port)] = 0;
+        p.free.push(s.local_port);
+    }
+    if let Some(sc) = counters.services.get_mut(usize::from(s.service)) {
+        sc.sessions_active = sc.sessions_active.saturating_sub(1);
+        if let Some(a) = sc.per_real_active.get_mut(usize::from(s.real)) {
+            *a = a.saturating_sub(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checksum;
+    use crate::packet::build;
+    use crate::packet::{ETHERTYPE_IPV4, TCP_PSH};
+
+    const CLIENT: [u8; 4] = [10, 0, 0, 1];
+    const VIP: [u8; 4] = [10, 0, 0, 100];
+    const LOCAL: [u8; 4] = [10, 0, 9, 1];
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xaa];
+    const HOP: [u8; 6] = [2, 0, 0, 0, 0, 0xbb];
+
+    fn service(mode: L4Mode, scheduler: L4Scheduler, proto: u8) -> Service {
+        Service {
+            name: "s".into(),
+            vip: VIP.into(),
+            port: 80,
+            proto,
+            mode,
+            scheduler,
+            gue_port: 6080,
+            reals: vec![
+                Real { addr: Ipv4Addr::new(10, 0, 1, 1), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 1, up: true },
+                Real { addr: Ipv4Addr::new(10, 0, 1, 2), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 3, up: true },
+            ],
+            maglev: None,
+            timeouts: [10, 900, 30, 60],
+        }
+    }
+
+    fn tcp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, flags: u8) -> Vec<u8> {
+        let seg = build::tcp(sport, dport, flags, b"", |len| checksum::pseudo_v4(src, dst, PROTO_TCP, len as u16));
+        build::eth(ETHERTYPE_IPV4, &build::ipv4(src, dst, PROTO_TCP, &seg))
+    }
+
+    /// Runs one frame through the worker with 64 bytes of headroom.
+    fn run(w: &mut Worker, plane: &Plane, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
+        let mut mem = vec![0u8; 64 + frame.len() + 64];
+        mem[64..64 + frame.len()].copy_from_slice(frame);
+        let mut bufs = [Buf { mem: &mut mem, head: 64, len: frame.len() }];
+        let mut verdicts = Vec::new();
+        w.process(plane, &mut bufs, &mut verdicts, now);
+        (verdicts[0], bufs[0].frame().to_vec())
+    }
+
+    fn flow(frame: &[u8]) -> crate::packet::Flow {
+        match packet::parse(frame, Checks::default()) {
+            Ok(Frame::Ip(ip)) => ip.flow,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn nat_rewrites_both_ways_and_keeps_the_session() {
+        let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP)], vec![], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 1024, 1);
+        let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+        assert_eq!(v, Verdict::Forward);
+        let f = flow(&out); // the parser checks every checksum
+        assert_eq!((f.src, f.sport), (IpAddr::from(CLIENT), 40000));
+        let real = f.dst;
+        assert_eq!(f.dport, 8080);
+        assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
+        // The same flow sticks to its server.
+        let (_, again) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH), 1);
+        assert_eq!(flow(&again).dst, real);
+        // The reply from the real server goes back as the VIP.
+        let real4 = match real {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        let (v, back) = run(&mut w, &plane, &tcp(real4, 8080, CLIENT, 40000, TCP_SYN | TCP_ACK), 2);
+        assert_eq!(v, Verdict::Forward);
+        let b = flow(&back);
+        assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+        assert_eq!(w.sessions(), 1);
+        assert_eq!(w.counters.services[0].sessions_total, 1);
+    }
+
+    #[test]
+    fn fnat_uses_this_cores_ports_and_maps_replies_back() {
+        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Wrr, PROTO_TCP)], vec![LOCAL.into()], MAC, HOP, 4);
+        let mut w = Worker::new(&plane, 3, 1024, 1);
+        let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+        assert_eq!(v, Verdict::Forward);
+        let f = flow(&out);
+        assert_eq!(f.src, IpAddr::from(LOCAL));
+        assert_eq!(f.sport % 4, 3, "a port of core 3");
+        let real4 = match f.dst {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        let (v, back) = run(&mut w, &plane, &tcp(real4, 8080, LOCAL, f.sport, TCP_SYN | TCP_ACK), 1);
+        assert_eq!(v, Verdict::Forward);
+        let b = flow(&back);
+        assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+        // An unknown local port is not a session.
+        let (v, _) = run(&mut w, &plane, &tcp(real4, 8080, LOCAL, f.sport + 4, TCP_ACK), 1);
+        assert_eq!(v, Verdict::Drop(Drop::NoSession));
+    }
+
+    #[test]
+    fn dr_changes_only_the_macs_and_tunnels_wrap_the_packet() {
+        let plane = Plane::new(vec![service(L4Mode::Dr, L4Scheduler::Maglev, PROTO_TCP)], vec![LOCAL.into()], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 1024, 1);
+        let syn = tcp(CLIENT, 40000, VIP, 80, TCP_SYN);
+        let (v, out) = run(&mut w, &plane, &syn, 0);
+        assert_eq!(v, Verdict::Forward);
+        assert_eq!(&out[12..], &syn[12..]);
+        assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
+
+        for (mode, proto, extra) in [(L4Mode::Ipip, 4u8, 20usize), (L4Mode::Gue, PROTO_UDP, 28)] {
+            let plane = Plane::new(vec![service(mode, L4Scheduler::Maglev, PROTO_TCP)], vec![LOCAL.into()], MAC, HOP, 1);
+            let mut w = Worker::new(&plane, 0, 1024, 1);
+            let (v, out) = run(&mut w, &plane, &syn, 0);
+            assert_eq!(v, Verdict::Forward);
+            assert_eq!(out.len(), syn.len() + extra);
+            assert_eq!(out[14 + 9], proto);
+            assert_eq!(&out[14 + 12..14 + 16], &LOCAL);
+            assert_eq!(&out[14 + extra..], &syn[14..], "the inner packet is unchanged");
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_served_is_dropped_and_counted() {
+        let mut svc = service(L4Mode::Nat, L4Scheduler::Wlc, PROTO_TCP);
+        let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 2, 1);
+        // A mid-stream segment without a session.
+        assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 1, VIP, 80, TCP_ACK), 0).0, Verdict::Drop(Drop::NoSession));
+        // Malformed: truncated.
+        let syn = tcp(CLIENT, 2, VIP, 80, TCP_SYN);
+        assert_eq!(run(&mut w, &plane, &syn[..30], 0).0, Verdict::Drop(Drop::Malformed(Malformed::Truncated)));
+        // A full table.
+        assert_eq!(run(&mut w, &plane, &syn, 0).0, Verdict::Forward);
+        assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 3, VIP, 80, TCP_SYN), 0).0, Verdict::Forward);
+        assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 4, VIP, 80, TCP_SYN), 0).0, Verdict::Drop(Drop::TableFull));
+        // Not for a service: to the kernel.
+        assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 5, [10, 0, 0, 7], 22, TCP_SYN), 0).0, Verdict::Pass);
+        assert_eq!(w.counters.drops.get(&Drop::NoSession), Some(&1));
+        assert_eq!(w.counters.drops.get(&Drop::TableFull), Some(&1));
+        // No healthy server.
+        svc = service(L4Mode::Nat, L4Scheduler::Wrr, PROTO_TCP);
+        for r in &mut svc.reals {
+            r.up = false;
+        }
+        let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 16, 1);
+        assert_eq!(run(&mut w, &plane, &syn, 0).0, Verdict::Drop(Drop::NoHealthyServer));
+    }
+
+    #[test]
+    fn sessions_expire_by_state_and_free_their_ports() {
+        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![LOCAL.into()], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 64, 1);
+        run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+        assert_eq!(w.sessions(), 1);
+        // A SYN-only session times out after 10 ticks (the sweep runs per vector).
+        run(&mut w, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 5);
+        assert_eq!(w.sessions(), 1);
+        run(&mut w, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 11);
+        assert_eq!(w.sessions(), 0);
+        assert_eq!(w.counters.services[0].sessions_active, 0);
+        let free = w.ports[0].free.len();
+        assert_eq!(free, 65536 - 1024);
+    }
+
+    #[test]
+    fn weights_split_new_sessions() {
+        let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Wrr, PROTO_TCP)], vec![], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 10_000, 1);
+        for port in 0..4000u16 {
+            run(&mut w, &plane, &tcp(CLIENT, 10_000 + port, VIP, 80, TCP_SYN), 0);
+        }
+        let per = &w.counters.services[0].per_real_active;
+        assert_eq!(per, &vec![1000, 3000]);
+    }
+}
