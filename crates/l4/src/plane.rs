@@ -318,8 +318,8 @@ impl Worker {
             self.found.push(hit);
         }
         // 4. Sessions for the misses, then 5. rewrite.
-        for i in 0..bufs.len() {
-            let v = self.finish(plane, &mut bufs[i], i, now);
+        for (i, buf) in bufs.iter_mut().enumerate() {
+            let v = self.finish(plane, buf, i, now);
             match v {
                 Verdict::Drop(d) => *self.counters.drops.entry(d).or_insert(0) += 1,
                 Verdict::Pass => self.counters.passed += 1,
@@ -366,7 +366,7 @@ impl Worker {
                 if let Some(p) = sc.per_real_packets.get_mut(usize::from(s.real)) {
                     *p += 1;
                 }
-                self.to_real(plane, service, &s, &ip, buf)
+                self.toward_real(plane, service, &s, &ip, buf)
             }
             Class::FromReal { ip, svc, .. } => {
                 let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
@@ -469,7 +469,7 @@ impl Worker {
     }
 
     /// Rewrites a client's packet toward its real server.
-    fn to_real(&mut self, plane: &Plane, service: &Service, s: &Session<u32>, ip: &Ip, buf: &mut Buf<'_>) -> Verdict {
+    fn toward_real(&mut self, plane: &Plane, service: &Service, s: &Session<u32>, ip: &Ip, buf: &mut Buf<'_>) -> Verdict {
         let Some(real) = service.reals.get(usize::from(s.real)) else { return Verdict::Drop(Drop::NoHealthyServer) };
         match service.mode {
             L4Mode::Nat | L4Mode::Fnat => {
