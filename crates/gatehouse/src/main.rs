@@ -56,6 +56,27 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_values_t = [2048u32, 3072, 4096])]
         rsa: Vec<u32>,
     },
+    /// The L4 pipeline fed from memory on one core: new sessions/s, Mpps of
+    /// established flows, bytes per session. One line per case:
+    /// `l4 mode=nat proto=udp sessions=N mpps=N new_sessions_per_sec=N bytes_per_session=N`.
+    L4 {
+        /// Seconds of established traffic per case.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Table sizes (sessions) to measure.
+        #[arg(long, value_delimiter = ',', default_values_t = [1_000_000usize])]
+        sessions: Vec<usize>,
+        /// Forwarding modes: nat, fnat, dr, ipip, gue.
+        #[arg(long, value_delimiter = ',', default_values_t = ["nat".to_string(), "fnat".to_string(), "dr".to_string()])]
+        modes: Vec<String>,
+        /// Protocols: tcp, udp.
+        #[arg(long, value_delimiter = ',', default_values_t = ["tcp".to_string(), "udp".to_string()])]
+        protos: Vec<String>,
+        /// Run the cases here instead of one fresh process each (a fresh
+        /// process is what makes resident-memory growth per session honest).
+        #[arg(long, hide = true)]
+        in_process: bool,
+    },
     /// Full TLS handshakes against a server: N connections each loop connect,
     /// handshake (never resumed), one GET with `Connection: close`, close.
     /// Ends with `tls handshakes_per_sec=N p50_ms=N p99_ms=N errors=N`
@@ -165,6 +186,65 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Bench { what: Bench::L4 { seconds, sessions, modes, protos, in_process } } => {
+            use gatehouse_config::L4Mode;
+            let mut cases = Vec::new();
+            for m in &modes {
+                let mode = match m.as_str() {
+                    "nat" => L4Mode::Nat,
+                    "fnat" => L4Mode::Fnat,
+                    "dr" => L4Mode::Dr,
+                    "ipip" => L4Mode::Ipip,
+                    "gue" => L4Mode::Gue,
+                    other => {
+                        eprintln!("gatehouse bench l4: --modes {other}: expected nat, fnat, dr, ipip or gue");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                for p in &protos {
+                    let proto = match p.as_str() {
+                        "tcp" => 6,
+                        "udp" => 17,
+                        other => {
+                            eprintln!("gatehouse bench l4: --protos {other}: expected tcp or udp");
+                            return ExitCode::FAILURE;
+                        }
+                    };
+                    for &n in &sessions {
+                        cases.push(gatehouse_l4::bench::Case { mode, proto, sessions: n.max(1) });
+                    }
+                }
+            }
+            if !in_process {
+                eprintln!("gatehouse bench l4: one core, in-memory generator, 64-byte frames, {seconds}s of established traffic per case");
+            }
+            if !in_process && cases.len() > 1 {
+                // One fresh process per case.
+                let Ok(me) = std::env::current_exe() else { return ExitCode::FAILURE };
+                let mut failed = false;
+                for case in &cases {
+                    let status = std::process::Command::new(&me)
+                        .args(["bench", "l4", "--in-process", "--seconds", &seconds.to_string()])
+                        .args(["--sessions", &case.sessions.to_string()])
+                        .args(["--modes", gatehouse_l4::bench::mode_name(case.mode)])
+                        .args(["--protos", if case.proto == 6 { "tcp" } else { "udp" }])
+                        .status();
+                    failed |= !status.is_ok_and(|s| s.success());
+                }
+                return if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS };
+            }
+            let time = std::time::Duration::from_secs_f64(seconds.max(0.05));
+            let mut failed = false;
+            for case in &cases {
+                let r = gatehouse_l4::bench::run(case, time);
+                if r.not_forwarded > 0 {
+                    eprintln!("  {} frames were not forwarded", r.not_forwarded);
+                    failed = true;
+                }
+                println!("{r}");
+            }
+            if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
         }
         Command::Check { config } => match gatehouse_l7::check(&config) {
             Ok(()) => {

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod checksum;
 pub mod encap;
 pub mod packet;

@@ -1,0 +1,254 @@
+//! `gatehouse bench l4`: the pipeline fed by an in-memory generator, one
+//! core, no I/O: new sessions per second while the table fills, then packets
+//! per second of established flows picked at random from the table, and the
+//! memory the sessions took (resident set growth per session).
+//!
+//! The generator writes each vector's frames (a template with the flow's
+//! client address and port patched in, checksums updated) outside the timed
+//! region; only [`Worker::process`] is timed.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use gatehouse_config::{L4Mode, L4Scheduler};
+
+use crate::checksum;
+use crate::packet::{self, Checks, ETHERTYPE_IPV4, Frame, Ip, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_SYN};
+use crate::plane::{Buf, Plane, Real, Service, VECTOR, Verdict, Worker};
+use crate::rewrite;
+
+pub struct Case {
+    pub mode: L4Mode,
+    pub proto: u8,
+    pub sessions: usize,
+}
+
+pub struct Result {
+    pub mode: &'static str,
+    pub proto: &'static str,
+    pub sessions: usize,
+    pub mpps: f64,
+    pub new_sessions_per_sec: f64,
+    pub bytes_per_session: f64,
+    /// Frames not forwarded (should be 0).
+    pub not_forwarded: u64,
+}
+
+impl std::fmt::Display for Result {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "l4 mode={} proto={} sessions={} mpps={:.2} new_sessions_per_sec={:.0} bytes_per_session={:.1}",
+            self.mode, self.proto, self.sessions, self.mpps, self.new_sessions_per_sec, self.bytes_per_session
+        )
+    }
+}
+
+pub fn mode_name(m: L4Mode) -> &'static str {
+    match m {
+        L4Mode::Nat => "nat",
+        L4Mode::Fnat => "fnat",
+        L4Mode::Dr => "dr",
+        L4Mode::Ipip => "ipip",
+        L4Mode::Gue => "gue",
+    }
+}
+
+const VIP: [u8; 4] = [10, 0, 0, 100];
+const HEADROOM: usize = 128;
+const FRAME_ROOM: usize = 2048;
+
+/// A 64-byte frame (with Ethernet padding) from client 0.0.0.0:0.
+fn template(proto: u8, flags: u8) -> Vec<u8> {
+    let src = [0, 0, 0, 0];
+    let mut f = if proto == PROTO_TCP {
+        // TCP: 54 bytes of headers; 10 bytes of payload make 64.
+        let seg = tcp_segment(src, flags, &[0u8; 10]);
+        packet_frame(src, PROTO_TCP, &seg)
+    } else {
+        // UDP: 42 bytes of headers; 22 bytes of payload make 64.
+        let seg = udp_segment(src, &[0u8; 22]);
+        packet_frame(src, PROTO_UDP, &seg)
+    };
+    f.resize(64.max(f.len()), 0);
+    f
+}
+
+fn packet_frame(src: [u8; 4], proto: u8, seg: &[u8]) -> Vec<u8> {
+    let total = (20 + seg.len()) as u16;
+    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&VIP);
+    let c = checksum::checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip.extend_from_slice(seg);
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+    f.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f
+}
+
+fn tcp_segment(src: [u8; 4], flags: u8, data: &[u8]) -> Vec<u8> {
+    let mut s = vec![0, 0, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 5 << 4, flags, 0xff, 0xff, 0, 0, 0, 0];
+    s.extend_from_slice(data);
+    let c = !checksum::fold(checksum::add(checksum::pseudo_v4(src, VIP, PROTO_TCP, s.len() as u16), &s));
+    s[16..18].copy_from_slice(&c.to_be_bytes());
+    s
+}
+
+fn udp_segment(src: [u8; 4], data: &[u8]) -> Vec<u8> {
+    let len = (8 + data.len()) as u16;
+    let mut s = vec![0, 0, 0, 80];
+    s.extend_from_slice(&len.to_be_bytes());
+    s.extend_from_slice(&[0, 0]);
+    s.extend_from_slice(data);
+    let c = !checksum::fold(checksum::add(checksum::pseudo_v4(src, VIP, PROTO_UDP, len), &s));
+    s[6..8].copy_from_slice(&c.to_be_bytes());
+    s
+}
+
+/// Client address and port of flow `i`.
+fn client(i: usize) -> (Ipv4Addr, u16) {
+    let host = 0x0b00_0000u32 + (i / 32768) as u32;
+    (Ipv4Addr::from(host), 1024 + (i % 32768) as u16)
+}
+
+/// Resident memory of this process in bytes.
+fn rss() -> usize {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<usize>().ok()))
+        .map_or(0, |pages| pages * 4096)
+}
+
+struct Gen {
+    template: Vec<u8>,
+    ip: Ip,
+    mem: Vec<u8>,
+}
+
+impl Gen {
+    fn new(proto: u8, flags: u8) -> Gen {
+        let template = template(proto, flags);
+        let ip = match packet::parse(&template, Checks::default()) {
+            Ok(Frame::Ip(ip)) => ip,
+            _ => unreachable!("the template is a valid frame"),
+        };
+        Gen { template, ip, mem: vec![0u8; VECTOR * FRAME_ROOM] }
+    }
+
+    /// Writes the frames of `flows` and returns buffers over them.
+    fn fill(&mut self, flows: &[usize]) -> Vec<Buf<'_>> {
+        let len = self.template.len();
+        let mut bufs = Vec::with_capacity(flows.len());
+        for (chunk, &flow) in self.mem.chunks_mut(FRAME_ROOM).zip(flows) {
+            let frame = &mut chunk[HEADROOM..HEADROOM + len];
+            frame.copy_from_slice(&self.template);
+            let (addr, port) = client(flow);
+            rewrite::set_ipv4_addr(frame, &self.ip, true, addr);
+            rewrite::set_port(frame, &self.ip, true, port);
+            bufs.push(Buf { mem: chunk, head: HEADROOM, len });
+        }
+        bufs
+    }
+}
+
+fn plane_for(case: &Case) -> Plane {
+    let port = 80;
+    let reals = (0..16u8).map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, 1 + i), port, weight: 1, up: true }).collect();
+    let service = Service {
+        name: "bench".into(),
+        vip: VIP.into(),
+        port,
+        proto: case.proto,
+        mode: case.mode,
+        scheduler: L4Scheduler::Maglev,
+        gue_port: 6080,
+        reals,
+        maglev: None,
+        timeouts: [u32::MAX; 4],
+    };
+    // FNAT: enough local addresses for every session's port on one core.
+    let locals = if case.mode == L4Mode::Fnat { case.sessions.div_ceil(60_000).max(1) } else { 1 };
+    let local_addrs = (0..locals).map(|i| Ipv4Addr::from(0x0a09_0000u32 + i as u32)).collect();
+    Plane::new(vec![service], local_addrs, [2, 0, 0, 0, 0, 0xaa], [2, 0, 0, 0, 0, 0xbb], 1)
+}
+
+/// Measures one case for about `time` of established traffic.
+pub fn run(case: &Case, time: Duration) -> Result {
+    let plane = plane_for(case);
+    let before = rss();
+    let mut worker = Worker::new(&plane, 0, case.sessions, 0x5eed);
+    let mut verdicts = Vec::with_capacity(VECTOR);
+    let mut not_forwarded = 0u64;
+    let count = |v: &[Verdict]| v.iter().filter(|v| **v != Verdict::Forward).count() as u64;
+
+    // New sessions: every flow once, in vectors.
+    let first = if case.proto == PROTO_TCP { TCP_SYN } else { 0 };
+    let mut frames = Gen::new(case.proto, first);
+    let mut busy = Duration::ZERO;
+    let mut flows = Vec::with_capacity(VECTOR);
+    let mut next = 0;
+    while next < case.sessions {
+        flows.clear();
+        flows.extend(next..(next + VECTOR).min(case.sessions));
+        next += flows.len();
+        let mut bufs = frames.fill(&flows);
+        let t = Instant::now();
+        worker.process(&plane, &mut bufs, &mut verdicts, 0);
+        busy += t.elapsed();
+        not_forwarded += count(&verdicts);
+    }
+    let new_sessions_per_sec = case.sessions as f64 / busy.as_secs_f64().max(1e-9);
+    let bytes_per_session = rss().saturating_sub(before) as f64 / case.sessions.max(1) as f64;
+
+    // Established: flows picked at random from the table.
+    let later = if case.proto == PROTO_TCP { TCP_ACK } else { 0 };
+    let mut frames = Gen::new(case.proto, later);
+    let mut rng = fastrand::Rng::with_seed(1);
+    let mut busy = Duration::ZERO;
+    let mut packets = 0u64;
+    let start = Instant::now();
+    while start.elapsed() < time {
+        flows.clear();
+        flows.extend((0..VECTOR).map(|_| rng.usize(..case.sessions.max(1))));
+        let mut bufs = frames.fill(&flows);
+        let t = Instant::now();
+        worker.process(&plane, &mut bufs, &mut verdicts, 0);
+        busy += t.elapsed();
+        packets += verdicts.len() as u64;
+        not_forwarded += count(&verdicts);
+    }
+    Result {
+        mode: mode_name(case.mode),
+        proto: if case.proto == PROTO_TCP { "tcp" } else { "udp" },
+        sessions: case.sessions,
+        mpps: packets as f64 / busy.as_secs_f64().max(1e-9) / 1e6,
+        new_sessions_per_sec,
+        bytes_per_session,
+        not_forwarded,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_run_forwards_everything() {
+        for mode in [L4Mode::Nat, L4Mode::Fnat, L4Mode::Dr, L4Mode::Ipip, L4Mode::Gue] {
+            for proto in [PROTO_TCP, PROTO_UDP] {
+                let r = run(&Case { mode, proto, sessions: 5000 }, Duration::from_millis(20));
+                assert_eq!(r.not_forwarded, 0, "{r}");
+                assert!(r.mpps > 0.0 && r.new_sessions_per_sec > 0.0, "{r}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_template_is_64_bytes() {
+        assert_eq!(template(PROTO_TCP, TCP_SYN).len(), 64);
+        assert_eq!(template(PROTO_UDP, 0).len(), 64);
+    }
+}
