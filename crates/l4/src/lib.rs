@@ -3,12 +3,14 @@
 //! the vector pipeline, the session table and the forwarding modes. The I/O
 //! backends (AF_XDP, AF_PACKET, the in-memory generator) live in `l4-io`.
 
-#![forbid(unsafe_code)]
+// `unsafe` only in the named module `prefetch` (a cache hint).
+#![deny(unsafe_code)]
 
 pub mod bench;
 pub mod checksum;
 pub mod encap;
 pub mod packet;
 pub mod plane;
+mod prefetch;
 pub mod rewrite;
 pub mod session;

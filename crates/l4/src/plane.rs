@@ -47,6 +47,90 @@ pub enum Drop {
     Unsupported,
 }
 
+impl Drop {
+    /// Every reason, in counter order.
+    pub fn all() -> impl Iterator<Item = Drop> {
+        Malformed::ALL.into_iter().map(Drop::Malformed).chain([
+            Drop::NoService,
+            Drop::NoSession,
+            Drop::NoHealthyServer,
+            Drop::TableFull,
+            Drop::PortsExhausted,
+            Drop::TtlExceeded,
+            Drop::Unsupported,
+        ])
+    }
+
+    /// Its slot in [`Counters::drops`].
+    pub fn index(self) -> usize {
+        let base = Malformed::ALL.len();
+        match self {
+            Drop::Malformed(m) => Malformed::ALL.iter().position(|x| *x == m).unwrap_or(0),
+            Drop::NoService => base,
+            Drop::NoSession => base + 1,
+            Drop::NoHealthyServer => base + 2,
+            Drop::TableFull => base + 3,
+            Drop::PortsExhausted => base + 4,
+            Drop::TtlExceeded => base + 5,
+            Drop::Unsupported => base + 6,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Drop::Malformed(m) => m.name(),
+            Drop::NoService => "no_service",
+            Drop::NoSession => "no_session",
+            Drop::NoHealthyServer => "no_healthy_server",
+            Drop::TableFull => "table_full",
+            Drop::PortsExhausted => "ports_exhausted",
+            Drop::TtlExceeded => "ttl_exceeded",
+            Drop::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// Drop reasons counted.
+pub const DROP_KINDS: usize = Malformed::ALL.len() + 7;
+
+/// A small, fast hasher for the plane's lookups by address and port. Its
+/// maps hold only configured services and servers, so keys an attacker picks
+/// can only miss, never pile up in one chain.
+#[derive(Clone, Copy, Default)]
+pub struct FastHash;
+
+pub struct FastHasher(u64);
+
+impl std::hash::BuildHasher for FastHash {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(0)
+    }
+}
+
+impl std::hash::Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u8(&mut self, x: u8) {
+        self.write_u64(u64::from(x));
+    }
+    fn write_u16(&mut self, x: u16) {
+        self.write_u64(u64::from(x));
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// What to do with a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -98,9 +182,9 @@ pub struct Service {
 /// The shared, read-only part: services and where things are.
 pub struct Plane {
     pub services: Vec<Service>,
-    by_vip: HashMap<(u32, u16, u8), u16>,
+    by_vip: HashMap<(u32, u16, u8), u16, FastHash>,
     /// NAT replies come from (real address, port, protocol).
-    by_real: HashMap<(u32, u16, u8), (u16, u16)>,
+    by_real: HashMap<(u32, u16, u8), (u16, u16), FastHash>,
     pub local_addrs: Vec<Ipv4Addr>,
     /// This host's MAC, and the next hop's for everything sent.
     pub mac: [u8; 6],
@@ -111,8 +195,8 @@ pub struct Plane {
 
 impl Plane {
     pub fn new(mut services: Vec<Service>, local_addrs: Vec<Ipv4Addr>, mac: [u8; 6], next_hop_mac: [u8; 6], cores: u16) -> Plane {
-        let mut by_vip = HashMap::new();
-        let mut by_real = HashMap::new();
+        let mut by_vip = HashMap::with_hasher(FastHash);
+        let mut by_real = HashMap::with_hasher(FastHash);
         for (i, s) in services.iter_mut().enumerate() {
             by_vip.insert((u32::from(s.vip), s.port, s.proto), i as u16);
             for (j, r) in s.reals.iter().enumerate() {
@@ -138,11 +222,24 @@ pub struct ServiceCounters {
     pub per_real_active: Vec<u64>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Counters {
     pub services: Vec<ServiceCounters>,
-    pub drops: HashMap<Drop, u64>,
+    /// By [`Drop::index`].
+    pub drops: [u64; DROP_KINDS],
     pub passed: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters { services: Vec::new(), drops: [0; DROP_KINDS], passed: 0 }
+    }
+}
+
+impl Counters {
+    pub fn dropped(&self, d: Drop) -> u64 {
+        self.drops[d.index()]
+    }
 }
 
 enum Sched {
@@ -298,10 +395,20 @@ impl Worker {
         // 1. Parse and classify.
         self.classes.clear();
         self.classes.extend(bufs.iter().map(|b| Self::classify(plane, b)));
-        // 2. Hash every key.
+        // 2. Hash every key and ask for its bucket; then, buckets arriving,
+        // ask for the records they point at.
         self.hashes.clear();
         for c in &self.classes {
-            self.hashes.push(Self::key(c).map_or(0, |k| self.table.hash(&k)));
+            let h = Self::key(c).map(|k| self.table.hash(&k));
+            if let Some(h) = h {
+                self.table.prefetch_bucket(h);
+            }
+            self.hashes.push(h.unwrap_or(0));
+        }
+        for (c, &h) in self.classes.iter().zip(&self.hashes) {
+            if Self::key(c).is_some() {
+                self.table.prefetch_record(h);
+            }
         }
         // 3. Look every key up (the loads of different packets overlap).
         self.found.clear();
@@ -321,7 +428,7 @@ impl Worker {
         for (i, buf) in bufs.iter_mut().enumerate() {
             let v = self.finish(plane, buf, i, now);
             match v {
-                Verdict::Drop(d) => *self.counters.drops.entry(d).or_insert(0) += 1,
+                Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
                 Verdict::Pass => self.counters.passed += 1,
                 Verdict::Forward => {}
             }
@@ -680,8 +787,13 @@ mod tests {
         assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 4, VIP, 80, TCP_SYN), 0).0, Verdict::Drop(Drop::TableFull));
         // Not for a service: to the kernel.
         assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 5, [10, 0, 0, 7], 22, TCP_SYN), 0).0, Verdict::Pass);
-        assert_eq!(w.counters.drops.get(&Drop::NoSession), Some(&1));
-        assert_eq!(w.counters.drops.get(&Drop::TableFull), Some(&1));
+        assert_eq!(w.counters.dropped(Drop::NoSession), 1);
+        assert_eq!(w.counters.dropped(Drop::TableFull), 1);
+        assert_eq!(w.counters.dropped(Drop::Malformed(Malformed::Truncated)), 1);
+        // Every reason has its own slot.
+        let slots: std::collections::HashSet<usize> = Drop::all().map(Drop::index).collect();
+        assert_eq!(slots.len(), DROP_KINDS);
+        assert!(slots.iter().all(|&i| i < DROP_KINDS));
         // No healthy server.
         svc = service(L4Mode::Nat, L4Scheduler::Wrr, PROTO_TCP);
         for r in &mut svc.reals {

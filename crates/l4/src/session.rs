@@ -218,6 +218,22 @@ impl<A: Addr> Table<A> {
         None
     }
 
+    /// Issues the load of a key's home bucket (stage one of a lookup).
+    pub fn prefetch_bucket(&self, h: u64) {
+        crate::prefetch::prefetch(&self.buckets[self.home(h)]);
+    }
+
+    /// Issues the load of the record a key's signature points at in its home
+    /// bucket (stage two, once the bucket has arrived).
+    pub fn prefetch_record(&self, h: u64) {
+        let sig = Self::sig(h);
+        if let Some(slot) = self.buckets[self.home(h)].slots.iter().find(|s| s.sig == sig && s.entry != EMPTY)
+            && let Some(rec) = self.sessions.get((slot.entry - 1) as usize)
+        {
+            crate::prefetch::prefetch(rec);
+        }
+    }
+
     pub fn find(&self, k: &Key<A>) -> Option<u32> {
         self.find_hashed(k, self.hash(k))
     }
