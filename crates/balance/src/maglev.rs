@@ -227,7 +227,7 @@ mod tests {
         // Keys of the removed backend (1/N) must move; Maglev promises little
         // more than that.
         let frac = moved as f64 / keys as f64;
-        assert!(frac >= 0.09 && frac <= 0.13, "moved {frac}");
+        assert!((0.09..=0.13).contains(&frac), "moved {frac}");
     }
 
     #[test]

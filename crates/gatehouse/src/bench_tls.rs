@@ -517,10 +517,10 @@ mod tests {
     fn bad_tls_options_are_refused() {
         let mut o = opts("https://x/");
         o.tls = Some("1.1".into());
-        assert!(client_context(&o).unwrap_err().contains("--tls 1.1"));
+        assert!(client_context(&o).expect_err("refused").contains("--tls 1.1"));
         let mut o = opts("https://x/");
         o.groups = "nonsense".into();
-        assert!(client_context(&o).unwrap_err().contains("--groups nonsense"));
+        assert!(client_context(&o).expect_err("refused").contains("--groups nonsense"));
     }
 
     #[test]
@@ -532,12 +532,12 @@ mod tests {
         let mut chunked: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
         assert!(rt.block_on(read_response(&mut chunked, &mut buf)).is_ok());
         let mut short: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nhello";
-        assert_eq!(rt.block_on(read_response(&mut short, &mut buf)).unwrap_err().0, Failure::Request);
+        assert_eq!(rt.block_on(read_response(&mut short, &mut buf)).expect_err("an error").0, Failure::Request);
         let mut status: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
-        assert_eq!(rt.block_on(read_response(&mut status, &mut buf)).unwrap_err().0, Failure::Status);
+        assert_eq!(rt.block_on(read_response(&mut status, &mut buf)).expect_err("an error").0, Failure::Status);
         let mut long = vec![b'x'; 100];
         long.splice(0..0, b"HTTP/1.1 200 OK\r\nX: ".iter().copied());
-        assert_eq!(rt.block_on(read_response(&mut long.as_slice(), &mut buf)).unwrap_err().0, Failure::Request);
+        assert_eq!(rt.block_on(read_response(&mut long.as_slice(), &mut buf)).expect_err("an error").0, Failure::Request);
     }
 
     #[test]

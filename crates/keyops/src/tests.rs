@@ -27,7 +27,10 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-const SCHEMES: [(Alg, fn() -> MessageDigest, bool); 7] = [
+/// A TLS signature scheme, its digest, and whether it is PSS.
+type Scheme = (Alg, fn() -> MessageDigest, bool);
+
+const SCHEMES: [Scheme; 7] = [
     (Alg::RSA_PKCS1_SHA1, MessageDigest::sha1, false),
     (Alg::RSA_PKCS1_SHA256, MessageDigest::sha256, false),
     (Alg::RSA_PKCS1_SHA384, MessageDigest::sha384, false),

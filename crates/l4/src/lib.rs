@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod checksum;
 pub mod encap;
+mod fuzz;
 pub mod packet;
 pub mod plane;
 mod prefetch;
