@@ -156,7 +156,7 @@ impl Gen {
 
 fn plane_for(case: &Case) -> Plane {
     let port = 80;
-    let reals = (0..16u8).map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, 1 + i), port, weight: 1, up: true }).collect();
+    let reals = (0..16u8).map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, 1 + i).into(), port, weight: 1, up: true }).collect();
     let service = Service {
         name: "bench".into(),
         vip: VIP.into(),
@@ -171,7 +171,7 @@ fn plane_for(case: &Case) -> Plane {
     };
     // FNAT: enough local addresses for every session's port on one core.
     let locals = if case.mode == L4Mode::Fnat { case.sessions.div_ceil(60_000).max(1) } else { 1 };
-    let local_addrs = (0..locals).map(|i| Ipv4Addr::from(0x0a09_0000u32 + i as u32)).collect();
+    let local_addrs = (0..locals).map(|i| Ipv4Addr::from(0x0a09_0000u32 + i as u32).into()).collect();
     Plane::new(vec![service], local_addrs, [2, 0, 0, 0, 0, 0xaa], [2, 0, 0, 0, 0, 0xbb], 1)
 }
 
@@ -179,7 +179,8 @@ fn plane_for(case: &Case) -> Plane {
 pub fn run(case: &Case, time: Duration) -> Result {
     let plane = plane_for(case);
     let before = rss();
-    let mut worker = Worker::new(&plane, 0, case.sessions, 0x5eed);
+    // IPv4 flows only: the IPv6 table is kept at its minimum.
+    let mut worker = Worker::with_capacities(&plane, 0, case.sessions, 1024, 0x5eed);
     let mut verdicts = Vec::with_capacity(VECTOR);
     let mut not_forwarded = 0u64;
     let count = |v: &[Verdict]| v.iter().filter(|v| **v != Verdict::Forward).count() as u64;

@@ -33,7 +33,7 @@ fn service(name: &str, vip: [u8; 4], port: u16, proto: u8, mode: L4Mode) -> Serv
         scheduler: L4Scheduler::Maglev,
         gue_port: 6080,
         reals: (1..=3u8)
-            .map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, i), port: if same_port { port } else { 8000 + u16::from(i) }, weight: 1, up: i != 3 })
+            .map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, i).into(), port: if same_port { port } else { 8000 + u16::from(i) }, weight: 1, up: i != 3 })
             .collect(),
         maglev: None,
         timeouts: [10, 900, 30, 60],
@@ -48,8 +48,17 @@ fn plane() -> Plane {
             service("dr", [10, 0, 0, 102], 443, PROTO_TCP, L4Mode::Dr),
             service("ipip", [10, 0, 0, 103], 80, PROTO_TCP, L4Mode::Ipip),
             service("gue", [10, 0, 0, 104], 80, PROTO_UDP, L4Mode::Gue),
+            {
+                // IPv6: the corpus's IPv6 SYN is addressed here.
+                let mut s = service("nat6", [0; 4], 443, PROTO_TCP, L4Mode::Nat);
+                s.vip = "2001:db8::2".parse::<std::net::Ipv6Addr>().map_or(s.vip, Into::into);
+                for (i, r) in s.reals.iter_mut().enumerate() {
+                    r.addr = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, i as u16 + 1).into();
+                }
+                s
+            },
         ],
-        vec![Ipv4Addr::new(10, 0, 9, 1)],
+        vec![Ipv4Addr::new(10, 0, 9, 1).into()],
         [2, 0, 0, 0, 0, 0xaa],
         [2, 0, 0, 0, 0, 0xbb],
         2,

@@ -1,4 +1,4 @@
-//! The vector pipeline (IPv4 for now): a worker takes a vector of frames and
+//! The vector pipeline (IPv4 and IPv6): a worker takes a vector of frames and
 //! returns a verdict for each, rewriting forwarded frames in place.
 //!
 //! Stages run over the whole vector, one after the other: parse every frame;
@@ -43,7 +43,7 @@ pub enum Drop {
     /// FNAT: no free local port on this core.
     PortsExhausted,
     TtlExceeded,
-    /// IPv6 and ICMP are not forwarded by this version of the pipeline.
+    /// ICMP, or a change of address family, which this pipeline does not do.
     Unsupported,
 }
 
@@ -159,7 +159,7 @@ impl Buf<'_> {
 }
 
 pub struct Real {
-    pub addr: Ipv4Addr,
+    pub addr: IpAddr,
     pub port: u16,
     pub weight: u32,
     pub up: bool,
@@ -167,7 +167,7 @@ pub struct Real {
 
 pub struct Service {
     pub name: String,
-    pub vip: Ipv4Addr,
+    pub vip: IpAddr,
     pub port: u16,
     pub proto: u8,
     pub mode: L4Mode,
@@ -182,10 +182,10 @@ pub struct Service {
 /// The shared, read-only part: services and where things are.
 pub struct Plane {
     pub services: Vec<Service>,
-    by_vip: HashMap<(u32, u16, u8), u16, FastHash>,
+    by_vip: HashMap<(u128, u16, u8), u16, FastHash>,
     /// NAT replies come from (real address, port, protocol).
-    by_real: HashMap<(u32, u16, u8), (u16, u16), FastHash>,
-    pub local_addrs: Vec<Ipv4Addr>,
+    by_real: HashMap<(u128, u16, u8), (u16, u16), FastHash>,
+    pub local_addrs: Vec<IpAddr>,
     /// This host's MAC, and the next hop's for everything sent.
     pub mac: [u8; 6],
     pub next_hop_mac: [u8; 6],
@@ -194,13 +194,13 @@ pub struct Plane {
 }
 
 impl Plane {
-    pub fn new(mut services: Vec<Service>, local_addrs: Vec<Ipv4Addr>, mac: [u8; 6], next_hop_mac: [u8; 6], cores: u16) -> Plane {
+    pub fn new(mut services: Vec<Service>, local_addrs: Vec<IpAddr>, mac: [u8; 6], next_hop_mac: [u8; 6], cores: u16) -> Plane {
         let mut by_vip = HashMap::with_hasher(FastHash);
         let mut by_real = HashMap::with_hasher(FastHash);
         for (i, s) in services.iter_mut().enumerate() {
-            by_vip.insert((u32::from(s.vip), s.port, s.proto), i as u16);
+            by_vip.insert((addr_key(s.vip), s.port, s.proto), i as u16);
             for (j, r) in s.reals.iter().enumerate() {
-                by_real.insert((u32::from(r.addr), r.port, s.proto), (i as u16, j as u16));
+                by_real.insert((addr_key(r.addr), r.port, s.proto), (i as u16, j as u16));
             }
             if s.scheduler == L4Scheduler::Maglev && s.maglev.is_none() {
                 let names: Vec<(String, u32)> = s.reals.iter().map(|r| (format!("{}:{}", r.addr, r.port), r.weight)).collect();
@@ -297,10 +297,68 @@ enum Class {
     ToLocal { ip: Ip, local: u16, port: u16 },
 }
 
+impl Class {
+    fn ip(&self) -> Option<&Ip> {
+        match self {
+            Class::Done(_) => None,
+            Class::ToService { ip, .. } | Class::FromReal { ip, .. } | Class::ToLocal { ip, .. } => Some(ip),
+        }
+    }
+
+    fn is_v6(&self) -> bool {
+        self.ip().is_some_and(|ip| ip.flow.src.is_ipv6())
+    }
+}
+
+/// An address family's session table and conversions.
+pub trait Family: crate::session::Addr {
+    fn of(ip: IpAddr) -> Self;
+    fn ip(self) -> IpAddr;
+    fn table(w: &Worker) -> &Table<Self>;
+    fn table_mut(w: &mut Worker) -> &mut Table<Self>;
+}
+
+impl Family for u32 {
+    fn of(ip: IpAddr) -> u32 {
+        match ip {
+            IpAddr::V4(a) => u32::from(a),
+            IpAddr::V6(_) => 0,
+        }
+    }
+    fn ip(self) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(self))
+    }
+    fn table(w: &Worker) -> &Table<u32> {
+        &w.t4
+    }
+    fn table_mut(w: &mut Worker) -> &mut Table<u32> {
+        &mut w.t4
+    }
+}
+
+impl Family for u128 {
+    fn of(ip: IpAddr) -> u128 {
+        match ip {
+            IpAddr::V6(a) => u128::from(a),
+            IpAddr::V4(_) => 0,
+        }
+    }
+    fn ip(self) -> IpAddr {
+        IpAddr::V6(std::net::Ipv6Addr::from(self))
+    }
+    fn table(w: &Worker) -> &Table<u128> {
+        &w.t6
+    }
+    fn table_mut(w: &mut Worker) -> &mut Table<u128> {
+        &mut w.t6
+    }
+}
+
 /// One core's state.
 pub struct Worker {
     pub core: u16,
-    table: Table<u32>,
+    t4: Table<u32>,
+    t6: Table<u128>,
     ports: Vec<PortPool>,
     scheds: Vec<Sched>,
     pub counters: Counters,
@@ -310,15 +368,28 @@ pub struct Worker {
     found: Vec<Option<u32>>,
 }
 
-fn v4(a: IpAddr) -> u32 {
+/// An address as a map key for both families (IPv4 as IPv4-mapped IPv6).
+fn addr_key(a: IpAddr) -> u128 {
     match a {
-        IpAddr::V4(a) => u32::from(a),
-        IpAddr::V6(_) => 0,
+        IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+fn set_addr(frame: &mut [u8], ip: &Ip, src: bool, a: IpAddr) {
+    match a {
+        IpAddr::V4(a) => rewrite::set_ipv4_addr(frame, ip, src, a),
+        IpAddr::V6(a) => rewrite::set_ipv6_addr(frame, ip, src, a),
     }
 }
 
 impl Worker {
+    /// A worker for up to `capacity` sessions of each family.
     pub fn new(plane: &Plane, core: u16, capacity: usize, seed: u64) -> Worker {
+        Self::with_capacities(plane, core, capacity, capacity.div_ceil(16).max(1024), seed)
+    }
+
+    pub fn with_capacities(plane: &Plane, core: u16, v4: usize, v6: usize, seed: u64) -> Worker {
         let scheds = plane
             .services
             .iter()
@@ -339,7 +410,8 @@ impl Worker {
         };
         Worker {
             core,
-            table: Table::new(capacity, seed),
+            t4: Table::new(v4, seed),
+            t6: Table::new(v6, seed.rotate_left(17)),
             ports: plane.local_addrs.iter().map(|_| PortPool::new(core, plane.cores)).collect(),
             scheds,
             counters,
@@ -351,12 +423,12 @@ impl Worker {
     }
 
     pub fn sessions(&self) -> usize {
-        self.table.len()
+        self.t4.len() + self.t6.len()
     }
 
-    /// Bytes held by this core's session table.
+    /// Bytes held by this core's session tables.
     pub fn table_bytes(&self) -> usize {
-        self.table.memory_bytes()
+        self.t4.memory_bytes() + self.t6.memory_bytes()
     }
 
     fn classify(plane: &Plane, buf: &Buf<'_>) -> Class {
@@ -366,27 +438,42 @@ impl Worker {
             Err(m) => return Class::Done(Verdict::Drop(Drop::Malformed(m))),
         };
         let f = ip.flow;
-        if !f.src.is_ipv4() || !matches!(f.proto, PROTO_TCP | PROTO_UDP) {
+        if !matches!(f.proto, PROTO_TCP | PROTO_UDP) {
             return Class::Done(if plane.by_vip.is_empty() { Verdict::Pass } else { Verdict::Drop(Drop::Unsupported) });
         }
-        if let Some(&svc) = plane.by_vip.get(&(v4(f.dst), f.dport, f.proto)) {
+        if let Some(&svc) = plane.by_vip.get(&(addr_key(f.dst), f.dport, f.proto)) {
             return Class::ToService { ip, svc };
         }
-        if let Some(local) = plane.local_addrs.iter().position(|a| IpAddr::V4(*a) == f.dst) {
+        if let Some(local) = plane.local_addrs.iter().position(|a| *a == f.dst) {
             return Class::ToLocal { ip, local: local as u16, port: f.dport };
         }
-        if let Some(&(svc, real)) = plane.by_real.get(&(v4(f.src), f.sport, f.proto)) {
+        if let Some(&(svc, real)) = plane.by_real.get(&(addr_key(f.src), f.sport, f.proto)) {
             return Class::FromReal { ip, svc, real };
         }
         Class::Done(Verdict::Pass)
     }
 
-    fn key(c: &Class) -> Option<Key<u32>> {
+    fn key<A: Family>(c: &Class) -> Option<Key<A>> {
         match *c {
-            Class::ToService { ip, svc } => Some(Key { addr: v4(ip.flow.src), port: ip.flow.sport, context: svc }),
-            Class::FromReal { ip, real, .. } => Some(Key { addr: v4(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real }),
+            Class::ToService { ip, svc } => Some(Key { addr: A::of(ip.flow.src), port: ip.flow.sport, context: svc }),
+            Class::FromReal { ip, real, .. } => Some(Key { addr: A::of(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real }),
             _ => None,
         }
+    }
+
+    fn hash_and_prefetch<A: Family>(&self, c: &Class) -> u64 {
+        match Self::key::<A>(c) {
+            Some(k) => {
+                let h = A::table(self).hash(&k);
+                A::table(self).prefetch_bucket(h);
+                h
+            }
+            None => 0,
+        }
+    }
+
+    fn lookup<A: Family>(&self, c: &Class, h: u64) -> Option<u32> {
+        Self::key::<A>(c).and_then(|k| A::table(self).find_hashed(&k, h))
     }
 
     /// Processes one vector of frames at clock tick `now`.
@@ -398,35 +485,39 @@ impl Worker {
         // 2. Hash every key and ask for its bucket; then, buckets arriving,
         // ask for the records they point at.
         self.hashes.clear();
-        for c in &self.classes {
-            let h = Self::key(c).map(|k| self.table.hash(&k));
-            if let Some(h) = h {
-                self.table.prefetch_bucket(h);
-            }
-            self.hashes.push(h.unwrap_or(0));
+        for i in 0..self.classes.len() {
+            let c = self.classes[i];
+            let h = if c.is_v6() { self.hash_and_prefetch::<u128>(&c) } else { self.hash_and_prefetch::<u32>(&c) };
+            self.hashes.push(h);
         }
         for (c, &h) in self.classes.iter().zip(&self.hashes) {
-            if Self::key(c).is_some() {
-                self.table.prefetch_record(h);
+            if matches!(c, Class::ToService { .. } | Class::FromReal { .. }) {
+                if c.is_v6() {
+                    self.t6.prefetch_record(h);
+                } else {
+                    self.t4.prefetch_record(h);
+                }
             }
         }
         // 3. Look every key up (the loads of different packets overlap).
         self.found.clear();
-        for (c, &h) in self.classes.iter().zip(&self.hashes) {
+        for i in 0..self.classes.len() {
+            let (c, h) = (self.classes[i], self.hashes[i]);
             let hit = match c {
                 Class::ToLocal { local, port, .. } => self
                     .ports
-                    .get(usize::from(*local))
-                    .and_then(|p| p.owner.get(usize::from(*port)).copied())
+                    .get(usize::from(local))
+                    .and_then(|p| p.owner.get(usize::from(port)).copied())
                     .filter(|&o| o != 0)
                     .map(|o| o - 1),
-                c => Self::key(c).and_then(|k| self.table.find_hashed(&k, h)),
+                c if c.is_v6() => self.lookup::<u128>(&c, h),
+                c => self.lookup::<u32>(&c, h),
             };
             self.found.push(hit);
         }
         // 4. Sessions for the misses, then 5. rewrite.
         for (i, buf) in bufs.iter_mut().enumerate() {
-            let v = self.finish(plane, buf, i, now);
+            let v = if self.classes[i].is_v6() { self.finish::<u128>(plane, buf, i, now) } else { self.finish::<u32>(plane, buf, i, now) };
             match v {
                 Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
                 Verdict::Pass => self.counters.passed += 1,
@@ -434,20 +525,14 @@ impl Worker {
             }
             verdicts.push(v);
         }
-        // 6. Expire a slice of the table.
-        let ports = &mut self.ports;
-        let counters = &mut self.counters;
-        self.table.sweep(
-            now,
-            64,
-            |s| plane.services.get(usize::from(s.service)).is_some_and(|svc| svc.mode == L4Mode::Nat),
-            |_, s| {
-                release(ports, counters, s);
-            },
-        );
+        // 6. Expire a slice of each table.
+        let is_nat = |svc: u16| plane.services.get(usize::from(svc)).is_some_and(|s| s.mode == L4Mode::Nat);
+        let (ports, counters) = (&mut self.ports, &mut self.counters);
+        self.t4.sweep(now, 64, |s| is_nat(s.service), |_, s| release(ports, counters, s));
+        self.t6.sweep(now, 16, |s| is_nat(s.service), |_, s| release(ports, counters, s));
     }
 
-    fn finish(&mut self, plane: &Plane, buf: &mut Buf<'_>, i: usize, now: u32) -> Verdict {
+    fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, i: usize, now: u32) -> Verdict {
         match self.classes[i] {
             Class::Done(v) => v,
             Class::ToService { ip, svc } => {
@@ -459,14 +544,14 @@ impl Worker {
                         if service.proto == PROTO_TCP && ip.tcp_flags & (TCP_SYN | TCP_ACK) != TCP_SYN {
                             return Verdict::Drop(Drop::NoSession);
                         }
-                        match self.create(plane, svc, &ip, self.hashes[i], now) {
+                        match self.create::<A>(plane, svc, &ip, self.hashes[i], now) {
                             Ok(idx) => idx,
                             Err(d) => return Verdict::Drop(d),
                         }
                     }
                 };
-                self.track(plane, idx, &ip, now);
-                let s = *self.table.get(idx);
+                self.track::<A>(plane, idx, &ip, now);
+                let s = *A::table(self).get(idx);
                 let sc = &mut self.counters.services[usize::from(svc)];
                 sc.packets += 1;
                 sc.bytes += buf.len as u64;
@@ -477,38 +562,64 @@ impl Worker {
             }
             Class::FromReal { ip, svc, .. } => {
                 let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
-                self.track(plane, idx, &ip, now);
+                self.track::<A>(plane, idx, &ip, now);
                 let service = &plane.services[usize::from(svc)];
                 let f = buf.frame_mut();
                 if !rewrite::decrement_ttl(f, &ip) {
                     return Verdict::Drop(Drop::TtlExceeded);
                 }
-                rewrite::set_ipv4_addr(f, &ip, true, service.vip);
+                set_addr(f, &ip, true, service.vip);
                 rewrite::set_port(f, &ip, true, service.port);
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
                 Verdict::Forward
             }
             Class::ToLocal { ip, .. } => {
                 let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
-                self.track(plane, idx, &ip, now);
-                let s = *self.table.get(idx);
-                let Some(service) = plane.services.get(usize::from(s.service)) else { return Verdict::Drop(Drop::NoSession) };
+                // The port table is shared by the families: the session is in
+                // the table of the client's family, which may differ from the
+                // reply's (an IPv6 VIP in front of IPv4 servers).
+                let (s_client, s_port, s_service) = match self.session_any(idx, ip.flow.src.is_ipv6()) {
+                    Some(x) => x,
+                    None => return Verdict::Drop(Drop::NoSession),
+                };
+                let Some(service) = plane.services.get(usize::from(s_service)) else { return Verdict::Drop(Drop::NoSession) };
+                if s_client.is_ipv4() != ip.flow.src.is_ipv4() {
+                    // Family translation is not done by this pipeline.
+                    return Verdict::Drop(Drop::Unsupported);
+                }
+                self.track::<A>(plane, idx, &ip, now);
                 let f = buf.frame_mut();
                 if !rewrite::decrement_ttl(f, &ip) {
                     return Verdict::Drop(Drop::TtlExceeded);
                 }
-                rewrite::set_ipv4_addr(f, &ip, true, service.vip);
+                set_addr(f, &ip, true, service.vip);
                 rewrite::set_port(f, &ip, true, service.port);
-                rewrite::set_ipv4_addr(f, &ip, false, Ipv4Addr::from(s.client));
-                rewrite::set_port(f, &ip, false, s.client_port);
+                set_addr(f, &ip, false, s_client);
+                rewrite::set_port(f, &ip, false, s_port);
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
                 Verdict::Forward
             }
         }
     }
 
+    /// The client, client port and service of session `idx` in the table of
+    /// the given family.
+    fn session_any(&self, idx: u32, v6: bool) -> Option<(IpAddr, u16, u16)> {
+        if v6 {
+            (idx < self.t6.capacity() as u32).then(|| {
+                let s = self.t6.get(idx);
+                (s.client.ip(), s.client_port, s.service)
+            })
+        } else {
+            (idx < self.t4.capacity() as u32).then(|| {
+                let s = self.t4.get(idx);
+                (s.client.ip(), s.client_port, s.service)
+            })
+        }
+    }
+
     /// Picks a real server and records the session.
-    fn create(&mut self, plane: &Plane, svc: u16, ip: &Ip, hash: u64, now: u32) -> Result<u32, Drop> {
+    fn create<A: Family>(&mut self, plane: &Plane, svc: u16, ip: &Ip, hash: u64, now: u32) -> Result<u32, Drop> {
         let service = &plane.services[usize::from(svc)];
         let sc = &self.counters.services[usize::from(svc)];
         let view = View { reals: &service.reals, active: &sc.per_real_active };
@@ -519,9 +630,13 @@ impl Worker {
             Sched::Maglev => service.maglev.as_ref().and_then(|m| m.pick(hash, &view)),
         }
         .ok_or(Drop::NoHealthyServer)? as u16;
+        // NAT and FNAT rewrite addresses in place: no family change.
+        if matches!(service.mode, L4Mode::Nat | L4Mode::Fnat) && service.reals[usize::from(real)].addr.is_ipv4() != ip.flow.src.is_ipv4() {
+            return Err(Drop::Unsupported);
+        }
         let state = if service.proto == PROTO_TCP { State::SynSent } else { State::Datagram };
         let mut s = Session {
-            client: v4(ip.flow.src),
+            client: A::of(ip.flow.src),
             client_port: ip.flow.sport,
             service: svc,
             real,
@@ -531,13 +646,16 @@ impl Worker {
             expires: now.saturating_add(service.timeouts[state as usize]),
         };
         if service.mode == L4Mode::Fnat {
-            // The first local address with a free port on this core.
-            let local = (0..self.ports.len()).find(|&l| !self.ports[l].free.is_empty()).ok_or(Drop::PortsExhausted)?;
+            // A local address of the real server's family with a free port on this core.
+            let real_v4 = service.reals[usize::from(real)].addr.is_ipv4();
+            let local = (0..self.ports.len())
+                .find(|&l| plane.local_addrs[l].is_ipv4() == real_v4 && !self.ports[l].free.is_empty())
+                .ok_or(Drop::PortsExhausted)?;
             let port = self.ports[local].free.pop().ok_or(Drop::PortsExhausted)?;
             s.local = local as u16;
             s.local_port = port;
         }
-        let idx = match self.table.insert(s, service.mode == L4Mode::Nat) {
+        let idx = match A::table_mut(self).insert(s, service.mode == L4Mode::Nat) {
             Ok(idx) => idx,
             Err(_) => {
                 if s.local != u16::MAX {
@@ -559,8 +677,8 @@ impl Worker {
     }
 
     /// TCP state and expiry from a packet of the session.
-    fn track(&mut self, plane: &Plane, idx: u32, ip: &Ip, now: u32) {
-        let s = self.table.get_mut(idx);
+    fn track<A: Family>(&mut self, plane: &Plane, idx: u32, ip: &Ip, now: u32) {
+        let s = A::table_mut(self).get_mut(idx);
         if ip.flow.proto == PROTO_TCP {
             let f = ip.tcp_flags;
             s.state = if f & (TCP_FIN | TCP_RST) != 0 {
@@ -576,19 +694,23 @@ impl Worker {
     }
 
     /// Rewrites a client's packet toward its real server.
-    fn toward_real(&mut self, plane: &Plane, service: &Service, s: &Session<u32>, ip: &Ip, buf: &mut Buf<'_>) -> Verdict {
+    fn toward_real<A: Family>(&mut self, plane: &Plane, service: &Service, s: &Session<A>, ip: &Ip, buf: &mut Buf<'_>) -> Verdict {
         let Some(real) = service.reals.get(usize::from(s.real)) else { return Verdict::Drop(Drop::NoHealthyServer) };
         match service.mode {
             L4Mode::Nat | L4Mode::Fnat => {
+                if real.addr.is_ipv4() != ip.flow.src.is_ipv4() {
+                    // Across families would need header translation.
+                    return Verdict::Drop(Drop::Unsupported);
+                }
                 let f = buf.frame_mut();
                 if !rewrite::decrement_ttl(f, ip) {
                     return Verdict::Drop(Drop::TtlExceeded);
                 }
-                rewrite::set_ipv4_addr(f, ip, false, real.addr);
+                set_addr(f, ip, false, real.addr);
                 rewrite::set_port(f, ip, false, real.port);
                 if service.mode == L4Mode::Fnat {
                     let local = plane.local_addrs[usize::from(s.local)];
-                    rewrite::set_ipv4_addr(f, ip, true, local);
+                    set_addr(f, ip, true, local);
                     rewrite::set_port(f, ip, true, s.local_port);
                 }
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
@@ -603,13 +725,16 @@ impl Worker {
             }
             L4Mode::Ipip | L4Mode::Gue => {
                 let tunnel = if service.mode == L4Mode::Ipip { Tunnel::Ipip } else { Tunnel::Gue { port: service.gue_port } };
-                let Some(src) = plane.local_addrs.first() else { return Verdict::Drop(Drop::PortsExhausted) };
+                // The outer source: a local address of the real server's family.
+                let Some(src) = plane.local_addrs.iter().find(|a| a.is_ipv4() == real.addr.is_ipv4()) else {
+                    return Verdict::Drop(Drop::Unsupported);
+                };
                 let outer = Outer {
-                    src: IpAddr::V4(*src),
-                    dst: IpAddr::V4(real.addr),
+                    src: *src,
+                    dst: real.addr,
                     ttl: 64,
                     id: 0,
-                    flow_hash: (s.client ^ u32::from(s.client_port)).wrapping_mul(0x9e37_79b9),
+                    flow_hash: (s.client.mix() as u32 ^ u32::from(s.client_port)).wrapping_mul(0x9e37_79b9),
                 };
                 let frame_start = buf.head;
                 if encapsulate(buf.frame(), ip.l3, ip.end, tunnel, &outer, &mut self.scratch).is_err() {
@@ -632,7 +757,7 @@ impl Worker {
 }
 
 /// Frees what an ended session held.
-fn release(ports: &mut [PortPool], counters: &mut Counters, s: &Session<u32>) {
+fn release<A: crate::session::Addr>(ports: &mut [PortPool], counters: &mut Counters, s: &Session<A>) {
     if s.local != u16::MAX
         && let Some(p) = ports.get_mut(usize::from(s.local))
     {
@@ -670,8 +795,8 @@ mod tests {
             scheduler,
             gue_port: 6080,
             reals: vec![
-                Real { addr: Ipv4Addr::new(10, 0, 1, 1), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 1, up: true },
-                Real { addr: Ipv4Addr::new(10, 0, 1, 2), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 3, up: true },
+                Real { addr: Ipv4Addr::new(10, 0, 1, 1).into(), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 1, up: true },
+                Real { addr: Ipv4Addr::new(10, 0, 1, 2).into(), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 3, up: true },
             ],
             maglev: None,
             timeouts: [10, 900, 30, 60],
@@ -729,7 +854,7 @@ mod tests {
 
     #[test]
     fn fnat_uses_this_cores_ports_and_maps_replies_back() {
-        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Wrr, PROTO_TCP)], vec![LOCAL.into()], MAC, HOP, 4);
+        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Wrr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 4);
         let mut w = Worker::new(&plane, 3, 1024, 1);
         let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
         assert_eq!(v, Verdict::Forward);
@@ -751,7 +876,7 @@ mod tests {
 
     #[test]
     fn dr_changes_only_the_macs_and_tunnels_wrap_the_packet() {
-        let plane = Plane::new(vec![service(L4Mode::Dr, L4Scheduler::Maglev, PROTO_TCP)], vec![LOCAL.into()], MAC, HOP, 1);
+        let plane = Plane::new(vec![service(L4Mode::Dr, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
         let mut w = Worker::new(&plane, 0, 1024, 1);
         let syn = tcp(CLIENT, 40000, VIP, 80, TCP_SYN);
         let (v, out) = run(&mut w, &plane, &syn, 0);
@@ -760,7 +885,7 @@ mod tests {
         assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
 
         for (mode, proto, extra) in [(L4Mode::Ipip, 4u8, 20usize), (L4Mode::Gue, PROTO_UDP, 28)] {
-            let plane = Plane::new(vec![service(mode, L4Scheduler::Maglev, PROTO_TCP)], vec![LOCAL.into()], MAC, HOP, 1);
+            let plane = Plane::new(vec![service(mode, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
             let mut w = Worker::new(&plane, 0, 1024, 1);
             let (v, out) = run(&mut w, &plane, &syn, 0);
             assert_eq!(v, Verdict::Forward);
@@ -806,7 +931,7 @@ mod tests {
 
     #[test]
     fn sessions_expire_by_state_and_free_their_ports() {
-        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![LOCAL.into()], MAC, HOP, 1);
+        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
         let mut w = Worker::new(&plane, 0, 64, 1);
         run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
         assert_eq!(w.sessions(), 1);
@@ -829,5 +954,57 @@ mod tests {
         }
         let per = &w.counters.services[0].per_real_active;
         assert_eq!(per, &vec![1000, 3000]);
+    }
+
+    fn tcp6(src: [u8; 16], sport: u16, dst: [u8; 16], dport: u16, flags: u8) -> Vec<u8> {
+        let seg = build::tcp(sport, dport, flags, b"", |len| checksum::pseudo_v6(src, dst, PROTO_TCP, len as u32));
+        build::eth(crate::packet::ETHERTYPE_IPV6, &build::ipv6(src, dst, PROTO_TCP, &seg))
+    }
+
+    fn v6(last: u8) -> [u8; 16] {
+        let mut a = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        a[15] = last;
+        a
+    }
+
+    #[test]
+    fn ipv6_services_in_nat_and_fnat() {
+        for mode in [L4Mode::Nat, L4Mode::Fnat] {
+            let mut svc = service(mode, L4Scheduler::Rr, PROTO_TCP);
+            svc.vip = IpAddr::from(v6(100));
+            for (i, r) in svc.reals.iter_mut().enumerate() {
+                r.addr = IpAddr::from(v6(10 + i as u8));
+            }
+            let local = IpAddr::from(v6(200));
+            let plane = Plane::new(vec![svc], vec![IpAddr::from(LOCAL), local], MAC, HOP, 1);
+            let mut w = Worker::new(&plane, 0, 1024, 1);
+            let (v, out) = run(&mut w, &plane, &tcp6(v6(1), 40000, v6(100), 80, TCP_SYN), 0);
+            assert_eq!(v, Verdict::Forward, "{mode:?}");
+            let f = flow(&out);
+            assert_eq!(f.dport, 8080);
+            let real = match f.dst {
+                IpAddr::V6(a) => a.octets(),
+                IpAddr::V4(_) => unreachable!(),
+            };
+            let (reply_dst, reply_port) = if mode == L4Mode::Fnat {
+                assert_eq!(f.src, local, "an IPv6 local address for IPv6 servers");
+                (v6(200), f.sport)
+            } else {
+                assert_eq!(f.src, IpAddr::from(v6(1)));
+                (v6(1), 40000)
+            };
+            let (v, back) = run(&mut w, &plane, &tcp6(real, 8080, reply_dst, reply_port, TCP_SYN | TCP_ACK), 1);
+            assert_eq!(v, Verdict::Forward, "{mode:?} reply");
+            let b = flow(&back);
+            assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(v6(100)), 80, IpAddr::from(v6(1)), 40000));
+            assert_eq!(w.sessions(), 1);
+        }
+        // An IPv6 VIP in front of IPv4 servers in NAT mode: no translation.
+        let mut svc = service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP);
+        svc.vip = IpAddr::from(v6(100));
+        let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 16, 1);
+        assert_eq!(run(&mut w, &plane, &tcp6(v6(1), 1, v6(100), 80, TCP_SYN), 0).0, Verdict::Drop(Drop::Unsupported));
+        assert_eq!(w.sessions(), 0);
     }
 }
