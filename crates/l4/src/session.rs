@@ -135,8 +135,8 @@ impl<A: Addr> Table<A> {
         let capacity = capacity.max(1);
         let buckets = (capacity * 2 * 100).div_ceil(SLOTS * 65).max(2);
         Table {
-            buckets: vec![Bucket::default(); buckets],
-            sessions: vec![Session::default(); capacity],
+            buckets: crate::prefetch::huge_vec(buckets, Bucket::default()),
+            sessions: crate::prefetch::huge_vec(capacity, Session::default()),
             live: vec![false; capacity],
             free: (0..capacity as u32).rev().collect(),
             len: 0,
