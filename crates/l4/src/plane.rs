@@ -126,6 +126,13 @@ impl std::hash::Hasher for FastHasher {
     fn write_u64(&mut self, x: u64) {
         self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
+    fn write_u128(&mut self, x: u128) {
+        self.write_u64(x as u64);
+        self.write_u64((x >> 64) as u64);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
     fn finish(&self) -> u64 {
         self.0
     }
@@ -376,6 +383,32 @@ fn addr_key(a: IpAddr) -> u128 {
     }
 }
 
+/// Replaces the source and/or destination (address, port) and decrements the
+/// TTL: IPv4 in one fused pass, IPv6 step by step (no header checksum
+/// there). False when the TTL runs out.
+fn nat(frame: &mut [u8], ip: &Ip, src: Option<(IpAddr, u16)>, dst: Option<(IpAddr, u16)>) -> bool {
+    let v4 = |x: Option<(IpAddr, u16)>| match x {
+        Some((IpAddr::V4(a), p)) => Ok(Some((a, p))),
+        None => Ok(None),
+        Some(_) => Err(()),
+    };
+    if let (Ok(s4), Ok(d4)) = (v4(src), v4(dst))
+        && ip.flow.src.is_ipv4()
+    {
+        return rewrite::nat_v4(frame, ip, s4, d4);
+    }
+    if !rewrite::decrement_ttl(frame, ip) {
+        return false;
+    }
+    for (is_src, change) in [(false, dst), (true, src)] {
+        if let Some((a, p)) = change {
+            set_addr(frame, ip, is_src, a);
+            rewrite::set_port(frame, ip, is_src, p);
+        }
+    }
+    true
+}
+
 fn set_addr(frame: &mut [u8], ip: &Ip, src: bool, a: IpAddr) {
     match a {
         IpAddr::V4(a) => rewrite::set_ipv4_addr(frame, ip, src, a),
@@ -565,11 +598,9 @@ impl Worker {
                 self.track::<A>(plane, idx, &ip, now);
                 let service = &plane.services[usize::from(svc)];
                 let f = buf.frame_mut();
-                if !rewrite::decrement_ttl(f, &ip) {
+                if !nat(f, &ip, Some((service.vip, service.port)), None) {
                     return Verdict::Drop(Drop::TtlExceeded);
                 }
-                set_addr(f, &ip, true, service.vip);
-                rewrite::set_port(f, &ip, true, service.port);
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
                 Verdict::Forward
             }
@@ -589,13 +620,9 @@ impl Worker {
                 }
                 self.track::<A>(plane, idx, &ip, now);
                 let f = buf.frame_mut();
-                if !rewrite::decrement_ttl(f, &ip) {
+                if !nat(f, &ip, Some((service.vip, service.port)), Some((s_client, s_port))) {
                     return Verdict::Drop(Drop::TtlExceeded);
                 }
-                set_addr(f, &ip, true, service.vip);
-                rewrite::set_port(f, &ip, true, service.port);
-                set_addr(f, &ip, false, s_client);
-                rewrite::set_port(f, &ip, false, s_port);
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
                 Verdict::Forward
             }
@@ -702,16 +729,10 @@ impl Worker {
                     // Across families would need header translation.
                     return Verdict::Drop(Drop::Unsupported);
                 }
+                let src = (service.mode == L4Mode::Fnat).then(|| (plane.local_addrs[usize::from(s.local)], s.local_port));
                 let f = buf.frame_mut();
-                if !rewrite::decrement_ttl(f, ip) {
+                if !nat(f, ip, src, Some((real.addr, real.port))) {
                     return Verdict::Drop(Drop::TtlExceeded);
-                }
-                set_addr(f, ip, false, real.addr);
-                rewrite::set_port(f, ip, false, real.port);
-                if service.mode == L4Mode::Fnat {
-                    let local = plane.local_addrs[usize::from(s.local)];
-                    set_addr(f, ip, true, local);
-                    rewrite::set_port(f, ip, true, s.local_port);
                 }
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
                 Verdict::Forward
