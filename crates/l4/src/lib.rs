@@ -10,6 +10,7 @@ pub mod bench;
 pub mod checksum;
 pub mod encap;
 mod fuzz;
+pub mod neighbour;
 pub mod packet;
 pub mod plane;
 mod prefetch;

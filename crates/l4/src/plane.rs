@@ -193,6 +193,8 @@ pub struct Plane {
     /// NAT replies come from (real address, port, protocol).
     by_real: HashMap<(u128, u16, u8), (u16, u16), FastHash>,
     pub local_addrs: Vec<IpAddr>,
+    /// Addresses answered for (ARP, neighbour discovery): VIPs and local ones.
+    owned: Vec<IpAddr>,
     /// This host's MAC, and the next hop's for everything sent.
     pub mac: [u8; 6],
     pub next_hop_mac: [u8; 6],
@@ -214,7 +216,10 @@ impl Plane {
                 s.maglev = MaglevTable::build(&names, MAGLEV_SIZE).ok();
             }
         }
-        Plane { services, by_vip, by_real, local_addrs, mac, next_hop_mac, cores: cores.max(1), checks: Checks::default() }
+        let mut owned: Vec<IpAddr> = services.iter().map(|s| s.vip).chain(local_addrs.iter().copied()).collect();
+        owned.sort();
+        owned.dedup();
+        Plane { services, by_vip, by_real, local_addrs, owned, mac, next_hop_mac, cores: cores.max(1), checks: Checks::default() }
     }
 }
 
@@ -235,11 +240,13 @@ pub struct Counters {
     /// By [`Drop::index`].
     pub drops: [u64; DROP_KINDS],
     pub passed: u64,
+    /// ARP and neighbour discovery answers sent.
+    pub answered: u64,
 }
 
 impl Default for Counters {
     fn default() -> Self {
-        Counters { services: Vec::new(), drops: [0; DROP_KINDS], passed: 0 }
+        Counters { services: Vec::new(), drops: [0; DROP_KINDS], passed: 0, answered: 0 }
     }
 }
 
@@ -302,12 +309,16 @@ enum Class {
     FromReal { ip: Ip, svc: u16, real: u16 },
     /// An FNAT reply to local address `local`, port `port`.
     ToLocal { ip: Ip, local: u16, port: u16 },
+    /// An ARP request for an address of ours (the ARP header's offset).
+    ArpFor { at: usize, addr: Ipv4Addr },
+    /// A neighbour solicitation for an address of ours.
+    NdFor { ip: Ip, addr: std::net::Ipv6Addr },
 }
 
 impl Class {
     fn ip(&self) -> Option<&Ip> {
         match self {
-            Class::Done(_) => None,
+            Class::Done(_) | Class::ArpFor { .. } | Class::NdFor { .. } => None,
             Class::ToService { ip, .. } | Class::FromReal { ip, .. } | Class::ToLocal { ip, .. } => Some(ip),
         }
     }
@@ -467,10 +478,21 @@ impl Worker {
     fn classify(plane: &Plane, buf: &Buf<'_>) -> Class {
         let ip = match packet::parse(buf.frame(), plane.checks) {
             Ok(Frame::Ip(ip)) => ip,
+            Ok(Frame::Arp(arp)) if arp.op == 1 && plane.owned.contains(&IpAddr::V4(arp.target_ip)) => {
+                let at = packet::ethernet(buf.frame()).map_or(14, |e| e.3);
+                return Class::ArpFor { at, addr: arp.target_ip };
+            }
             Ok(Frame::Arp(_) | Frame::Other) => return Class::Done(Verdict::Pass),
             Err(m) => return Class::Done(Verdict::Drop(Drop::Malformed(m))),
         };
         let f = ip.flow;
+        if f.proto == crate::packet::PROTO_ICMPV6
+            && ip.icmp.is_some_and(|i| i.kind == crate::neighbour::ND_SOLICIT)
+            && let Some(t) = crate::neighbour::solicited_target(buf.frame(), &ip)
+            && plane.owned.contains(&IpAddr::V6(t))
+        {
+            return Class::NdFor { ip, addr: t };
+        }
         if !matches!(f.proto, PROTO_TCP | PROTO_UDP) {
             return Class::Done(if plane.by_vip.is_empty() { Verdict::Pass } else { Verdict::Drop(Drop::Unsupported) });
         }
@@ -568,6 +590,26 @@ impl Worker {
     fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, i: usize, now: u32) -> Verdict {
         match self.classes[i] {
             Class::Done(v) => v,
+            Class::ArpFor { at, addr } => {
+                if crate::neighbour::arp_reply(buf.frame_mut(), at, addr, plane.mac) {
+                    self.counters.answered += 1;
+                    Verdict::Forward
+                } else {
+                    Verdict::Pass
+                }
+            }
+            Class::NdFor { ip, addr } => {
+                let request = buf.frame().to_vec();
+                let room = buf.mem.len() - buf.head;
+                match crate::neighbour::nd_advert(&request, &ip, addr, plane.mac, &mut buf.mem[buf.head..buf.head + room]) {
+                    Some(n) => {
+                        buf.len = n;
+                        self.counters.answered += 1;
+                        Verdict::Forward
+                    }
+                    None => Verdict::Pass,
+                }
+            }
             Class::ToService { ip, svc } => {
                 let service = &plane.services[usize::from(svc)];
                 let idx = match self.found[i] {
@@ -1027,5 +1069,37 @@ mod tests {
         let mut w = Worker::new(&plane, 0, 16, 1);
         assert_eq!(run(&mut w, &plane, &tcp6(v6(1), 1, v6(100), 80, TCP_SYN), 0).0, Verdict::Drop(Drop::Unsupported));
         assert_eq!(w.sessions(), 0);
+    }
+
+    #[test]
+    fn arp_and_neighbour_discovery_for_our_addresses_are_answered() {
+        let mut svc6 = service(L4Mode::Dr, L4Scheduler::Rr, PROTO_TCP);
+        svc6.vip = IpAddr::from(v6(100));
+        let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP), svc6], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 16, 1);
+        let arp = |target: [u8; 4]| {
+            let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 9, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+            a.extend_from_slice(&target);
+            build::eth(crate::packet::ETHERTYPE_ARP, &a)
+        };
+        for target in [VIP, LOCAL] {
+            let (v, out) = run(&mut w, &plane, &arp(target), 0);
+            assert_eq!(v, Verdict::Forward);
+            assert_eq!(&out[14 + 6..14 + 8], &[0, 2], "an ARP reply");
+            assert_eq!(&out[14 + 8..14 + 14], &MAC);
+        }
+        assert_eq!(run(&mut w, &plane, &arp([10, 0, 0, 55]), 0).0, Verdict::Pass, "not ours");
+        // A solicitation for the IPv6 VIP.
+        let snm = std::net::Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 0x100).octets();
+        let mut ns = vec![crate::neighbour::ND_SOLICIT, 0, 0, 0, 0, 0, 0, 0];
+        ns.extend_from_slice(&v6(100));
+        let c = !checksum::fold(checksum::add(checksum::pseudo_v6(v6(1), snm, crate::packet::PROTO_ICMPV6, ns.len() as u32), &ns));
+        ns[2..4].copy_from_slice(&c.to_be_bytes());
+        let f = build::eth(crate::packet::ETHERTYPE_IPV6, &build::ipv6(v6(1), snm, crate::packet::PROTO_ICMPV6, &ns));
+        let (v, out) = run(&mut w, &plane, &f, 0);
+        assert_eq!(v, Verdict::Forward);
+        assert_eq!(out.len(), crate::neighbour::ND_ADVERT_LEN);
+        assert_eq!(out[14 + 40], crate::neighbour::ND_ADVERT);
+        assert_eq!(w.counters.answered, 3);
     }
 }

@@ -1,0 +1,135 @@
+//! Answers for the addresses the plane owns (virtual and FNAT local
+//! addresses): ARP requests (IPv4) and neighbour solicitations (IPv6) get
+//! their reply written in place of the request, to be sent back out.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::checksum;
+use crate::packet::{ETHERTYPE_IPV6, Ip, PROTO_ICMPV6};
+
+/// ICMPv6 neighbour solicitation and advertisement.
+pub const ND_SOLICIT: u8 = 135;
+pub const ND_ADVERT: u8 = 136;
+
+/// Turns the ARP request in `frame` (for `ip`, which we own) into our reply.
+/// `frame` holds Ethernet + ARP at `arp_at`.
+pub fn arp_reply(frame: &mut [u8], arp_at: usize, ip: Ipv4Addr, mac: [u8; 6]) -> bool {
+    if frame.len() < arp_at + 28 {
+        return false;
+    }
+    let requester_mac: [u8; 6] = frame[6..12].try_into().unwrap_or([0; 6]);
+    let a = arp_at;
+    let sender_mac: [u8; 6] = frame[a + 8..a + 14].try_into().unwrap_or(requester_mac);
+    let sender_ip: [u8; 4] = frame[a + 14..a + 18].try_into().unwrap_or([0; 4]);
+    frame[0..6].copy_from_slice(&requester_mac);
+    frame[6..12].copy_from_slice(&mac);
+    frame[a + 6..a + 8].copy_from_slice(&2u16.to_be_bytes());
+    frame[a + 8..a + 14].copy_from_slice(&mac);
+    frame[a + 14..a + 18].copy_from_slice(&ip.octets());
+    frame[a + 18..a + 24].copy_from_slice(&sender_mac);
+    frame[a + 24..a + 28].copy_from_slice(&sender_ip);
+    true
+}
+
+/// The target address of a neighbour solicitation (`ip` is its parse).
+pub fn solicited_target(frame: &[u8], ip: &Ip) -> Option<Ipv6Addr> {
+    let t = frame.get(ip.l4 + 8..ip.l4 + 24)?;
+    <[u8; 16]>::try_from(t).ok().map(Ipv6Addr::from)
+}
+
+/// Length of the advertisement frame written by [`nd_advert`].
+pub const ND_ADVERT_LEN: usize = 14 + 40 + 32;
+
+/// Writes into `out` (at least [`ND_ADVERT_LEN`] bytes) the neighbour
+/// advertisement answering the solicitation in `frame` for `target`, which we
+/// own. Returns the frame length.
+pub fn nd_advert(frame: &[u8], ip: &Ip, target: Ipv6Addr, mac: [u8; 6], out: &mut [u8]) -> Option<usize> {
+    if out.len() < ND_ADVERT_LEN || frame.len() < ip.l3 + 40 {
+        return None;
+    }
+    let requester_mac: [u8; 6] = frame[6..12].try_into().ok()?;
+    let src: [u8; 16] = frame[ip.l3 + 8..ip.l3 + 24].try_into().ok()?;
+    // An unspecified source (duplicate address detection): answer all nodes.
+    let (dst, solicited) = if src == [0; 16] { (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets(), false) } else { (src, true) };
+    let o = &mut out[..ND_ADVERT_LEN];
+    o[0..6].copy_from_slice(&requester_mac);
+    o[6..12].copy_from_slice(&mac);
+    o[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+    let h = 14;
+    o[h..h + 4].copy_from_slice(&[0x60, 0, 0, 0]);
+    o[h + 4..h + 6].copy_from_slice(&32u16.to_be_bytes());
+    o[h + 6] = PROTO_ICMPV6;
+    o[h + 7] = 255;
+    o[h + 8..h + 24].copy_from_slice(&target.octets());
+    o[h + 24..h + 40].copy_from_slice(&dst);
+    let m = h + 40;
+    o[m] = ND_ADVERT;
+    o[m + 1] = 0;
+    o[m + 2..m + 4].copy_from_slice(&[0, 0]);
+    // Flags: solicited (when answering a node) and override.
+    o[m + 4..m + 8].copy_from_slice(&[if solicited { 0x60 } else { 0x20 }, 0, 0, 0]);
+    o[m + 8..m + 24].copy_from_slice(&target.octets());
+    // Option: target link-layer address.
+    o[m + 24] = 2;
+    o[m + 25] = 1;
+    o[m + 26..m + 32].copy_from_slice(&mac);
+    let sum = checksum::pseudo_v6(target.octets(), dst, PROTO_ICMPV6, 32);
+    let c = !checksum::fold(checksum::add(sum, &o[m..m + 32]));
+    o[m + 2..m + 4].copy_from_slice(&c.to_be_bytes());
+    Some(ND_ADVERT_LEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::{self, Checks, ETHERTYPE_ARP, Frame, build};
+
+    #[test]
+    fn an_arp_request_becomes_our_reply() {
+        let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1];
+        a.extend_from_slice(&[2, 0, 0, 0, 0, 9]);
+        a.extend_from_slice(&[10, 0, 0, 1]);
+        a.extend_from_slice(&[0; 6]);
+        a.extend_from_slice(&[10, 0, 0, 100]);
+        let mut f = build::eth(ETHERTYPE_ARP, &a);
+        f[0..6].copy_from_slice(&[0xff; 6]);
+        let mac = [2, 0, 0, 0, 0, 0xaa];
+        assert!(arp_reply(&mut f, 14, Ipv4Addr::new(10, 0, 0, 100), mac));
+        match packet::parse(&f, Checks::default()) {
+            Ok(Frame::Arp(r)) => {
+                assert_eq!(r.op, 2);
+                assert_eq!((r.sender_mac, r.sender_ip), (mac, Ipv4Addr::new(10, 0, 0, 100)));
+                assert_eq!((r.target_mac, r.target_ip), ([2, 0, 0, 0, 0, 9], Ipv4Addr::new(10, 0, 0, 1)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Back to the Ethernet source of the request.
+        assert_eq!(&f[0..12], &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0xaa]);
+    }
+
+    #[test]
+    fn a_neighbour_solicitation_gets_a_valid_advertisement() {
+        let client: [u8; 16] = "2001:db8::1".parse::<Ipv6Addr>().expect("v6").octets();
+        let vip: Ipv6Addr = "2001:db8::100".parse().expect("v6");
+        let snm = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 0x100).octets();
+        let mut ns = vec![ND_SOLICIT, 0, 0, 0, 0, 0, 0, 0];
+        ns.extend_from_slice(&vip.octets());
+        ns.extend_from_slice(&[1, 1, 2, 0, 0, 0, 0, 9]);
+        let c = !checksum::fold(checksum::add(checksum::pseudo_v6(client, snm, PROTO_ICMPV6, ns.len() as u32), &ns));
+        ns[2..4].copy_from_slice(&c.to_be_bytes());
+        let mut ip6 = build::ipv6(client, snm, PROTO_ICMPV6, &ns);
+        ip6[7] = 255;
+        let f = build::eth(ETHERTYPE_IPV6, &ip6);
+        let Ok(Frame::Ip(ip)) = packet::parse(&f, Checks::default()) else { panic!("the solicitation parses") };
+        assert_eq!(ip.icmp.map(|i| i.kind), Some(ND_SOLICIT));
+        assert_eq!(solicited_target(&f, &ip), Some(vip));
+        let mut out = [0u8; 128];
+        let n = nd_advert(&f, &ip, vip, [2, 0, 0, 0, 0, 0xaa], &mut out).expect("advert");
+        // The parser checks the ICMPv6 checksum over the pseudo-header.
+        let Ok(Frame::Ip(adv)) = packet::parse(&out[..n], Checks::default()) else { panic!("the advertisement parses") };
+        assert_eq!(adv.icmp.map(|i| i.kind), Some(ND_ADVERT));
+        assert_eq!((adv.flow.src, adv.flow.dst), (vip.into(), Ipv6Addr::from(client).into()));
+        assert_eq!(&out[14 + 40 + 8..14 + 40 + 24], &vip.octets());
+        assert_eq!(&out[14 + 40 + 26..14 + 40 + 32], &[2, 0, 0, 0, 0, 0xaa]);
+    }
+}
