@@ -313,12 +313,14 @@ enum Class {
     ArpFor { at: usize, addr: Ipv4Addr },
     /// A neighbour solicitation for an address of ours.
     NdFor { ip: Ip, addr: std::net::Ipv6Addr },
+    /// An ICMP error quoting a packet of one of our sessions.
+    IcmpError { ip: Ip },
 }
 
 impl Class {
     fn ip(&self) -> Option<&Ip> {
         match self {
-            Class::Done(_) | Class::ArpFor { .. } | Class::NdFor { .. } => None,
+            Class::Done(_) | Class::ArpFor { .. } | Class::NdFor { .. } | Class::IcmpError { .. } => None,
             Class::ToService { ip, .. } | Class::FromReal { ip, .. } | Class::ToLocal { ip, .. } => Some(ip),
         }
     }
@@ -493,6 +495,11 @@ impl Worker {
         {
             return Class::NdFor { ip, addr: t };
         }
+        if let Some(icmp) = ip.icmp
+            && icmp.quoted.is_some()
+        {
+            return Class::IcmpError { ip };
+        }
         if !matches!(f.proto, PROTO_TCP | PROTO_UDP) {
             return Class::Done(if plane.by_vip.is_empty() { Verdict::Pass } else { Verdict::Drop(Drop::Unsupported) });
         }
@@ -610,6 +617,7 @@ impl Worker {
                     None => Verdict::Pass,
                 }
             }
+            Class::IcmpError { ip } => self.icmp_error::<A>(plane, buf, &ip),
             Class::ToService { ip, svc } => {
                 let service = &plane.services[usize::from(svc)];
                 let idx = match self.found[i] {
@@ -669,6 +677,67 @@ impl Worker {
                 Verdict::Forward
             }
         }
+    }
+
+    /// An ICMP error about a packet of a session (fragmentation needed /
+    /// packet too big, unreachable, time exceeded) goes where the packet came
+    /// from: to the real server when a client's side reports it (the quoted
+    /// packet went from the VIP to the client), to the client when a real
+    /// server reports it (NAT and FNAT). In NAT and FNAT the outer and
+    /// quoted addresses and ports are translated back and the quoted IP
+    /// header and ICMP checksums recomputed; in DR and tunnel modes the
+    /// message goes to the real server unchanged (it sent the packet, with
+    /// the VIP as source, and needs the path MTU).
+    fn icmp_error<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, ip: &Ip) -> Verdict {
+        let Some(q) = ip.icmp.and_then(|i| i.quoted) else { return Verdict::Pass };
+        // Client side: the quoted packet left the VIP toward the client.
+        if let Some(&svc) = plane.by_vip.get(&(addr_key(q.src), q.sport, q.proto)) {
+            let key = Key { addr: A::of(q.dst), port: q.dport, context: svc };
+            let Some(idx) = A::table(self).find(&key) else { return Verdict::Drop(Drop::NoSession) };
+            let s = *A::table(self).get(idx);
+            let service = &plane.services[usize::from(svc)];
+            let Some(real) = service.reals.get(usize::from(s.real)) else { return Verdict::Drop(Drop::NoSession) };
+            return match service.mode {
+                L4Mode::Nat | L4Mode::Fnat => {
+                    let local = (service.mode == L4Mode::Fnat).then(|| (plane.local_addrs[usize::from(s.local)], s.local_port));
+                    // Outer: to the real server (from the local address in FNAT);
+                    // quoted: as the real server sent it.
+                    if !icmp_translate(buf.frame_mut(), ip, local.map(|l| l.0), Some(real.addr), Some((real.addr, real.port)), local) {
+                        return Verdict::Drop(Drop::Unsupported);
+                    }
+                    rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+                    Verdict::Forward
+                }
+                _ => self.toward_real(plane, service, &s, ip, buf),
+            };
+        }
+        // Server side, NAT: the quoted packet went from the client to the real server.
+        if let Some(&(svc, real_idx)) = plane.by_real.get(&(addr_key(q.dst), q.dport, q.proto)) {
+            let key = Key { addr: A::of(q.src), port: q.sport, context: REVERSE | real_idx };
+            if A::table(self).find(&key).is_some() {
+                let service = &plane.services[usize::from(svc)];
+                if !icmp_translate(buf.frame_mut(), ip, Some(service.vip), None, None, Some((service.vip, service.port))) {
+                    return Verdict::Drop(Drop::Unsupported);
+                }
+                rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+                return Verdict::Forward;
+            }
+        }
+        // Server side, FNAT: the quoted packet left one of our local addresses.
+        if let Some(local) = plane.local_addrs.iter().position(|a| *a == q.src)
+            && let Some(idx) = self.ports.get(local).and_then(|p| p.owner.get(usize::from(q.sport)).copied()).filter(|&o| o != 0).map(|o| o - 1)
+            && (idx as usize) < A::table(self).capacity()
+        {
+            let s = *A::table(self).get(idx);
+            let Some(service) = plane.services.get(usize::from(s.service)) else { return Verdict::Drop(Drop::NoSession) };
+            let client = s.client.ip();
+            if !icmp_translate(buf.frame_mut(), ip, Some(service.vip), Some(client), Some((client, s.client_port)), Some((service.vip, service.port))) {
+                return Verdict::Drop(Drop::Unsupported);
+            }
+            rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+            return Verdict::Forward;
+        }
+        Verdict::Pass
     }
 
     /// The client, client port and service of session `idx` in the table of
@@ -817,6 +886,63 @@ impl Worker {
             }
         }
     }
+}
+
+/// Rewrites an IPv4 ICMP error: the outer source/destination addresses, and
+/// the quoted packet's source and destination (address, port); then the
+/// checksums of the outer header, the quoted header and the ICMP message.
+/// IPv6 messages are left alone (false).
+fn icmp_translate(
+    frame: &mut [u8],
+    ip: &Ip,
+    outer_src: Option<IpAddr>,
+    outer_dst: Option<IpAddr>,
+    inner_src: Option<(IpAddr, u16)>,
+    inner_dst: Option<(IpAddr, u16)>,
+) -> bool {
+    if !ip.flow.src.is_ipv4() {
+        return false;
+    }
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V4(a) => Some(a.octets()),
+        IpAddr::V6(_) => None,
+    };
+    let l3 = ip.l3;
+    for (at, a) in [(l3 + 12, outer_src), (l3 + 16, outer_dst)] {
+        if let Some(a) = a {
+            let Some(o) = v4(a) else { return false };
+            frame[at..at + 4].copy_from_slice(&o);
+        }
+    }
+    if !rewrite::decrement_ttl(frame, ip) {
+        return false;
+    }
+    let ihl = usize::from(frame[l3] & 0x0f) * 4;
+    frame[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
+    let c = crate::checksum::checksum(&frame[l3..l3 + ihl]);
+    frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    // The quoted packet: its IP header right after the 8-byte ICMP header.
+    let q = ip.l4 + 8;
+    let Some(&first) = frame.get(q) else { return false };
+    let qihl = usize::from(first & 0x0f) * 4;
+    if qihl < 20 || frame.len() < q + qihl + 4 || ip.end < q + qihl + 4 {
+        return false;
+    }
+    for (at, port_at, change) in [(q + 12, q + qihl, inner_src), (q + 16, q + qihl + 2, inner_dst)] {
+        if let Some((a, p)) = change {
+            let Some(o) = v4(a) else { return false };
+            frame[at..at + 4].copy_from_slice(&o);
+            frame[port_at..port_at + 2].copy_from_slice(&p.to_be_bytes());
+        }
+    }
+    frame[q + 10..q + 12].copy_from_slice(&[0, 0]);
+    let c = crate::checksum::checksum(&frame[q..q + qihl]);
+    frame[q + 10..q + 12].copy_from_slice(&c.to_be_bytes());
+    let m = ip.l4;
+    frame[m + 2..m + 4].copy_from_slice(&[0, 0]);
+    let c = crate::checksum::checksum(&frame[m..ip.end]);
+    frame[m + 2..m + 4].copy_from_slice(&c.to_be_bytes());
+    true
 }
 
 /// Frees what an ended session held.
@@ -1101,5 +1227,88 @@ mod tests {
         assert_eq!(out.len(), crate::neighbour::ND_ADVERT_LEN);
         assert_eq!(out[14 + 40], crate::neighbour::ND_ADVERT);
         assert_eq!(w.counters.answered, 3);
+    }
+
+    /// An ICMPv4 error from `from` to `to`, quoting `quoted` (an IP packet's
+    /// first bytes).
+    fn icmp_error(from: [u8; 4], to: [u8; 4], kind: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind, code, 0, 0, 0, 0, 0x05, 0xdc];
+        m.extend_from_slice(quoted);
+        let c = checksum::checksum(&m);
+        m[2..4].copy_from_slice(&c.to_be_bytes());
+        build::eth(ETHERTYPE_IPV4, &build::ipv4(from, to, crate::packet::PROTO_ICMP, &m))
+    }
+
+    fn quoted(frame: &[u8]) -> crate::packet::Flow {
+        match packet::parse(frame, Checks::default()) {
+            Ok(Frame::Ip(ip)) => ip.icmp.and_then(|i| i.quoted).expect("an error quoting a flow"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// An error translated for the client: from the VIP, about the client's
+    /// packet to the VIP.
+    fn assert_back_at_the_client(out: &[u8]) {
+        let f = flow(out);
+        assert_eq!((f.src, f.dst), (IpAddr::from(VIP), IpAddr::from(CLIENT)));
+        let q = quoted(out);
+        assert_eq!((q.src, q.sport, q.dst, q.dport), (IpAddr::from(CLIENT), 40000, IpAddr::from(VIP), 80));
+    }
+
+    #[test]
+    fn icmp_errors_go_back_to_where_their_packet_came_from() {
+        const ROUTER: [u8; 4] = [192, 0, 2, 1];
+        // NAT: a router on the client's side says the VIP's packet to the
+        // client was too big; the real server gets it, translated.
+        let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP)], vec![], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 64, 1);
+        let (_, to_real) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+        let real = flow(&to_real).dst;
+        let real4 = match real {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        let sent = tcp(VIP, 80, CLIENT, 40000, TCP_ACK);
+        let (v, out) = run(&mut w, &plane, &icmp_error(ROUTER, VIP, 3, 4, &sent[14..14 + 28]), 1);
+        assert_eq!(v, Verdict::Forward);
+        let f = flow(&out); // outer and ICMP checksums verified by the parser
+        assert_eq!((f.src, f.dst), (IpAddr::from(ROUTER), real));
+        let q = quoted(&out);
+        assert_eq!((q.src, q.sport, q.dst, q.dport), (real, 8080, IpAddr::from(CLIENT), 40000));
+        assert_eq!(crate::checksum::checksum(&out[14 + 20 + 8..14 + 20 + 8 + 20]), 0, "the quoted header's checksum");
+        // NAT, server side: the real server says the client's port is
+        // unreachable; the client gets it as coming from the VIP.
+        let sent_to_real = tcp(CLIENT, 40000, real4, 8080, TCP_ACK);
+        let (v, out) = run(&mut w, &plane, &icmp_error(real4, CLIENT, 3, 3, &sent_to_real[14..14 + 28]), 1);
+        assert_eq!(v, Verdict::Forward);
+        assert_back_at_the_client(&out);
+        // An error about no session of ours is dropped, not forwarded.
+        let stranger = tcp(VIP, 80, [10, 0, 0, 99], 1, TCP_ACK);
+        assert_eq!(run(&mut w, &plane, &icmp_error(ROUTER, VIP, 3, 4, &stranger[14..14 + 28]), 1).0, Verdict::Drop(Drop::NoSession));
+
+        // DR: the real server sent with the VIP as source; the error comes to
+        // the balancer and goes to that server unchanged (path MTU discovery).
+        let plane = Plane::new(vec![service(L4Mode::Dr, L4Scheduler::Rr, PROTO_TCP)], vec![], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 64, 1);
+        run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+        let err = icmp_error(ROUTER, VIP, 3, 4, &sent[14..14 + 28]);
+        let (v, out) = run(&mut w, &plane, &err, 1);
+        assert_eq!(v, Verdict::Forward);
+        assert_eq!(&out[12..], &err[12..]);
+        assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
+
+        // FNAT, server side: the quoted packet left our local address.
+        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 64, 1);
+        let (_, to_real) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+        let f = flow(&to_real);
+        let real4 = match f.dst {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        let sent_to_real = tcp(LOCAL, f.sport, real4, 8080, TCP_ACK);
+        let (v, out) = run(&mut w, &plane, &icmp_error(real4, LOCAL, 3, 3, &sent_to_real[14..14 + 28]), 1);
+        assert_eq!(v, Verdict::Forward);
+        assert_back_at_the_client(&out);
     }
 }
