@@ -10,7 +10,7 @@ use zeroize::Zeroize;
 use crate::bn::{limbs_to_be, window};
 use crate::ifma::{
     LANES, V, add_2m_sub, add_low, amm, eq_mask, from_lanes, mod_exp, mul_wide, one, pack, redc,
-    sub_cond, unpack, wipe, WINDOW,
+    sub_cond, unpack, wipe,
 };
 use crate::rsa::{KeyClass, Prime, RsaKey};
 
@@ -47,9 +47,12 @@ pub(crate) fn run(
     // the only requirement of these `#[target_feature]` functions.
     unsafe {
         match class {
-            KeyClass::Rsa2048 => crt::<20, 40>(&keys, &inputs, outputs, fault),
-            KeyClass::Rsa3072 => crt::<30, 60>(&keys, &inputs, outputs, fault),
-            KeyClass::Rsa4096 => crt::<40, 80>(&keys, &inputs, outputs, fault),
+            // Windows (table sizes) measured per size: 4 bits (16) for
+            // 1024-bit primes, where reading a 32-entry table in full costs
+            // more than the extra multiplications save; 5 bits above.
+            KeyClass::Rsa2048 => crt::<20, 40, 16>(&keys, &inputs, outputs, fault),
+            KeyClass::Rsa3072 => crt::<30, 60, 32>(&keys, &inputs, outputs, fault),
+            KeyClass::Rsa4096 => crt::<40, 80, 32>(&keys, &inputs, outputs, fault),
         }
     }
 }
@@ -60,7 +63,7 @@ fn k0s(primes: [&Prime; LANES]) -> V {
 
 /// s = c^d mod n for eight lanes, by CRT, then the check s^65537 ≡ c (mod n).
 #[target_feature(enable = "avx512f,avx512ifma")]
-fn crt<const N: usize, const W: usize>(
+fn crt<const N: usize, const W: usize, const T: usize>(
     keys: &[&RsaKey; LANES],
     inputs: &[&[u64]; LANES],
     outputs: &mut [&mut [u8]],
@@ -75,11 +78,11 @@ fn crt<const N: usize, const W: usize>(
     let mut p: [V; N] = pack(p_side.map(|k| k.m.as_slice()));
     let kp = k0s(p_side);
     let mut rrp: [V; N] = pack(p_side.map(|k| k.rr.as_slice()));
-    let mut x1 = exp_half::<N, W>(&c, &p, kp, &rrp, p_side);
+    let mut x1 = exp_half::<N, W, T>(&c, &p, kp, &rrp, p_side);
     let mut q: [V; N] = pack(q_side.map(|k| k.m.as_slice()));
     let kq = k0s(q_side);
     let mut rrq: [V; N] = pack(q_side.map(|k| k.rr.as_slice()));
-    let mut x2 = exp_half::<N, W>(&c, &q, kq, &rrq, q_side);
+    let mut x2 = exp_half::<N, W, T>(&c, &q, kq, &rrq, q_side);
 
     // Garner: h = (m1 − m2)·qinv mod p, s = m2 + q·h.
     let mut m2 = sub_cond(&amm(&x2, &unit, &q, kq), &q);
@@ -131,7 +134,7 @@ fn crt<const N: usize, const W: usize>(
 
 /// c^d · R mod m for one prime of each lane (almost reduced).
 #[target_feature(enable = "avx512f,avx512ifma")]
-fn exp_half<const N: usize, const W: usize>(
+fn exp_half<const N: usize, const W: usize, const T: usize>(
     c: &[V; W],
     m: &[V; N],
     k0: V,
@@ -143,11 +146,12 @@ fn exp_half<const N: usize, const W: usize>(
     let mut cr = amm(&redc::<N, W>(c, m, k0), &rrr, m, k0);
     let mut one_r = amm(rr, &one::<N>(), m, k0);
     let bits = primes.iter().map(|k| k.bits).max().unwrap_or(0);
-    let x = mod_exp::<N, W>(
+    let win = T.trailing_zeros() as usize;
+    let x = mod_exp::<N, W, T>(
         &cr,
         &one_r,
         bits,
-        |pos| from_lanes(core::array::from_fn(|l| window(&primes[l].exp, pos, WINDOW))),
+        |pos| from_lanes(core::array::from_fn(|l| window(&primes[l].exp, pos, win))),
         m,
         k0,
     );

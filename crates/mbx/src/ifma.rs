@@ -22,7 +22,6 @@ pub(crate) type V = __m512i;
 pub(crate) const LANES: usize = 8;
 const MASK52: i64 = (1 << 52) - 1;
 /// Exponent bits consumed per table multiplication in [`mod_exp`].
-pub(crate) const WINDOW: usize = 5;
 
 /// Eight lane values into one vector.
 #[inline]
@@ -287,11 +286,12 @@ pub(crate) fn wipe<const N: usize>(a: &mut [V; N]) {
 }
 
 /// `base^exp · R mod m` (almost reduced) from `base_r = base·R mod m`, with a
-/// fixed window of `WINDOW` bits. `windows(pos)` gives the per-lane exponent
-/// bits `[pos, pos + WINDOW)`; `bits` (public) is the exponent length.
+/// fixed window of `log2(T)` bits (a table of `T` powers). `windows(pos)`
+/// gives the per-lane exponent bits `[pos, pos + log2(T))`; `bits` (public)
+/// is the exponent length.
 #[inline]
 #[target_feature(enable = "avx512f,avx512ifma")]
-pub(crate) fn mod_exp<const N: usize, const W: usize>(
+pub(crate) fn mod_exp<const N: usize, const W: usize, const T: usize>(
     base_r: &[V; N],
     one_r: &[V; N],
     bits: usize,
@@ -299,24 +299,26 @@ pub(crate) fn mod_exp<const N: usize, const W: usize>(
     m: &[V; N],
     k0: V,
 ) -> [V; N] {
+    const { assert!(T.is_power_of_two() && T >= 4) };
+    let window = T.trailing_zeros() as usize;
     let mut scratch = [zero(); W];
-    let mut table = [[zero(); N]; 1 << WINDOW];
+    let mut table = [[zero(); N]; T];
     table[0] = *one_r;
     table[1] = *base_r;
-    for k in 2..(1 << WINDOW) {
+    for k in 2..T {
         table[k] = if k % 2 == 0 {
             sqr::<N, W>(&table[k / 2], m, k0, &mut scratch)
         } else {
             amm(&table[k - 1], base_r, m, k0)
         };
     }
-    let count = bits.div_ceil(WINDOW).max(1);
-    let mut acc = select(&table, windows((count - 1) * WINDOW));
+    let count = bits.div_ceil(window).max(1);
+    let mut acc = select(&table, windows((count - 1) * window));
     for w in (0..count - 1).rev() {
-        for _ in 0..WINDOW {
+        for _ in 0..window {
             acc = sqr::<N, W>(&acc, m, k0, &mut scratch);
         }
-        let mut factor = select(&table, windows(w * WINDOW));
+        let mut factor = select(&table, windows(w * window));
         acc = amm(&acc, &factor, m, k0);
         wipe(&mut factor);
     }
