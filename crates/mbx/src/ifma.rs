@@ -21,7 +21,6 @@ use core::arch::x86_64::*;
 pub(crate) type V = __m512i;
 pub(crate) const LANES: usize = 8;
 const MASK52: i64 = (1 << 52) - 1;
-/// Exponent bits consumed per table multiplication in [`mod_exp`].
 
 /// Eight lane values into one vector.
 #[inline]
