@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use gatehouse_config::{L4Mode, L4Scheduler};
 
 use crate::checksum;
-use crate::packet::{self, Checks, ETHERTYPE_IPV4, Frame, Ip, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_SYN};
+use crate::packet::{self, Checks, ETHERTYPE_IPV4, Frame, Ip, PROTO_TCP, TCP_ACK, TCP_SYN, build};
+#[cfg(test)]
+use crate::packet::PROTO_UDP;
 use crate::plane::{Buf, Plane, Real, Service, VECTOR, Verdict, Worker};
 use crate::rewrite;
 
@@ -58,54 +60,20 @@ const VIP: [u8; 4] = [10, 0, 0, 100];
 const HEADROOM: usize = 128;
 const FRAME_ROOM: usize = 2048;
 
-/// A 64-byte frame (with Ethernet padding) from client 0.0.0.0:0.
+/// A 64-byte frame (with Ethernet padding) from client 0.0.0.0:0 to the VIP.
 fn template(proto: u8, flags: u8) -> Vec<u8> {
     let src = [0, 0, 0, 0];
-    let mut f = if proto == PROTO_TCP {
+    let pseudo = |len: usize| checksum::pseudo_v4(src, VIP, proto, len as u16);
+    let seg = if proto == PROTO_TCP {
         // TCP: 54 bytes of headers; 10 bytes of payload make 64.
-        let seg = tcp_segment(src, flags, &[0u8; 10]);
-        packet_frame(src, PROTO_TCP, &seg)
+        build::tcp(0, 80, flags, &[0u8; 10], pseudo)
     } else {
         // UDP: 42 bytes of headers; 22 bytes of payload make 64.
-        let seg = udp_segment(src, &[0u8; 22]);
-        packet_frame(src, PROTO_UDP, &seg)
+        build::udp(0, 80, &[0u8; 22], pseudo)
     };
+    let mut f = build::eth(ETHERTYPE_IPV4, &build::ipv4(src, VIP, proto, &seg));
     f.resize(64.max(f.len()), 0);
     f
-}
-
-fn packet_frame(src: [u8; 4], proto: u8, seg: &[u8]) -> Vec<u8> {
-    let total = (20 + seg.len()) as u16;
-    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0];
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip.extend_from_slice(&src);
-    ip.extend_from_slice(&VIP);
-    let c = checksum::checksum(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    ip.extend_from_slice(seg);
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
-    f.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f
-}
-
-fn tcp_segment(src: [u8; 4], flags: u8, data: &[u8]) -> Vec<u8> {
-    let mut s = vec![0, 0, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 5 << 4, flags, 0xff, 0xff, 0, 0, 0, 0];
-    s.extend_from_slice(data);
-    let c = !checksum::fold(checksum::add(checksum::pseudo_v4(src, VIP, PROTO_TCP, s.len() as u16), &s));
-    s[16..18].copy_from_slice(&c.to_be_bytes());
-    s
-}
-
-fn udp_segment(src: [u8; 4], data: &[u8]) -> Vec<u8> {
-    let len = (8 + data.len()) as u16;
-    let mut s = vec![0, 0, 0, 80];
-    s.extend_from_slice(&len.to_be_bytes());
-    s.extend_from_slice(&[0, 0]);
-    s.extend_from_slice(data);
-    let c = !checksum::fold(checksum::add(checksum::pseudo_v4(src, VIP, PROTO_UDP, len), &s));
-    s[6..8].copy_from_slice(&c.to_be_bytes());
-    s
 }
 
 /// Client address and port of flow `i`.

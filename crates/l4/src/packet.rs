@@ -418,9 +418,9 @@ fn transport(
     Ok(Some(ip))
 }
 
-#[cfg(test)]
-pub(crate) mod build {
-    //! Test frames with correct checksums, built by hand.
+pub mod build {
+    //! Frames with correct checksums, built by hand: for the tests and for
+    //! the in-memory generator of `gatehouse bench l4`.
     use super::*;
 
     pub fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {

@@ -246,6 +246,17 @@ impl<A: Addr> Table<A> {
         &mut self.sessions[idx as usize]
     }
 
+    /// One entry more (`add`) or fewer lives beyond each of the `steps`
+    /// buckets from `home` on.
+    fn count_overflow(&mut self, home: usize, steps: usize, add: bool) {
+        let mut p = home;
+        for _ in 0..steps {
+            let o = &mut self.buckets[p].overflow;
+            *o = if add { *o + 1 } else { o.saturating_sub(1) };
+            p = self.next(p);
+        }
+    }
+
     fn index_insert(&mut self, k: &Key<A>, entry: u32) -> bool {
         let h = self.hash(k);
         let sig = Self::sig(h);
@@ -256,11 +267,7 @@ impl<A: Addr> Table<A> {
                 *slot = Slot { sig, entry };
                 // Every full bucket passed on the way now has one more
                 // entry beyond it.
-                let mut p = home;
-                for _ in 0..step {
-                    self.buckets[p].overflow += 1;
-                    p = self.next(p);
-                }
+                self.count_overflow(home, step, true);
                 return true;
             }
             b = self.next(b);
@@ -275,11 +282,7 @@ impl<A: Addr> Table<A> {
         for step in 0..MAX_PROBE {
             if let Some(slot) = self.buckets[b].slots.iter_mut().find(|s| s.entry == entry) {
                 *slot = Slot::default();
-                let mut p = home;
-                for _ in 0..step {
-                    self.buckets[p].overflow -= 1;
-                    p = self.next(p);
-                }
+                self.count_overflow(home, step, false);
                 return;
             }
             b = self.next(b);
