@@ -232,7 +232,7 @@ pub async fn resource(req: Request<Incoming>, shared: &Shared, kind: &'static st
             let mut control = shared.control();
             let current = control.versions.get(&(kind, name.clone())).copied();
             let at = position(&control, kind, &name);
-            if let Err(r) = check_version(&pre, at.and(current.or(Some(0))), &what) {
+            if let Err(r) = check_version(&pre, at.map(|_| current.unwrap_or(0)), &what) {
                 return r;
             }
             let mut value = Value::Object(body);

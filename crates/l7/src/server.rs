@@ -299,13 +299,18 @@ pub fn load_snapshot(
     metrics: &Metrics,
     generate_certs: bool,
 ) -> Result<(Snapshot, Node), ConfigErrors> {
+    let doc = read_document(path)?;
+    let snap = build_snapshot(&doc, path, version, health, limiters, metrics, generate_certs)?;
+    Ok((snap, doc))
+}
+
+/// Reads and parses a config file into its document.
+fn read_document(path: &Path) -> Result<Node, ConfigErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
         file: path.to_path_buf(),
         errors: vec![gatehouse_config::FieldError { path: String::new(), message: format!("cannot read: {e}"), line: None }],
     })?;
-    let doc = gatehouse_config::parse_document(&text, path)?;
-    let snap = build_snapshot(&doc, path, version, health, limiters, metrics, generate_certs)?;
-    Ok((snap, doc))
+    gatehouse_config::parse_document(&text, path)
 }
 
 /// Decodes, validates and compiles a document (`path` names it in errors
@@ -320,6 +325,19 @@ fn build_snapshot(
     generate_certs: bool,
 ) -> Result<Snapshot, ConfigErrors> {
     let cfg: Config = gatehouse_config::from_node(doc, path)?;
+    compile(cfg, path, version, health, limiters, metrics, generate_certs)
+}
+
+/// Compiles a decoded config into a snapshot.
+fn compile(
+    cfg: Config,
+    path: &Path,
+    version: u64,
+    health: &HealthRegistry,
+    limiters: &RateLimiters,
+    metrics: &Metrics,
+    generate_certs: bool,
+) -> Result<Snapshot, ConfigErrors> {
     let base_dir = config_base_dir(path);
     let cx = BuildContext { base_dir: &base_dir, health, limiters, metrics, generate_certs };
     Snapshot::build(cfg, version, &cx).map_err(|errors| ConfigErrors { file: path.to_path_buf(), errors })
@@ -347,16 +365,18 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
     // soon as the port answers must reload, not kill the process.
     let signals = rt.block_on(async { Signals::install() }).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let limiters = RateLimiters::default();
-    // The worker count is fixed for the life of the process: per-worker
-    // counter tables are sized by it before the first snapshot is built.
-    let configured = gatehouse_config::load(path).map(|c| c.workers).unwrap_or(0);
-    let workers = match configured {
+    // The file is read and decoded once; the worker count it sets is fixed
+    // for the life of the process and sizes the per-worker counter tables
+    // before the first snapshot is compiled.
+    let local = read_document(path).map_err(|e| e.to_string())?;
+    let cfg = gatehouse_config::from_node(&local, path).map_err(|e| e.to_string())?;
+    let workers = match cfg.workers {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
     let health = HealthRegistry::new(workers);
     let metrics = Metrics::new(workers);
-    let (mut snap, local) = load_snapshot(path, 1, &health, &limiters, &metrics, true).map_err(|e| e.to_string())?;
+    let mut snap = compile(cfg, path, 1, &health, &limiters, &metrics, true).map_err(|e| e.to_string())?;
     let mut doc = local.clone();
     let store = match &snap.config.store {
         gatehouse_config::Store::File => None,
