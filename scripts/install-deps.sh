@@ -15,6 +15,10 @@ need wrk wrk
 need go golang-go
 need python3 python3
 need ss iproute2
+# The L4 tests build network namespaces and turn checksum offload off on their veths.
+need ethtool ethtool
+# The XDP program is compiled against the kernel UAPI headers.
+[ -e /usr/include/linux/bpf.h ] || want_pkgs+=(linux-libc-dev)
 # The etcd client crate compiles etcd's protobuf definitions; the tests run a real etcd.
 need protoc protobuf-compiler
 need etcd etcd-server

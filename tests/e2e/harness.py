@@ -267,9 +267,10 @@ def ws_read_frame(f):
 
 
 class Gatehouse:
-    """One Gatehouse process on a config written to a temporary directory."""
+    """One Gatehouse process on a config written to a temporary directory
+    (run under `prefix`, e.g. `ip netns exec NAME`)."""
 
-    def __init__(self, tmp_path, config, wait_ports=(), args=()):
+    def __init__(self, tmp_path, config, wait_ports=(), args=(), prefix=()):
         self.dir = Path(tmp_path)
         self.config_path = self.dir / "gatehouse.yaml"
         if config is not None:
@@ -279,7 +280,7 @@ class Gatehouse:
         self.stderr_path = self.dir / f"stderr{suffix}.log"
         env = dict(os.environ, GATEHOUSE_LOG="info", NO_COLOR="1", RUST_LOG_STYLE="never")
         self.proc = subprocess.Popen(
-            [str(BIN), "run", "-c", str(self.config_path), *args],
+            [*prefix, str(BIN), "run", "-c", str(self.config_path), *args],
             stdout=open(self.stdout_path, "wb"),
             stderr=open(self.stderr_path, "wb"),
             env=env,

@@ -802,6 +802,26 @@ pub struct L4 {
     /// of these and a port allocated by the core that owns the session.
     pub local_addresses: Vec<std::net::IpAddr>,
     pub services: Vec<L4Service>,
+    /// Packet I/O backend.
+    pub io: L4Io,
+    /// Session table capacity of each worker (per address family).
+    pub max_sessions: usize,
+}
+
+/// How the L4 plane gets its packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum L4Io {
+    /// AF_XDP, falling back to AF_PACKET (with a warning) when it fails.
+    #[default]
+    Auto,
+    AfXdp,
+    AfPacket,
+}
+
+impl Decode for L4Io {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(node, ctx, &[("auto", L4Io::Auto), ("af_xdp", L4Io::AfXdp), ("af_packet", L4Io::AfPacket)])
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -893,6 +913,8 @@ impl Decode for L4 {
             interfaces: m.or(ctx, "interfaces", Vec::new()),
             local_addresses: m.or(ctx, "local_addresses", Vec::new()),
             services: m.or(ctx, "services", Vec::new()),
+            io: m.or(ctx, "io", L4Io::Auto),
+            max_sessions: m.or(ctx, "max_sessions", 1 << 20),
         };
         m.finish(ctx);
         Some(l)

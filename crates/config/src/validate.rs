@@ -340,6 +340,9 @@ fn l4_plane(l4: &L4, ctx: &mut Ctx) {
     if !l4.services.is_empty() && l4.interfaces.is_empty() {
         ctx.error_at("interfaces", None, "needs at least one interface for the services to run on");
     }
+    if !(1024..=1 << 30).contains(&l4.max_sessions) {
+        ctx.error_at("max_sessions", None, "expected a number from 1024 to 1073741824");
+    }
     for (i, name) in l4.interfaces.iter().enumerate() {
         if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(char::is_whitespace) {
             ctx.with_field("interfaces", |ctx| ctx.error_at(&format!("[{i}]"), None, format!("{name:?} is not an interface name")));
@@ -348,8 +351,30 @@ fn l4_plane(l4: &L4, ctx: &mut Ctx) {
     ctx.with_field("services", |ctx| {
         unique_names(l4.services.iter().map(|s| s.name.as_str()), ctx, "service");
         let mut seen = HashSet::new();
+        // A NAT real server's replies are told apart by its address and
+        // port alone, so it serves one NAT service.
+        let mut nat_reals: std::collections::HashMap<(std::net::SocketAddr, L4Protocol), &str> = std::collections::HashMap::new();
         for (i, s) in l4.services.iter().enumerate() {
-            ctx.with_index(i, |ctx| l4_service(l4, s, &mut seen, ctx));
+            ctx.with_index(i, |ctx| {
+                l4_service(l4, s, &mut seen, ctx);
+                if s.mode != L4Mode::Nat {
+                    return;
+                }
+                for (j, r) in s.real_servers.iter().enumerate() {
+                    let Some(a) = r.address else { continue };
+                    if let Some(other) = nat_reals.insert((a, s.protocol), &s.name).filter(|o| *o != s.name) {
+                        ctx.with_field("real_servers", |ctx| {
+                            ctx.with_index(j, |ctx| {
+                                ctx.error_at(
+                                    "address",
+                                    None,
+                                    format!("{a} is already a real server of NAT service {other:?}: its replies could not be told apart"),
+                                )
+                            })
+                        });
+                    }
+                }
+            });
         }
     });
 }

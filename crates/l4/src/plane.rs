@@ -190,7 +190,7 @@ pub struct Service {
 pub struct Plane {
     pub services: Vec<Service>,
     by_vip: HashMap<(u128, u16, u8), u16, FastHash>,
-    /// NAT replies come from (real address, port, protocol).
+    /// NAT replies come from (real address, port, protocol) of a NAT service.
     by_real: HashMap<(u128, u16, u8), (u16, u16), FastHash>,
     pub local_addrs: Vec<IpAddr>,
     /// Addresses answered for (ARP, neighbour discovery): VIPs and local ones.
@@ -208,8 +208,13 @@ impl Plane {
         let mut by_real = HashMap::with_hasher(FastHash);
         for (i, s) in services.iter_mut().enumerate() {
             by_vip.insert((addr_key(s.vip), s.port, s.proto), i as u16);
-            for (j, r) in s.reals.iter().enumerate() {
-                by_real.insert((addr_key(r.addr), r.port, s.proto), (i as u16, j as u16));
+            // Only NAT replies come from a real server's own address (FNAT
+            // replies go to a local address; DR and tunnels bypass the
+            // balancer). Configs give a NAT real server to one service.
+            if s.mode == L4Mode::Nat {
+                for (j, r) in s.reals.iter().enumerate() {
+                    by_real.entry((addr_key(r.addr), r.port, s.proto)).or_insert((i as u16, j as u16));
+                }
             }
             if s.scheduler == L4Scheduler::Maglev && s.maglev.is_none() {
                 let names: Vec<(String, u32)> = s.reals.iter().map(|r| (format!("{}:{}", r.addr, r.port), r.weight)).collect();
@@ -220,6 +225,72 @@ impl Plane {
         owned.sort();
         owned.dedup();
         Plane { services, by_vip, by_real, local_addrs, owned, mac, next_hop_mac, cores: cores.max(1), checks: Checks::default() }
+    }
+}
+
+impl Service {
+    /// The services of an `l4` config section; timeouts in ticks of
+    /// `tick`. `up(service, real)` says whether a real server is healthy.
+    pub fn from_config(l4: &gatehouse_config::L4, tick: std::time::Duration, up: &dyn Fn(usize, usize) -> bool) -> Vec<Service> {
+        let ticks = |d: std::time::Duration| (d.as_millis() / tick.as_millis().max(1)).clamp(1, u128::from(u32::MAX)) as u32;
+        l4.services
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let vip = s.address?;
+                let t = &s.timeouts;
+                Some(Service {
+                    name: s.name.clone(),
+                    vip: vip.ip(),
+                    port: vip.port(),
+                    proto: match s.protocol {
+                        gatehouse_config::L4Protocol::Tcp => PROTO_TCP,
+                        gatehouse_config::L4Protocol::Udp => PROTO_UDP,
+                    },
+                    mode: s.mode,
+                    scheduler: s.scheduler,
+                    gue_port: s.gue_port,
+                    reals: s
+                        .real_servers
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(j, r)| {
+                            let a = r.address?;
+                            Some(Real { addr: a.ip(), port: a.port(), weight: r.weight, up: up(i, j) })
+                        })
+                        .collect(),
+                    maglev: None,
+                    // By `State`: SYN sent, established, closing, datagram.
+                    timeouts: [ticks(t.tcp_syn), ticks(t.tcp_established), ticks(t.tcp_fin), ticks(t.udp)],
+                })
+            })
+            .collect()
+    }
+}
+
+fn sched_for(s: L4Scheduler) -> Sched {
+    match s {
+        L4Scheduler::Rr => Sched::Rr(RoundRobin::default()),
+        L4Scheduler::Wrr => Sched::Wrr(SmoothWeighted::default()),
+        L4Scheduler::Wlc => Sched::Wlc(LeastConnections::default()),
+        L4Scheduler::Maglev => Sched::Maglev,
+    }
+}
+
+impl Plane {
+    /// Whether sessions made under `old` stay meaningful under this plane:
+    /// every service of `old` is here at the same place with the same
+    /// address, protocol and mode, its real servers first and in the same
+    /// order (new ones only appended), and the local addresses are the
+    /// same. Weights, health and schedulers may differ.
+    pub fn extends(&self, old: &Plane) -> bool {
+        self.local_addrs == old.local_addrs
+            && self.services.len() >= old.services.len()
+            && self.services.iter().zip(&old.services).all(|(n, o)| {
+                (n.vip, n.port, n.proto, n.mode) == (o.vip, o.port, o.proto, o.mode)
+                    && n.reals.len() >= o.reals.len()
+                    && n.reals.iter().zip(&o.reals).all(|(a, b)| (a.addr, a.port) == (b.addr, b.port))
+            })
     }
 }
 
@@ -386,6 +457,11 @@ pub struct Worker {
     classes: Vec<Class>,
     hashes: Vec<u64>,
     found: Vec<Option<u32>>,
+    /// By frame of the last vector: the neighbour a forwarded frame must
+    /// go to when it is not its (outer) destination address: the real
+    /// server in DR mode, whose packets keep the VIP as destination.
+    pub next_hops: Vec<Option<IpAddr>>,
+    hop: Option<IpAddr>,
 }
 
 /// An address as a map key for both families (IPv4 as IPv4-mapped IPv6).
@@ -436,16 +512,7 @@ impl Worker {
     }
 
     pub fn with_capacities(plane: &Plane, core: u16, v4: usize, v6: usize, seed: u64) -> Worker {
-        let scheds = plane
-            .services
-            .iter()
-            .map(|s| match s.scheduler {
-                L4Scheduler::Rr => Sched::Rr(RoundRobin::default()),
-                L4Scheduler::Wrr => Sched::Wrr(SmoothWeighted::default()),
-                L4Scheduler::Wlc => Sched::Wlc(LeastConnections::default()),
-                L4Scheduler::Maglev => Sched::Maglev,
-            })
-            .collect();
+        let scheds = plane.services.iter().map(|s| sched_for(s.scheduler)).collect();
         let counters = Counters {
             services: plane
                 .services
@@ -465,6 +532,24 @@ impl Worker {
             classes: Vec::with_capacity(VECTOR),
             hashes: Vec::with_capacity(VECTOR),
             found: Vec::with_capacity(VECTOR),
+            next_hops: Vec::with_capacity(VECTOR),
+            hop: None,
+        }
+    }
+
+    /// Takes a new plane whose services and real servers extend this
+    /// worker's (appended at the end, the ones before unchanged: see
+    /// [`Plane::extends`]): the session tables are kept, counters and
+    /// schedulers grow.
+    pub fn adopt(&mut self, plane: &Plane) {
+        for (i, s) in plane.services.iter().enumerate() {
+            if i == self.scheds.len() {
+                self.scheds.push(sched_for(s.scheduler));
+                self.counters.services.push(ServiceCounters::default());
+            }
+            let c = &mut self.counters.services[i];
+            c.per_real_packets.resize(s.reals.len().max(c.per_real_packets.len()), 0);
+            c.per_real_active.resize(s.reals.len().max(c.per_real_active.len()), 0);
         }
     }
 
@@ -541,6 +626,7 @@ impl Worker {
     /// Processes one vector of frames at clock tick `now`.
     pub fn process(&mut self, plane: &Plane, bufs: &mut [Buf<'_>], verdicts: &mut Vec<Verdict>, now: u32) {
         verdicts.clear();
+        self.next_hops.clear();
         // 1. Parse and classify.
         self.classes.clear();
         self.classes.extend(bufs.iter().map(|b| Self::classify(plane, b)));
@@ -586,6 +672,7 @@ impl Worker {
                 Verdict::Forward => {}
             }
             verdicts.push(v);
+            self.next_hops.push(self.hop.take());
         }
         // 6. Expire a slice of each table.
         let is_nat = |svc: u16| plane.services.get(usize::from(svc)).is_some_and(|s| s.mode == L4Mode::Nat);
@@ -848,10 +935,10 @@ impl Worker {
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
                 Verdict::Forward
             }
-            // Only the MAC changes: the real server owns the VIP too. (Its
-            // MAC is the next hop's here; per-server neighbour entries come
-            // with the I/O layer.)
+            // Only the MAC changes: the real server owns the VIP too; the
+            // I/O layer puts its MAC in (from `next_hops`).
             L4Mode::Dr => {
+                self.hop = Some(real.addr);
                 rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
                 Verdict::Forward
             }

@@ -309,6 +309,15 @@ pub struct ScrapeInput<'a> {
     pub certificates: Vec<(&'a str, i64)>,
     /// With the etcd store: (connected, revision).
     pub store: Option<(bool, i64)>,
+    /// With the L4 plane running.
+    pub l4: Option<L4Scrape>,
+}
+
+/// The L4 plane's figures: every worker's counters, and the services'
+/// names and real servers (with health) in counter order.
+pub struct L4Scrape {
+    pub workers: Vec<gatehouse_l4_io::WorkerStats>,
+    pub services: Vec<(String, Vec<(std::net::SocketAddr, bool)>)>,
 }
 
 struct Out {
@@ -489,7 +498,76 @@ impl Metrics {
             o.sample("gatehouse_store_revision", &[], revision);
         }
         keyops(&mut o);
+        if let Some(l4) = &input.l4 {
+            render_l4(&mut o, l4);
+        }
         o.text
+    }
+}
+
+/// A metric: name, type, help, and how to read it from what it is of.
+type Series<'a, T, V> = (&'a str, &'a str, &'a str, &'a dyn Fn(&T) -> V);
+
+fn render_l4(o: &mut Out, l4: &L4Scrape) {
+    use gatehouse_l4::plane::ServiceCounters;
+    let per_service = |f: &dyn Fn(&ServiceCounters) -> u64, i: usize| -> u64 {
+        l4.workers.iter().filter_map(|w| w.counters.services.get(i)).map(f).sum()
+    };
+    let series: [Series<'_, ServiceCounters, u64>; 4] = [
+        ("gatehouse_l4_packets_total", "counter", "Packets from clients to each L4 service.", &|c| c.packets),
+        ("gatehouse_l4_bytes_total", "counter", "Bytes from clients to each L4 service.", &|c| c.bytes),
+        ("gatehouse_l4_sessions_total", "counter", "Sessions created per L4 service.", &|c| c.sessions_total),
+        ("gatehouse_l4_sessions_active", "gauge", "Sessions in the tables per L4 service.", &|c| c.sessions_active),
+    ];
+    for (name, kind, help, f) in series {
+        o.header(name, kind, help);
+        for (i, (service, _)) in l4.services.iter().enumerate() {
+            o.sample(name, &[("service", service)], per_service(f, i));
+        }
+    }
+    let per_real = |f: fn(&ServiceCounters) -> &[u64], i: usize, j: usize| -> u64 {
+        l4.workers.iter().filter_map(|w| w.counters.services.get(i)).filter_map(|c| f(c).get(j)).sum()
+    };
+    type PerReal = fn(&ServiceCounters) -> &[u64];
+    let reals: [(&str, &str, &str, PerReal); 2] = [
+        ("gatehouse_l4_real_packets_total", "counter", "Packets sent to each real server.", |c| &c.per_real_packets),
+        ("gatehouse_l4_real_sessions_active", "gauge", "Sessions per real server.", |c| &c.per_real_active),
+    ];
+    for (name, kind, help, f) in reals {
+        o.header(name, kind, help);
+        for (i, (service, rs)) in l4.services.iter().enumerate() {
+            for (j, (addr, _)) in rs.iter().enumerate() {
+                o.sample(name, &[("service", service), ("real", &addr.to_string())], per_real(f, i, j));
+            }
+        }
+    }
+    o.header("gatehouse_l4_real_up", "gauge", "1 while a real server passes its health check.");
+    for (service, rs) in &l4.services {
+        for (addr, up) in rs {
+            o.sample("gatehouse_l4_real_up", &[("service", service), ("real", &addr.to_string())], u8::from(*up));
+        }
+    }
+    o.header("gatehouse_l4_drops_total", "counter", "Packets the L4 plane dropped, by reason.");
+    for d in gatehouse_l4::plane::Drop::all() {
+        let n: u64 = l4.workers.iter().map(|w| w.counters.dropped(d)).sum();
+        o.sample("gatehouse_l4_drops_total", &[("reason", d.name())], n);
+    }
+    let no_neighbour: u64 = l4.workers.iter().map(|w| w.io.no_neighbour).sum();
+    let no_route: u64 = l4.workers.iter().map(|w| w.io.no_route).sum();
+    let tx_full: u64 = l4.workers.iter().map(|w| w.io.tx_full).sum();
+    o.sample("gatehouse_l4_drops_total", &[("reason", "no_neighbour")], no_neighbour);
+    o.sample("gatehouse_l4_drops_total", &[("reason", "no_route")], no_route);
+    o.sample("gatehouse_l4_drops_total", &[("reason", "tx_ring_full")], tx_full);
+    let io: [Series<'_, gatehouse_l4_io::WorkerStats, u64>; 3] = [
+        ("gatehouse_l4_rx_packets_total", "counter", "Frames the L4 plane received, per interface and queue.", &|w| w.io.rx_packets),
+        ("gatehouse_l4_tx_packets_total", "counter", "Frames the L4 plane sent, per interface and queue.", &|w| w.io.tx_packets),
+        ("gatehouse_l4_answered_total", "counter", "ARP and neighbour-discovery answers sent for owned addresses.", &|w| w.counters.answered),
+    ];
+    for (name, kind, help, f) in io {
+        o.header(name, kind, help);
+        for w in &l4.workers {
+            o.sample(name, &[("interface", &w.interface), ("queue", &w.queue.to_string())], f(w));
+        }
     }
 }
 
@@ -530,7 +608,7 @@ mod tests {
     use super::*;
 
     fn input() -> ScrapeInput<'static> {
-        ScrapeInput { config_version: 3, endpoints: Vec::new(), certificates: vec![("c\"1", 1_900_000_000)], store: None }
+        ScrapeInput { config_version: 3, endpoints: Vec::new(), certificates: vec![("c\"1", 1_900_000_000)], store: None, l4: None }
     }
 
     #[test]

@@ -54,6 +54,42 @@ pub struct Shared {
     handed_over: tokio::sync::Notify,
     /// The cluster store, with `store: { type: etcd }`.
     pub store: Option<Arc<crate::store::Etcd>>,
+    /// The L4 packet plane, when `l4.services` has any.
+    pub l4: std::sync::OnceLock<gatehouse_l4_io::L4Runtime>,
+}
+
+/// The health-registry name of an L4 service's real servers.
+fn l4_health_name(service: &str) -> String {
+    format!("l4/{service}")
+}
+
+impl Shared {
+    /// Every active health check: upstream endpoints and L4 real servers.
+    fn health_checks(&self, snap: &Snapshot) -> Vec<(String, Arc<crate::health::EndpointHealth>, gatehouse_config::HealthCheck)> {
+        let mut out = snap.health_checks();
+        for s in snap.config.l4.iter().flat_map(|l| &l.services) {
+            let Some(check) = &s.health_check else { continue };
+            let name = l4_health_name(&s.name);
+            for addr in s.real_servers.iter().filter_map(|r| r.address) {
+                out.push((name.clone(), self.health.get(&name, addr), check.clone()));
+            }
+        }
+        out
+    }
+
+    /// Starts the L4 plane if the config has services (once; later configs
+    /// go to [`gatehouse_l4_io::L4Runtime::update`]).
+    fn start_l4(self: &Arc<Self>) -> Result<(), String> {
+        let snap = self.snapshot.load();
+        let Some(l4) = snap.config.l4.as_ref().filter(|l| !l.services.is_empty()) else { return Ok(()) };
+        let weak = Arc::downgrade(self);
+        let health: gatehouse_l4_io::HealthFn =
+            Arc::new(move |service, addr| weak.upgrade().is_none_or(|s| s.health.get(&l4_health_name(service), addr).is_up()));
+        let rt = gatehouse_l4_io::L4Runtime::start(l4, health)?;
+        tracing::info!(services = l4.services.len(), backend = rt.backend, "L4 plane started");
+        let _ = self.l4.set(rt);
+        Ok(())
+    }
 }
 
 /// The control plane's state, behind [`Shared::control`].
@@ -185,8 +221,16 @@ impl Shared {
             .upstreams
             .iter()
             .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
+            .chain(snap.config.l4.iter().flat_map(|l| &l.services).flat_map(|s| {
+                s.real_servers.iter().filter_map(|r| r.address).map(|a| (l4_health_name(&s.name), a))
+            }))
             .collect();
-        control.checks.reconcile(snap.health_checks());
+        control.checks.reconcile(self.health_checks(&snap));
+        if let (Some(rt), Some(l4)) = (self.l4.get(), snap.config.l4.as_ref()) {
+            rt.update(l4);
+        } else if self.l4.get().is_none() && snap.config.l4.as_ref().is_some_and(|l| !l.services.is_empty()) {
+            tracing::warn!("l4.services added to a running process: the L4 plane starts at the next start");
+        }
         gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
         {
             let routes: Vec<&str> = snap.routes.iter().map(|r| &*r.name).collect();
@@ -246,6 +290,18 @@ impl Shared {
             store: self.store.as_ref().map(|s| {
                 let h = s.health();
                 (h.connected, h.revision)
+            }),
+            l4: self.l4.get().map(|rt| crate::metrics::L4Scrape {
+                workers: rt.stats(),
+                services: rt
+                    .layout()
+                    .into_iter()
+                    .map(|(name, reals)| {
+                        let h = l4_health_name(&name);
+                        let reals = reals.into_iter().map(|a| (a, self.health.get(&h, a).is_up())).collect();
+                        (name, reals)
+                    })
+                    .collect(),
             }),
         };
         self.metrics.render(&input)
@@ -467,6 +523,7 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         admin_socket: admin_socket.as_ref().and_then(|(a, s)| s.try_clone().ok().map(|s| (*a, s))),
         handed_over: tokio::sync::Notify::new(),
         store,
+        l4: std::sync::OnceLock::new(),
     });
     let admin_server = match (admin_socket, admin) {
         (Some((addr, socket)), Some(start)) => {
@@ -475,9 +532,7 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         }
         _ => None,
     };
-    if shared.snapshot.load().config.l4.as_ref().is_some_and(|l| !l.services.is_empty()) {
-        tracing::warn!("l4.services are validated but not served yet: the L4 data plane is not part of this build");
-    }
+    shared.start_l4().map_err(|e| format!("l4: {e}"))?;
     tracing::info!(workers, config = %path.display(), "gatehouse started");
     let mut handles = Vec::new();
     for (id, sockets) in per_worker.into_iter().enumerate() {
@@ -498,7 +553,7 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         {
             let mut control = shared.control();
             control.workers = handles;
-            let checks = shared.snapshot.load().health_checks();
+            let checks = shared.health_checks(&shared.snapshot.load());
             control.checks.reconcile(checks);
             let cfg = shared.snapshot.load().config.clone();
             control.versions = match &shared.store {

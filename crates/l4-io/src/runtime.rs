@@ -1,0 +1,519 @@
+//! The running L4 plane: per interface, one worker thread per receive
+//! queue (AF_XDP) or one worker (AF_PACKET), each with its own session
+//! table; and a control thread that keeps next hops, health and the XDP
+//! maps current and publishes new planes, which workers pick up between
+//! vectors without locks.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use gatehouse_config::{L4, L4Io, L4Mode};
+use gatehouse_l4::plane::{Buf, Counters, Plane, Service, VECTOR, Verdict, Worker};
+
+use crate::nexthop::{Miss, NextHops};
+use crate::steer::{Steering, Wanted};
+use crate::xsk;
+
+/// Session timeouts count in ticks of this.
+pub const TICK: Duration = Duration::from_secs(1);
+/// How often the control thread looks at neighbours, routes and health.
+const CONTROL_PERIOD: Duration = Duration::from_millis(200);
+/// How often a worker publishes its counters.
+const PUBLISH_PERIOD: Duration = Duration::from_millis(100);
+
+/// Whether a real server (service name, address) is healthy.
+pub type HealthFn = Arc<dyn Fn(&str, SocketAddr) -> bool + Send + Sync>;
+
+/// Per-worker figures beyond the plane's own counters.
+#[derive(Clone, Debug, Default)]
+pub struct IoCounters {
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    /// Forwarded frames whose next hop's MAC is not known yet.
+    pub no_neighbour: u64,
+    pub no_route: u64,
+    /// The transmit ring was full.
+    pub tx_full: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WorkerStats {
+    pub interface: String,
+    pub queue: u32,
+    pub counters: Counters,
+    pub io: IoCounters,
+    pub sessions: usize,
+}
+
+struct Port {
+    name: String,
+    ifindex: u32,
+    mac: [u8; 6],
+    workers: u16,
+    plane: ArcSwap<Plane>,
+    hops: ArcSwap<NextHops>,
+    misses: Mutex<Vec<IpAddr>>,
+    steering: Option<Mutex<Steering>>,
+}
+
+struct Shared {
+    ports: Vec<Arc<Port>>,
+    stats: Vec<Mutex<WorkerStats>>,
+    stop: AtomicBool,
+    cfg: Mutex<L4>,
+    health: HealthFn,
+}
+
+/// The L4 plane of `gatehouse run`. Stops its threads when dropped.
+pub struct L4Runtime {
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    /// The backend in use: "af_xdp" or "af_packet".
+    pub backend: &'static str,
+}
+
+fn sys(iface: &str, file: &str) -> Result<String, String> {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/{file}"))
+        .map(|s| s.trim().to_string())
+        .map_err(|e| format!("interface {iface}: {e}"))
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let v: Vec<u8> = s.split(':').filter_map(|h| u8::from_str_radix(h, 16).ok()).collect();
+    <[u8; 6]>::try_from(v).ok()
+}
+
+fn rx_queues(iface: &str) -> u32 {
+    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The host's addresses (every interface: a NAT reply to any of them is
+/// the host's own traffic).
+fn host_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for a in addrs {
+            if let Some(sa) = a.address {
+                if let Some(v4) = sa.as_sockaddr_in() {
+                    out.push(IpAddr::V4(v4.ip()));
+                } else if let Some(v6) = sa.as_sockaddr_in6() {
+                    out.push(IpAddr::V6(v6.ip()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn build_plane(cfg: &L4, health: &HealthFn, mac: [u8; 6], workers: u16) -> Plane {
+    let names: Vec<&str> = cfg.services.iter().map(|s| s.name.as_str()).collect();
+    let reals: Vec<Vec<Option<SocketAddr>>> = cfg.services.iter().map(|s| s.real_servers.iter().map(|r| r.address).collect()).collect();
+    let up = |i: usize, j: usize| reals[i][j].is_none_or(|a| health(names[i], a));
+    let services = Service::from_config(cfg, TICK, &up);
+    // The next hop's MAC is put in per frame by the worker.
+    Plane::new(services, cfg.local_addresses.clone(), mac, [0; 6], workers)
+}
+
+fn wanted(cfg: &L4) -> Wanted {
+    let mut w = Wanted::default();
+    for s in &cfg.services {
+        if let Some(a) = s.address {
+            w.owned.insert(crate::steer::addr_key(a.ip()));
+        }
+        if s.mode == L4Mode::Nat {
+            let proto = if s.protocol == gatehouse_config::L4Protocol::Tcp { 6 } else { 17 };
+            for r in s.real_servers.iter().filter_map(|r| r.address) {
+                w.reals.insert(crate::steer::real_key(r.ip(), r.port(), proto));
+            }
+        }
+    }
+    for a in &cfg.local_addresses {
+        w.owned.insert(crate::steer::addr_key(*a));
+    }
+    w.host = host_addresses().into_iter().map(crate::steer::addr_key).collect();
+    w
+}
+
+enum Backend {
+    Xdp(Box<xsk::Socket>),
+    Packet(crate::packet_socket::PacketSocket),
+}
+
+impl L4Runtime {
+    /// Opens every interface of `cfg` and starts the workers.
+    pub fn start(cfg: &L4, health: HealthFn) -> Result<L4Runtime, String> {
+        let mut ports = Vec::new();
+        let mut backends: Vec<(usize, u32, Backend)> = Vec::new();
+        let mut backend_name = "af_xdp";
+        let w = wanted(cfg);
+        for (pi, name) in cfg.interfaces.iter().enumerate() {
+            let ifindex: u32 = sys(name, "ifindex")?.parse().map_err(|_| format!("interface {name}: no index"))?;
+            let mac = parse_mac(&sys(name, "address")?).ok_or_else(|| format!("interface {name}: no MAC address"))?;
+            let mut steering = None;
+            let mut sockets = Vec::new();
+            if cfg.io != L4Io::AfPacket {
+                match open_xdp(name, ifindex, &w) {
+                    Ok((s, socks)) => {
+                        steering = Some(s);
+                        sockets = socks;
+                    }
+                    Err(e) if cfg.io == L4Io::Auto => {
+                        tracing::warn!(interface = %name, "AF_XDP unavailable ({e}); falling back to AF_PACKET");
+                    }
+                    Err(e) => return Err(format!("l4.interfaces[{pi}] ({name}): AF_XDP: {e}")),
+                }
+            }
+            let queues = if sockets.is_empty() {
+                backend_name = "af_packet";
+                let s = crate::packet_socket::PacketSocket::open(ifindex).map_err(|e| format!("l4.interfaces[{pi}] ({name}): AF_PACKET: {e}"))?;
+                backends.push((pi, 0, Backend::Packet(s)));
+                1
+            } else {
+                let n = sockets.len() as u32;
+                for (q, s) in sockets.into_iter().enumerate() {
+                    backends.push((pi, q as u32, Backend::Xdp(Box::new(s))));
+                }
+                n
+            };
+            let plane = build_plane(cfg, &health, mac, queues as u16);
+            let hops = NextHops::read(name, ifindex).unwrap_or_default();
+            ports.push(Arc::new(Port {
+                name: name.clone(),
+                ifindex,
+                mac,
+                workers: queues as u16,
+                plane: ArcSwap::from_pointee(plane),
+                hops: ArcSwap::from_pointee(hops),
+                misses: Mutex::new(Vec::new()),
+                steering: steering.map(Mutex::new),
+            }));
+            tracing::info!(interface = %name, queues, backend = backend_name, "L4 plane attached");
+        }
+        let shared = Arc::new(Shared {
+            stats: backends.iter().map(|(pi, q, _)| Mutex::new(WorkerStats { interface: ports[*pi].name.clone(), queue: *q, ..Default::default() })).collect(),
+            ports,
+            stop: AtomicBool::new(false),
+            cfg: Mutex::new(cfg.clone()),
+            health,
+        });
+        let mut threads = Vec::new();
+        for (slot, (pi, q, backend)) in backends.into_iter().enumerate() {
+            let (shared, port) = (shared.clone(), shared.ports[pi].clone());
+            let capacity = cfg.max_sessions;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("l4-{}-{q}", port.name))
+                    .spawn(move || worker_loop(&shared, &port, q, slot, backend, capacity))
+                    .map_err(|e| format!("cannot start an L4 worker: {e}"))?,
+            );
+        }
+        let control = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("l4-control".into())
+                .spawn(move || control_loop(&control))
+                .map_err(|e| format!("cannot start the L4 control thread: {e}"))?,
+        );
+        Ok(L4Runtime { shared, threads, backend: backend_name })
+    }
+
+    /// A new `l4` section (same interfaces): publishes new planes and XDP
+    /// maps. Sessions survive unless the services' shape changed.
+    pub fn update(&self, cfg: &L4) {
+        let mut cur = self.shared.cfg.lock().unwrap_or_else(|e| e.into_inner());
+        if cur.interfaces != cfg.interfaces || cur.io != cfg.io || cur.max_sessions != cfg.max_sessions {
+            tracing::warn!("l4.interfaces, l4.io and l4.max_sessions take effect at the next start");
+        }
+        // Sessions survive when the new plane extends the old (see
+        // `Plane::extends`); the workers check that themselves.
+        let keep_ifaces = cur.interfaces.clone();
+        *cur = L4 { interfaces: keep_ifaces, io: cur.io, max_sessions: cur.max_sessions, ..cfg.clone() };
+        publish(&self.shared, &cur);
+    }
+
+    /// Every worker's latest counters.
+    pub fn stats(&self) -> Vec<WorkerStats> {
+        self.shared.stats.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).clone()).collect()
+    }
+
+    /// Service names and real-server addresses, in counter order.
+    pub fn layout(&self) -> Vec<(String, Vec<SocketAddr>)> {
+        let cfg = self.shared.cfg.lock().unwrap_or_else(|e| e.into_inner());
+        cfg.services.iter().map(|s| (s.name.clone(), s.real_servers.iter().filter_map(|r| r.address).collect())).collect()
+    }
+}
+
+impl Drop for L4Runtime {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn open_xdp(name: &str, ifindex: u32, w: &Wanted) -> Result<(Steering, Vec<xsk::Socket>), String> {
+    let mut steering = Steering::attach(name)?;
+    let mut sockets = Vec::new();
+    for q in 0..rx_queues(name) {
+        let s = xsk::Socket::open(ifindex, q, xsk::Config::default()).map_err(|e| format!("AF_XDP socket on queue {q}: {e}"))?;
+        steering.set_socket(q, s.fd())?;
+        sockets.push(s);
+    }
+    // Only now, with a socket on every queue, does traffic get steered.
+    steering.update(w)?;
+    Ok((steering, sockets))
+}
+
+/// Publishes planes for `cfg` on every port (health read now).
+fn publish(shared: &Shared, cfg: &L4) {
+    let w = wanted(cfg);
+    for port in &shared.ports {
+        let plane = build_plane(cfg, &shared.health, port.mac, port.workers);
+        port.plane.store(Arc::new(plane));
+        if let Some(s) = &port.steering
+            && let Err(e) = s.lock().unwrap_or_else(|e| e.into_inner()).update(&w)
+        {
+            tracing::warn!(interface = %port.name, "updating the XDP maps: {e}");
+        }
+    }
+}
+
+fn control_loop(shared: &Shared) {
+    let mut solicited: HashMap<IpAddr, Instant> = HashMap::new();
+    let mut last_up: Vec<bool> = Vec::new();
+    while !shared.stop.load(Ordering::Relaxed) {
+        std::thread::sleep(CONTROL_PERIOD);
+        let cfg = shared.cfg.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Health: republish when any real server changed state.
+        let up: Vec<bool> = cfg
+            .services
+            .iter()
+            .flat_map(|s| s.real_servers.iter().map(move |r| r.address.is_none_or(|a| (shared.health)(&s.name, a))))
+            .collect();
+        if up != last_up {
+            if !last_up.is_empty() {
+                publish(shared, &cfg);
+            }
+            last_up = up;
+        }
+        for port in &shared.ports {
+            match NextHops::read(&port.name, port.ifindex) {
+                Ok(hops) if hops != **port.hops.load() => port.hops.store(Arc::new(hops)),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(interface = %port.name, "reading neighbours: {e}"),
+            }
+            let misses = std::mem::take(&mut *port.misses.lock().unwrap_or_else(|e| e.into_inner()));
+            for addr in misses {
+                let now = Instant::now();
+                if solicited.get(&addr).is_some_and(|t| now.duration_since(*t) < Duration::from_secs(1)) {
+                    continue;
+                }
+                solicited.insert(addr, now);
+                if let Err(e) = crate::nexthop::solicit(addr, &port.name) {
+                    tracing::debug!(interface = %port.name, %addr, "resolving: {e}");
+                }
+            }
+        }
+        solicited.retain(|_, t| t.elapsed() < Duration::from_secs(10));
+    }
+}
+
+/// Puts the next hop's MAC into a forwarded frame. ARP answers and
+/// neighbour advertisements are already addressed to their asker.
+fn address_frame(frame: &mut [u8], hint: Option<IpAddr>, hops: &NextHops) -> Result<(), Miss> {
+    let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+    let dst = match ethertype {
+        0x0806 => return Ok(()),
+        0x0800 if frame.len() >= 34 => IpAddr::from(<[u8; 4]>::try_from(&frame[30..34]).unwrap_or_default()),
+        0x86dd if frame.len() >= 54 => {
+            if frame[20] == 58 && frame.get(54) == Some(&136) {
+                return Ok(());
+            }
+            IpAddr::from(<[u8; 16]>::try_from(&frame[38..54]).unwrap_or_default())
+        }
+        _ => return Err(Miss::NoRoute),
+    };
+    let mac = hops.mac(hint.unwrap_or(dst))?;
+    frame[..6].copy_from_slice(&mac);
+    Ok(())
+}
+
+/// A worker's state: its plane, and the session tables that outlive
+/// planes that extend each other.
+struct Lane {
+    worker: Worker,
+    published: Arc<Plane>,
+    verdicts: Vec<Verdict>,
+    io: IoCounters,
+    started: Instant,
+    last_publish: Instant,
+    capacity: usize,
+    queue: u16,
+}
+
+impl Lane {
+    /// Picks up a newly published plane.
+    fn refresh(&mut self, port: &Port) {
+        let p = port.plane.load();
+        if !Arc::ptr_eq(&p, &self.published) {
+            let p = p.clone();
+            if p.extends(&self.published) {
+                self.worker.adopt(&p);
+            } else {
+                self.worker = Worker::new(&p, self.queue, self.capacity, fastrand::u64(..));
+            }
+            self.published = p;
+        }
+    }
+
+    /// Runs the pipeline over `bufs`; returns, per frame, whether to send it.
+    fn process(&mut self, port: &Port, bufs: &mut [Buf<'_>], send: &mut Vec<bool>) {
+        let now = (self.started.elapsed().as_millis() / TICK.as_millis()) as u32;
+        self.io.rx_packets += bufs.len() as u64;
+        self.worker.process(&self.published, bufs, &mut self.verdicts, now);
+        let hops = port.hops.load();
+        send.clear();
+        for (i, b) in bufs.iter_mut().enumerate() {
+            let ok = self.verdicts[i] == Verdict::Forward
+                && match address_frame(b.frame_mut(), self.worker.next_hops[i], &hops) {
+                    Ok(()) => true,
+                    Err(Miss::Unresolved(a)) => {
+                        self.io.no_neighbour += 1;
+                        if let Ok(mut m) = port.misses.try_lock()
+                            && m.len() < 64
+                            && !m.contains(&a)
+                        {
+                            m.push(a);
+                        }
+                        false
+                    }
+                    Err(Miss::NoRoute) => {
+                        self.io.no_route += 1;
+                        false
+                    }
+                };
+            send.push(ok);
+        }
+    }
+
+    fn publish_stats(&mut self, shared: &Shared, slot: usize) {
+        if self.last_publish.elapsed() < PUBLISH_PERIOD {
+            return;
+        }
+        self.last_publish = Instant::now();
+        let mut s = shared.stats[slot].lock().unwrap_or_else(|e| e.into_inner());
+        s.counters = self.worker.counters.clone();
+        s.io = self.io.clone();
+        s.sessions = self.worker.sessions();
+    }
+}
+
+fn worker_loop(shared: &Shared, port: &Port, queue: u32, slot: usize, backend: Backend, capacity: usize) {
+    let published = port.plane.load_full();
+    let mut lane = Lane {
+        worker: Worker::new(&published, queue as u16, capacity, fastrand::u64(..)),
+        published,
+        verdicts: Vec::with_capacity(VECTOR),
+        io: IoCounters::default(),
+        started: Instant::now(),
+        last_publish: Instant::now(),
+        capacity,
+        queue: queue as u16,
+    };
+    let mut send = Vec::with_capacity(VECTOR);
+    match backend {
+        Backend::Xdp(mut sock) => {
+            let mut descs = Vec::with_capacity(VECTOR);
+            let mut tx = Vec::with_capacity(VECTOR);
+            let mut recycle = Vec::with_capacity(VECTOR);
+            while !shared.stop.load(Ordering::Relaxed) {
+                sock.refill();
+                lane.publish_stats(shared, slot);
+                descs.clear();
+                if sock.recv(&mut descs, VECTOR) == 0 {
+                    sock.wait(50);
+                    continue;
+                }
+                lane.refresh(port);
+                tx.clear();
+                recycle.clear();
+                match sock.frames(&descs) {
+                    Some(frames) => {
+                        let mut bufs: Vec<Buf<'_>> = frames
+                            .into_iter()
+                            .zip(&descs)
+                            .map(|(mem, d)| Buf { mem, head: (d.addr - xsk::frame_of(d.addr)) as usize, len: d.len as usize })
+                            .collect();
+                        lane.process(port, &mut bufs, &mut send);
+                        for ((b, d), &ok) in bufs.iter().zip(&descs).zip(&send) {
+                            if ok {
+                                tx.push(xsk::Desc { addr: xsk::frame_of(d.addr) + b.head as u64, len: b.len as u32, options: 0 });
+                            } else {
+                                recycle.push(d.addr);
+                            }
+                        }
+                    }
+                    None => recycle.extend(descs.iter().map(|d| d.addr)),
+                }
+                for &a in &recycle {
+                    sock.recycle(a);
+                }
+                let sent = sock.send(&tx);
+                lane.io.tx_packets += sent as u64;
+                lane.io.tx_full += (tx.len() - sent) as u64;
+            }
+        }
+        Backend::Packet(sock) => {
+            let mut want = wanted(&shared.cfg.lock().unwrap_or_else(|e| e.into_inner()));
+            let mut want_at = Instant::now();
+            let mut mem = vec![0u8; VECTOR * xsk::FRAME_SIZE];
+            let mut lens = Vec::with_capacity(VECTOR);
+            while !shared.stop.load(Ordering::Relaxed) {
+                lane.publish_stats(shared, slot);
+                if want_at.elapsed() > CONTROL_PERIOD {
+                    want = wanted(&shared.cfg.lock().unwrap_or_else(|e| e.into_inner()));
+                    want_at = Instant::now();
+                }
+                lens.clear();
+                // Frames the plane does not want are the kernel's (it has
+                // its own copy); a bounded number are read per vector.
+                for _ in 0..4 * VECTOR {
+                    let k = lens.len();
+                    let room = &mut mem[k * xsk::FRAME_SIZE + xsk::RX_HEADROOM..(k + 1) * xsk::FRAME_SIZE];
+                    match sock.recv(room) {
+                        Some(n) if crate::steer::wants(&room[..n], &want) => lens.push(n),
+                        Some(_) => {}
+                        None => break,
+                    }
+                    if lens.len() == VECTOR {
+                        break;
+                    }
+                }
+                if lens.is_empty() {
+                    sock.wait(50);
+                    continue;
+                }
+                lane.refresh(port);
+                let mut bufs: Vec<Buf<'_>> = mem
+                    .chunks_exact_mut(xsk::FRAME_SIZE)
+                    .zip(&lens)
+                    .map(|(mem, &len)| Buf { mem, head: xsk::RX_HEADROOM, len })
+                    .collect();
+                lane.process(port, &mut bufs, &mut send);
+                for (b, &ok) in bufs.iter().zip(&send) {
+                    if ok && sock.send(b.frame()) {
+                        lane.io.tx_packets += 1;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The XDP steering program (bpf/steer.c, compiled by build.rs): loaded
+//! and attached with aya, its maps kept equal to what the plane wants.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+use aya::Ebpf;
+use aya::maps::{HashMap, MapData, XskMap};
+use aya::programs::{Xdp, XdpFlags};
+
+// ELF parsing needs the object aligned as the ELF structures are.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/steer.o"));
+
+/// An address as the program's 16-byte key (IPv4 as ::ffff:a.b.c.d).
+pub fn addr_key(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+/// A NAT real server as the program's key: address, port (network
+/// order), protocol, zero.
+pub fn real_key(a: IpAddr, port: u16, proto: u8) -> [u8; 20] {
+    let mut k = [0u8; 20];
+    k[..16].copy_from_slice(&addr_key(a));
+    k[16..18].copy_from_slice(&port.to_be_bytes());
+    k[18] = proto;
+    k
+}
+
+/// What the program steers to the plane.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Wanted {
+    /// VIPs and FNAT local addresses.
+    pub owned: HashSet<[u8; 16]>,
+    /// The host's own addresses (NAT replies to them are the host's).
+    pub host: HashSet<[u8; 16]>,
+    /// Real servers of NAT services.
+    pub reals: HashSet<[u8; 20]>,
+}
+
+/// The program attached to one interface; detached when dropped.
+pub struct Steering {
+    bpf: Ebpf,
+    pub interface: String,
+    /// Native (driver) mode; false: generic (skb) mode.
+    pub native: bool,
+    current: Wanted,
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+impl Steering {
+    /// Loads the program and attaches it to `interface`, in native mode
+    /// when the driver has it, generic mode otherwise.
+    pub fn attach(interface: &str) -> Result<Steering, String> {
+        let mut bpf = Ebpf::load(OBJECT).map_err(|e| err("loading the XDP program", e))?;
+        let prog: &mut Xdp = bpf
+            .program_mut("gatehouse_steer")
+            .ok_or("the XDP object has no gatehouse_steer program")?
+            .try_into()
+            .map_err(|e| err("gatehouse_steer", e))?;
+        prog.load().map_err(|e| err("verifying the XDP program", e))?;
+        let native = match prog.attach(interface, XdpFlags::DRV_MODE) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(interface, error = %e, "native XDP refused; using generic (skb) mode");
+                prog.attach(interface, XdpFlags::SKB_MODE).map_err(|e| err(&format!("attaching XDP to {interface}"), e))?;
+                false
+            }
+        };
+        Ok(Steering { bpf, interface: interface.to_string(), native, current: Wanted::default() })
+    }
+
+    /// Registers the AF_XDP socket of `queue`.
+    pub fn set_socket(&mut self, queue: u32, fd: impl AsRawFd) -> Result<(), String> {
+        let map = self.bpf.map_mut("XSKS").ok_or("no XSKS map")?;
+        let mut xsks: XskMap<&mut MapData> = XskMap::try_from(map).map_err(|e| err("XSKS", e))?;
+        xsks.set(queue, fd, 0).map_err(|e| err(&format!("registering the socket of queue {queue}"), e))
+    }
+
+    /// Makes the maps equal `wanted`: new entries first, stale ones after,
+    /// so that nothing the plane keeps wanting is missed in between.
+    pub fn update(&mut self, wanted: &Wanted) -> Result<(), String> {
+        sync(&mut self.bpf, "OWNED", &self.current.owned, &wanted.owned)?;
+        sync(&mut self.bpf, "HOST", &self.current.host, &wanted.host)?;
+        sync(&mut self.bpf, "REALS", &self.current.reals, &wanted.reals)?;
+        self.current = wanted.clone();
+        Ok(())
+    }
+}
+
+fn sync<const N: usize>(bpf: &mut Ebpf, name: &str, old: &HashSet<[u8; N]>, new: &HashSet<[u8; N]>) -> Result<(), String> {
+    let map = bpf.map_mut(name).ok_or_else(|| format!("no {name} map"))?;
+    let mut m: HashMap<&mut MapData, [u8; N], u8> = HashMap::try_from(map).map_err(|e| err(name, e))?;
+    for k in new.difference(old) {
+        m.insert(k, 1u8, 0).map_err(|e| err(&format!("adding to {name}"), e))?;
+    }
+    for k in old.difference(new) {
+        m.remove(k).map_err(|e| err(&format!("removing from {name}"), e))?;
+    }
+    Ok(())
+}
+
+/// The program's choice, made in user space (AF_PACKET sees every frame):
+/// whether the plane wants `frame`.
+pub fn wants(frame: &[u8], w: &Wanted) -> bool {
+    let Some(ethertype) = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]])) else { return false };
+    let l3 = &frame[14..];
+    let v4 = |b: &[u8]| addr_key(IpAddr::from(<[u8; 4]>::try_from(b).unwrap_or_default()));
+    let v6 = |b: &[u8]| <[u8; 16]>::try_from(b).unwrap_or_default();
+    let nat_reply = |src: [u8; 16], dst: &[u8; 16], proto: u8, l4: &[u8]| {
+        if !matches!(proto, 6 | 17) || l4.len() < 4 {
+            return false;
+        }
+        let mut k = [0u8; 20];
+        k[..16].copy_from_slice(&src);
+        k[16..18].copy_from_slice(&l4[..2]);
+        k[18] = proto;
+        w.reals.contains(&k) && !w.host.contains(dst)
+    };
+    match ethertype {
+        0x0806 => l3.len() >= 28 && l3[6..8] == [0, 1] && w.owned.contains(&v4(&l3[24..28])),
+        0x0800 if l3.len() >= 20 => {
+            let dst = v4(&l3[16..20]);
+            if w.owned.contains(&dst) {
+                return true;
+            }
+            let ihl = usize::from(l3[0] & 0x0f) * 4;
+            let first_fragment = l3[6] & 0x1f == 0 && l3[7] == 0;
+            first_fragment && (20..=60).contains(&ihl) && l3.len() > ihl && nat_reply(v4(&l3[12..16]), &dst, l3[9], &l3[ihl..])
+        }
+        0x86dd if l3.len() >= 40 => {
+            let dst = v6(&l3[24..40]);
+            if w.owned.contains(&dst) {
+                return true;
+            }
+            let l4 = &l3[40..];
+            if l3[6] == 58 {
+                return l4.len() >= 24 && l4[0] == 135 && w.owned.contains(&v6(&l4[8..24]));
+            }
+            nat_reply(v6(&l3[8..24]), &dst, l3[6], l4)
+        }
+        _ => false,
+    }
+}

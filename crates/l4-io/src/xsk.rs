@@ -1,0 +1,339 @@
+//! AF_XDP sockets: the UMEM (one memory area cut into 2 KiB frames shared
+//! with the kernel) and its four single-producer single-consumer rings.
+//! The only `unsafe` of the AF_XDP path lives here; everything above works
+//! on safe slices of the UMEM.
+//!
+//! Frame life cycle: a free frame is posted on the fill ring; the kernel
+//! writes a received packet into it and hands it back on the rx ring; the
+//! plane rewrites it in place and it is posted on the tx ring (same frame,
+//! no copy) or dropped (straight back to the fill ring); a transmitted frame
+//! comes back on the completion ring and goes to the fill ring again.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Bytes per UMEM frame.
+pub const FRAME_SIZE: usize = 2048;
+/// The kernel puts received data this far into a frame (XDP_PACKET_HEADROOM):
+/// room for tunnel headers in front.
+pub const RX_HEADROOM: usize = 256;
+
+/// A packet descriptor of the rx and tx rings.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Desc {
+    /// Offset of the packet's first byte in the UMEM.
+    pub addr: u64,
+    pub len: u32,
+    pub options: u32,
+}
+
+/// An mmap'ed region, unmapped on drop.
+struct Mapping {
+    ptr: NonNull<libc::c_void>,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize, fd: Option<(RawFd, libc::off_t)>) -> io::Result<Mapping> {
+        let (flags, fd, off) = match fd {
+            Some((fd, off)) => (libc::MAP_SHARED | libc::MAP_POPULATE, fd, off),
+            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0),
+        };
+        // SAFETY: a fresh mapping chosen by the kernel (addr NULL); nothing
+        // else refers to it until this function returns it.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, off) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        NonNull::new(ptr).map(|ptr| Mapping { ptr, len }).ok_or_else(|| io::Error::other("mmap returned NULL"))
+    }
+}
+
+// SAFETY: a Mapping is plain memory owned by whoever holds it; access goes
+// through &/&mut of its owner.
+unsafe impl Send for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the region was mapped by `Mapping::new` with this length and
+        // no reference into it outlives the Mapping (borrows are tied to it).
+        unsafe { libc::munmap(self.ptr.as_ptr(), self.len) };
+    }
+}
+
+/// One ring: producer and consumer indices, flags and `size` entries of `T`.
+struct Ring<T> {
+    /// Keeps the ring mapped (the pointers below point into it).
+    _map: Mapping,
+    producer: *const AtomicU32,
+    consumer: *const AtomicU32,
+    flags: *const AtomicU32,
+    entries: *mut T,
+    mask: u32,
+}
+
+impl<T: Copy> Ring<T> {
+    fn map(fd: RawFd, off: &libc::xdp_ring_offset, size: u32, pgoff: libc::off_t) -> io::Result<Ring<T>> {
+        let len = off.desc as usize + size as usize * size_of::<T>();
+        let map = Mapping::new(len, Some((fd, pgoff)))?;
+        let base = map.ptr.as_ptr().cast::<u8>();
+        // SAFETY: the kernel's offsets lie inside the mapping it sized for
+        // this ring (checked by `len` above for the entries); the indices are
+        // u32 the kernel updates atomically, hence the AtomicU32 views.
+        unsafe {
+            Ok(Ring {
+                producer: base.add(off.producer as usize).cast(),
+                consumer: base.add(off.consumer as usize).cast(),
+                flags: base.add(off.flags as usize).cast(),
+                entries: base.add(off.desc as usize).cast(),
+                mask: size - 1,
+                _map: map,
+            })
+        }
+    }
+
+    fn producer(&self) -> &AtomicU32 {
+        // SAFETY: points into `self.map`, alive as long as `self`.
+        unsafe { &*self.producer }
+    }
+
+    fn consumer(&self) -> &AtomicU32 {
+        // SAFETY: as for `producer`.
+        unsafe { &*self.consumer }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: as for `producer`.
+        unsafe { &*self.flags }.load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+
+    /// Producer side: appends as many of `items` as fit; returns how many.
+    fn push(&mut self, items: &[T]) -> usize {
+        let prod = self.producer().load(Ordering::Relaxed);
+        let cons = self.consumer().load(Ordering::Acquire);
+        let free = (self.mask + 1) - prod.wrapping_sub(cons);
+        let n = items.len().min(free as usize);
+        for (k, item) in items[..n].iter().enumerate() {
+            let slot = prod.wrapping_add(k as u32) & self.mask;
+            // SAFETY: slot <= mask < ring size: inside the entries array; the
+            // slot is ours (between producer and consumer + size) until the
+            // producer index below is published.
+            unsafe { self.entries.add(slot as usize).write(*item) };
+        }
+        self.producer().store(prod.wrapping_add(n as u32), Ordering::Release);
+        n
+    }
+
+    /// Consumer side: takes up to `max` entries into `out`; returns how many.
+    fn pop(&mut self, out: &mut Vec<T>, max: usize) -> usize {
+        let cons = self.consumer().load(Ordering::Relaxed);
+        let prod = self.producer().load(Ordering::Acquire);
+        let n = (prod.wrapping_sub(cons) as usize).min(max);
+        for k in 0..n {
+            let slot = cons.wrapping_add(k as u32) & self.mask;
+            // SAFETY: slot inside the entries array; the kernel published it
+            // (Acquire on the producer index) and will not reuse it until the
+            // consumer index below moves past it.
+            out.push(unsafe { self.entries.add(slot as usize).read() });
+        }
+        self.consumer().store(cons.wrapping_add(n as u32), Ordering::Release);
+        n
+    }
+}
+
+// SAFETY: the raw pointers point into mappings owned by the ring itself; a
+// ring is used by one thread at a time (&mut self for every operation).
+unsafe impl<T: Send> Send for Ring<T> {}
+
+/// Sizes of an AF_XDP socket.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// UMEM frames (power of two).
+    pub frames: u32,
+    /// Entries of each ring (power of two).
+    pub ring: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { frames: 4096, ring: 2048 }
+    }
+}
+
+/// An AF_XDP socket bound to one queue of one interface, with its own UMEM.
+pub struct Socket {
+    // Field order is drop order: rings and UMEM are unmapped before the
+    // socket closes.
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    rx: Ring<Desc>,
+    tx: Ring<Desc>,
+    umem: Mapping,
+    fd: OwnedFd,
+    /// Frames owned by user space and not in use.
+    free: Vec<u64>,
+    /// Scratch for completions.
+    done: Vec<u64>,
+    pub zero_copy: bool,
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+fn setsockopt<T>(fd: RawFd, opt: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` is a live T and its size is passed with it.
+    check(unsafe { libc::setsockopt(fd, libc::SOL_XDP, opt, (value as *const T).cast(), size_of::<T>() as libc::socklen_t) })
+}
+
+impl Socket {
+    /// Creates the socket, registers a UMEM, maps the rings and binds to
+    /// (`ifindex`, `queue`). Zero-copy when the driver offers it, copy mode
+    /// otherwise (veth).
+    pub fn open(ifindex: u32, queue: u32, cfg: Config) -> io::Result<Socket> {
+        if !cfg.frames.is_power_of_two() || !cfg.ring.is_power_of_two() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "AF_XDP frames and ring sizes must be powers of two"));
+        }
+        // SAFETY: plain socket(2); the fd is owned at once.
+        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        check(raw)?;
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let umem = Mapping::new(cfg.frames as usize * FRAME_SIZE, None)?;
+        let reg = libc::xdp_umem_reg {
+            addr: umem.ptr.as_ptr() as u64,
+            len: umem.len as u64,
+            chunk_size: FRAME_SIZE as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(raw, libc::XDP_UMEM_REG, &reg)?;
+        for opt in [libc::XDP_UMEM_FILL_RING, libc::XDP_UMEM_COMPLETION_RING, libc::XDP_RX_RING, libc::XDP_TX_RING] {
+            setsockopt(raw, opt, &cfg.ring)?;
+        }
+        // SAFETY: all-zero is a valid xdp_mmap_offsets (plain integers).
+        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        // SAFETY: `off` is writable for `len` bytes; the kernel fills it.
+        check(unsafe { libc::getsockopt(raw, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, (&mut off as *mut libc::xdp_mmap_offsets).cast(), &mut len) })?;
+        if len as usize != size_of::<libc::xdp_mmap_offsets>() {
+            return Err(io::Error::other("kernel without AF_XDP ring flags (needs Linux 5.4 or later)"));
+        }
+        let fill = Ring::map(raw, &off.fr, cfg.ring, libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t)?;
+        let comp = Ring::map(raw, &off.cr, cfg.ring, libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t)?;
+        let rx = Ring::map(raw, &off.rx, cfg.ring, libc::XDP_PGOFF_RX_RING)?;
+        let tx = Ring::map(raw, &off.tx, cfg.ring, libc::XDP_PGOFF_TX_RING)?;
+        let mut zero_copy = true;
+        let mut bound = Err(io::Error::other("not bound"));
+        for flags in [libc::XDP_USE_NEED_WAKEUP | libc::XDP_ZEROCOPY, libc::XDP_USE_NEED_WAKEUP | libc::XDP_COPY] {
+            let sa = libc::sockaddr_xdp {
+                sxdp_family: libc::AF_XDP as u16,
+                sxdp_flags: flags,
+                sxdp_ifindex: ifindex,
+                sxdp_queue_id: queue,
+                sxdp_shared_umem_fd: 0,
+            };
+            // SAFETY: `sa` is a valid sockaddr_xdp of the length passed.
+            bound = check(unsafe {
+                libc::bind(raw, (&sa as *const libc::sockaddr_xdp).cast(), size_of::<libc::sockaddr_xdp>() as libc::socklen_t)
+            });
+            if bound.is_ok() {
+                zero_copy = flags & libc::XDP_ZEROCOPY != 0;
+                break;
+            }
+        }
+        bound?;
+        let mut s = Socket { fill, comp, rx, tx, umem, fd, free: Vec::new(), done: Vec::new(), zero_copy };
+        s.free = (0..u64::from(cfg.frames)).map(|i| i * FRAME_SIZE as u64).collect();
+        // Half the frames wait for packets; the rest are spare for tx backlog.
+        let posted = s.fill.push(&s.free[s.free.len() / 2..]);
+        s.free.truncate(s.free.len() - posted);
+        Ok(s)
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Mutable views of the frames of received packets `descs`, in order:
+    /// the whole 2 KiB frame of each (the packet sits at
+    /// `addr - frame_of(addr)`). None if two descriptors share a frame.
+    pub fn frames(&mut self, descs: &[Desc]) -> Option<Vec<&mut [u8]>> {
+        let mut starts: Vec<u64> = descs.iter().map(|d| frame_of(d.addr)).collect();
+        starts.sort_unstable();
+        if starts.windows(2).any(|w| w[0] == w[1]) || starts.last().is_some_and(|&s| s as usize + FRAME_SIZE > self.umem.len) {
+            return None;
+        }
+        let base = self.umem.ptr.as_ptr().cast::<u8>();
+        Some(
+            descs
+                .iter()
+                .map(|d| {
+                    // SAFETY: the frame lies inside the UMEM (checked above);
+                    // frames of distinct descriptors do not overlap (checked
+                    // above), so the slices are disjoint; a received frame
+                    // belongs to user space until it is posted again, which
+                    // needs `&mut self`, so not while these borrows live.
+                    unsafe { std::slice::from_raw_parts_mut(base.add(frame_of(d.addr) as usize), FRAME_SIZE) }
+                })
+                .collect(),
+        )
+    }
+
+    /// Received packets, up to `max`, appended to `out`.
+    pub fn recv(&mut self, out: &mut Vec<Desc>, max: usize) -> usize {
+        self.rx.pop(out, max)
+    }
+
+    /// Queues packets for transmission; those that do not fit are recycled
+    /// (dropped). Returns how many were queued.
+    pub fn send(&mut self, descs: &[Desc]) -> usize {
+        let n = self.tx.push(descs);
+        for d in &descs[n..] {
+            self.free.push(frame_of(d.addr));
+        }
+        if n > 0 && (!self.zero_copy || self.tx.needs_wakeup()) {
+            // SAFETY: sendto(2) with no data: the kick that makes the kernel
+            // transmit the tx ring.
+            unsafe { libc::sendto(self.fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        }
+        n
+    }
+
+    /// Gives a frame back (a dropped packet).
+    pub fn recycle(&mut self, addr: u64) {
+        self.free.push(frame_of(addr));
+    }
+
+    /// Collects transmitted frames and refills the fill ring; wakes the
+    /// kernel's receive path when it asks to be.
+    pub fn refill(&mut self) {
+        self.done.clear();
+        let cap = self.done.capacity().max(256);
+        self.comp.pop(&mut self.done, cap);
+        self.free.extend(self.done.iter().map(|&a| frame_of(a)));
+        let posted = self.fill.push(&self.free);
+        self.free.drain(..posted);
+        if self.fill.needs_wakeup() {
+            // SAFETY: recvfrom(2) with no buffer: the wake-up of the rx path.
+            unsafe { libc::recvfrom(self.fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut()) };
+        }
+    }
+
+    /// Waits up to `timeout_ms` for received packets.
+    pub fn wait(&self, timeout_ms: i32) {
+        let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    }
+}
+
+/// The start of the frame holding UMEM offset `addr`.
+pub fn frame_of(addr: u64) -> u64 {
+    addr & !(FRAME_SIZE as u64 - 1)
+}

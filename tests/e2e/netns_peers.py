@@ -1,0 +1,112 @@
+"""Programs run inside the L4 test's network namespaces (no third-party
+modules): a real server and the clients.
+
+    python3 netns_peers.py server NAME            HTTP on :80 answering NAME,
+                                                  UDP echo on :7 answering NAME:payload
+    python3 netns_peers.py count URL N            N requests, each on a new connection;
+                                                  prints {"name": count, ..., "errors": n}
+    python3 netns_peers.py hold URL               one keep-alive connection, a request every
+                                                  50 ms; prints each answer's name, "ERR ..." on failure
+    python3 netns_peers.py udp HOST PORT N        N datagrams, each from a new socket (a new
+                                                  session); prints counts like `count`
+"""
+
+import http.client
+import json
+import socket
+import socketserver
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+
+def server(name):
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            body = name.encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    class Echo(socketserver.BaseRequestHandler):
+        def handle(self):
+            data, sock = self.request
+            sock.sendto(name.encode() + b":" + data, self.client_address)
+
+    ThreadingHTTPServer.allow_reuse_address = True
+    ThreadingHTTPServer.daemon_threads = True
+    http_server = ThreadingHTTPServer(("0.0.0.0", 80), H)
+    udp = socketserver.ThreadingUDPServer(("0.0.0.0", 7), Echo)
+    threading.Thread(target=udp.serve_forever, daemon=True).start()
+    print("ready", flush=True)
+    http_server.serve_forever()
+
+
+def count(url, n):
+    u = urlsplit(url)
+    seen = {"errors": 0}
+    for _ in range(n):
+        try:
+            c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=5)
+            c.request("GET", u.path or "/", headers={"connection": "close"})
+            r = c.getresponse()
+            name = r.read().decode()
+            seen[name] = seen.get(name, 0) + 1
+            c.close()
+        except OSError:
+            seen["errors"] += 1
+    print(json.dumps(seen), flush=True)
+
+
+def hold(url):
+    u = urlsplit(url)
+    c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=5)
+    while True:
+        try:
+            c.request("GET", u.path or "/")
+            r = c.getresponse()
+            print(r.read().decode(), flush=True)
+        except Exception as e:  # noqa: BLE001 - any failure ends the test's connection
+            print(f"ERR {e!r}", flush=True)
+            return
+        time.sleep(0.05)
+
+
+def udp(host, port, n):
+    seen = {"errors": 0}
+    for i in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(2)
+        try:
+            s.sendto(f"ping{i}".encode(), (host, port))
+            data, addr = s.recvfrom(2048)
+            name, _, echoed = data.decode().partition(":")
+            if echoed != f"ping{i}" or addr != (host, port):
+                seen["errors"] += 1
+            else:
+                seen[name] = seen.get(name, 0) + 1
+        except OSError:
+            seen["errors"] += 1
+        finally:
+            s.close()
+    print(json.dumps(seen), flush=True)
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "server":
+        server(sys.argv[2])
+    elif cmd == "count":
+        count(sys.argv[2], int(sys.argv[3]))
+    elif cmd == "hold":
+        hold(sys.argv[2])
+    elif cmd == "udp":
+        udp(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

@@ -1,0 +1,242 @@
+"""The L4 plane on real interfaces: network namespaces made (and removed)
+by the test, Gatehouse on AF_XDP in the balancer's namespace, real HTTP and
+UDP servers in the servers' namespaces, clients in the client's.
+
+    client 10.78.0.10 --- router 10.78.0.1 | 10.77.0.1 (bridge) --- lb0 10.77.0.2 (Gatehouse)
+                                                         |---------- s1 10.77.0.11
+                                                         |---------- s2 10.77.0.12
+                                                         |---------- s3 10.77.0.13
+
+VIPs 10.77.0.100 (NAT, TCP 80 and UDP 7), 10.77.0.101 (DR), 10.77.0.102
+(FNAT from local address 10.77.0.3). s1 and s2 route through the balancer
+(NAT replies must come back through it); s3 routes through the router and
+holds the DR VIP on its loopback.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import Gatehouse, wait_for
+
+HERE = Path(__file__).resolve().parent
+PEERS = str(HERE / "netns_peers.py")
+TAG = f"gh{os.getpid() % 100000}"
+NS = {k: f"{TAG}-{k}" for k in ("c", "r", "lb", "s1", "s2", "s3")}
+SERVERS = {"s1": "10.77.0.11", "s2": "10.77.0.12", "s3": "10.77.0.13"}
+
+
+def sh(*cmd, check=True):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)}: {p.stderr.strip()}")
+    return p.stdout
+
+
+def ns(name, *cmd, check=True):
+    return sh("ip", "netns", "exec", NS[name], *cmd, check=check)
+
+
+def offload_off(name, dev):
+    # Packets leaving a veth with checksum offload carry a partial checksum
+    # the receiving kernel would trust; through AF_XDP it must be whole.
+    sh("ip", "netns", "exec", NS[name], "ethtool", "-K", dev, "tx", "off", check=False)
+
+
+def build_topology():
+    for n in NS.values():
+        sh("ip", "netns", "add", n)
+    for k in NS:
+        sh("ip", "-n", NS[k], "link", "set", "lo", "up")
+    r = NS["r"]
+    sh("ip", "-n", r, "link", "add", "br0", "type", "bridge")
+    sh("ip", "-n", r, "addr", "add", "10.77.0.1/24", "dev", "br0")
+    sh("ip", "-n", r, "link", "set", "br0", "up")
+    offload_off("r", "br0")
+    for k, dev, addr in [("lb", "lb0", "10.77.0.2"), *[(s, "eth0", a) for s, a in SERVERS.items()]]:
+        port = f"p{k}"
+        sh("ip", "-n", r, "link", "add", port, "type", "veth", "peer", "name", dev, "netns", NS[k])
+        sh("ip", "-n", r, "link", "set", port, "master", "br0", "up")
+        sh("ip", "-n", NS[k], "addr", "add", f"{addr}/24", "dev", dev)
+        sh("ip", "-n", NS[k], "link", "set", dev, "up")
+        offload_off("r", port)
+        offload_off(k, dev)
+    sh("ip", "-n", r, "link", "add", "rc", "type", "veth", "peer", "name", "c0", "netns", NS["c"])
+    sh("ip", "-n", r, "addr", "add", "10.78.0.1/24", "dev", "rc")
+    sh("ip", "-n", r, "link", "set", "rc", "up")
+    sh("ip", "-n", NS["c"], "addr", "add", "10.78.0.10/24", "dev", "c0")
+    sh("ip", "-n", NS["c"], "link", "set", "c0", "up")
+    sh("ip", "-n", NS["c"], "route", "add", "default", "via", "10.78.0.1")
+    offload_off("r", "rc")
+    offload_off("c", "c0")
+    ns("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    sh("ip", "-n", NS["lb"], "route", "add", "default", "via", "10.77.0.1")
+    for s in ("s1", "s2"):
+        sh("ip", "-n", NS[s], "route", "add", "default", "via", "10.77.0.2")
+    # s3: direct routing; the VIP on loopback, never announced.
+    sh("ip", "-n", NS["s3"], "route", "add", "default", "via", "10.77.0.1")
+    sh("ip", "-n", NS["s3"], "addr", "add", "10.77.0.101/32", "dev", "lo")
+    for key in ("arp_ignore=1", "arp_announce=2"):
+        ns("s3", "sysctl", "-qw", f"net.ipv4.conf.all.{key}")
+
+
+def teardown_topology():
+    for n in NS.values():
+        sh("ip", "netns", "del", n, check=False)
+
+
+CONFIG = """
+workers: 1
+admin:
+  address: 127.0.0.1:9180
+l4:
+  interfaces: [lb0]
+  local_addresses: [10.77.0.3]
+  max_sessions: 65536
+  services:
+    - name: web-nat
+      address: 10.77.0.100:80
+      scheduler: wrr
+      mode: nat
+      real_servers:
+        - {{address: 10.77.0.11:80, weight: 1}}
+        - {{address: 10.77.0.12:80, weight: 3}}
+      health_check: {{type: tcp, interval: 300ms, rise: 1, fall: 2, timeout: 200ms}}
+    - name: echo-nat
+      address: 10.77.0.100:7
+      protocol: udp
+      scheduler: rr
+      mode: nat
+      real_servers:
+        - {{address: 10.77.0.11:7}}
+        - {{address: 10.77.0.12:7}}
+    - name: web-dr
+      address: 10.77.0.101:80
+      mode: dr
+      real_servers:
+        - {{address: 10.77.0.13:80}}
+    - name: web-fnat
+      address: 10.77.0.102:80
+      scheduler: maglev
+      mode: fnat
+      real_servers:
+{fnat_reals}
+      health_check: {{type: tcp, interval: 300ms, rise: 1, fall: 2, timeout: 200ms}}
+"""
+
+FNAT_TWO = """        - {address: 10.77.0.11:80}
+        - {address: 10.77.0.12:80}"""
+FNAT_THREE = FNAT_TWO + """
+        - {address: 10.77.0.13:80}"""
+
+
+@pytest.fixture(scope="module")
+def l4(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    teardown_topology()
+    build_topology()
+    servers = []
+    gh = None
+    try:
+        for s in SERVERS:
+            p = subprocess.Popen(["ip", "netns", "exec", NS[s], sys.executable, PEERS, "server", s], stdout=subprocess.PIPE, text=True)
+            assert p.stdout.readline().strip() == "ready"
+            servers.append(p)
+        # The balancer's kernel knows its gateway and real servers before
+        # the first packet (the plane also asks for unknown neighbours).
+        for a in ["10.77.0.1", *SERVERS.values()]:
+            ns("lb", "ping", "-c1", "-W1", a, check=False)
+        tmp = tmp_path_factory.mktemp("l4")
+        gh = Gatehouse(tmp, CONFIG.format(fnat_reals=FNAT_TWO), prefix=("ip", "netns", "exec", NS["lb"]))
+        gh.wait_log("L4 plane started")
+        yield {"gh": gh, "servers": dict(zip(SERVERS, servers))}
+    finally:
+        if gh:
+            gh.stop()
+        for p in servers:
+            p.kill()
+            p.wait()
+        teardown_topology()
+
+
+def client(*args):
+    return json.loads(ns("c", sys.executable, PEERS, *args).strip().splitlines()[-1])
+
+
+def metrics():
+    return ns("lb", "curl", "-s", "http://127.0.0.1:9180/metrics")
+
+
+def metric(text, name, **labels):
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    m = re.search(rf"^{name}\{{{re.escape(want)}\}} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_uses_af_xdp(l4):
+    assert "backend=\"af_xdp\"" in l4["gh"].stderr() or "backend=af_xdp" in l4["gh"].stderr(), l4["gh"].stderr()
+    # The XDP program is attached to the balancer's interface.
+    assert "xdp" in sh("ip", "-n", NS["lb"], "link", "show", "lb0")
+
+
+def test_nat_splits_by_weight(l4):
+    n = 2000
+    seen = client("count", "http://10.77.0.100/", str(n))
+    assert seen["errors"] == 0, seen
+    assert seen.get("s1", 0) + seen.get("s2", 0) == n, seen
+    share = seen["s2"] / n
+    assert abs(share - 0.75) <= 0.05 * 0.75, seen
+    m = metrics()
+    assert metric(m, "gatehouse_l4_sessions_total", service="web-nat") >= n
+    assert metric(m, "gatehouse_l4_real_packets_total", service="web-nat", real="10.77.0.12:80") > 0
+
+
+def test_udp_echo_through_nat(l4):
+    seen = client("udp", "10.77.0.100", "7", "200")
+    assert seen["errors"] == 0, seen
+    # Round robin over two servers, each datagram from a new port.
+    assert seen.get("s1", 0) == 100 and seen.get("s2", 0) == 100, seen
+
+
+def test_dr_answers_from_the_real_server(l4):
+    seen = client("count", "http://10.77.0.101/", "200")
+    assert seen == {"errors": 0, "s3": 200}
+
+
+def test_fnat_splits_and_keeps_long_connections(l4):
+    gh = l4["gh"]
+    n = 2000
+    seen = client("count", "http://10.77.0.102/", str(n))
+    assert seen["errors"] == 0, seen
+    # Maglev over two equal servers: about half each.
+    assert abs(seen["s1"] / n - 0.5) <= 0.05, seen
+    hold = subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "hold", "http://10.77.0.102/"], stdout=subprocess.PIPE, text=True)
+    try:
+        first = hold.stdout.readline().strip()
+        assert first in ("s1", "s2"), first
+        other = "s2" if first == "s1" else "s1"
+        # A real server added: the session stays where it is.
+        gh.reload(CONFIG.format(fnat_reals=FNAT_THREE))
+        gh.wait_log("configuration reloaded")
+        for _ in range(30):
+            assert hold.stdout.readline().strip() == first
+        seen = client("count", "http://10.77.0.102/", "300")
+        assert seen["errors"] == 0 and seen.get("s3", 0) > 0, seen
+        # The other one fails: its health check takes it out, ours goes on.
+        l4["servers"][other].kill()
+        l4["servers"][other].wait()
+        wait_for(lambda: metric(metrics(), "gatehouse_l4_real_up", service="web-fnat", real=f"{SERVERS[other]}:80") == 0, timeout=10, what="the killed server marked down")
+        for _ in range(30):
+            assert hold.stdout.readline().strip() == first
+        seen = client("count", "http://10.77.0.102/", "200")
+        assert seen["errors"] == 0 and other not in seen, seen
+    finally:
+        hold.kill()
+        hold.wait()
