@@ -1,7 +1,8 @@
 """Programs run inside the L4 test's network namespaces (no third-party
 modules): a real server and the clients.
 
-    python3 netns_peers.py server NAME            HTTP on :80 answering NAME,
+    python3 netns_peers.py server NAME            HTTP on :80 answering NAME (/health: 200,
+                                                  or 503 after a GET /down until a GET /up),
                                                   UDP echo on :7 answering NAME:payload
     python3 netns_peers.py count URL N            N requests, each on a new connection;
                                                   prints {"name": count, ..., "errors": n}
@@ -23,12 +24,21 @@ from urllib.parse import urlsplit
 
 
 def server(name):
+    healthy = threading.Event()
+    healthy.set()
+
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self):
-            body = name.encode()
-            self.send_response(200)
+            body, status = name.encode(), 200
+            if self.path == "/down":
+                healthy.clear()
+            elif self.path == "/up":
+                healthy.set()
+            elif self.path == "/health" and not healthy.is_set():
+                status = 503
+            self.send_response(status)
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -41,9 +51,15 @@ def server(name):
             data, sock = self.request
             sock.sendto(name.encode() + b":" + data, self.client_address)
 
-    ThreadingHTTPServer.allow_reuse_address = True
-    ThreadingHTTPServer.daemon_threads = True
-    http_server = ThreadingHTTPServer(("0.0.0.0", 80), H)
+    class Server(ThreadingHTTPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            # Health checks and reset tests close connections abruptly.
+            pass
+
+    http_server = Server(("0.0.0.0", 80), H)
     udp = socketserver.ThreadingUDPServer(("0.0.0.0", 7), Echo)
     threading.Thread(target=udp.serve_forever, daemon=True).start()
     print("ready", flush=True)

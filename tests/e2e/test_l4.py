@@ -8,7 +8,8 @@ UDP servers in the servers' namespaces, clients in the client's.
                                                          |---------- s3 10.77.0.13
 
 VIPs 10.77.0.100 (NAT, TCP 80 and UDP 7), 10.77.0.101 (DR), 10.77.0.102
-(FNAT from local address 10.77.0.3). s1 and s2 route through the balancer
+(FNAT from local address 10.77.0.3; port 80 keeps the sessions of a server
+that fails, port 81 resets them). s1 and s2 route through the balancer
 (NAT replies must come back through it); s3 routes through the router and
 holds the DR VIP on its loopback.
 """
@@ -128,7 +129,16 @@ l4:
       real_servers:
 {fnat_reals}
       health_check: {{type: tcp, interval: 300ms, rise: 1, fall: 2, timeout: 200ms}}
-"""
+    - name: web-reset
+      address: 10.77.0.102:81
+      scheduler: rr
+      mode: fnat
+      on_server_down: reset
+      real_servers:
+        - {{address: 10.77.0.11:80}}
+        - {{address: 10.77.0.12:80}}
+      health_check: {{type: http, path: /health, interval: 300ms, rise: 1, fall: 2, timeout: 200ms}}
+{io}"""
 
 FNAT_TWO = """        - {address: 10.77.0.11:80}
         - {address: 10.77.0.12:80}"""
@@ -142,28 +152,31 @@ def l4(tmp_path_factory):
         pytest.skip("network namespaces need root")
     teardown_topology()
     build_topology()
-    servers = []
-    gh = None
+    state = {"gh": None, "servers": {}}
     try:
         for s in SERVERS:
-            p = subprocess.Popen(["ip", "netns", "exec", NS[s], sys.executable, PEERS, "server", s], stdout=subprocess.PIPE, text=True)
-            assert p.stdout.readline().strip() == "ready"
-            servers.append(p)
+            state["servers"][s] = start_server(s)
         # The balancer's kernel knows its gateway and real servers before
         # the first packet (the plane also asks for unknown neighbours).
         for a in ["10.77.0.1", *SERVERS.values()]:
             ns("lb", "ping", "-c1", "-W1", a, check=False)
         tmp = tmp_path_factory.mktemp("l4")
-        gh = Gatehouse(tmp, CONFIG.format(fnat_reals=FNAT_TWO), prefix=("ip", "netns", "exec", NS["lb"]))
-        gh.wait_log("L4 plane started")
-        yield {"gh": gh, "servers": dict(zip(SERVERS, servers))}
+        state["gh"] = Gatehouse(tmp, CONFIG.format(fnat_reals=FNAT_TWO, io=""), prefix=("ip", "netns", "exec", NS["lb"]))
+        state["gh"].wait_log("L4 plane started")
+        yield state
     finally:
-        if gh:
-            gh.stop()
-        for p in servers:
+        if state["gh"]:
+            state["gh"].stop()
+        for p in state["servers"].values():
             p.kill()
             p.wait()
         teardown_topology()
+
+
+def start_server(name):
+    p = subprocess.Popen(["ip", "netns", "exec", NS[name], sys.executable, PEERS, "server", name], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
 
 
 def client(*args):
@@ -193,9 +206,9 @@ def test_nat_splits_by_weight(l4):
     assert seen.get("s1", 0) + seen.get("s2", 0) == n, seen
     share = seen["s2"] / n
     assert abs(share - 0.75) <= 0.05 * 0.75, seen
-    m = metrics()
-    assert metric(m, "gatehouse_l4_sessions_total", service="web-nat") >= n
-    assert metric(m, "gatehouse_l4_real_packets_total", service="web-nat", real="10.77.0.12:80") > 0
+    # Workers publish their counters every 100 ms.
+    wait_for(lambda: metric(metrics(), "gatehouse_l4_sessions_total", service="web-nat") >= n, timeout=5, what="the sessions counted")
+    assert metric(metrics(), "gatehouse_l4_real_packets_total", service="web-nat", real="10.77.0.12:80") > 0
 
 
 def test_udp_echo_through_nat(l4):
@@ -218,12 +231,13 @@ def test_fnat_splits_and_keeps_long_connections(l4):
     # Maglev over two equal servers: about half each.
     assert abs(seen["s1"] / n - 0.5) <= 0.05, seen
     hold = subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "hold", "http://10.77.0.102/"], stdout=subprocess.PIPE, text=True)
+    other = None
     try:
         first = hold.stdout.readline().strip()
         assert first in ("s1", "s2"), first
         other = "s2" if first == "s1" else "s1"
         # A real server added: the session stays where it is.
-        gh.reload(CONFIG.format(fnat_reals=FNAT_THREE))
+        gh.reload(CONFIG.format(fnat_reals=FNAT_THREE, io=""))
         gh.wait_log("configuration reloaded")
         for _ in range(30):
             assert hold.stdout.readline().strip() == first
@@ -240,3 +254,47 @@ def test_fnat_splits_and_keeps_long_connections(l4):
     finally:
         hold.kill()
         hold.wait()
+        # Back for the tests after this one.
+        if other and l4["servers"][other].poll() is not None:
+            l4["servers"][other] = start_server(other)
+
+
+def test_sessions_of_a_failed_server_are_reset(l4):
+    hold = subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "hold", "http://10.77.0.102:81/"], stdout=subprocess.PIPE, text=True)
+    try:
+        first = hold.stdout.readline().strip()
+        assert first in ("s1", "s2"), first
+        # Its health check fails; the server itself (and its end of the
+        # connection) stays up: the reset comes from the balancer.
+        ns(first, "curl", "-s", "http://127.0.0.1/down")
+        lines = []
+        for _ in range(400):
+            line = hold.stdout.readline().strip()
+            lines.append(line)
+            if line.startswith("ERR"):
+                break
+            assert line == first, lines
+        assert lines[-1].startswith("ERR") and "Reset" in lines[-1], lines[-3:]
+        wait_for(lambda: metric(metrics(), "gatehouse_l4_resets_total", service="web-reset") >= 1, timeout=5, what="the reset counted")
+        # New connections go to the other server.
+        seen = client("count", "http://10.77.0.102:81/", "50")
+        assert seen["errors"] == 0 and first not in seen, seen
+    finally:
+        hold.kill()
+        hold.wait()
+        ns(first, "curl", "-s", "http://127.0.0.1/up", check=False)
+
+
+def test_af_packet_fallback(l4, tmp_path):
+    """Last: replaces the module's Gatehouse with one on AF_PACKET."""
+    l4["gh"].stop()
+    # The XDP program went with the process that attached it.
+    assert "xdp" not in sh("ip", "-n", NS["lb"], "link", "show", "lb0")
+    gh = Gatehouse(tmp_path, CONFIG.format(fnat_reals=FNAT_TWO, io="  io: af_packet"), prefix=("ip", "netns", "exec", NS["lb"]))
+    l4["gh"] = gh
+    gh.wait_log("L4 plane started")
+    assert "af_packet" in gh.stderr(), gh.stderr()
+    seen = client("count", "http://10.77.0.100/", "300")
+    assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 300, seen
+    seen = client("udp", "10.77.0.100", "7", "20")
+    assert seen["errors"] == 0 and seen.get("s1", 0) == 10 and seen.get("s2", 0) == 10, seen

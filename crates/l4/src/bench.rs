@@ -133,6 +133,7 @@ fn plane_for(case: &Case) -> Plane {
         mode: case.mode,
         scheduler: L4Scheduler::Maglev,
         gue_port: 6080,
+        reset_on_down: false,
         reals,
         maglev: None,
         timeouts: [u32::MAX; 4],

@@ -32,6 +32,7 @@ fn service(name: &str, vip: [u8; 4], port: u16, proto: u8, mode: L4Mode) -> Serv
         mode,
         scheduler: L4Scheduler::Maglev,
         gue_port: 6080,
+        reset_on_down: false,
         reals: (1..=3u8)
             .map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, i).into(), port: if same_port { port } else { 8000 + u16::from(i) }, weight: 1, up: i != 3 })
             .collect(),

@@ -180,6 +180,9 @@ pub struct Service {
     pub mode: L4Mode,
     pub scheduler: L4Scheduler,
     pub gue_port: u16,
+    /// When a real server is down, its sessions end at their next packet,
+    /// TCP ones with a reset to the sender (`on_server_down: reset`).
+    pub reset_on_down: bool,
     pub reals: Vec<Real>,
     pub maglev: Option<MaglevTable>,
     /// Timeouts in clock ticks, by [`State`].
@@ -250,6 +253,7 @@ impl Service {
                     mode: s.mode,
                     scheduler: s.scheduler,
                     gue_port: s.gue_port,
+                    reset_on_down: s.on_server_down == gatehouse_config::OnServerDown::Reset,
                     reals: s
                         .real_servers
                         .iter()
@@ -301,6 +305,8 @@ pub struct ServiceCounters {
     pub bytes: u64,
     pub sessions_total: u64,
     pub sessions_active: u64,
+    /// TCP resets sent for sessions of a real server that went down.
+    pub resets: u64,
     pub per_real_packets: Vec<u64>,
     pub per_real_active: Vec<u64>,
 }
@@ -462,6 +468,10 @@ pub struct Worker {
     /// server in DR mode, whose packets keep the VIP as destination.
     pub next_hops: Vec<Option<IpAddr>>,
     hop: Option<IpAddr>,
+    /// Whether this vector created or ended sessions so far: lookups made
+    /// before then may be stale (a miss since created, a hit since ended).
+    created: bool,
+    ended: bool,
 }
 
 /// An address as a map key for both families (IPv4 as IPv4-mapped IPv6).
@@ -534,6 +544,8 @@ impl Worker {
             found: Vec::with_capacity(VECTOR),
             next_hops: Vec::with_capacity(VECTOR),
             hop: None,
+            created: false,
+            ended: false,
         }
     }
 
@@ -620,7 +632,64 @@ impl Worker {
     }
 
     fn lookup<A: Family>(&self, c: &Class, h: u64) -> Option<u32> {
+        if let Class::ToLocal { local, port, .. } = c {
+            return self
+                .ports
+                .get(usize::from(*local))
+                .and_then(|p| p.owner.get(usize::from(*port)).copied())
+                .filter(|&o| o != 0)
+                .map(|o| o - 1);
+        }
         Self::key::<A>(c).and_then(|k| A::table(self).find_hashed(&k, h))
+    }
+
+    /// The session of frame `i` of the vector: the lookup of step 3 while
+    /// it still holds, else looked up again (two packets of a new flow in
+    /// one vector make one session; a session ended for one packet is not
+    /// used by the next).
+    fn current<A: Family>(&self, i: usize) -> Option<u32> {
+        match self.found[i] {
+            Some(idx) if !self.ended => Some(idx),
+            None if !self.created && !self.ended => None,
+            _ => self.lookup::<A>(&self.classes[i], self.hashes[i]),
+        }
+    }
+
+    /// Ends a session before its time: out of the table, its port freed.
+    fn end<A: Family>(&mut self, plane: &Plane, idx: u32) {
+        let s = *A::table(self).get(idx);
+        let nat = plane.services.get(usize::from(s.service)).is_some_and(|x| x.mode == L4Mode::Nat);
+        A::table_mut(self).remove(idx, nat);
+        release(&mut self.ports, &mut self.counters, &s);
+        self.ended = true;
+    }
+
+    /// A packet of a session whose real server went down under
+    /// `on_server_down: reset`: the session ends, and a TCP sender gets a
+    /// reset (an RST itself is just dropped).
+    fn reset<A: Family>(&mut self, plane: &Plane, idx: u32, buf: &mut Buf<'_>, ip: &Ip) -> Verdict {
+        let svc = A::table(self).get(idx).service;
+        self.end::<A>(plane, idx);
+        if ip.tcp_flags & TCP_RST == 0
+            && let Some(n) = rewrite::tcp_reset(buf.frame_mut(), ip)
+        {
+            buf.len = n;
+            if let Some(sc) = self.counters.services.get_mut(usize::from(svc)) {
+                sc.resets += 1;
+            }
+            return Verdict::Forward;
+        }
+        Verdict::Drop(Drop::NoHealthyServer)
+    }
+
+    /// Whether session `idx` is to be reset: its service resets sessions of
+    /// servers that are down, and its server is.
+    fn server_gone<A: Family>(&self, plane: &Plane, idx: u32) -> bool {
+        let s = A::table(self).get(idx);
+        plane
+            .services
+            .get(usize::from(s.service))
+            .is_some_and(|svc| svc.reset_on_down && !svc.reals.get(usize::from(s.real)).is_some_and(|r| r.up))
     }
 
     /// Processes one vector of frames at clock tick `now`.
@@ -651,19 +720,11 @@ impl Worker {
         self.found.clear();
         for i in 0..self.classes.len() {
             let (c, h) = (self.classes[i], self.hashes[i]);
-            let hit = match c {
-                Class::ToLocal { local, port, .. } => self
-                    .ports
-                    .get(usize::from(local))
-                    .and_then(|p| p.owner.get(usize::from(port)).copied())
-                    .filter(|&o| o != 0)
-                    .map(|o| o - 1),
-                c if c.is_v6() => self.lookup::<u128>(&c, h),
-                c => self.lookup::<u32>(&c, h),
-            };
+            let hit = if c.is_v6() { self.lookup::<u128>(&c, h) } else { self.lookup::<u32>(&c, h) };
             self.found.push(hit);
         }
         // 4. Sessions for the misses, then 5. rewrite.
+        (self.created, self.ended) = (false, false);
         for (i, buf) in bufs.iter_mut().enumerate() {
             let v = if self.classes[i].is_v6() { self.finish::<u128>(plane, buf, i, now) } else { self.finish::<u32>(plane, buf, i, now) };
             match v {
@@ -707,7 +768,27 @@ impl Worker {
             Class::IcmpError { ip } => self.icmp_error::<A>(plane, buf, &ip),
             Class::ToService { ip, svc } => {
                 let service = &plane.services[usize::from(svc)];
-                let idx = match self.found[i] {
+                let tcp = service.proto == PROTO_TCP;
+                let syn = ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN;
+                let mut found = self.current::<A>(i);
+                if let Some(idx) = found {
+                    if tcp && syn && A::table(self).get(idx).state == State::Closing {
+                        // A new connection from the port of one that is
+                        // ending (clients reuse ports sooner than the session
+                        // times out): scheduled afresh, as IPVS does.
+                        self.end::<A>(plane, idx);
+                        found = None;
+                    } else if self.server_gone::<A>(plane, idx) {
+                        if tcp && !syn {
+                            return self.reset::<A>(plane, idx, buf, &ip);
+                        }
+                        // A datagram, or a SYN again: to a server that is up.
+                        self.end::<A>(plane, idx);
+                        found = None;
+                    }
+                }
+                let service = &plane.services[usize::from(svc)];
+                let idx = match found {
                     Some(idx) => idx,
                     None => {
                         // Only a SYN (or a datagram) starts a session.
@@ -715,7 +796,10 @@ impl Worker {
                             return Verdict::Drop(Drop::NoSession);
                         }
                         match self.create::<A>(plane, svc, &ip, self.hashes[i], now) {
-                            Ok(idx) => idx,
+                            Ok(idx) => {
+                                self.created = true;
+                                idx
+                            }
                             Err(d) => return Verdict::Drop(d),
                         }
                     }
@@ -731,7 +815,10 @@ impl Worker {
                 self.toward_real(plane, service, &s, &ip, buf)
             }
             Class::FromReal { ip, svc, .. } => {
-                let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
+                let Some(idx) = self.current::<A>(i) else { return Verdict::Drop(Drop::NoSession) };
+                if self.server_gone::<A>(plane, idx) {
+                    return self.reset::<A>(plane, idx, buf, &ip);
+                }
                 self.track::<A>(plane, idx, &ip, now);
                 let service = &plane.services[usize::from(svc)];
                 let f = buf.frame_mut();
@@ -742,7 +829,7 @@ impl Worker {
                 Verdict::Forward
             }
             Class::ToLocal { ip, .. } => {
-                let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
+                let Some(idx) = self.current::<A>(i) else { return Verdict::Drop(Drop::NoSession) };
                 // The port table is shared by the families: the session is in
                 // the table of the client's family, which may differ from the
                 // reply's (an IPv6 VIP in front of IPv4 servers).
@@ -754,6 +841,9 @@ impl Worker {
                 if s_client.is_ipv4() != ip.flow.src.is_ipv4() {
                     // Family translation is not done by this pipeline.
                     return Verdict::Drop(Drop::Unsupported);
+                }
+                if self.server_gone::<A>(plane, idx) {
+                    return self.reset::<A>(plane, idx, buf, &ip);
                 }
                 self.track::<A>(plane, idx, &ip, now);
                 let f = buf.frame_mut();
@@ -1070,6 +1160,7 @@ mod tests {
             mode,
             scheduler,
             gue_port: 6080,
+            reset_on_down: false,
             reals: vec![
                 Real { addr: Ipv4Addr::new(10, 0, 1, 1).into(), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 1, up: true },
                 Real { addr: Ipv4Addr::new(10, 0, 1, 2).into(), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 3, up: true },
@@ -1397,5 +1488,116 @@ mod tests {
         let (v, out) = run(&mut w, &plane, &icmp_error(real4, LOCAL, 3, 3, &sent_to_real[14..14 + 28]), 1);
         assert_eq!(v, Verdict::Forward);
         assert_back_at_the_client(&out);
+    }
+
+    fn octets(a: IpAddr) -> [u8; 4] {
+        match a {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_syn_on_the_port_of_an_ending_connection_is_a_new_session() {
+        let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP)], vec![], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 1024, 1);
+        let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+        let first = flow(&out).dst;
+        run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK), 0);
+        // A retransmitted SYN of a live connection keeps its session.
+        assert_eq!(flow(&run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0).1).dst, first);
+        run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_FIN | TCP_ACK), 1);
+        // Round robin: the new connection goes to the other server.
+        let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 2);
+        assert_eq!(v, Verdict::Forward);
+        assert_ne!(flow(&out).dst, first);
+        let c = &w.counters.services[0];
+        assert_eq!((c.sessions_total, c.sessions_active, w.sessions()), (2, 1, 1));
+    }
+
+    #[test]
+    fn packets_of_a_new_flow_in_one_vector_make_one_session() {
+        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_UDP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 1024, 1);
+        let seg = build::udp(5000, 80, b"q", |len| checksum::pseudo_v4(CLIENT, VIP, PROTO_UDP, len as u16));
+        let frame = build::eth(ETHERTYPE_IPV4, &build::ipv4(CLIENT, VIP, PROTO_UDP, &seg));
+        let mut mems: Vec<Vec<u8>> = (0..8).map(|_| frame.clone()).collect();
+        let mut bufs: Vec<Buf<'_>> = mems.iter_mut().map(|m| Buf { len: m.len(), mem: m, head: 0 }).collect();
+        let mut verdicts = Vec::new();
+        w.process(&plane, &mut bufs, &mut verdicts, 0);
+        assert!(verdicts.iter().all(|v| *v == Verdict::Forward));
+        let flows: std::collections::HashSet<_> = bufs.iter().map(|b| flow(b.frame())).collect();
+        assert_eq!(flows.len(), 1, "one server, one local port: {flows:?}");
+        assert_eq!((w.sessions(), w.counters.services[0].sessions_total), (1, 1));
+    }
+
+    /// A NAT or FNAT TCP session to the first server, established.
+    fn established(mode: L4Mode, reset: bool) -> (Plane, Worker, [u8; 4], crate::packet::Flow) {
+        let mut svc = service(mode, L4Scheduler::Rr, PROTO_TCP);
+        svc.reset_on_down = reset;
+        let plane = Plane::new(vec![svc], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 1024, 1);
+        let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+        let to_real = flow(&out);
+        run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK), 0);
+        (plane, w, octets(to_real.dst), to_real)
+    }
+
+    /// The same plane with the given server's health.
+    fn with_health(plane: &Plane, real: [u8; 4], up: bool) -> Plane {
+        let mut svc = service(plane.services[0].mode, L4Scheduler::Rr, PROTO_TCP);
+        svc.reset_on_down = plane.services[0].reset_on_down;
+        for r in &mut svc.reals {
+            if r.addr == IpAddr::from(real) {
+                r.up = up;
+            }
+        }
+        Plane::new(vec![svc], plane.local_addrs.clone(), MAC, HOP, 1)
+    }
+
+    #[test]
+    fn sessions_of_a_server_that_went_down_are_kept_or_reset() {
+        // keep: the session goes on to its server.
+        let (plane, mut w, real, _) = established(L4Mode::Nat, false);
+        let down = with_health(&plane, real, false);
+        assert!(down.extends(&plane));
+        w.adopt(&down);
+        let (v, out) = run(&mut w, &down, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH), 1);
+        assert_eq!((v, flow(&out).dst), (Verdict::Forward, IpAddr::from(real)));
+
+        // reset: the client's next segment is answered with an RST from
+        // the VIP (SEQ = its ACK), and the session is gone.
+        for mode in [L4Mode::Nat, L4Mode::Fnat] {
+            let (plane, mut w, real, to_real) = established(mode, true);
+            let down = with_health(&plane, real, false);
+            w.adopt(&down);
+            let seg = tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH);
+            let (v, out) = run(&mut w, &down, &seg, 1);
+            assert_eq!(v, Verdict::Forward, "{mode:?}");
+            let f = flow(&out);
+            assert_eq!((f.src, f.sport, f.dst, f.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+            assert_eq!(out[14 + 33], TCP_RST);
+            assert_eq!(out[38..42], seg[42..46], "SEQ = the segment's ACK");
+            assert_eq!(out.len(), 14 + 40);
+            let c = &w.counters.services[0];
+            assert_eq!((c.resets, c.sessions_active, w.sessions()), (1, 0, 0), "{mode:?}");
+            // The connection is gone; a new one goes to the server that is up.
+            assert_eq!(run(&mut w, &down, &seg, 1).0, Verdict::Drop(Drop::NoSession));
+            let (_, out) = run(&mut w, &down, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 1);
+            assert_ne!(flow(&out).dst, IpAddr::from(real));
+
+            // From the server's side, a packet of such a session gets the RST.
+            let (plane, mut w, real, to_real2) = established(mode, true);
+            assert_eq!(to_real, to_real2);
+            let down = with_health(&plane, real, false);
+            w.adopt(&down);
+            let reply = tcp(real, to_real.dport, octets(to_real.src), to_real.sport, TCP_ACK);
+            let (v, out) = run(&mut w, &down, &reply, 1);
+            assert_eq!(v, Verdict::Forward);
+            let f = flow(&out);
+            assert_eq!((f.src, f.dst, f.dport), (to_real.src, IpAddr::from(real), to_real.dport));
+            assert_eq!(out[14 + 33], TCP_RST);
+            assert_eq!(w.sessions(), 0);
+        }
     }
 }

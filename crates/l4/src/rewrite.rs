@@ -156,6 +156,79 @@ pub fn nat_v4(frame: &mut [u8], ip: &Ip, src: Option<(Ipv4Addr, u16)>, dst: Opti
     true
 }
 
+/// Turns a TCP segment into the reset that answers it, in place, and
+/// returns the new frame length: addresses, ports and MACs swapped; IP
+/// options, extension headers, TCP options and data dropped. Sequence
+/// numbers as RFC 9293 (3.10.7.1) answers a segment for no connection: to a
+/// segment with ACK, `<SEQ=SEG.ACK><CTL=RST>`; otherwise
+/// `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`. `None` for anything but TCP.
+pub fn tcp_reset(frame: &mut [u8], ip: &Ip) -> Option<usize> {
+    if ip.flow.proto != PROTO_TCP || ip.end < ip.l4 + 20 || frame.len() < ip.end {
+        return None;
+    }
+    let t = ip.l4;
+    let seq = u32::from_be_bytes([frame[t + 4], frame[t + 5], frame[t + 6], frame[t + 7]]);
+    let ack = u32::from_be_bytes([frame[t + 8], frame[t + 9], frame[t + 10], frame[t + 11]]);
+    let flags = frame[t + 13];
+    let data = ip.end.saturating_sub(t + usize::from(frame[t + 12] >> 4) * 4);
+    let (r_seq, r_ack, r_flags) = if flags & crate::packet::TCP_ACK != 0 {
+        (ack, 0, crate::packet::TCP_RST)
+    } else {
+        let len = data as u32 + u32::from(flags & crate::packet::TCP_SYN != 0) + u32::from(flags & crate::packet::TCP_FIN != 0);
+        (0, seq.wrapping_add(len), crate::packet::TCP_RST | crate::packet::TCP_ACK)
+    };
+    let mut seg = [0u8; 20];
+    seg[0..2].copy_from_slice(&ip.flow.dport.to_be_bytes());
+    seg[2..4].copy_from_slice(&ip.flow.sport.to_be_bytes());
+    seg[4..8].copy_from_slice(&r_seq.to_be_bytes());
+    seg[8..12].copy_from_slice(&r_ack.to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = r_flags;
+    let l3 = ip.l3;
+    let end = match (ip.flow.src, ip.flow.dst) {
+        (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) => {
+            let (src, dst) = (dst.octets(), src.octets());
+            let mut h = [0u8; 20];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&40u16.to_be_bytes());
+            h[6] = 0x40; // don't fragment
+            h[8] = 64;
+            h[9] = PROTO_TCP;
+            h[12..16].copy_from_slice(&src);
+            h[16..20].copy_from_slice(&dst);
+            let c = checksum::checksum(&h);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            let c = !checksum::fold(checksum::add(checksum::pseudo_v4(src, dst, PROTO_TCP, 20), &seg));
+            seg[16..18].copy_from_slice(&c.to_be_bytes());
+            frame[l3..l3 + 20].copy_from_slice(&h);
+            frame[l3 + 20..l3 + 40].copy_from_slice(&seg);
+            l3 + 40
+        }
+        (std::net::IpAddr::V6(src), std::net::IpAddr::V6(dst)) => {
+            let (src, dst) = (dst.octets(), src.octets());
+            let mut h = [0u8; 40];
+            h[0] = 0x60;
+            h[4..6].copy_from_slice(&20u16.to_be_bytes());
+            h[6] = PROTO_TCP;
+            h[7] = 64;
+            h[8..24].copy_from_slice(&src);
+            h[24..40].copy_from_slice(&dst);
+            let c = !checksum::fold(checksum::add(checksum::pseudo_v6(src, dst, PROTO_TCP, 20), &seg));
+            seg[16..18].copy_from_slice(&c.to_be_bytes());
+            frame[l3..l3 + 40].copy_from_slice(&h);
+            frame[l3 + 40..l3 + 60].copy_from_slice(&seg);
+            l3 + 60
+        }
+        _ => return None,
+    };
+    // Back where it came from.
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&frame[6..12]);
+    macs[6..].copy_from_slice(&frame[0..6]);
+    frame[..12].copy_from_slice(&macs);
+    Some(end)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +318,48 @@ mod tests {
                 assert_eq!(q.flow, ip(&b).flow);
             }
         }
+    }
+
+    #[test]
+    fn a_reset_answers_a_segment_as_rfc_9293_says() {
+        use crate::packet::TCP_RST;
+        // With ACK: SEQ = the segment's ACK, flags RST.
+        let mut f = tcp4(TCP_ACK, b"some data");
+        let ack = 0x0102_0304u32;
+        f[42..46].copy_from_slice(&ack.to_be_bytes());
+        let c = !crate::checksum::fold(crate::checksum::add(crate::checksum::pseudo_v4(C4, V4, crate::packet::PROTO_TCP, 29), &{
+            let mut seg = f[34..].to_vec();
+            seg[16..18].copy_from_slice(&[0, 0]);
+            seg
+        }));
+        f[50..52].copy_from_slice(&c.to_be_bytes());
+        let p = ip(&f);
+        let n = tcp_reset(&mut f, &p).unwrap();
+        assert_eq!(n, 14 + 40);
+        let q = ip(&f[..n]);
+        assert_eq!((q.flow.src, q.flow.dst, q.flow.sport, q.flow.dport), (p.flow.dst, p.flow.src, p.flow.dport, p.flow.sport));
+        assert_eq!(q.tcp_flags, TCP_RST);
+        assert_eq!(&f[38..42], &ack.to_be_bytes());
+        assert_eq!(&f[0..6], &[2, 0, 0, 0, 0, 2]);
+        // Without ACK: ACK = SEQ + data + SYN, flags RST|ACK.
+        let mut f = tcp4(TCP_SYN, b"abc");
+        let p = ip(&f);
+        let n = tcp_reset(&mut f, &p).unwrap();
+        let q = ip(&f[..n]);
+        assert_eq!(q.tcp_flags, TCP_RST | TCP_ACK);
+        assert_eq!(&f[38..42], &[0, 0, 0, 0]);
+        assert_eq!(&f[42..46], &(1u32 + 3 + 1).to_be_bytes());
+        // IPv6, and nothing but TCP.
+        let (a, b) = ([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        let seg = tcp(1234, 80, TCP_ACK, b"x", |len| crate::checksum::pseudo_v6(a, b, crate::packet::PROTO_TCP, len as u32));
+        let mut f = eth(crate::packet::ETHERTYPE_IPV6, &ipv6(a, b, crate::packet::PROTO_TCP, &seg));
+        let p = ip(&f);
+        let n = tcp_reset(&mut f, &p).unwrap();
+        assert_eq!(n, 14 + 60);
+        let q = ip(&f[..n]);
+        assert_eq!((q.flow.src, q.flow.dst, q.flow.sport, q.flow.dport), (p.flow.dst, p.flow.src, 80, 1234));
+        let mut u = udp4(b"x");
+        let p = ip(&u);
+        assert_eq!(tcp_reset(&mut u, &p), None);
     }
 }

@@ -513,11 +513,12 @@ fn render_l4(o: &mut Out, l4: &L4Scrape) {
     let per_service = |f: &dyn Fn(&ServiceCounters) -> u64, i: usize| -> u64 {
         l4.workers.iter().filter_map(|w| w.counters.services.get(i)).map(f).sum()
     };
-    let series: [Series<'_, ServiceCounters, u64>; 4] = [
+    let series: [Series<'_, ServiceCounters, u64>; 5] = [
         ("gatehouse_l4_packets_total", "counter", "Packets from clients to each L4 service.", &|c| c.packets),
         ("gatehouse_l4_bytes_total", "counter", "Bytes from clients to each L4 service.", &|c| c.bytes),
         ("gatehouse_l4_sessions_total", "counter", "Sessions created per L4 service.", &|c| c.sessions_total),
         ("gatehouse_l4_sessions_active", "gauge", "Sessions in the tables per L4 service.", &|c| c.sessions_active),
+        ("gatehouse_l4_resets_total", "counter", "TCP resets sent for sessions of real servers that went down (on_server_down: reset).", &|c| c.resets),
     ];
     for (name, kind, help, f) in series {
         o.header(name, kind, help);
