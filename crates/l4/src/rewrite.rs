@@ -334,7 +334,7 @@ mod tests {
         }));
         f[50..52].copy_from_slice(&c.to_be_bytes());
         let p = ip(&f);
-        let n = tcp_reset(&mut f, &p).unwrap();
+        let n = tcp_reset(&mut f, &p).expect("a TCP segment");
         assert_eq!(n, 14 + 40);
         let q = ip(&f[..n]);
         assert_eq!((q.flow.src, q.flow.dst, q.flow.sport, q.flow.dport), (p.flow.dst, p.flow.src, p.flow.dport, p.flow.sport));
@@ -344,7 +344,7 @@ mod tests {
         // Without ACK: ACK = SEQ + data + SYN, flags RST|ACK.
         let mut f = tcp4(TCP_SYN, b"abc");
         let p = ip(&f);
-        let n = tcp_reset(&mut f, &p).unwrap();
+        let n = tcp_reset(&mut f, &p).expect("a TCP segment");
         let q = ip(&f[..n]);
         assert_eq!(q.tcp_flags, TCP_RST | TCP_ACK);
         assert_eq!(&f[38..42], &[0, 0, 0, 0]);
@@ -354,7 +354,7 @@ mod tests {
         let seg = tcp(1234, 80, TCP_ACK, b"x", |len| crate::checksum::pseudo_v6(a, b, crate::packet::PROTO_TCP, len as u32));
         let mut f = eth(crate::packet::ETHERTYPE_IPV6, &ipv6(a, b, crate::packet::PROTO_TCP, &seg));
         let p = ip(&f);
-        let n = tcp_reset(&mut f, &p).unwrap();
+        let n = tcp_reset(&mut f, &p).expect("a TCP segment");
         assert_eq!(n, 14 + 60);
         let q = ip(&f[..n]);
         assert_eq!((q.flow.src, q.flow.dst, q.flow.sport, q.flow.dport), (p.flow.dst, p.flow.src, 80, 1234));
