@@ -1,15 +1,16 @@
 """Programs run inside the L4 test's network namespaces (no third-party
 modules): a real server and the clients.
 
-    python3 netns_peers.py server NAME            HTTP on :80 answering NAME (/health: 200,
+    python3 netns_peers.py server NAME            HTTP on :80 and :8080 answering NAME (/health: 200,
                                                   or 503 after a GET /down until a GET /up),
                                                   UDP echo on :7 answering NAME:payload
     python3 netns_peers.py count URL N            N requests, each on a new connection;
                                                   prints {"name": count, ..., "errors": n}
     python3 netns_peers.py hold URL               one keep-alive connection, a request every
                                                   50 ms; prints each answer's name, "ERR ..." on failure
-    python3 netns_peers.py udp HOST PORT N        N datagrams, each from a new socket (a new
-                                                  session); prints counts like `count`
+    python3 netns_peers.py udp HOST PORT N FIRST  N datagrams, each from a new socket on its own
+                                                  port from FIRST on (a new session each);
+                                                  prints counts like `count`
 """
 
 import http.client
@@ -60,6 +61,8 @@ def server(name):
             pass
 
     http_server = Server(("0.0.0.0", 80), H)
+    second = Server(("0.0.0.0", 8080), H)
+    threading.Thread(target=second.serve_forever, daemon=True).start()
     udp = socketserver.ThreadingUDPServer(("0.0.0.0", 7), Echo)
     threading.Thread(target=udp.serve_forever, daemon=True).start()
     print("ready", flush=True)
@@ -96,12 +99,15 @@ def hold(url):
         time.sleep(0.05)
 
 
-def udp(host, port, n):
+def udp(host, port, n, first_port):
     seen = {"errors": 0}
     for i in range(n):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.settimeout(2)
         try:
+            # A port of its own each: a new session each (random ports
+            # would now and then repeat one, and its session).
+            s.bind(("0.0.0.0", first_port + i))
             s.sendto(f"ping{i}".encode(), (host, port))
             data, addr = s.recvfrom(2048)
             name, _, echoed = data.decode().partition(":")
@@ -125,4 +131,4 @@ if __name__ == "__main__":
     elif cmd == "hold":
         hold(sys.argv[2])
     elif cmd == "udp":
-        udp(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        udp(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -117,6 +117,13 @@ l4:
       real_servers:
         - {{address: 10.77.0.11:7}}
         - {{address: 10.77.0.12:7}}
+    - name: web-maglev
+      address: 10.77.0.100:8080
+      scheduler: maglev
+      mode: nat
+      real_servers:
+        - {{address: 10.77.0.11:8080}}
+        - {{address: 10.77.0.12:8080}}
     - name: web-dr
       address: 10.77.0.101:80
       mode: dr
@@ -212,7 +219,7 @@ def test_nat_splits_by_weight(l4):
 
 
 def test_udp_echo_through_nat(l4):
-    seen = client("udp", "10.77.0.100", "7", "200")
+    seen = client("udp", "10.77.0.100", "7", "200", "41000")
     assert seen["errors"] == 0, seen
     # Round robin over two servers, each datagram from a new port.
     assert seen.get("s1", 0) == 100 and seen.get("s2", 0) == 100, seen
@@ -285,6 +292,29 @@ def test_sessions_of_a_failed_server_are_reset(l4):
         ns(first, "curl", "-s", "http://127.0.0.1/up", check=False)
 
 
+def test_takeover_hands_the_interfaces_over(l4):
+    """A binary upgrade: the new process gets the XDP program and the
+    interfaces when the old one starts draining; a connection of a Maglev
+    NAT service is picked up by the new process without a SYN."""
+    old = l4["gh"]
+    hold = subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "hold", "http://10.77.0.100:8080/"], stdout=subprocess.PIPE, text=True)
+    try:
+        first = hold.stdout.readline().strip()
+        assert first in ("s1", "s2"), first
+        new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["lb"]))
+        l4["gh"] = new
+        new.wait_log("L4 plane started")
+        assert old.proc.wait(timeout=15) == 0
+        assert "backend=\"af_xdp\"" in new.stderr() or "backend=af_xdp" in new.stderr(), new.stderr()
+        for _ in range(20):
+            assert hold.stdout.readline().strip() == first
+    finally:
+        hold.kill()
+        hold.wait()
+    seen = client("count", "http://10.77.0.100/", "200")
+    assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 200, seen
+
+
 def test_af_packet_fallback(l4, tmp_path):
     """Last: replaces the module's Gatehouse with one on AF_PACKET."""
     l4["gh"].stop()
@@ -296,5 +326,5 @@ def test_af_packet_fallback(l4, tmp_path):
     assert "af_packet" in gh.stderr(), gh.stderr()
     seen = client("count", "http://10.77.0.100/", "300")
     assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 300, seen
-    seen = client("udp", "10.77.0.100", "7", "20")
+    seen = client("udp", "10.77.0.100", "7", "20", "42000")
     assert seen["errors"] == 0 and seen.get("s1", 0) == 10 and seen.get("s2", 0) == 10, seen

@@ -77,6 +77,34 @@ enum Bench {
         #[arg(long, hide = true)]
         in_process: bool,
     },
+    /// Send 64-byte packets of a fixed set of flows out of an interface
+    /// (AF_XDP), for a bounded time, to measure whatever forwards them.
+    /// Ends with `l4-wire sent=N seconds=N pps=N`.
+    L4Wire {
+        /// The interface to send from.
+        #[arg(long)]
+        interface: String,
+        /// The MAC address to send to (the forwarder's interface).
+        #[arg(long)]
+        dst_mac: String,
+        /// Source address of the packets.
+        #[arg(long)]
+        src: std::net::Ipv4Addr,
+        /// Destination address and port (a VIP).
+        #[arg(long)]
+        dst: std::net::SocketAddrV4,
+        /// udp, or tcp (a SYN per flow first, then ACKs).
+        #[arg(long, default_value = "udp")]
+        proto: String,
+        /// Flows (source ports from 10000 on).
+        #[arg(long, default_value_t = 1000)]
+        flows: u16,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Packets per second; 0 for as fast as the link takes them.
+        #[arg(long, default_value_t = 0)]
+        pps: u64,
+    },
     /// Full TLS handshakes against a server: N connections each loop connect,
     /// handshake (never resumed), one GET with `Connection: close`, close.
     /// Ends with `tls handshakes_per_sec=N p50_ms=N p99_ms=N errors=N`
@@ -245,6 +273,40 @@ fn main() -> ExitCode {
                 println!("{r}");
             }
             if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+        }
+        Command::Bench { what: Bench::L4Wire { interface, dst_mac, src, dst, proto, flows, seconds, pps } } => {
+            let Some(dst_mac) = gatehouse_l4_io::runtime::parse_mac(&dst_mac) else {
+                eprintln!("gatehouse bench l4-wire: --dst-mac {dst_mac}: expected six hex bytes like 02:00:0a:ff:00:01");
+                return ExitCode::FAILURE;
+            };
+            let proto = match proto.as_str() {
+                "udp" => gatehouse_l4::packet::PROTO_UDP,
+                "tcp" => gatehouse_l4::packet::PROTO_TCP,
+                other => {
+                    eprintln!("gatehouse bench l4-wire: --proto {other}: expected tcp or udp");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let o = gatehouse_l4_io::wire::WireOptions {
+                interface,
+                dst_mac,
+                src,
+                dst,
+                proto,
+                flows,
+                duration: std::time::Duration::from_secs_f64(seconds.max(0.0)),
+                pps,
+            };
+            match gatehouse_l4_io::wire::generate(&o) {
+                Ok(r) => {
+                    println!("{r}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("gatehouse bench l4-wire: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Check { config } => match gatehouse_l7::check(&config) {
             Ok(()) => {

@@ -10,6 +10,7 @@ pub mod nexthop;
 pub mod packet_socket;
 pub mod runtime;
 pub mod steer;
+pub mod wire;
 pub mod xsk;
 
 pub use runtime::{HealthFn, L4Runtime, WorkerStats};

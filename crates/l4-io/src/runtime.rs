@@ -57,7 +57,8 @@ struct Port {
     plane: ArcSwap<Plane>,
     hops: ArcSwap<NextHops>,
     misses: Mutex<Vec<IpAddr>>,
-    steering: Option<Mutex<Steering>>,
+    /// The XDP program (AF_XDP only); taken out (detached) by `stop`.
+    steering: Mutex<Option<Steering>>,
 }
 
 struct Shared {
@@ -71,19 +72,20 @@ struct Shared {
 /// The L4 plane of `gatehouse run`. Stops its threads when dropped.
 pub struct L4Runtime {
     shared: Arc<Shared>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The backend in use: "af_xdp" or "af_packet".
     pub backend: &'static str,
 }
 
-fn sys(iface: &str, file: &str) -> Result<String, String> {
+pub(crate) fn sys(iface: &str, file: &str) -> Result<String, String> {
     std::fs::read_to_string(format!("/sys/class/net/{iface}/{file}"))
         .map(|s| s.trim().to_string())
         .map_err(|e| format!("interface {iface}: {e}"))
 }
 
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let v: Vec<u8> = s.split(':').filter_map(|h| u8::from_str_radix(h, 16).ok()).collect();
+/// `02:00:0a:ff:00:01` as bytes.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let v: Vec<u8> = s.split(':').map(|h| u8::from_str_radix(h, 16)).collect::<Result<_, _>>().ok()?;
     <[u8; 6]>::try_from(v).ok()
 }
 
@@ -192,7 +194,7 @@ impl L4Runtime {
                 plane: ArcSwap::from_pointee(plane),
                 hops: ArcSwap::from_pointee(hops),
                 misses: Mutex::new(Vec::new()),
-                steering: steering.map(Mutex::new),
+                steering: Mutex::new(steering),
             }));
             tracing::info!(interface = %name, queues, backend = backend_name, "L4 plane attached");
         }
@@ -221,7 +223,7 @@ impl L4Runtime {
                 .spawn(move || control_loop(&control))
                 .map_err(|e| format!("cannot start the L4 control thread: {e}"))?,
         );
-        Ok(L4Runtime { shared, threads, backend: backend_name })
+        Ok(L4Runtime { shared, threads: Mutex::new(threads), backend: backend_name })
     }
 
     /// A new `l4` section (same interfaces): publishes new planes and XDP
@@ -250,12 +252,24 @@ impl L4Runtime {
     }
 }
 
-impl Drop for L4Runtime {
-    fn drop(&mut self) {
+impl L4Runtime {
+    /// Stops the workers and detaches the XDP programs, giving the
+    /// interfaces back to the kernel (and to a process taking over).
+    pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
             let _ = t.join();
         }
+        for port in &self.shared.ports {
+            drop(port.steering.lock().unwrap_or_else(|e| e.into_inner()).take());
+        }
+    }
+}
+
+impl Drop for L4Runtime {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -278,8 +292,8 @@ fn publish(shared: &Shared, cfg: &L4) {
     for port in &shared.ports {
         let plane = build_plane(cfg, &shared.health, port.mac, port.workers);
         port.plane.store(Arc::new(plane));
-        if let Some(s) = &port.steering
-            && let Err(e) = s.lock().unwrap_or_else(|e| e.into_inner()).update(&w)
+        if let Some(s) = port.steering.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+            && let Err(e) = s.update(&w)
         {
             tracing::warn!(interface = %port.name, "updating the XDP maps: {e}");
         }

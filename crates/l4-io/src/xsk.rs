@@ -128,6 +128,11 @@ impl<T: Copy> Ring<T> {
         n
     }
 
+    /// Entries produced and not yet consumed.
+    fn pending(&self) -> u32 {
+        self.producer().load(Ordering::Relaxed).wrapping_sub(self.consumer().load(Ordering::Acquire))
+    }
+
     /// Consumer side: takes up to `max` entries into `out`; returns how many.
     fn pop(&mut self, out: &mut Vec<T>, max: usize) -> usize {
         let cons = self.consumer().load(Ordering::Relaxed);
@@ -297,12 +302,54 @@ impl Socket {
         for d in &descs[n..] {
             self.free.push(frame_of(d.addr));
         }
-        if n > 0 && (!self.zero_copy || self.tx.needs_wakeup()) {
-            // SAFETY: sendto(2) with no data: the kick that makes the kernel
-            // transmit the tx ring.
-            unsafe { libc::sendto(self.fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        if n > 0 && self.zero_copy && self.tx.needs_wakeup() {
+            self.kick();
+        } else if n > 0 && !self.zero_copy {
+            // In copy mode each kick sends a bounded batch (32 frames by
+            // default) then returns: kick until the ring is drained or the
+            // device stops taking frames.
+            for _ in 0..=self.tx.pending() / 16 {
+                if !self.kick() || self.tx.pending() == 0 {
+                    break;
+                }
+            }
         }
         n
+    }
+
+    /// The sendto(2) with no data that makes the kernel transmit the tx
+    /// ring; false when it could not take more now.
+    fn kick(&self) -> bool {
+        // SAFETY: sendto(2) with no buffer and no address.
+        let rc = unsafe { libc::sendto(self.fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        rc >= 0 || matches!(io::Error::last_os_error().raw_os_error(), Some(libc::EAGAIN))
+    }
+
+    /// Collects the frames the kernel has transmitted, posting none for
+    /// receiving (for a socket that only sends).
+    pub fn reclaim(&mut self) {
+        self.done.clear();
+        let cap = self.done.capacity().max(256);
+        self.comp.pop(&mut self.done, cap);
+        self.free.extend(self.done.iter().map(|&a| frame_of(a)));
+    }
+
+    /// Sends up to `n` packets, each written by `write` into a free frame
+    /// (it returns the packet's length); returns how many were queued.
+    pub fn transmit(&mut self, n: usize, mut write: impl FnMut(&mut [u8]) -> usize) -> usize {
+        let k = n.min(self.free.len());
+        let base = self.umem.ptr.as_ptr().cast::<u8>();
+        let mut descs = Vec::with_capacity(k);
+        for addr in self.free.drain(self.free.len() - k..) {
+            // SAFETY: free frames are whole frames inside the UMEM that
+            // neither the kernel nor any other slice holds; this slice is
+            // dropped before the next is made and before the frame is
+            // handed to the kernel below.
+            let frame = unsafe { std::slice::from_raw_parts_mut(base.add(addr as usize), FRAME_SIZE) };
+            let len = write(frame).min(FRAME_SIZE);
+            descs.push(Desc { addr, len: len as u32, options: 0 });
+        }
+        self.send(&descs)
     }
 
     /// Gives a frame back (a dropped packet).

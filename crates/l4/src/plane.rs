@@ -791,13 +791,33 @@ impl Worker {
                 let idx = match found {
                     Some(idx) => idx,
                     None => {
-                        // Only a SYN (or a datagram) starts a session.
-                        if service.proto == PROTO_TCP && ip.tcp_flags & (TCP_SYN | TCP_ACK) != TCP_SYN {
+                        // Only a SYN (or a datagram) starts a session; with
+                        // Maglev, where the server follows from the flow
+                        // alone, any segment but an RST picks its connection
+                        // up (after a restart, or from another balancer),
+                        // unless FNAT's source port (chosen per process)
+                        // would differ.
+                        let pickup = tcp
+                            && ip.tcp_flags & (TCP_RST | TCP_SYN) == 0
+                            && service.scheduler == L4Scheduler::Maglev
+                            && service.mode != L4Mode::Fnat;
+                        if tcp && ip.tcp_flags & (TCP_SYN | TCP_ACK) != TCP_SYN && !pickup {
                             return Verdict::Drop(Drop::NoSession);
                         }
-                        match self.create::<A>(plane, svc, &ip, self.hashes[i], now) {
+                        match self.create::<A>(plane, svc, &ip, now) {
                             Ok(idx) => {
                                 self.created = true;
+                                if pickup {
+                                    // Established only at its next packet: a
+                                    // flood of stray segments holds the table
+                                    // for the SYN timeout, not the established one.
+                                    self.track::<A>(plane, idx, &ip, now);
+                                    let s = A::table_mut(self).get_mut(idx);
+                                    s.state = State::SynSent;
+                                    s.expires = now.saturating_add(service.timeouts[State::SynSent as usize]);
+                                    let s = *s;
+                                    return self.forward_to_real::<A>(plane, svc, s, &ip, buf);
+                                }
                                 idx
                             }
                             Err(d) => return Verdict::Drop(d),
@@ -806,13 +826,7 @@ impl Worker {
                 };
                 self.track::<A>(plane, idx, &ip, now);
                 let s = *A::table(self).get(idx);
-                let sc = &mut self.counters.services[usize::from(svc)];
-                sc.packets += 1;
-                sc.bytes += buf.len as u64;
-                if let Some(p) = sc.per_real_packets.get_mut(usize::from(s.real)) {
-                    *p += 1;
-                }
-                self.toward_real(plane, service, &s, &ip, buf)
+                self.forward_to_real::<A>(plane, svc, s, &ip, buf)
             }
             Class::FromReal { ip, svc, .. } => {
                 let Some(idx) = self.current::<A>(i) else { return Verdict::Drop(Drop::NoSession) };
@@ -934,7 +948,7 @@ impl Worker {
     }
 
     /// Picks a real server and records the session.
-    fn create<A: Family>(&mut self, plane: &Plane, svc: u16, ip: &Ip, hash: u64, now: u32) -> Result<u32, Drop> {
+    fn create<A: Family>(&mut self, plane: &Plane, svc: u16, ip: &Ip, now: u32) -> Result<u32, Drop> {
         let service = &plane.services[usize::from(svc)];
         let sc = &self.counters.services[usize::from(svc)];
         let view = View { reals: &service.reals, active: &sc.per_real_active };
@@ -942,7 +956,7 @@ impl Worker {
             Sched::Rr(s) => s.pick(&view),
             Sched::Wrr(s) => s.pick(&view),
             Sched::Wlc(s) => s.pick(&view),
-            Sched::Maglev => service.maglev.as_ref().and_then(|m| m.pick(hash, &view)),
+            Sched::Maglev => service.maglev.as_ref().and_then(|m| m.pick(flow_hash(&ip.flow), &view)),
         }
         .ok_or(Drop::NoHealthyServer)? as u16;
         // NAT and FNAT rewrite addresses in place: no family change.
@@ -1006,6 +1020,17 @@ impl Worker {
         }
         let timeout = plane.services.get(usize::from(s.service)).map_or(0, |svc| svc.timeouts[s.state as usize]);
         s.expires = now.saturating_add(timeout);
+    }
+
+    /// Counts a client's packet and sends it on toward its real server.
+    fn forward_to_real<A: Family>(&mut self, plane: &Plane, svc: u16, s: Session<A>, ip: &Ip, buf: &mut Buf<'_>) -> Verdict {
+        let sc = &mut self.counters.services[usize::from(svc)];
+        sc.packets += 1;
+        sc.bytes += buf.len as u64;
+        if let Some(p) = sc.per_real_packets.get_mut(usize::from(s.real)) {
+            *p += 1;
+        }
+        self.toward_real(plane, &plane.services[usize::from(svc)], &s, ip, buf)
     }
 
     /// Rewrites a client's packet toward its real server.
@@ -1120,6 +1145,16 @@ fn icmp_translate(
     let c = crate::checksum::checksum(&frame[m..ip.end]);
     frame[m + 2..m + 4].copy_from_slice(&c.to_be_bytes());
     true
+}
+
+/// The Maglev key of a flow: its 5-tuple, hashed the same way by every
+/// worker of every Gatehouse, so that a flow lands on the same real server
+/// whichever balancer (behind ECMP) or process (after a restart) sees it.
+fn flow_hash(f: &packet::Flow) -> u64 {
+    use gatehouse_balance::hash::fmix64;
+    let (s, d) = (addr_key(f.src), addr_key(f.dst));
+    let ports = u64::from(f.sport) << 32 | u64::from(f.dport) << 16 | u64::from(f.proto);
+    [(s >> 64) as u64, s as u64, (d >> 64) as u64, d as u64, ports].iter().fold(0x5bd1_e995_1b87_3593, |h, &w| fmix64(h ^ w))
 }
 
 /// Frees what an ended session held.
@@ -1599,5 +1634,44 @@ mod tests {
             assert_eq!(out[14 + 33], TCP_RST);
             assert_eq!(w.sessions(), 0);
         }
+    }
+
+    #[test]
+    fn maglev_picks_the_same_server_in_every_worker_and_picks_connections_up() {
+        let mut svc = service(L4Mode::Nat, L4Scheduler::Maglev, PROTO_TCP);
+        svc.reals.push(Real { addr: Ipv4Addr::new(10, 0, 1, 3).into(), port: 8080, weight: 1, up: true });
+        let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+        // Two workers with different table seeds (two processes, or two
+        // balancers behind ECMP) agree on every flow.
+        let mut a = Worker::new(&plane, 0, 4096, 1);
+        let mut b = Worker::new(&plane, 0, 4096, 99);
+        let mut used = std::collections::HashSet::new();
+        for port in 0..300u16 {
+            let syn = tcp(CLIENT, 20000 + port, VIP, 80, TCP_SYN);
+            let ra = flow(&run(&mut a, &plane, &syn, 0).1).dst;
+            let rb = flow(&run(&mut b, &plane, &syn, 0).1).dst;
+            assert_eq!(ra, rb);
+            used.insert(ra);
+        }
+        assert_eq!(used.len(), 3);
+        // A mid-connection segment the worker has no session for (it was
+        // set up elsewhere) goes where the SYN went.
+        let mut c = Worker::new(&plane, 0, 4096, 7);
+        for port in 0..300u16 {
+            let want = flow(&run(&mut a, &plane, &tcp(CLIENT, 20000 + port, VIP, 80, TCP_ACK), 1).1).dst;
+            let (v, out) = run(&mut c, &plane, &tcp(CLIENT, 20000 + port, VIP, 80, TCP_ACK | TCP_PSH), 1);
+            assert_eq!((v, flow(&out).dst), (Verdict::Forward, want));
+        }
+        // Picked up sessions hold the SYN timeout until their next packet.
+        run(&mut c, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 12);
+        for _ in 0..200 {
+            run(&mut c, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 12);
+        }
+        assert_eq!(c.sessions(), 0);
+        // An RST starts nothing; nor does FNAT (its source port is per process).
+        assert_eq!(run(&mut c, &plane, &tcp(CLIENT, 5, VIP, 80, TCP_RST), 13).0, Verdict::Drop(Drop::NoSession));
+        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 64, 1);
+        assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 5, VIP, 80, TCP_ACK), 0).0, Verdict::Drop(Drop::NoSession));
     }
 }

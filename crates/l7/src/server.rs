@@ -79,16 +79,46 @@ impl Shared {
 
     /// Starts the L4 plane if the config has services (once; later configs
     /// go to [`gatehouse_l4_io::L4Runtime::update`]).
-    fn start_l4(self: &Arc<Self>) -> Result<(), String> {
+    /// With `strict`, `io: auto` does not fall back to AF_PACKET (while a
+    /// process being taken over still holds the XDP program).
+    fn start_l4(self: &Arc<Self>, strict: bool) -> Result<(), String> {
         let snap = self.snapshot.load();
         let Some(l4) = snap.config.l4.as_ref().filter(|l| !l.services.is_empty()) else { return Ok(()) };
         let weak = Arc::downgrade(self);
         let health: gatehouse_l4_io::HealthFn =
             Arc::new(move |service, addr| weak.upgrade().is_none_or(|s| s.health.get(&l4_health_name(service), addr).is_up()));
-        let rt = gatehouse_l4_io::L4Runtime::start(l4, health)?;
+        let rt = if strict && l4.io == gatehouse_config::L4Io::Auto {
+            gatehouse_l4_io::L4Runtime::start(&gatehouse_config::L4 { io: gatehouse_config::L4Io::AfXdp, ..l4.clone() }, health)?
+        } else {
+            gatehouse_l4_io::L4Runtime::start(l4, health)?
+        };
         tracing::info!(services = l4.services.len(), backend = rt.backend, "L4 plane started");
         let _ = self.l4.set(rt);
         Ok(())
+    }
+
+    /// Starts the L4 plane after a takeover: the previous process gives
+    /// the interfaces up when it starts draining, so this tries again for
+    /// a few seconds before settling for what `io` allows.
+    fn start_l4_after_takeover(self: &Arc<Self>) {
+        let shared = self.clone();
+        let spawned = std::thread::Builder::new().name("l4-start".into()).spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let last = std::time::Instant::now() >= deadline;
+                match shared.start_l4(!last) {
+                    Ok(()) => return,
+                    Err(e) if last => {
+                        tracing::error!("l4: {e}; the L4 plane is not running");
+                        return;
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("l4: cannot start: {e}");
+        }
     }
 }
 
@@ -532,7 +562,9 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         }
         _ => None,
     };
-    shared.start_l4().map_err(|e| format!("l4: {e}"))?;
+    if ready.is_none() {
+        shared.start_l4(false).map_err(|e| format!("l4: {e}"))?;
+    }
     tracing::info!(workers, config = %path.display(), "gatehouse started");
     let mut handles = Vec::new();
     for (id, sockets) in per_worker.into_iter().enumerate() {
@@ -563,10 +595,11 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         }
         let _store_sync = shared.store.clone().map(|etcd| AbortOnDrop(tokio::spawn(crate::store::run(shared.clone(), etcd))));
         // Only now, with every worker accepting, may the old process stop.
-        if let Some(ready) = ready
-            && let Err(e) = crate::handover::ready(ready)
-        {
-            tracing::warn!("could not tell the previous process to stop: {e}");
+        if let Some(ready) = ready {
+            if let Err(e) = crate::handover::ready(ready) {
+                tracing::warn!("could not tell the previous process to stop: {e}");
+            }
+            shared.start_l4_after_takeover();
         }
         let _control_socket = match serve_control_socket(shared.clone(), &control_path) {
             Ok(task) => Some(AbortOnDrop(task)),
@@ -685,6 +718,13 @@ async fn control_loop(shared: Arc<Shared>, mut signals: Signals) {
 /// when none is left or `shutdown_timeout` has passed. A second signal
 /// stops at once.
 async fn drain(shared: &Shared, workers: &[WorkerHandle], signals: &mut Signals) {
+    // Packets have no connections to finish: the L4 plane stops at once,
+    // leaving the interfaces to a process taking over (a short wait for its
+    // threads to notice).
+    if let Some(l4) = shared.l4.get() {
+        l4.stop();
+        tracing::info!("L4 plane stopped");
+    }
     let snap = shared.snapshot.load();
     let deadline = tokio::time::Instant::now() + snap.config.shutdown_timeout;
     for worker in workers {
