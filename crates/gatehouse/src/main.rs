@@ -84,6 +84,10 @@ enum Bench {
         /// The interface to send from.
         #[arg(long)]
         interface: String,
+        /// xdp: frames made and sent by the kernel with XDP (as a NIC hands
+        /// them over); af_xdp: written into an AF_XDP socket.
+        #[arg(long, default_value = "xdp")]
+        via: String,
         /// The MAC address to send to (the forwarder's interface).
         #[arg(long)]
         dst_mac: String,
@@ -274,7 +278,15 @@ fn main() -> ExitCode {
             }
             if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
         }
-        Command::Bench { what: Bench::L4Wire { interface, dst_mac, src, dst, proto, flows, seconds, pps } } => {
+        Command::Bench { what: Bench::L4Wire { interface, via, dst_mac, src, dst, proto, flows, seconds, pps } } => {
+            let via = match via.as_str() {
+                "xdp" => gatehouse_l4_io::wire::Via::Xdp,
+                "af_xdp" => gatehouse_l4_io::wire::Via::AfXdp,
+                other => {
+                    eprintln!("gatehouse bench l4-wire: --via {other}: expected xdp or af_xdp");
+                    return ExitCode::FAILURE;
+                }
+            };
             let Some(dst_mac) = gatehouse_l4_io::runtime::parse_mac(&dst_mac) else {
                 eprintln!("gatehouse bench l4-wire: --dst-mac {dst_mac}: expected six hex bytes like 02:00:0a:ff:00:01");
                 return ExitCode::FAILURE;
@@ -288,6 +300,7 @@ fn main() -> ExitCode {
                 }
             };
             let o = gatehouse_l4_io::wire::WireOptions {
+                via,
                 interface,
                 dst_mac,
                 src,

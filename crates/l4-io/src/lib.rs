@@ -3,9 +3,11 @@
 //! from the host's routes and neighbours, and the worker and control
 //! threads that run [`gatehouse_l4::plane`] on real interfaces.
 //!
-//! `unsafe` is confined to [`xsk`] (AF_XDP rings and UMEM) and
-//! [`packet_socket`] (AF_PACKET system calls).
+//! `unsafe` is confined to [`xsk`] (AF_XDP rings and UMEM),
+//! [`packet_socket`] (AF_PACKET system calls) and [`bpf_run`] (the bpf(2)
+//! call of the benchmarks' generator).
 
+pub mod bpf_run;
 pub mod nexthop;
 pub mod packet_socket;
 pub mod runtime;
