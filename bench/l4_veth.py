@@ -306,7 +306,8 @@ def main():
 ### L4 on veth: Gatehouse AF_XDP vs nftables DNAT ({datetime.date.today()}, commit {commit})
 
 `{cmd}`: 64-byte UDP, {a.flows} flows, generator `--via {a.via}`; {a.seconds:g} s measured per run, median of
-{a.repeat} runs. Forwarder on CPU 0 (with l0's NAPI thread), generator and sink on CPU 1; CPU 0 saturated.
+{a.repeat} runs. Forwarder on CPU 0 (with l0's NAPI thread at nice 19), generator and sink on CPU 1. A forwarder
+offered much more than it forwards is saturated; one that forwards about what it is offered is not.
 
 | forwarder | packets/s forwarded (one core) | CPU-0 µs per packet | offered packets/s |
 |---|---:|---:|---:|
