@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
+    println!("cargo:rerun-if-changed=bpf/common.h");
     for name in ["steer", "trafficgen"] {
         compile(name);
     }

@@ -22,18 +22,7 @@
 
 #define IPPROTO_ICMPV6_ 58
 
-#define SEC(name) __attribute__((section(name), used))
-
-static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF_FUNC_redirect_map;
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
-
-struct bpf_map_def {
-    unsigned int type;
-    unsigned int key_size;
-    unsigned int value_size;
-    unsigned int max_entries;
-    unsigned int map_flags;
-};
+#include "common.h"
 
 // Queue index -> AF_XDP socket.
 struct bpf_map_def SEC("maps") XSKS = { BPF_MAP_TYPE_XSKMAP, 4, 4, 256, 0 };

@@ -11,17 +11,7 @@
 
 #include <linux/bpf.h>
 
-#define SEC(name) __attribute__((section(name), used))
-
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
-
-struct bpf_map_def {
-    unsigned int type;
-    unsigned int key_size;
-    unsigned int value_size;
-    unsigned int max_entries;
-    unsigned int map_flags;
-};
+#include "common.h"
 
 #define HEADERS 54
 // Ethernet and IPv4 without options: the source port, and TCP's checksum.

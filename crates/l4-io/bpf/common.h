@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What Gatehouse's XDP programs share: section attributes, the helpers they
+// call, and the legacy map definition (the "maps" section, so that no BTF
+// is needed to load them).
+
+#ifndef GATEHOUSE_BPF_COMMON_H
+#define GATEHOUSE_BPF_COMMON_H
+
+#include <linux/bpf.h>
+
+#define SEC(name) __attribute__((section(name), used))
+
+static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF_FUNC_redirect_map;
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
+
+struct bpf_map_def {
+    unsigned int type;
+    unsigned int key_size;
+    unsigned int value_size;
+    unsigned int max_entries;
+    unsigned int map_flags;
+};
+
+#endif
