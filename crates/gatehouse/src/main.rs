@@ -105,7 +105,8 @@ enum Bench {
         flows: u16,
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
-        /// Packets per second; 0 for as fast as the link takes them.
+        /// Packets per second, smoothly paced (--via af_xdp only); 0 for as
+        /// fast as it can.
         #[arg(long, default_value_t = 0)]
         pps: u64,
     },
