@@ -468,10 +468,6 @@ pub struct Worker {
     /// server in DR mode, whose packets keep the VIP as destination.
     pub next_hops: Vec<Option<IpAddr>>,
     hop: Option<IpAddr>,
-    /// Whether this vector created or ended sessions so far: lookups made
-    /// before then may be stale (a miss since created, a hit since ended).
-    created: bool,
-    ended: bool,
 }
 
 /// An address as a map key for both families (IPv4 as IPv4-mapped IPv6).
@@ -544,8 +540,6 @@ impl Worker {
             found: Vec::with_capacity(VECTOR),
             next_hops: Vec::with_capacity(VECTOR),
             hop: None,
-            created: false,
-            ended: false,
         }
     }
 
@@ -620,14 +614,22 @@ impl Worker {
         }
     }
 
-    fn hash_and_prefetch<A: Family>(&self, c: &Class) -> u64 {
-        match Self::key::<A>(c) {
-            Some(k) => {
-                let h = A::table(self).hash(&k);
-                A::table(self).prefetch_bucket(h);
-                h
-            }
-            None => 0,
+    fn hash_of<A: Family>(&self, c: &Class) -> u64 {
+        Self::key::<A>(c).map_or(0, |k| A::table(self).hash(&k))
+    }
+
+    /// Asks for the index bucket (or, with `record`, the session record)
+    /// that packet `i`'s lookup will read.
+    fn prefetch(&self, i: usize, record: bool) {
+        let (c, h) = (&self.classes[i], self.hashes[i]);
+        if !matches!(c, Class::ToService { .. } | Class::FromReal { .. }) {
+            return;
+        }
+        match (c.is_v6(), record) {
+            (false, false) => self.t4.prefetch_bucket(h),
+            (false, true) => self.t4.prefetch_record(h),
+            (true, false) => self.t6.prefetch_bucket(h),
+            (true, true) => self.t6.prefetch_record(h),
         }
     }
 
@@ -643,25 +645,12 @@ impl Worker {
         Self::key::<A>(c).and_then(|k| A::table(self).find_hashed(&k, h))
     }
 
-    /// The session of frame `i` of the vector: the lookup of step 3 while
-    /// it still holds, else looked up again (two packets of a new flow in
-    /// one vector make one session; a session ended for one packet is not
-    /// used by the next).
-    fn current<A: Family>(&self, i: usize) -> Option<u32> {
-        match self.found[i] {
-            Some(idx) if !self.ended => Some(idx),
-            None if !self.created && !self.ended => None,
-            _ => self.lookup::<A>(&self.classes[i], self.hashes[i]),
-        }
-    }
-
     /// Ends a session before its time: out of the table, its port freed.
     fn end<A: Family>(&mut self, plane: &Plane, idx: u32) {
         let s = *A::table(self).get(idx);
         let nat = plane.services.get(usize::from(s.service)).is_some_and(|x| x.mode == L4Mode::Nat);
         A::table_mut(self).remove(idx, nat);
         release(&mut self.ports, &mut self.counters, &s);
-        self.ended = true;
     }
 
     /// A packet of a session whose real server went down under
@@ -699,34 +688,38 @@ impl Worker {
         // 1. Parse and classify.
         self.classes.clear();
         self.classes.extend(bufs.iter().map(|b| Self::classify(plane, b)));
-        // 2. Hash every key and ask for its bucket; then, buckets arriving,
-        // ask for the records they point at.
+        // 2. Hash every key.
         self.hashes.clear();
         for i in 0..self.classes.len() {
             let c = self.classes[i];
-            let h = if c.is_v6() { self.hash_and_prefetch::<u128>(&c) } else { self.hash_and_prefetch::<u32>(&c) };
+            let h = if c.is_v6() { self.hash_of::<u128>(&c) } else { self.hash_of::<u32>(&c) };
             self.hashes.push(h);
         }
-        for (c, &h) in self.classes.iter().zip(&self.hashes) {
-            if matches!(c, Class::ToService { .. } | Class::FromReal { .. }) {
-                if c.is_v6() {
-                    self.t6.prefetch_record(h);
-                } else {
-                    self.t4.prefetch_record(h);
-                }
-            }
-        }
-        // 3. Look every key up (the loads of different packets overlap).
+        // 3. Look every key up and 4. finish its packet (a session for a
+        // miss, the rewrite), software-pipelined: packet i's bucket is asked
+        // for, then the record of packet i - AHEAD (whose bucket has arrived
+        // meanwhile), then packet i - 2·AHEAD is looked up and finished (its
+        // record has arrived, and is used while it is still close). The
+        // misses of a few dozen packets overlap, no more than the core can
+        // keep in flight. A packet is looked up after the packets before it
+        // are finished: it sees the sessions they created or ended (two
+        // packets of a new flow in one vector make one session).
+        const AHEAD: usize = 8;
         self.found.clear();
-        for i in 0..self.classes.len() {
-            let (c, h) = (self.classes[i], self.hashes[i]);
+        let n = self.classes.len();
+        for i in 0..n + 2 * AHEAD {
+            if i < n {
+                self.prefetch(i, false);
+            }
+            if let Some(j) = i.checked_sub(AHEAD).filter(|&j| j < n) {
+                self.prefetch(j, true);
+            }
+            let Some(j) = i.checked_sub(2 * AHEAD).filter(|&j| j < n) else { continue };
+            let (c, h) = (self.classes[j], self.hashes[j]);
             let hit = if c.is_v6() { self.lookup::<u128>(&c, h) } else { self.lookup::<u32>(&c, h) };
             self.found.push(hit);
-        }
-        // 4. Sessions for the misses, then 5. rewrite.
-        (self.created, self.ended) = (false, false);
-        for (i, buf) in bufs.iter_mut().enumerate() {
-            let v = if self.classes[i].is_v6() { self.finish::<u128>(plane, buf, i, now) } else { self.finish::<u32>(plane, buf, i, now) };
+            let buf = &mut bufs[j];
+            let v = if c.is_v6() { self.finish::<u128>(plane, buf, j, now) } else { self.finish::<u32>(plane, buf, j, now) };
             match v {
                 Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
                 Verdict::Pass => self.counters.passed += 1,
@@ -770,7 +763,7 @@ impl Worker {
                 let service = &plane.services[usize::from(svc)];
                 let tcp = service.proto == PROTO_TCP;
                 let syn = ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN;
-                let mut found = self.current::<A>(i);
+                let mut found = self.found[i];
                 if let Some(idx) = found {
                     if tcp && syn && A::table(self).get(idx).state == State::Closing {
                         // A new connection from the port of one that is
@@ -806,7 +799,6 @@ impl Worker {
                         }
                         match self.create::<A>(plane, svc, &ip, now) {
                             Ok(idx) => {
-                                self.created = true;
                                 if pickup {
                                     // Established only at its next packet: a
                                     // flood of stray segments holds the table
@@ -829,7 +821,7 @@ impl Worker {
                 self.forward_to_real::<A>(plane, svc, s, &ip, buf)
             }
             Class::FromReal { ip, svc, .. } => {
-                let Some(idx) = self.current::<A>(i) else { return Verdict::Drop(Drop::NoSession) };
+                let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
                 if self.server_gone::<A>(plane, idx) {
                     return self.reset::<A>(plane, idx, buf, &ip);
                 }
@@ -843,7 +835,7 @@ impl Worker {
                 Verdict::Forward
             }
             Class::ToLocal { ip, .. } => {
-                let Some(idx) = self.current::<A>(i) else { return Verdict::Drop(Drop::NoSession) };
+                let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
                 // The port table is shared by the families: the session is in
                 // the table of the client's family, which may differ from the
                 // reply's (an IPv6 VIP in front of IPv4 servers).
