@@ -691,8 +691,8 @@ impl Worker {
         // 2. Hash every key.
         self.hashes.clear();
         for i in 0..self.classes.len() {
-            let c = self.classes[i];
-            let h = if c.is_v6() { self.hash_of::<u128>(&c) } else { self.hash_of::<u32>(&c) };
+            let c = &self.classes[i];
+            let h = if c.is_v6() { self.hash_of::<u128>(c) } else { self.hash_of::<u32>(c) };
             self.hashes.push(h);
         }
         // 3. Look every key up and 4. finish its packet (a session for a
@@ -715,11 +715,12 @@ impl Worker {
                 self.prefetch(j, true);
             }
             let Some(j) = i.checked_sub(2 * AHEAD).filter(|&j| j < n) else { continue };
-            let (c, h) = (self.classes[j], self.hashes[j]);
-            let hit = if c.is_v6() { self.lookup::<u128>(&c, h) } else { self.lookup::<u32>(&c, h) };
+            let (c, h) = (&self.classes[j], self.hashes[j]);
+            let v6 = c.is_v6();
+            let hit = if v6 { self.lookup::<u128>(c, h) } else { self.lookup::<u32>(c, h) };
             self.found.push(hit);
             let buf = &mut bufs[j];
-            let v = if c.is_v6() { self.finish::<u128>(plane, buf, j, now) } else { self.finish::<u32>(plane, buf, j, now) };
+            let v = if v6 { self.finish::<u128>(plane, buf, j, now) } else { self.finish::<u32>(plane, buf, j, now) };
             match v {
                 Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
                 Verdict::Pass => self.counters.passed += 1,
