@@ -203,6 +203,10 @@ pub struct Plane {
     pub next_hop_mac: [u8; 6],
     pub cores: u16,
     pub checks: Checks,
+    /// Some service resets the sessions of a server that is down, and one
+    /// of its servers is: only then do packets look at their server's
+    /// health.
+    resetting: bool,
 }
 
 impl Plane {
@@ -227,7 +231,8 @@ impl Plane {
         let mut owned: Vec<IpAddr> = services.iter().map(|s| s.vip).chain(local_addrs.iter().copied()).collect();
         owned.sort();
         owned.dedup();
-        Plane { services, by_vip, by_real, local_addrs, owned, mac, next_hop_mac, cores: cores.max(1), checks: Checks::default() }
+        let resetting = services.iter().any(|s| s.reset_on_down && s.reals.iter().any(|r| !r.up));
+        Plane { services, by_vip, by_real, local_addrs, owned, mac, next_hop_mac, cores: cores.max(1), checks: Checks::default(), resetting }
     }
 }
 
@@ -634,15 +639,15 @@ impl Worker {
     }
 
     fn lookup<A: Family>(&self, c: &Class, h: u64) -> Option<u32> {
-        if let Class::ToLocal { local, port, .. } = c {
-            return self
-                .ports
-                .get(usize::from(*local))
-                .and_then(|p| p.owner.get(usize::from(*port)).copied())
-                .filter(|&o| o != 0)
-                .map(|o| o - 1);
+        if let Class::ToLocal { local, port, .. } = *c {
+            return self.port_owner(usize::from(local), port);
         }
         Self::key::<A>(c).and_then(|k| A::table(self).find_hashed(&k, h))
+    }
+
+    /// The session holding FNAT local address `local`'s port `port`.
+    fn port_owner(&self, local: usize, port: u16) -> Option<u32> {
+        self.ports.get(local).and_then(|p| p.owner.get(usize::from(port)).copied()).filter(|&o| o != 0).map(|o| o - 1)
     }
 
     /// Ends a session before its time: out of the table, its port freed.
@@ -674,6 +679,9 @@ impl Worker {
     /// Whether session `idx` is to be reset: its service resets sessions of
     /// servers that are down, and its server is.
     fn server_gone<A: Family>(&self, plane: &Plane, idx: u32) -> bool {
+        if !plane.resetting {
+            return false;
+        }
         let s = A::table(self).get(idx);
         plane
             .services
@@ -781,7 +789,6 @@ impl Worker {
                         found = None;
                     }
                 }
-                let service = &plane.services[usize::from(svc)];
                 let idx = match found {
                     Some(idx) => idx,
                     None => {
@@ -799,20 +806,15 @@ impl Worker {
                             return Verdict::Drop(Drop::NoSession);
                         }
                         match self.create::<A>(plane, svc, &ip, now) {
-                            Ok(idx) => {
-                                if pickup {
-                                    // Established only at its next packet: a
-                                    // flood of stray segments holds the table
-                                    // for the SYN timeout, not the established one.
-                                    self.track::<A>(plane, idx, &ip, now);
-                                    let s = A::table_mut(self).get_mut(idx);
-                                    s.state = State::SynSent;
-                                    s.expires = now.saturating_add(service.timeouts[State::SynSent as usize]);
-                                    let s = *s;
-                                    return self.forward_to_real::<A>(plane, svc, s, &ip, buf);
-                                }
-                                idx
+                            Ok(idx) if pickup => {
+                                // Left as created (SYN sent, its timeout) and
+                                // established only at its next packet: a flood
+                                // of stray segments holds the table for the
+                                // SYN timeout, not the established one.
+                                let s = *A::table(self).get(idx);
+                                return self.forward_to_real::<A>(plane, svc, s, &ip, buf);
                             }
+                            Ok(idx) => idx,
                             Err(d) => return Verdict::Drop(d),
                         }
                     }
@@ -909,7 +911,7 @@ impl Worker {
         }
         // Server side, FNAT: the quoted packet left one of our local addresses.
         if let Some(local) = plane.local_addrs.iter().position(|a| *a == q.src)
-            && let Some(idx) = self.ports.get(local).and_then(|p| p.owner.get(usize::from(q.sport)).copied()).filter(|&o| o != 0).map(|o| o - 1)
+            && let Some(idx) = self.port_owner(local, q.sport)
             && (idx as usize) < A::table(self).capacity()
         {
             let s = *A::table(self).get(idx);
