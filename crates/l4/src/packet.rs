@@ -419,8 +419,9 @@ fn transport(
 }
 
 pub mod build {
-    //! Frames with correct checksums, built by hand: for the tests and for
-    //! the in-memory generator of `gatehouse bench l4`.
+    //! Frames with correct checksums, built by hand: for the tests, the
+    //! generators of `gatehouse bench l4` and `l4-wire`, and the resets the
+    //! plane answers with (rare enough to allocate).
     use super::*;
 
     pub fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
@@ -453,16 +454,25 @@ pub mod build {
         h
     }
 
-    /// A TCP segment with its checksum for the given pseudo-header sum.
+    /// A TCP segment with its checksum for the given pseudo-header sum
+    /// (sequence number 1, window 65535).
     pub fn tcp(sport: u16, dport: u16, flags: u8, data: &[u8], pseudo: impl Fn(usize) -> u64) -> Vec<u8> {
+        tcp_segment(sport, dport, 1, 0, flags, 0xffff, data, pseudo)
+    }
+
+    /// A TCP segment with the given sequence and acknowledgment numbers and
+    /// window.
+    #[allow(clippy::too_many_arguments)]
+    pub fn tcp_segment(sport: u16, dport: u16, seq: u32, ack: u32, flags: u8, window: u16, data: &[u8], pseudo: impl Fn(usize) -> u64) -> Vec<u8> {
         let mut s = Vec::new();
         s.extend_from_slice(&sport.to_be_bytes());
         s.extend_from_slice(&dport.to_be_bytes());
-        s.extend_from_slice(&1u32.to_be_bytes());
-        s.extend_from_slice(&0u32.to_be_bytes());
+        s.extend_from_slice(&seq.to_be_bytes());
+        s.extend_from_slice(&ack.to_be_bytes());
         s.push(5 << 4);
         s.push(flags);
-        s.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+        s.extend_from_slice(&window.to_be_bytes());
+        s.extend_from_slice(&[0, 0, 0, 0]);
         s.extend_from_slice(data);
         let c = !checksum::fold(checksum::add(pseudo(s.len()), &s));
         s[16..18].copy_from_slice(&c.to_be_bytes());

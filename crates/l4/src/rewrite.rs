@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::checksum::{self, update, update16};
-use crate::packet::{Ip, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+use crate::packet::{Ip, PROTO_ICMP, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, build};
 
 /// Where a transport protocol keeps its checksum, relative to its header.
 fn l4_checksum_at(proto: u8) -> Option<usize> {
@@ -171,57 +171,29 @@ pub fn tcp_reset(frame: &mut [u8], ip: &Ip) -> Option<usize> {
     let ack = u32::from_be_bytes([frame[t + 8], frame[t + 9], frame[t + 10], frame[t + 11]]);
     let flags = frame[t + 13];
     let data = ip.end.saturating_sub(t + usize::from(frame[t + 12] >> 4) * 4);
-    let (r_seq, r_ack, r_flags) = if flags & crate::packet::TCP_ACK != 0 {
-        (ack, 0, crate::packet::TCP_RST)
+    let (r_seq, r_ack, r_flags) = if flags & TCP_ACK != 0 {
+        (ack, 0, TCP_RST)
     } else {
-        let len = data as u32 + u32::from(flags & crate::packet::TCP_SYN != 0) + u32::from(flags & crate::packet::TCP_FIN != 0);
-        (0, seq.wrapping_add(len), crate::packet::TCP_RST | crate::packet::TCP_ACK)
+        let len = data as u32 + u32::from(flags & TCP_SYN != 0) + u32::from(flags & TCP_FIN != 0);
+        (0, seq.wrapping_add(len), TCP_RST | TCP_ACK)
     };
-    let mut seg = [0u8; 20];
-    seg[0..2].copy_from_slice(&ip.flow.dport.to_be_bytes());
-    seg[2..4].copy_from_slice(&ip.flow.sport.to_be_bytes());
-    seg[4..8].copy_from_slice(&r_seq.to_be_bytes());
-    seg[8..12].copy_from_slice(&r_ack.to_be_bytes());
-    seg[12] = 5 << 4;
-    seg[13] = r_flags;
-    let l3 = ip.l3;
-    let end = match (ip.flow.src, ip.flow.dst) {
-        (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) => {
-            let (src, dst) = (dst.octets(), src.octets());
-            let mut h = [0u8; 20];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&40u16.to_be_bytes());
-            h[6] = 0x40; // don't fragment
-            h[8] = 64;
-            h[9] = PROTO_TCP;
-            h[12..16].copy_from_slice(&src);
-            h[16..20].copy_from_slice(&dst);
-            let c = checksum::checksum(&h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            let c = !checksum::fold(checksum::add(checksum::pseudo_v4(src, dst, PROTO_TCP, 20), &seg));
-            seg[16..18].copy_from_slice(&c.to_be_bytes());
-            frame[l3..l3 + 20].copy_from_slice(&h);
-            frame[l3 + 20..l3 + 40].copy_from_slice(&seg);
-            l3 + 40
+    // Back where it came from: addresses and ports swapped.
+    let (to, from) = (ip.flow.src, ip.flow.dst);
+    let packet = match (from, to) {
+        (std::net::IpAddr::V4(from), std::net::IpAddr::V4(to)) => {
+            let (from, to) = (from.octets(), to.octets());
+            let pseudo = |len: usize| checksum::pseudo_v4(from, to, PROTO_TCP, len as u16);
+            build::ipv4(from, to, PROTO_TCP, &build::tcp_segment(ip.flow.dport, ip.flow.sport, r_seq, r_ack, r_flags, 0, &[], pseudo))
         }
-        (std::net::IpAddr::V6(src), std::net::IpAddr::V6(dst)) => {
-            let (src, dst) = (dst.octets(), src.octets());
-            let mut h = [0u8; 40];
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&20u16.to_be_bytes());
-            h[6] = PROTO_TCP;
-            h[7] = 64;
-            h[8..24].copy_from_slice(&src);
-            h[24..40].copy_from_slice(&dst);
-            let c = !checksum::fold(checksum::add(checksum::pseudo_v6(src, dst, PROTO_TCP, 20), &seg));
-            seg[16..18].copy_from_slice(&c.to_be_bytes());
-            frame[l3..l3 + 40].copy_from_slice(&h);
-            frame[l3 + 40..l3 + 60].copy_from_slice(&seg);
-            l3 + 60
+        (std::net::IpAddr::V6(from), std::net::IpAddr::V6(to)) => {
+            let (from, to) = (from.octets(), to.octets());
+            let pseudo = |len: usize| checksum::pseudo_v6(from, to, PROTO_TCP, len as u32);
+            build::ipv6(from, to, PROTO_TCP, &build::tcp_segment(ip.flow.dport, ip.flow.sport, r_seq, r_ack, r_flags, 0, &[], pseudo))
         }
         _ => return None,
     };
-    // Back where it came from.
+    let end = ip.l3 + packet.len();
+    frame.get_mut(ip.l3..end)?.copy_from_slice(&packet);
     let mut macs = [0u8; 12];
     macs[..6].copy_from_slice(&frame[6..12]);
     macs[6..].copy_from_slice(&frame[0..6]);
