@@ -149,8 +149,11 @@ enum Backend {
 }
 
 impl L4Runtime {
-    /// Opens every interface of `cfg` and starts the workers.
-    pub fn start(cfg: &L4, health: HealthFn) -> Result<L4Runtime, String> {
+    /// Opens every interface of `cfg` and starts the workers. With
+    /// `fallback` false, `io: auto` does not settle for AF_PACKET when
+    /// AF_XDP fails (a process being taken over may still hold the XDP
+    /// program: the caller tries again).
+    pub fn start(cfg: &L4, health: HealthFn, fallback: bool) -> Result<L4Runtime, String> {
         let mut ports = Vec::new();
         let mut backends: Vec<(usize, u32, Backend)> = Vec::new();
         let mut backend_name = "af_xdp";
@@ -166,7 +169,7 @@ impl L4Runtime {
                         steering = Some(s);
                         sockets = socks;
                     }
-                    Err(e) if cfg.io == L4Io::Auto => {
+                    Err(e) if cfg.io == L4Io::Auto && fallback => {
                         tracing::warn!(interface = %name, "AF_XDP unavailable ({e}); falling back to AF_PACKET");
                     }
                     Err(e) => return Err(format!("l4.interfaces[{pi}] ({name}): AF_XDP: {e}")),

@@ -294,7 +294,6 @@ mod tests {
 
     #[test]
     fn a_reset_answers_a_segment_as_rfc_9293_says() {
-        use crate::packet::TCP_RST;
         // With ACK: SEQ = the segment's ACK, flags RST.
         let mut f = tcp4(TCP_ACK, b"some data");
         let ack = 0x0102_0304u32;

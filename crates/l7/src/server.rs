@@ -79,19 +79,14 @@ impl Shared {
 
     /// Starts the L4 plane if the config has services (once; later configs
     /// go to [`gatehouse_l4_io::L4Runtime::update`]).
-    /// With `strict`, `io: auto` does not fall back to AF_PACKET (while a
-    /// process being taken over still holds the XDP program).
-    fn start_l4(self: &Arc<Self>, strict: bool) -> Result<(), String> {
+    /// `fallback` as for [`gatehouse_l4_io::L4Runtime::start`].
+    fn start_l4(self: &Arc<Self>, fallback: bool) -> Result<(), String> {
         let snap = self.snapshot.load();
         let Some(l4) = snap.config.l4.as_ref().filter(|l| !l.services.is_empty()) else { return Ok(()) };
         let weak = Arc::downgrade(self);
         let health: gatehouse_l4_io::HealthFn =
             Arc::new(move |service, addr| weak.upgrade().is_none_or(|s| s.health.get(&l4_health_name(service), addr).is_up()));
-        let rt = if strict && l4.io == gatehouse_config::L4Io::Auto {
-            gatehouse_l4_io::L4Runtime::start(&gatehouse_config::L4 { io: gatehouse_config::L4Io::AfXdp, ..l4.clone() }, health)?
-        } else {
-            gatehouse_l4_io::L4Runtime::start(l4, health)?
-        };
+        let rt = gatehouse_l4_io::L4Runtime::start(l4, health, fallback)?;
         tracing::info!(services = l4.services.len(), backend = rt.backend, "L4 plane started");
         let _ = self.l4.set(rt);
         Ok(())
@@ -106,7 +101,7 @@ impl Shared {
             let deadline = std::time::Instant::now() + Duration::from_secs(5);
             loop {
                 let last = std::time::Instant::now() >= deadline;
-                match shared.start_l4(!last) {
+                match shared.start_l4(last) {
                     Ok(()) => return,
                     Err(e) if last => {
                         tracing::error!("l4: {e}; the L4 plane is not running");
@@ -563,7 +558,7 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         _ => None,
     };
     if ready.is_none() {
-        shared.start_l4(false).map_err(|e| format!("l4: {e}"))?;
+        shared.start_l4(true).map_err(|e| format!("l4: {e}"))?;
     }
     tracing::info!(workers, config = %path.display(), "gatehouse started");
     let mut handles = Vec::new();
