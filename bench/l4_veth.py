@@ -59,10 +59,6 @@ def ns(name, *cmd, check=True):
     return sh("ip", "netns", "exec", name, *cmd, check=check)
 
 
-def sysfs(name, dev, stat):
-    return int(ns(name, "cat", f"/sys/class/net/{dev}/statistics/{stat}").strip())
-
-
 def cpu0_busy():
     """CPU 0's busy time in clock ticks (everything but idle and iowait)."""
     for line in Path("/proc/stat").read_text().splitlines():
@@ -96,7 +92,7 @@ def teardown():
         sh("ip", "netns", "del", n, check=False)
 
 
-def topology(work):
+def topology():
     teardown()
     for n in (GEN, LB):
         sh("ip", "netns", "add", n)
@@ -272,7 +268,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         try:
-            l0_mac = topology(work)
+            l0_mac = topology()
             for r in range(a.repeat):
                 kernel_on()
                 try:

@@ -1,7 +1,8 @@
 //! `gatehouse bench l4-wire`: a packet generator for benchmarks on real
 //! (virtual) links. It sends 64-byte UDP datagrams or TCP segments of a
-//! fixed set of flows out of one interface, as fast as it can or at a set
-//! rate, for a bounded time, and reports what it sent. Whatever forwards
+//! fixed set of flows out of one interface, as fast as it can (or at a
+//! smooth rate through AF_XDP), for a bounded time, and reports what it
+//! sent. Whatever forwards
 //! them (Gatehouse, the kernel) is measured on the other side of the link.
 //!
 //! Two ways to send: `xdp` has the kernel make the frames and transmit them
