@@ -523,7 +523,8 @@ async fn exchange(
         ex.upstream_start = Some(Instant::now());
         return match sender {
             Sender::H1(h1) => exchange_h1(pool, ep, h1, request).await,
-            Sender::H2(h2) => exchange_h2(pool, ep, h2, request, conn).await,
+            // Boxed for the same reason as connecting in `checkout`.
+            Sender::H2(h2) => Box::pin(exchange_h2(pool, ep, h2, request, conn)).await,
         };
     }
     Err(last)
@@ -544,7 +545,7 @@ async fn exchange_h1(
             Ok((resp, framing)) => return Ok(Upstreamed::H1(resp, framing, h1)),
             Err(ExchangeError::Stale) if stale_retries < 2 => {
                 stale_retries += 1;
-                h1 = match connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::Http1).await {
+                h1 = match Box::pin(connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::Http1)).await {
                     Ok(Sender::H1(c)) => c,
                     Ok(Sender::H2(_)) => return Err(Refusal::UpstreamError),
                     Err(e) => return Err(connect_refusal(&e)),
@@ -583,7 +584,7 @@ async fn exchange_h2(
                     return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
                 };
                 request = unsent;
-                let fresh = connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::H2c).await;
+                let fresh = Box::pin(connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::H2c)).await;
                 h2 = match fresh {
                     Ok(s @ Sender::H2(_)) => {
                         conn.worker.conns.share_h2(ep.addr, &s);
@@ -608,7 +609,10 @@ async fn checkout(pool: &UpstreamPool, ep: &PoolEndpoint, conn: &ConnState, upgr
     if let Some(s) = reuse {
         return Ok(s);
     }
-    let s = connect(ep.addr, pool.cfg.connect_timeout, protocol).await?;
+    // Boxed: connecting is rare next to reusing, and its future (over a
+    // kilobyte) would otherwise be part of every request's future, which
+    // hyper moves into place once per request.
+    let s = Box::pin(connect(ep.addr, pool.cfg.connect_timeout, protocol)).await?;
     ep.health.connect_succeeded();
     conn.worker.conns.share_h2(ep.addr, &s);
     Ok(s)
