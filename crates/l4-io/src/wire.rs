@@ -2,8 +2,8 @@
 //! (virtual) links. It sends 64-byte UDP datagrams or TCP segments of a
 //! fixed set of flows out of one interface, as fast as it can (or at a
 //! smooth rate through AF_XDP), for a bounded time, and reports what it
-//! sent. Whatever forwards
-//! them (Gatehouse, the kernel) is measured on the other side of the link.
+//! sent. Whatever forwards them (Gatehouse, the kernel) is measured on the
+//! other side of the link.
 //!
 //! Two ways to send: `xdp` has the kernel make the frames and transmit them
 //! with XDP (BPF_PROG_TEST_RUN, live frames: bpf/trafficgen.c), so that the

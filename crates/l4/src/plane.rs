@@ -467,7 +467,6 @@ pub struct Worker {
     scratch: Vec<u8>,
     classes: Vec<Class>,
     hashes: Vec<u64>,
-    found: Vec<Option<u32>>,
     /// By frame of the last vector: the neighbour a forwarded frame must
     /// go to when it is not its (outer) destination address: the real
     /// server in DR mode, whose packets keep the VIP as destination.
@@ -542,7 +541,6 @@ impl Worker {
             scratch: Vec::with_capacity(2048),
             classes: Vec::with_capacity(VECTOR),
             hashes: Vec::with_capacity(VECTOR),
-            found: Vec::with_capacity(VECTOR),
             next_hops: Vec::with_capacity(VECTOR),
             hop: None,
         }
@@ -713,7 +711,6 @@ impl Worker {
         // are finished: it sees the sessions they created or ended (two
         // packets of a new flow in one vector make one session).
         const AHEAD: usize = 8;
-        self.found.clear();
         let n = self.classes.len();
         for i in 0..n + 2 * AHEAD {
             if i < n {
@@ -726,9 +723,8 @@ impl Worker {
             let (c, h) = (&self.classes[j], self.hashes[j]);
             let v6 = c.is_v6();
             let hit = if v6 { self.lookup::<u128>(c, h) } else { self.lookup::<u32>(c, h) };
-            self.found.push(hit);
             let buf = &mut bufs[j];
-            let v = if v6 { self.finish::<u128>(plane, buf, j, now) } else { self.finish::<u32>(plane, buf, j, now) };
+            let v = if v6 { self.finish::<u128>(plane, buf, j, hit, now) } else { self.finish::<u32>(plane, buf, j, hit, now) };
             match v {
                 Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
                 Verdict::Pass => self.counters.passed += 1,
@@ -744,7 +740,9 @@ impl Worker {
         self.t6.sweep(now, 16, |s| is_nat(s.service), |_, s| release(ports, counters, s));
     }
 
-    fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, i: usize, now: u32) -> Verdict {
+    /// Finishes frame `i` of the vector, `hit` being its session if the
+    /// lookup found one.
+    fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, i: usize, hit: Option<u32>, now: u32) -> Verdict {
         match self.classes[i] {
             Class::Done(v) => v,
             Class::ArpFor { at, addr } => {
@@ -772,7 +770,7 @@ impl Worker {
                 let service = &plane.services[usize::from(svc)];
                 let tcp = service.proto == PROTO_TCP;
                 let syn = ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN;
-                let mut found = self.found[i];
+                let mut found = hit;
                 if let Some(idx) = found {
                     if tcp && syn && A::table(self).get(idx).state == State::Closing {
                         // A new connection from the port of one that is
@@ -824,7 +822,7 @@ impl Worker {
                 self.forward_to_real::<A>(plane, svc, s, &ip, buf)
             }
             Class::FromReal { ip, svc, .. } => {
-                let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
+                let Some(idx) = hit else { return Verdict::Drop(Drop::NoSession) };
                 if self.server_gone::<A>(plane, idx) {
                     return self.reset::<A>(plane, idx, buf, &ip);
                 }
@@ -838,7 +836,7 @@ impl Worker {
                 Verdict::Forward
             }
             Class::ToLocal { ip, .. } => {
-                let Some(idx) = self.found[i] else { return Verdict::Drop(Drop::NoSession) };
+                let Some(idx) = hit else { return Verdict::Drop(Drop::NoSession) };
                 // The port table is shared by the families: the session is in
                 // the table of the client's family, which may differ from the
                 // reply's (an IPv6 VIP in front of IPv4 servers).

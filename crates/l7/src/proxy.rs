@@ -523,7 +523,8 @@ async fn exchange(
         ex.upstream_start = Some(Instant::now());
         return match sender {
             Sender::H1(h1) => exchange_h1(pool, ep, h1, request).await,
-            // Boxed for the same reason as connecting in `checkout`.
+            // Boxed: only h2c pools take this path, and its state (2 KB)
+            // would otherwise be part of every request's future.
             Sender::H2(h2) => Box::pin(exchange_h2(pool, ep, h2, request, conn)).await,
         };
     }
@@ -545,7 +546,7 @@ async fn exchange_h1(
             Ok((resp, framing)) => return Ok(Upstreamed::H1(resp, framing, h1)),
             Err(ExchangeError::Stale) if stale_retries < 2 => {
                 stale_retries += 1;
-                h1 = match Box::pin(connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::Http1)).await {
+                h1 = match connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::Http1).await {
                     Ok(Sender::H1(c)) => c,
                     Ok(Sender::H2(_)) => return Err(Refusal::UpstreamError),
                     Err(e) => return Err(connect_refusal(&e)),
@@ -584,7 +585,7 @@ async fn exchange_h2(
                     return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
                 };
                 request = unsent;
-                let fresh = Box::pin(connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::H2c)).await;
+                let fresh = connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::H2c).await;
                 h2 = match fresh {
                     Ok(s @ Sender::H2(_)) => {
                         conn.worker.conns.share_h2(ep.addr, &s);
@@ -609,10 +610,7 @@ async fn checkout(pool: &UpstreamPool, ep: &PoolEndpoint, conn: &ConnState, upgr
     if let Some(s) = reuse {
         return Ok(s);
     }
-    // Boxed: connecting is rare next to reusing, and its future (over a
-    // kilobyte) would otherwise be part of every request's future, which
-    // hyper moves into place once per request.
-    let s = Box::pin(connect(ep.addr, pool.cfg.connect_timeout, protocol)).await?;
+    let s = connect(ep.addr, pool.cfg.connect_timeout, protocol).await?;
     ep.health.connect_succeeded();
     conn.worker.conns.share_h2(ep.addr, &s);
     Ok(s)

@@ -8,7 +8,9 @@
 //! HTTP/1.1 connections per endpoint address.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -226,7 +228,19 @@ impl ConnPool {
 }
 
 /// Opens a new connection to `addr`, HTTP/1.1 or (h2c) HTTP/2.
-pub async fn connect(addr: SocketAddr, timeout: Duration, protocol: UpstreamProtocol) -> Result<Sender, ConnectError> {
+///
+/// The future is boxed: connecting is rare next to reusing a pooled
+/// connection, and its state (over a kilobyte) would otherwise be part of
+/// every request's future, which hyper moves into place once per request.
+pub fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    protocol: UpstreamProtocol,
+) -> Pin<Box<impl Future<Output = Result<Sender, ConnectError>>>> {
+    Box::pin(connect_unboxed(addr, timeout, protocol))
+}
+
+async fn connect_unboxed(addr: SocketAddr, timeout: Duration, protocol: UpstreamProtocol) -> Result<Sender, ConnectError> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Err(_) => return Err(ConnectError::Timeout),
         Ok(Err(e)) => return Err(ConnectError::Failed(e)),
