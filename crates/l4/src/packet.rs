@@ -111,7 +111,8 @@ pub struct Icmp {
     pub code: u8,
     /// Echo identifier (requests and replies), which NAT treats as a port.
     pub ident: u16,
-    pub quoted: Option<Flow>,
+    /// An error whose quoted packet names a flow ([`quoted`] reads it).
+    pub quoted: bool,
 }
 
 /// What the pipeline needs from an IP packet.
@@ -195,6 +196,7 @@ pub fn ethernet(frame: &[u8]) -> Result<([u8; 6], [u8; 6], u16, usize), Malforme
 }
 
 /// Parses a frame.
+#[inline]
 pub fn parse(frame: &[u8], checks: Checks) -> Result<Frame, Malformed> {
     let (_, _, ethertype, off) = ethernet(frame)?;
     match ethertype {
@@ -223,10 +225,29 @@ fn arp(frame: &[u8], off: usize) -> Result<Arp, Malformed> {
     })
 }
 
+/// The flow of the packet the ICMP error `ip` (parsed from `frame`)
+/// quotes. Kept out of [`Ip`], whose copies every packet pays for; read
+/// again only for the few errors.
+pub fn quoted(frame: &[u8], ip: &Ip) -> Option<Flow> {
+    let end = frame.get(..ip.end)?;
+    ip.icmp.filter(|i| i.quoted)?;
+    quoted_flow(end, ip.l4 + 8, ip.flow.proto)
+}
+
+/// The flow of the packet an ICMP error quotes at `inner` (its IP header
+/// and at least 8 bytes). Out of line: it would make the parsers recursive.
+#[inline(never)]
+fn quoted_flow(frame: &[u8], inner: usize, proto: u8) -> Option<Flow> {
+    let checks = Checks { l4_checksums: false };
+    let parsed = if proto == PROTO_ICMP { ipv4(frame, inner, checks, true) } else { ipv6(frame, inner, checks, true) };
+    parsed.ok().flatten().map(|q| q.flow)
+}
+
 /// An IPv4 packet at `off`. `quoted`: inside an ICMP error, where the packet
 /// is cut short after its first transport bytes and its lengths describe the
 /// original, so only what is present is checked. `Ok(None)`: a protocol the
 /// plane does not handle.
+#[inline(always)]
 fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool) -> Result<Option<Ip>, Malformed> {
     let b = frame.get(off..).ok_or(Malformed::Truncated)?;
     let first = byte(b, 0)?;
@@ -260,8 +281,8 @@ fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool) -> Result<Option
     let src = Ipv4Addr::from(bytes::<4>(b, 12)?);
     let dst = Ipv4Addr::from(bytes::<4>(b, 16)?);
     let proto = b[9];
-    let pseudo = |len: usize| checksum::pseudo_v4(src.octets(), dst.octets(), proto, len as u16);
-    transport(frame, off, off + ihl, off + end, b[8], proto, IpAddr::V4(src), IpAddr::V4(dst), checks, quoted, &pseudo)
+    let pseudo = checksum::pseudo_v4(src.octets(), dst.octets(), proto, 0);
+    transport(frame, off, off + ihl, off + end, b[8], proto, IpAddr::V4(src), IpAddr::V4(dst), checks, quoted, pseudo)
 }
 
 /// IPv6 extension headers followed to the transport header.
@@ -272,6 +293,7 @@ const EXT_DEST_OPTS: u8 = 60;
 /// More than this many extension headers is treated as hostile.
 const MAX_EXTENSIONS: usize = 8;
 
+#[inline(never)]
 fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool) -> Result<Option<Ip>, Malformed> {
     let b = frame.get(off..).ok_or(Malformed::Truncated)?;
     if b.len() < 40 {
@@ -305,16 +327,18 @@ fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool) -> Result<Option
             }
             EXT_FRAGMENT => return Err(Malformed::Fragment),
             _ => {
-                let pseudo = |len: usize| checksum::pseudo_v6(src.octets(), dst.octets(), next, len as u32);
-                return transport(frame, off, off + at, off + end, b[7], next, IpAddr::V6(src), IpAddr::V6(dst), checks, quoted, &pseudo);
+                let pseudo = checksum::pseudo_v6(src.octets(), dst.octets(), next, 0);
+                return transport(frame, off, off + at, off + end, b[7], next, IpAddr::V6(src), IpAddr::V6(dst), checks, quoted, pseudo);
             }
         }
     }
     Err(Malformed::BadExtensionHeader)
 }
 
-/// The transport header at `l4` of an IP packet ending at `end`.
+/// The transport header at `l4` of an IP packet ending at `end`; `pseudo`
+/// is the pseudo-header's sum without the length.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn transport(
     frame: &[u8],
     l3: usize,
@@ -326,12 +350,14 @@ fn transport(
     dst: IpAddr,
     checks: Checks,
     quoted: bool,
-    pseudo: &dyn Fn(usize) -> u64,
+    pseudo: u64,
 ) -> Result<Option<Ip>, Malformed> {
     let seg = frame.get(l4..end).ok_or(Malformed::Truncated)?;
     let verify = checks.l4_checksums && !quoted;
     let sum_ok = |with_pseudo: bool| {
-        let s = checksum::add(if with_pseudo { pseudo(seg.len()) } else { 0 }, seg);
+        // The length goes in whole: a 32-bit IPv6 length folds to the sum
+        // of its two halves anyway.
+        let s = checksum::add(if with_pseudo { pseudo + seg.len() as u64 } else { 0 }, seg);
         checksum::fold(s) == 0xffff
     };
     let mut ip = Ip { l3, l4, end, ttl, flow: Flow { proto, src, dst, sport: 0, dport: 0 }, tcp_flags: 0, icmp: None };
@@ -394,20 +420,9 @@ fn transport(
             }
             let is_error = if proto == PROTO_ICMP { matches!(kind, 3 | 11 | 12) } else { (1..=4).contains(&kind) };
             let is_echo = if proto == PROTO_ICMP { matches!(kind, 0 | 8) } else { matches!(kind, 128 | 129) };
-            let quoted_flow = if is_error {
-                // The quoted packet: its IP header and at least 8 bytes.
-                let inner = l4 + 8;
-                let parsed = if proto == PROTO_ICMP {
-                    ipv4(&frame[..end], inner, checks, true)
-                } else {
-                    ipv6(&frame[..end], inner, checks, true)
-                };
-                parsed.ok().flatten().map(|q| q.flow)
-            } else {
-                None
-            };
+            let quoted = is_error && quoted_flow(&frame[..end], l4 + 8, proto).is_some();
             let ident = if is_echo { be16(seg, 4)? } else { 0 };
-            ip.icmp = Some(Icmp { kind, code, ident, quoted: quoted_flow });
+            ip.icmp = Some(Icmp { kind, code, ident, quoted });
             if is_echo {
                 ip.flow.sport = ident;
                 ip.flow.dport = ident;
@@ -621,16 +636,17 @@ mod tests {
     #[test]
     fn an_icmp_error_names_the_flow_it_quotes() {
         // Fragmentation needed, quoting the start of a packet the VIP sent back.
-        let quoted = build::ipv4(V4, C4, PROTO_TCP, &[0, 80, 0x9c, 0x40, 0, 0, 0, 1]);
+        let inner = build::ipv4(V4, C4, PROTO_TCP, &[0, 80, 0x9c, 0x40, 0, 0, 0, 1]);
         let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0xdc];
-        icmp.extend_from_slice(&quoted);
+        icmp.extend_from_slice(&inner);
         let c = checksum::checksum(&icmp);
         icmp[2..4].copy_from_slice(&c.to_be_bytes());
         let f = eth(ETHERTYPE_IPV4, &build::ipv4([192, 0, 2, 1], V4, PROTO_ICMP, &icmp));
         let p = ip(&f);
         let i = p.icmp.expect("icmp");
         assert_eq!((i.kind, i.code), (3, 4));
-        assert_eq!(i.quoted, Some(Flow { proto: PROTO_TCP, src: IpAddr::from(V4), dst: IpAddr::from(C4), sport: 80, dport: 40000 }));
+        assert!(i.quoted);
+        assert_eq!(quoted(&f, &p), Some(Flow { proto: PROTO_TCP, src: IpAddr::from(V4), dst: IpAddr::from(C4), sport: 80, dport: 40000 }));
     }
 
     #[test]

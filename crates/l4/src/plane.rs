@@ -590,7 +590,7 @@ impl Worker {
             return Class::NdFor { ip, addr: t };
         }
         if let Some(icmp) = ip.icmp
-            && icmp.quoted.is_some()
+            && icmp.quoted
         {
             return Class::IcmpError { ip };
         }
@@ -611,8 +611,8 @@ impl Worker {
 
     fn key<A: Family>(c: &Class) -> Option<Key<A>> {
         match *c {
-            Class::ToService { ip, svc } => Some(Key { addr: A::of(ip.flow.src), port: ip.flow.sport, context: svc }),
-            Class::FromReal { ip, real, .. } => Some(Key { addr: A::of(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real }),
+            Class::ToService { ref ip, svc } => Some(Key { addr: A::of(ip.flow.src), port: ip.flow.sport, context: svc }),
+            Class::FromReal { ref ip, real, .. } => Some(Key { addr: A::of(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real }),
             _ => None,
         }
     }
@@ -622,9 +622,8 @@ impl Worker {
     }
 
     /// Asks for the index bucket (or, with `record`, the session record)
-    /// that packet `i`'s lookup will read.
-    fn prefetch(&self, i: usize, record: bool) {
-        let (c, h) = (&self.classes[i], self.hashes[i]);
+    /// that the lookup of a packet of class `c` and hash `h` will read.
+    fn prefetch(&self, c: &Class, h: u64, record: bool) {
         if !matches!(c, Class::ToService { .. } | Class::FromReal { .. }) {
             return;
         }
@@ -691,16 +690,16 @@ impl Worker {
     pub fn process(&mut self, plane: &Plane, bufs: &mut [Buf<'_>], verdicts: &mut Vec<Verdict>, now: u32) {
         verdicts.clear();
         self.next_hops.clear();
+        // The records are borrowed by the stages below while they change
+        // the worker: out of it meanwhile (no copy of a record per stage).
+        let mut classes = std::mem::take(&mut self.classes);
+        let mut hashes = std::mem::take(&mut self.hashes);
         // 1. Parse and classify.
-        self.classes.clear();
-        self.classes.extend(bufs.iter().map(|b| Self::classify(plane, b)));
+        classes.clear();
+        classes.extend(bufs.iter().map(|b| Self::classify(plane, b)));
         // 2. Hash every key.
-        self.hashes.clear();
-        for i in 0..self.classes.len() {
-            let c = &self.classes[i];
-            let h = if c.is_v6() { self.hash_of::<u128>(c) } else { self.hash_of::<u32>(c) };
-            self.hashes.push(h);
-        }
+        hashes.clear();
+        hashes.extend(classes.iter().map(|c| if c.is_v6() { self.hash_of::<u128>(c) } else { self.hash_of::<u32>(c) }));
         // 3. Look every key up and 4. finish its packet (a session for a
         // miss, the rewrite), software-pipelined: packet i's bucket is asked
         // for, then the record of packet i - AHEAD (whose bucket has arrived
@@ -711,20 +710,21 @@ impl Worker {
         // are finished: it sees the sessions they created or ended (two
         // packets of a new flow in one vector make one session).
         const AHEAD: usize = 8;
-        let n = self.classes.len();
+        let n = classes.len();
         for i in 0..n + 2 * AHEAD {
-            if i < n {
-                self.prefetch(i, false);
+            if let (Some(c), Some(&h)) = (classes.get(i), hashes.get(i)) {
+                self.prefetch(c, h, false);
             }
-            if let Some(j) = i.checked_sub(AHEAD).filter(|&j| j < n) {
-                self.prefetch(j, true);
+            if let Some(j) = i.checked_sub(AHEAD)
+                && let (Some(c), Some(&h)) = (classes.get(j), hashes.get(j))
+            {
+                self.prefetch(c, h, true);
             }
-            let Some(j) = i.checked_sub(2 * AHEAD).filter(|&j| j < n) else { continue };
-            let (c, h) = (&self.classes[j], self.hashes[j]);
+            let Some(j) = i.checked_sub(2 * AHEAD) else { continue };
+            let (Some(c), Some(&h), Some(buf)) = (classes.get(j), hashes.get(j), bufs.get_mut(j)) else { continue };
             let v6 = c.is_v6();
             let hit = if v6 { self.lookup::<u128>(c, h) } else { self.lookup::<u32>(c, h) };
-            let buf = &mut bufs[j];
-            let v = if v6 { self.finish::<u128>(plane, buf, j, hit, now) } else { self.finish::<u32>(plane, buf, j, hit, now) };
+            let v = if v6 { self.finish::<u128>(plane, buf, c, hit, now) } else { self.finish::<u32>(plane, buf, c, hit, now) };
             match v {
                 Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
                 Verdict::Pass => self.counters.passed += 1,
@@ -733,6 +733,8 @@ impl Worker {
             verdicts.push(v);
             self.next_hops.push(self.hop.take());
         }
+        self.classes = classes;
+        self.hashes = hashes;
         // 6. Expire a slice of each table.
         let is_nat = |svc: u16| plane.services.get(usize::from(svc)).is_some_and(|s| s.mode == L4Mode::Nat);
         let (ports, counters) = (&mut self.ports, &mut self.counters);
@@ -740,10 +742,10 @@ impl Worker {
         self.t6.sweep(now, 16, |s| is_nat(s.service), |_, s| release(ports, counters, s));
     }
 
-    /// Finishes frame `i` of the vector, `hit` being its session if the
-    /// lookup found one.
-    fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, i: usize, hit: Option<u32>, now: u32) -> Verdict {
-        match self.classes[i] {
+    /// Finishes a frame of class `c`, `hit` being its session if the lookup
+    /// found one.
+    fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, c: &Class, hit: Option<u32>, now: u32) -> Verdict {
+        match *c {
             Class::Done(v) => v,
             Class::ArpFor { at, addr } => {
                 if crate::neighbour::arp_reply(buf.frame_mut(), at, addr, plane.mac) {
@@ -753,7 +755,7 @@ impl Worker {
                     Verdict::Pass
                 }
             }
-            Class::NdFor { ip, addr } => {
+            Class::NdFor { ref ip, addr } => {
                 let request = buf.frame().to_vec();
                 let room = buf.mem.len() - buf.head;
                 match crate::neighbour::nd_advert(&request, &ip, addr, plane.mac, &mut buf.mem[buf.head..buf.head + room]) {
@@ -765,8 +767,8 @@ impl Worker {
                     None => Verdict::Pass,
                 }
             }
-            Class::IcmpError { ip } => self.icmp_error::<A>(plane, buf, &ip),
-            Class::ToService { ip, svc } => {
+            Class::IcmpError { ref ip } => self.icmp_error::<A>(plane, buf, &ip),
+            Class::ToService { ref ip, svc } => {
                 let service = &plane.services[usize::from(svc)];
                 let tcp = service.proto == PROTO_TCP;
                 let syn = ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN;
@@ -821,7 +823,7 @@ impl Worker {
                 let s = *A::table(self).get(idx);
                 self.forward_to_real::<A>(plane, svc, s, &ip, buf)
             }
-            Class::FromReal { ip, svc, .. } => {
+            Class::FromReal { ref ip, svc, .. } => {
                 let Some(idx) = hit else { return Verdict::Drop(Drop::NoSession) };
                 if self.server_gone::<A>(plane, idx) {
                     return self.reset::<A>(plane, idx, buf, &ip);
@@ -835,7 +837,7 @@ impl Worker {
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
                 Verdict::Forward
             }
-            Class::ToLocal { ip, .. } => {
+            Class::ToLocal { ref ip, .. } => {
                 let Some(idx) = hit else { return Verdict::Drop(Drop::NoSession) };
                 // The port table is shared by the families: the session is in
                 // the table of the client's family, which may differ from the
@@ -873,7 +875,7 @@ impl Worker {
     /// message goes to the real server unchanged (it sent the packet, with
     /// the VIP as source, and needs the path MTU).
     fn icmp_error<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, ip: &Ip) -> Verdict {
-        let Some(q) = ip.icmp.and_then(|i| i.quoted) else { return Verdict::Pass };
+        let Some(q) = packet::quoted(buf.frame(), ip) else { return Verdict::Pass };
         // Client side: the quoted packet left the VIP toward the client.
         if let Some(&svc) = plane.by_vip.get(&(addr_key(q.src), q.sport, q.proto)) {
             let key = Key { addr: A::of(q.dst), port: q.dport, context: svc };
@@ -1447,7 +1449,7 @@ mod tests {
 
     fn quoted(frame: &[u8]) -> crate::packet::Flow {
         match packet::parse(frame, Checks::default()) {
-            Ok(Frame::Ip(ip)) => ip.icmp.and_then(|i| i.quoted).expect("an error quoting a flow"),
+            Ok(Frame::Ip(ip)) => packet::quoted(frame, &ip).expect("an error quoting a flow"),
             other => panic!("{other:?}"),
         }
     }

@@ -112,45 +112,56 @@ pub fn decrement_ttl(frame: &mut [u8], ip: &Ip) -> bool {
 /// other (checked in the tests), in about a third of the work. False (and the
 /// frame untouched) when the TTL runs out.
 pub fn nat_v4(frame: &mut [u8], ip: &Ip, src: Option<(Ipv4Addr, u16)>, dst: Option<(Ipv4Addr, u16)>) -> bool {
-    let l3 = ip.l3;
-    let ttl = frame[l3 + 8];
+    let (l3, l4) = (ip.l3, ip.l4);
+    if l4 < l3 + 20 || l4 > frame.len() {
+        return false;
+    }
+    let (head, seg) = frame.split_at_mut(l4);
+    let (Some(h), Some(ports)) = (head[l3..].first_chunk_mut::<20>(), seg.first_chunk_mut::<4>()) else { return false };
+    let ttl = h[8];
     if ttl <= 1 {
         return false;
     }
-    // Ones'-complement deltas: + ~old + new per 16-bit word.
-    let word = |b: &[u8], at: usize| u64::from(u16::from_be_bytes([b[at], b[at + 1]]));
-    let mut ip_delta = u64::from(!(word(frame, l3 + 8) as u16)) + (word(frame, l3 + 8) - 0x100);
+    // The deltas (+ ~old + new per 16-bit word) are summed over the words
+    // as they lie in memory, and the checksums read and written the same
+    // way: ones'-complement sums do not depend on the byte order they are
+    // taken in (RFC 1071, 2(B)), so no word is byte-swapped.
+    let word = |b: [u8; 2]| u64::from(u16::from_ne_bytes(b));
+    let quad = |b: [u8; 4]| word([b[0], b[1]]) + word([b[2], b[3]]);
+    let not4 = |b: [u8; 4]| b.map(|x| !x);
+    let mut ip_delta = word([!ttl, !h[9]]) + word([ttl - 1, h[9]]);
     let mut l4_delta = 0u64;
-    frame[l3 + 8] = ttl - 1;
-    let l4_sum = l4_checksum_at(ip.flow.proto).map(|o| ip.l4 + o);
-    for (is_src, change) in [(true, src), (false, dst)] {
-        let Some((addr, port)) = change else { continue };
-        let a = l3 + if is_src { 12 } else { 16 };
-        let new = addr.octets();
-        for k in [0, 2] {
-            let old = word(frame, a + k);
-            let nw = u64::from(u16::from_be_bytes([new[k], new[k + 1]]));
-            let d = u64::from(!(old as u16)) + nw;
-            ip_delta += d;
-            l4_delta += d;
-        }
-        frame[a..a + 4].copy_from_slice(&new);
-        let p = ip.l4 + if is_src { 0 } else { 2 };
-        let old = word(frame, p);
-        l4_delta += u64::from(!(old as u16)) + u64::from(port);
-        put16(frame, p, port);
+    h[8] = ttl - 1;
+    if let Some((addr, port)) = src {
+        let (old, new) = ([h[12], h[13], h[14], h[15]], addr.octets());
+        let d = quad(not4(old)) + quad(new);
+        ip_delta += d;
+        l4_delta += d + word([!ports[0], !ports[1]]) + word(port.to_be_bytes());
+        h[12..16].copy_from_slice(&new);
+        ports[0..2].copy_from_slice(&port.to_be_bytes());
     }
-    let hc = get16(frame, l3 + 10);
-    put16(frame, l3 + 10, !checksum::fold(u64::from(!hc) + ip_delta));
-    if let Some(at) = l4_sum {
-        let hc = get16(frame, at);
-        let udp_none = ip.flow.proto == PROTO_UDP && hc == 0;
-        if !udp_none {
+    if let Some((addr, port)) = dst {
+        let (old, new) = ([h[16], h[17], h[18], h[19]], addr.octets());
+        let d = quad(not4(old)) + quad(new);
+        ip_delta += d;
+        l4_delta += d + word([!ports[2], !ports[3]]) + word(port.to_be_bytes());
+        h[16..20].copy_from_slice(&new);
+        ports[2..4].copy_from_slice(&port.to_be_bytes());
+    }
+    let hc = word([!h[10], !h[11]]);
+    h[10..12].copy_from_slice(&(!checksum::fold(hc + ip_delta)).to_ne_bytes());
+    if let Some(at) = l4_checksum_at(ip.flow.proto)
+        && let Some(sum) = seg.get_mut(at..at + 2)
+    {
+        let hc = u16::from_ne_bytes([sum[0], sum[1]]);
+        // A UDP checksum of zero means "none" and stays so; a computed
+        // zero goes out as 0xffff (both read the same in either byte order).
+        if !(ip.flow.proto == PROTO_UDP && hc == 0) {
             let mut c = !checksum::fold(u64::from(!hc) + l4_delta);
             if ip.flow.proto == PROTO_UDP && c == 0 {
                 c = 0xffff;
             }
-            put16(frame, at, c);
+            sum.copy_from_slice(&c.to_ne_bytes());
         }
     }
     true
