@@ -12,7 +12,7 @@
 /// the folded result byte-swapped once: ones'-complement addition commutes
 /// with swapping the bytes of every word (RFC 1071, 2(B)). Eight bytes a
 /// step, then the tail in at most three steps, with no loop over it.
-#[inline]
+#[inline(always)]
 pub fn add(sum: u64, data: &[u8]) -> u64 {
     let mut native = 0u64;
     let mut chunks = data.chunks_exact(8);
