@@ -192,9 +192,9 @@ pub struct Service {
 /// The shared, read-only part: services and where things are.
 pub struct Plane {
     pub services: Vec<Service>,
-    by_vip: HashMap<(u128, u16, u8), u16, FastHash>,
+    by_vip: HashMap<Endpoint, u16, FastHash>,
     /// NAT replies come from (real address, port, protocol) of a NAT service.
-    by_real: HashMap<(u128, u16, u8), (u16, u16), FastHash>,
+    by_real: HashMap<Endpoint, (u16, u16), FastHash>,
     pub local_addrs: Vec<IpAddr>,
     /// Addresses answered for (ARP, neighbour discovery): VIPs and local ones.
     owned: Vec<IpAddr>,
@@ -214,13 +214,13 @@ impl Plane {
         let mut by_vip = HashMap::with_hasher(FastHash);
         let mut by_real = HashMap::with_hasher(FastHash);
         for (i, s) in services.iter_mut().enumerate() {
-            by_vip.insert((addr_key(s.vip), s.port, s.proto), i as u16);
+            by_vip.insert(Endpoint::new(s.vip, s.port, s.proto), i as u16);
             // Only NAT replies come from a real server's own address (FNAT
             // replies go to a local address; DR and tunnels bypass the
             // balancer). Configs give a NAT real server to one service.
             if s.mode == L4Mode::Nat {
                 for (j, r) in s.reals.iter().enumerate() {
-                    by_real.entry((addr_key(r.addr), r.port, s.proto)).or_insert((i as u16, j as u16));
+                    by_real.entry(Endpoint::new(r.addr, r.port, s.proto)).or_insert((i as u16, j as u16));
                 }
             }
             if s.scheduler == L4Scheduler::Maglev && s.maglev.is_none() {
@@ -474,11 +474,34 @@ pub struct Worker {
     hop: Option<IpAddr>,
 }
 
-/// An address as a map key for both families (IPv4 as IPv4-mapped IPv6).
+/// An address as a map key for both families (IPv4 as IPv4-mapped IPv6,
+/// `::ffff:a.b.c.d`).
 fn addr_key(a: IpAddr) -> u128 {
     match a {
-        IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
+        IpAddr::V4(a) => 0xffff_0000_0000 | u128::from(u32::from(a)),
         IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+/// (address, port, protocol) as a key of the plane's service and server
+/// maps, hashed in one step of [`FastHasher`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Endpoint {
+    addr: u128,
+    port: u16,
+    proto: u8,
+}
+
+impl Endpoint {
+    fn new(addr: IpAddr, port: u16, proto: u8) -> Endpoint {
+        Endpoint { addr: addr_key(addr), port, proto }
+    }
+}
+
+impl std::hash::Hash for Endpoint {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let (lo, hi) = (self.addr as u64, (self.addr >> 64) as u64);
+        h.write_u64(lo ^ hi.rotate_left(23) ^ ((u64::from(self.port) << 8 | u64::from(self.proto)) << 40));
     }
 }
 
@@ -597,13 +620,13 @@ impl Worker {
         if !matches!(f.proto, PROTO_TCP | PROTO_UDP) {
             return Class::Done(if plane.by_vip.is_empty() { Verdict::Pass } else { Verdict::Drop(Drop::Unsupported) });
         }
-        if let Some(&svc) = plane.by_vip.get(&(addr_key(f.dst), f.dport, f.proto)) {
+        if let Some(&svc) = plane.by_vip.get(&Endpoint::new(f.dst, f.dport, f.proto)) {
             return Class::ToService { ip, svc };
         }
         if let Some(local) = plane.local_addrs.iter().position(|a| *a == f.dst) {
             return Class::ToLocal { ip, local: local as u16, port: f.dport };
         }
-        if let Some(&(svc, real)) = plane.by_real.get(&(addr_key(f.src), f.sport, f.proto)) {
+        if let Some(&(svc, real)) = plane.by_real.get(&Endpoint::new(f.src, f.sport, f.proto)) {
             return Class::FromReal { ip, svc, real };
         }
         Class::Done(Verdict::Pass)
@@ -877,7 +900,7 @@ impl Worker {
     fn icmp_error<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, ip: &Ip) -> Verdict {
         let Some(q) = packet::quoted(buf.frame(), ip) else { return Verdict::Pass };
         // Client side: the quoted packet left the VIP toward the client.
-        if let Some(&svc) = plane.by_vip.get(&(addr_key(q.src), q.sport, q.proto)) {
+        if let Some(&svc) = plane.by_vip.get(&Endpoint::new(q.src, q.sport, q.proto)) {
             let key = Key { addr: A::of(q.dst), port: q.dport, context: svc };
             let Some(idx) = A::table(self).find(&key) else { return Verdict::Drop(Drop::NoSession) };
             let s = *A::table(self).get(idx);
@@ -898,7 +921,7 @@ impl Worker {
             };
         }
         // Server side, NAT: the quoted packet went from the client to the real server.
-        if let Some(&(svc, real_idx)) = plane.by_real.get(&(addr_key(q.dst), q.dport, q.proto)) {
+        if let Some(&(svc, real_idx)) = plane.by_real.get(&Endpoint::new(q.dst, q.dport, q.proto)) {
             let key = Key { addr: A::of(q.src), port: q.sport, context: REVERSE | real_idx };
             if A::table(self).find(&key).is_some() {
                 let service = &plane.services[usize::from(svc)];
