@@ -466,12 +466,22 @@ pub struct Worker {
     pub counters: Counters,
     scratch: Vec<u8>,
     classes: Vec<Class>,
-    hashes: Vec<u64>,
+    probes: Vec<Probe>,
     /// By frame of the last vector: the neighbour a forwarded frame must
     /// go to when it is not its (outer) destination address: the real
     /// server in DR mode, whose packets keep the VIP as destination.
     pub next_hops: Vec<Option<IpAddr>>,
     hop: Option<IpAddr>,
+}
+
+/// A packet's session-table lookup: its key's hash, the family's table,
+/// and whether it has one at all (only packets from clients and NAT
+/// replies are looked up by key).
+#[derive(Clone, Copy)]
+struct Probe {
+    hash: u64,
+    v6: bool,
+    indexed: bool,
 }
 
 /// An address as a map key for both families (IPv4 as IPv4-mapped IPv6,
@@ -563,7 +573,7 @@ impl Worker {
             counters,
             scratch: Vec::with_capacity(2048),
             classes: Vec::with_capacity(VECTOR),
-            hashes: Vec::with_capacity(VECTOR),
+            probes: Vec::with_capacity(VECTOR),
             next_hops: Vec::with_capacity(VECTOR),
             hop: None,
         }
@@ -644,17 +654,28 @@ impl Worker {
         Self::key::<A>(c).map_or(0, |k| A::table(self).hash(&k))
     }
 
+    /// What the later stages need to know of a packet's class, worked out
+    /// once.
+    fn probe(&self, c: &Class) -> Probe {
+        let v6 = c.is_v6();
+        let indexed = matches!(c, Class::ToService { .. } | Class::FromReal { .. });
+        let hash = match (indexed, v6) {
+            (false, _) => 0,
+            (true, false) => self.hash_of::<u32>(c),
+            (true, true) => self.hash_of::<u128>(c),
+        };
+        Probe { hash, v6, indexed }
+    }
+
     /// Asks for the index bucket (or, with `record`, the session record)
-    /// that the lookup of a packet of class `c` and hash `h` will read.
-    fn prefetch(&self, c: &Class, h: u64, record: bool) {
-        if !matches!(c, Class::ToService { .. } | Class::FromReal { .. }) {
-            return;
-        }
-        match (c.is_v6(), record) {
-            (false, false) => self.t4.prefetch_bucket(h),
-            (false, true) => self.t4.prefetch_record(h),
-            (true, false) => self.t6.prefetch_bucket(h),
-            (true, true) => self.t6.prefetch_record(h),
+    /// that a packet's lookup will read.
+    fn prefetch(&self, p: Probe, record: bool) {
+        match (p.indexed, p.v6, record) {
+            (false, ..) => {}
+            (true, false, false) => self.t4.prefetch_bucket(p.hash),
+            (true, false, true) => self.t4.prefetch_record(p.hash),
+            (true, true, false) => self.t6.prefetch_bucket(p.hash),
+            (true, true, true) => self.t6.prefetch_record(p.hash),
         }
     }
 
@@ -716,13 +737,12 @@ impl Worker {
         // The records are borrowed by the stages below while they change
         // the worker: out of it meanwhile (no copy of a record per stage).
         let mut classes = std::mem::take(&mut self.classes);
-        let mut hashes = std::mem::take(&mut self.hashes);
-        // 1. Parse and classify.
+        let mut probes = std::mem::take(&mut self.probes);
+        // 1. Parse and classify; 2. hash every key.
         classes.clear();
+        probes.clear();
         classes.extend(bufs.iter().map(|b| Self::classify(plane, b)));
-        // 2. Hash every key.
-        hashes.clear();
-        hashes.extend(classes.iter().map(|c| if c.is_v6() { self.hash_of::<u128>(c) } else { self.hash_of::<u32>(c) }));
+        probes.extend(classes.iter().map(|c| self.probe(c)));
         // 3. Look every key up and 4. finish its packet (a session for a
         // miss, the rewrite), software-pipelined: packet i's bucket is asked
         // for, then the record of packet i - AHEAD (whose bucket has arrived
@@ -735,18 +755,18 @@ impl Worker {
         const AHEAD: usize = 8;
         let n = classes.len();
         for i in 0..n + 2 * AHEAD {
-            if let (Some(c), Some(&h)) = (classes.get(i), hashes.get(i)) {
-                self.prefetch(c, h, false);
+            if let Some(&p) = probes.get(i) {
+                self.prefetch(p, false);
             }
             if let Some(j) = i.checked_sub(AHEAD)
-                && let (Some(c), Some(&h)) = (classes.get(j), hashes.get(j))
+                && let Some(&p) = probes.get(j)
             {
-                self.prefetch(c, h, true);
+                self.prefetch(p, true);
             }
             let Some(j) = i.checked_sub(2 * AHEAD) else { continue };
-            let (Some(c), Some(&h), Some(buf)) = (classes.get(j), hashes.get(j), bufs.get_mut(j)) else { continue };
-            let v6 = c.is_v6();
-            let hit = if v6 { self.lookup::<u128>(c, h) } else { self.lookup::<u32>(c, h) };
+            let (Some(c), Some(&p), Some(buf)) = (classes.get(j), probes.get(j), bufs.get_mut(j)) else { continue };
+            let v6 = p.v6;
+            let hit = if v6 { self.lookup::<u128>(c, p.hash) } else { self.lookup::<u32>(c, p.hash) };
             let v = if v6 { self.finish::<u128>(plane, buf, c, hit, now) } else { self.finish::<u32>(plane, buf, c, hit, now) };
             match v {
                 Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
@@ -757,7 +777,7 @@ impl Worker {
             self.next_hops.push(self.hop.take());
         }
         self.classes = classes;
-        self.hashes = hashes;
+        self.probes = probes;
         // 6. Expire a slice of each table.
         let is_nat = |svc: u16| plane.services.get(usize::from(svc)).is_some_and(|s| s.mode == L4Mode::Nat);
         let (ports, counters) = (&mut self.ports, &mut self.counters);
@@ -1056,13 +1076,31 @@ impl Worker {
         let Some(real) = service.reals.get(usize::from(s.real)) else { return Verdict::Drop(Drop::NoHealthyServer) };
         match service.mode {
             L4Mode::Nat | L4Mode::Fnat => {
-                if real.addr.is_ipv4() != ip.flow.src.is_ipv4() {
-                    // Across families would need header translation.
-                    return Verdict::Drop(Drop::Unsupported);
-                }
-                let src = (service.mode == L4Mode::Fnat).then(|| (plane.local_addrs[usize::from(s.local)], s.local_port));
+                let fnat = service.mode == L4Mode::Fnat;
+                let local = || plane.local_addrs.get(usize::from(s.local)).copied();
                 let f = buf.frame_mut();
-                if !nat(f, ip, src, Some((real.addr, real.port))) {
+                let done = match (real.addr, ip.flow.src) {
+                    // The common case straight to the fused rewrite.
+                    (IpAddr::V4(to), IpAddr::V4(_)) => {
+                        let src = match local() {
+                            Some(IpAddr::V4(l)) if fnat => Some((l, s.local_port)),
+                            _ if fnat => return Verdict::Drop(Drop::Unsupported),
+                            _ => None,
+                        };
+                        rewrite::nat_v4(f, ip, src, Some((to, real.port)))
+                    }
+                    (IpAddr::V6(_), IpAddr::V6(_)) => {
+                        let src = match local() {
+                            Some(l @ IpAddr::V6(_)) if fnat => Some((l, s.local_port)),
+                            _ if fnat => return Verdict::Drop(Drop::Unsupported),
+                            _ => None,
+                        };
+                        nat(f, ip, src, Some((real.addr, real.port)))
+                    }
+                    // Across families would need header translation.
+                    _ => return Verdict::Drop(Drop::Unsupported),
+                };
+                if !done {
                     return Verdict::Drop(Drop::TtlExceeded);
                 }
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
