@@ -131,6 +131,19 @@ pub struct Ip {
     pub icmp: Option<Icmp>,
 }
 
+impl Ip {
+    /// A record to parse into.
+    pub const EMPTY: Ip = Ip {
+        l3: 0,
+        l4: 0,
+        end: 0,
+        ttl: 0,
+        flow: Flow { proto: 0, src: IpAddr::V4(Ipv4Addr::UNSPECIFIED), dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED), sport: 0, dport: 0 },
+        tcp_flags: 0,
+        icmp: None,
+    };
+}
+
 /// An ARP request or reply (Ethernet, IPv4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Arp {
@@ -149,6 +162,16 @@ pub enum Frame {
     /// Another ethertype, or an IP protocol the plane does not handle: not
     /// malformed, just not ours (the XDP program passes such frames to the
     /// kernel).
+    Other,
+}
+
+/// What [`parse_into`] found; an IP packet's details went into the record
+/// it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    Ip,
+    Arp(Arp),
+    /// As [`Frame::Other`].
     Other,
 }
 
@@ -201,15 +224,28 @@ fn ethertype(frame: &[u8]) -> Result<(u16, usize), Malformed> {
 }
 
 /// Parses a frame.
-#[inline]
 pub fn parse(frame: &[u8], checks: Checks) -> Result<Frame, Malformed> {
+    let mut ip = Ip::EMPTY;
+    Ok(match parse_into(frame, checks, &mut ip)? {
+        Parsed::Ip => Frame::Ip(ip),
+        Parsed::Arp(arp) => Frame::Arp(arp),
+        Parsed::Other => Frame::Other,
+    })
+}
+
+/// Parses a frame, an IP packet's details straight into `ip` (the data
+/// plane's per-packet record, which is then never copied); `ip` holds
+/// nothing meaningful unless the answer is [`Parsed::Ip`].
+#[inline]
+pub fn parse_into(frame: &[u8], checks: Checks, ip: &mut Ip) -> Result<Parsed, Malformed> {
     let (ethertype, off) = ethertype(frame)?;
-    match ethertype {
-        ETHERTYPE_IPV4 => ipv4(frame, off, checks, false).map(|ip| ip.map_or(Frame::Other, Frame::Ip)),
-        ETHERTYPE_IPV6 => ipv6(frame, off, checks, false).map(|ip| ip.map_or(Frame::Other, Frame::Ip)),
-        ETHERTYPE_ARP => arp(frame, off).map(Frame::Arp),
-        _ => Ok(Frame::Other),
-    }
+    let handled = match ethertype {
+        ETHERTYPE_IPV4 => ipv4(frame, off, checks, false, ip)?,
+        ETHERTYPE_IPV6 => ipv6(frame, off, checks, false, ip)?,
+        ETHERTYPE_ARP => return arp(frame, off).map(Parsed::Arp),
+        _ => false,
+    };
+    Ok(if handled { Parsed::Ip } else { Parsed::Other })
 }
 
 fn arp(frame: &[u8], off: usize) -> Result<Arp, Malformed> {
@@ -244,16 +280,17 @@ pub fn quoted(frame: &[u8], ip: &Ip) -> Option<Flow> {
 #[inline(never)]
 fn quoted_flow(frame: &[u8], inner: usize, proto: u8) -> Option<Flow> {
     let checks = Checks { l4_checksums: false };
-    let parsed = if proto == PROTO_ICMP { ipv4(frame, inner, checks, true) } else { ipv6(frame, inner, checks, true) };
-    parsed.ok().flatten().map(|q| q.flow)
+    let mut q = Ip::EMPTY;
+    let parsed = if proto == PROTO_ICMP { ipv4(frame, inner, checks, true, &mut q) } else { ipv6(frame, inner, checks, true, &mut q) };
+    parsed.ok().filter(|&handled| handled).map(|_| q.flow)
 }
 
 /// An IPv4 packet at `off`. `quoted`: inside an ICMP error, where the packet
 /// is cut short after its first transport bytes and its lengths describe the
-/// original, so only what is present is checked. `Ok(None)`: a protocol the
-/// plane does not handle.
+/// original, so only what is present is checked. `Ok(false)`: a protocol
+/// the plane does not handle. What it finds goes into `ip`.
 #[inline(always)]
-fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool) -> Result<Option<Ip>, Malformed> {
+fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> Result<bool, Malformed> {
     let b = frame.get(off..).ok_or(Malformed::Truncated)?;
     let first = byte(b, 0)?;
     if first >> 4 != 4 {
@@ -292,7 +329,7 @@ fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool) -> Result<Option
     let dst = Ipv4Addr::from(bytes::<4>(b, 16)?);
     let proto = b[9];
     let pseudo = checksum::pseudo_v4(src.octets(), dst.octets(), proto, 0);
-    transport(frame, off, off + ihl, off + end, b[8], proto, IpAddr::V4(src), IpAddr::V4(dst), checks, quoted, pseudo)
+    transport(frame, off, off + ihl, off + end, b[8], proto, IpAddr::V4(src), IpAddr::V4(dst), checks, quoted, pseudo, ip)
 }
 
 /// IPv6 extension headers followed to the transport header.
@@ -304,7 +341,7 @@ const EXT_DEST_OPTS: u8 = 60;
 const MAX_EXTENSIONS: usize = 8;
 
 #[inline(never)]
-fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool) -> Result<Option<Ip>, Malformed> {
+fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> Result<bool, Malformed> {
     let b = frame.get(off..).ok_or(Malformed::Truncated)?;
     if b.len() < 40 {
         return Err(Malformed::Truncated);
@@ -338,7 +375,7 @@ fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool) -> Result<Option
             EXT_FRAGMENT => return Err(Malformed::Fragment),
             _ => {
                 let pseudo = checksum::pseudo_v6(src.octets(), dst.octets(), next, 0);
-                return transport(frame, off, off + at, off + end, b[7], next, IpAddr::V6(src), IpAddr::V6(dst), checks, quoted, pseudo);
+                return transport(frame, off, off + at, off + end, b[7], next, IpAddr::V6(src), IpAddr::V6(dst), checks, quoted, pseudo, ip);
             }
         }
     }
@@ -361,7 +398,8 @@ fn transport(
     checks: Checks,
     quoted: bool,
     pseudo: u64,
-) -> Result<Option<Ip>, Malformed> {
+    ip: &mut Ip,
+) -> Result<bool, Malformed> {
     let seg = frame.get(l4..end).ok_or(Malformed::Truncated)?;
     let verify = checks.l4_checksums && !quoted;
     let sum_ok = |with_pseudo: bool| {
@@ -370,13 +408,13 @@ fn transport(
         let s = checksum::add(if with_pseudo { pseudo + seg.len() as u64 } else { 0 }, seg);
         checksum::fold(s) == 0xffff
     };
-    let mut ip = Ip { l3, l4, end, ttl, flow: Flow { proto, src, dst, sport: 0, dport: 0 }, tcp_flags: 0, icmp: None };
+    *ip = Ip { l3, l4, end, ttl, flow: Flow { proto, src, dst, sport: 0, dport: 0 }, tcp_flags: 0, icmp: None };
     match proto {
         PROTO_TCP => {
             ip.flow.sport = be16(seg, 0)?;
             ip.flow.dport = be16(seg, 2)?;
             if quoted {
-                return Ok(Some(ip));
+                return Ok(true);
             }
             let doff = usize::from(byte(seg, 12)? >> 4) * 4;
             if doff < 20 || doff > seg.len() {
@@ -399,7 +437,7 @@ fn transport(
             ip.flow.sport = be16(seg, 0)?;
             ip.flow.dport = be16(seg, 2)?;
             if quoted {
-                return Ok(Some(ip));
+                return Ok(true);
             }
             let len = usize::from(be16(seg, 4)?);
             if len < 8 || len != seg.len() {
@@ -414,12 +452,12 @@ fn transport(
         }
         PROTO_ICMP | PROTO_ICMPV6 => {
             if proto == PROTO_ICMP && src.is_ipv6() || proto == PROTO_ICMPV6 && src.is_ipv4() {
-                return Ok(None);
+                return Ok(false);
             }
             let kind = byte(seg, 0)?;
             let code = byte(seg, 1)?;
             if quoted {
-                return Ok(Some(ip));
+                return Ok(true);
             }
             if seg.len() < 8 {
                 return Err(Malformed::Truncated);
@@ -438,9 +476,9 @@ fn transport(
                 ip.flow.dport = ident;
             }
         }
-        _ => return Ok(None),
+        _ => return Ok(false),
     }
-    Ok(Some(ip))
+    Ok(true)
 }
 
 pub mod build {

@@ -19,7 +19,7 @@ use gatehouse_balance::{Backends, LeastConnections, MaglevTable, RoundRobin, Smo
 use gatehouse_config::{L4Mode, L4Scheduler};
 
 use crate::encap::{Outer, Tunnel, encapsulate};
-use crate::packet::{self, Checks, Frame, Ip, Malformed, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+use crate::packet::{self, Checks, Ip, Malformed, Parsed, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 use crate::rewrite;
 use crate::session::{Key, REVERSE, Session, State, Table};
 
@@ -383,32 +383,29 @@ impl PortPool {
 
 /// What the stages learn about one frame.
 #[derive(Clone, Copy)]
+/// What a frame is to the plane. The IP packet's details, when it is one,
+/// are in the record beside it (`Worker::ips`).
 enum Class {
     Done(Verdict),
     /// From a client to service `svc`.
-    ToService { ip: Ip, svc: u16 },
+    ToService { svc: u16 },
     /// A NAT reply from real `real` of service `svc`.
-    FromReal { ip: Ip, svc: u16, real: u16 },
+    FromReal { svc: u16, real: u16 },
     /// An FNAT reply to local address `local`, port `port`.
-    ToLocal { ip: Ip, local: u16, port: u16 },
+    ToLocal { local: u16, port: u16 },
     /// An ARP request for an address of ours (the ARP header's offset).
     ArpFor { at: usize, addr: Ipv4Addr },
     /// A neighbour solicitation for an address of ours.
-    NdFor { ip: Ip, addr: std::net::Ipv6Addr },
+    NdFor { addr: std::net::Ipv6Addr },
     /// An ICMP error quoting a packet of one of our sessions.
-    IcmpError { ip: Ip },
+    IcmpError,
 }
 
 impl Class {
-    fn ip(&self) -> Option<&Ip> {
-        match self {
-            Class::Done(_) | Class::ArpFor { .. } | Class::NdFor { .. } | Class::IcmpError { .. } => None,
-            Class::ToService { ip, .. } | Class::FromReal { ip, .. } | Class::ToLocal { ip, .. } => Some(ip),
-        }
-    }
-
-    fn is_v6(&self) -> bool {
-        self.ip().is_some_and(|ip| ip.flow.src.is_ipv6())
+    /// Whether the packet goes to the IPv6 session table (packets of
+    /// sessions only; everything else is handled with the IPv4 one).
+    fn is_v6(&self, ip: &Ip) -> bool {
+        matches!(self, Class::ToService { .. } | Class::FromReal { .. } | Class::ToLocal { .. }) && ip.flow.src.is_ipv6()
     }
 }
 
@@ -466,6 +463,8 @@ pub struct Worker {
     pub counters: Counters,
     scratch: Vec<u8>,
     classes: Vec<Class>,
+    /// The IP details of each frame of the vector, parsed in place.
+    ips: Vec<Ip>,
     probes: Vec<Probe>,
     /// By frame of the last vector: the neighbour a forwarded frame must
     /// go to when it is not its (outer) destination address: the real
@@ -573,6 +572,7 @@ impl Worker {
             counters,
             scratch: Vec::with_capacity(2048),
             classes: Vec::with_capacity(VECTOR),
+            ips: Vec::with_capacity(VECTOR),
             probes: Vec::with_capacity(VECTOR),
             next_hops: Vec::with_capacity(VECTOR),
             hop: None,
@@ -604,65 +604,67 @@ impl Worker {
         self.t4.memory_bytes() + self.t6.memory_bytes()
     }
 
-    fn classify(plane: &Plane, buf: &Buf<'_>) -> Class {
-        let ip = match packet::parse(buf.frame(), plane.checks) {
-            Ok(Frame::Ip(ip)) => ip,
-            Ok(Frame::Arp(arp)) if arp.op == 1 && plane.owned.contains(&IpAddr::V4(arp.target_ip)) => {
+    /// Classifies a frame, an IP packet's details into `ip`.
+    fn classify(plane: &Plane, buf: &Buf<'_>, ip: &mut Ip) -> Class {
+        match packet::parse_into(buf.frame(), plane.checks, ip) {
+            Ok(Parsed::Ip) => {}
+            Ok(Parsed::Arp(arp)) if arp.op == 1 && plane.owned.contains(&IpAddr::V4(arp.target_ip)) => {
                 let at = packet::ethernet(buf.frame()).map_or(14, |e| e.3);
                 return Class::ArpFor { at, addr: arp.target_ip };
             }
-            Ok(Frame::Arp(_) | Frame::Other) => return Class::Done(Verdict::Pass),
+            Ok(Parsed::Arp(_) | Parsed::Other) => return Class::Done(Verdict::Pass),
             Err(m) => return Class::Done(Verdict::Drop(Drop::Malformed(m))),
-        };
+        }
+        let ip: &Ip = ip;
         let f = ip.flow;
         if f.proto == crate::packet::PROTO_ICMPV6
             && ip.icmp.is_some_and(|i| i.kind == crate::neighbour::ND_SOLICIT)
-            && let Some(t) = crate::neighbour::solicited_target(buf.frame(), &ip)
+            && let Some(t) = crate::neighbour::solicited_target(buf.frame(), ip)
             && plane.owned.contains(&IpAddr::V6(t))
         {
-            return Class::NdFor { ip, addr: t };
+            return Class::NdFor { addr: t };
         }
         if let Some(icmp) = ip.icmp
             && icmp.quoted
         {
-            return Class::IcmpError { ip };
+            return Class::IcmpError;
         }
         if !matches!(f.proto, PROTO_TCP | PROTO_UDP) {
             return Class::Done(if plane.by_vip.is_empty() { Verdict::Pass } else { Verdict::Drop(Drop::Unsupported) });
         }
         if let Some(&svc) = plane.by_vip.get(&Endpoint::new(f.dst, f.dport, f.proto)) {
-            return Class::ToService { ip, svc };
+            return Class::ToService { svc };
         }
         if let Some(local) = plane.local_addrs.iter().position(|a| *a == f.dst) {
-            return Class::ToLocal { ip, local: local as u16, port: f.dport };
+            return Class::ToLocal { local: local as u16, port: f.dport };
         }
         if let Some(&(svc, real)) = plane.by_real.get(&Endpoint::new(f.src, f.sport, f.proto)) {
-            return Class::FromReal { ip, svc, real };
+            return Class::FromReal { svc, real };
         }
         Class::Done(Verdict::Pass)
     }
 
-    fn key<A: Family>(c: &Class) -> Option<Key<A>> {
+    fn key<A: Family>(c: &Class, ip: &Ip) -> Option<Key<A>> {
         match *c {
-            Class::ToService { ref ip, svc } => Some(Key { addr: A::of(ip.flow.src), port: ip.flow.sport, context: svc }),
-            Class::FromReal { ref ip, real, .. } => Some(Key { addr: A::of(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real }),
+            Class::ToService { svc } => Some(Key { addr: A::of(ip.flow.src), port: ip.flow.sport, context: svc }),
+            Class::FromReal { real, .. } => Some(Key { addr: A::of(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real }),
             _ => None,
         }
     }
 
-    fn hash_of<A: Family>(&self, c: &Class) -> u64 {
-        Self::key::<A>(c).map_or(0, |k| A::table(self).hash(&k))
+    fn hash_of<A: Family>(&self, c: &Class, ip: &Ip) -> u64 {
+        Self::key::<A>(c, ip).map_or(0, |k| A::table(self).hash(&k))
     }
 
     /// What the later stages need to know of a packet's class, worked out
     /// once.
-    fn probe(&self, c: &Class) -> Probe {
-        let v6 = c.is_v6();
+    fn probe(&self, c: &Class, ip: &Ip) -> Probe {
+        let v6 = c.is_v6(ip);
         let indexed = matches!(c, Class::ToService { .. } | Class::FromReal { .. });
         let hash = match (indexed, v6) {
             (false, _) => 0,
-            (true, false) => self.hash_of::<u32>(c),
-            (true, true) => self.hash_of::<u128>(c),
+            (true, false) => self.hash_of::<u32>(c, ip),
+            (true, true) => self.hash_of::<u128>(c, ip),
         };
         Probe { hash, v6, indexed }
     }
@@ -679,11 +681,11 @@ impl Worker {
         }
     }
 
-    fn lookup<A: Family>(&self, c: &Class, h: u64) -> Option<u32> {
-        if let Class::ToLocal { local, port, .. } = *c {
+    fn lookup<A: Family>(&self, c: &Class, ip: &Ip, h: u64) -> Option<u32> {
+        if let Class::ToLocal { local, port } = *c {
             return self.port_owner(usize::from(local), port);
         }
-        Self::key::<A>(c).and_then(|k| A::table(self).find_hashed(&k, h))
+        Self::key::<A>(c, ip).and_then(|k| A::table(self).find_hashed(&k, h))
     }
 
     /// The session holding FNAT local address `local`'s port `port`.
@@ -738,11 +740,16 @@ impl Worker {
         // the worker: out of it meanwhile (no copy of a record per stage).
         let mut classes = std::mem::take(&mut self.classes);
         let mut probes = std::mem::take(&mut self.probes);
-        // 1. Parse and classify; 2. hash every key.
+        let mut ips = std::mem::take(&mut self.ips);
+        if ips.len() < bufs.len() {
+            ips.resize(bufs.len(), Ip::EMPTY);
+        }
+        // 1. Parse (into the records, in place) and classify; 2. hash every
+        // key.
         classes.clear();
         probes.clear();
-        classes.extend(bufs.iter().map(|b| Self::classify(plane, b)));
-        probes.extend(classes.iter().map(|c| self.probe(c)));
+        classes.extend(bufs.iter().zip(ips.iter_mut()).map(|(b, ip)| Self::classify(plane, b, ip)));
+        probes.extend(classes.iter().zip(&ips).map(|(c, ip)| self.probe(c, ip)));
         // 3. Look every key up and 4. finish its packet (a session for a
         // miss, the rewrite), software-pipelined: packet i's bucket is asked
         // for, then the record of packet i - AHEAD (whose bucket has arrived
@@ -764,10 +771,10 @@ impl Worker {
                 self.prefetch(p, true);
             }
             let Some(j) = i.checked_sub(2 * AHEAD) else { continue };
-            let (Some(c), Some(&p), Some(buf)) = (classes.get(j), probes.get(j), bufs.get_mut(j)) else { continue };
+            let (Some(c), Some(&p), Some(ip), Some(buf)) = (classes.get(j), probes.get(j), ips.get(j), bufs.get_mut(j)) else { continue };
             let v6 = p.v6;
-            let hit = if v6 { self.lookup::<u128>(c, p.hash) } else { self.lookup::<u32>(c, p.hash) };
-            let v = if v6 { self.finish::<u128>(plane, buf, c, hit, now) } else { self.finish::<u32>(plane, buf, c, hit, now) };
+            let hit = if v6 { self.lookup::<u128>(c, ip, p.hash) } else { self.lookup::<u32>(c, ip, p.hash) };
+            let v = if v6 { self.finish::<u128>(plane, buf, c, ip, hit, now) } else { self.finish::<u32>(plane, buf, c, ip, hit, now) };
             match v {
                 Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
                 Verdict::Pass => self.counters.passed += 1,
@@ -778,6 +785,7 @@ impl Worker {
         }
         self.classes = classes;
         self.probes = probes;
+        self.ips = ips;
         // 6. Expire a slice of each table.
         let is_nat = |svc: u16| plane.services.get(usize::from(svc)).is_some_and(|s| s.mode == L4Mode::Nat);
         let (ports, counters) = (&mut self.ports, &mut self.counters);
@@ -785,9 +793,9 @@ impl Worker {
         self.t6.sweep(now, 16, |s| is_nat(s.service), |_, s| release(ports, counters, s));
     }
 
-    /// Finishes a frame of class `c`, `hit` being its session if the lookup
-    /// found one.
-    fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, c: &Class, hit: Option<u32>, now: u32) -> Verdict {
+    /// Finishes a frame of class `c` (and IP details `ip`, for the classes
+    /// of IP packets), `hit` being its session if the lookup found one.
+    fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, c: &Class, ip: &Ip, hit: Option<u32>, now: u32) -> Verdict {
         match *c {
             Class::Done(v) => v,
             Class::ArpFor { at, addr } => {
@@ -798,10 +806,10 @@ impl Worker {
                     Verdict::Pass
                 }
             }
-            Class::NdFor { ref ip, addr } => {
+            Class::NdFor { addr } => {
                 let request = buf.frame().to_vec();
                 let room = buf.mem.len() - buf.head;
-                match crate::neighbour::nd_advert(&request, &ip, addr, plane.mac, &mut buf.mem[buf.head..buf.head + room]) {
+                match crate::neighbour::nd_advert(&request, ip, addr, plane.mac, &mut buf.mem[buf.head..buf.head + room]) {
                     Some(n) => {
                         buf.len = n;
                         self.counters.answered += 1;
@@ -810,8 +818,8 @@ impl Worker {
                     None => Verdict::Pass,
                 }
             }
-            Class::IcmpError { ref ip } => self.icmp_error::<A>(plane, buf, &ip),
-            Class::ToService { ref ip, svc } => {
+            Class::IcmpError => self.icmp_error::<A>(plane, buf, ip),
+            Class::ToService { svc } => {
                 let service = &plane.services[usize::from(svc)];
                 let tcp = service.proto == PROTO_TCP;
                 let syn = ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN;
@@ -825,7 +833,7 @@ impl Worker {
                         found = None;
                     } else if self.server_gone::<A>(plane, idx) {
                         if tcp && !syn {
-                            return self.reset::<A>(plane, idx, buf, &ip);
+                            return self.reset::<A>(plane, idx, buf, ip);
                         }
                         // A datagram, or a SYN again: to a server that is up.
                         self.end::<A>(plane, idx);
@@ -848,39 +856,39 @@ impl Worker {
                         if tcp && ip.tcp_flags & (TCP_SYN | TCP_ACK) != TCP_SYN && !pickup {
                             return Verdict::Drop(Drop::NoSession);
                         }
-                        match self.create::<A>(plane, svc, &ip, now) {
+                        match self.create::<A>(plane, svc, ip, now) {
                             Ok(idx) if pickup => {
                                 // Left as created (SYN sent, its timeout) and
                                 // established only at its next packet: a flood
                                 // of stray segments holds the table for the
                                 // SYN timeout, not the established one.
                                 let s = *A::table(self).get(idx);
-                                return self.forward_to_real::<A>(plane, svc, s, &ip, buf);
+                                return self.forward_to_real::<A>(plane, svc, s, ip, buf);
                             }
                             Ok(idx) => idx,
                             Err(d) => return Verdict::Drop(d),
                         }
                     }
                 };
-                self.track::<A>(plane, idx, &ip, now);
+                self.track::<A>(plane, idx, ip, now);
                 let s = *A::table(self).get(idx);
-                self.forward_to_real::<A>(plane, svc, s, &ip, buf)
+                self.forward_to_real::<A>(plane, svc, s, ip, buf)
             }
-            Class::FromReal { ref ip, svc, .. } => {
+            Class::FromReal { svc, .. } => {
                 let Some(idx) = hit else { return Verdict::Drop(Drop::NoSession) };
                 if self.server_gone::<A>(plane, idx) {
-                    return self.reset::<A>(plane, idx, buf, &ip);
+                    return self.reset::<A>(plane, idx, buf, ip);
                 }
-                self.track::<A>(plane, idx, &ip, now);
+                self.track::<A>(plane, idx, ip, now);
                 let service = &plane.services[usize::from(svc)];
                 let f = buf.frame_mut();
-                if !nat(f, &ip, Some((service.vip, service.port)), None) {
+                if !nat(f, ip, Some((service.vip, service.port)), None) {
                     return Verdict::Drop(Drop::TtlExceeded);
                 }
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
                 Verdict::Forward
             }
-            Class::ToLocal { ref ip, .. } => {
+            Class::ToLocal { .. } => {
                 let Some(idx) = hit else { return Verdict::Drop(Drop::NoSession) };
                 // The port table is shared by the families: the session is in
                 // the table of the client's family, which may differ from the
@@ -895,11 +903,11 @@ impl Worker {
                     return Verdict::Drop(Drop::Unsupported);
                 }
                 if self.server_gone::<A>(plane, idx) {
-                    return self.reset::<A>(plane, idx, buf, &ip);
+                    return self.reset::<A>(plane, idx, buf, ip);
                 }
-                self.track::<A>(plane, idx, &ip, now);
+                self.track::<A>(plane, idx, ip, now);
                 let f = buf.frame_mut();
-                if !nat(f, &ip, Some((service.vip, service.port)), Some((s_client, s_port))) {
+                if !nat(f, ip, Some((service.vip, service.port)), Some((s_client, s_port))) {
                     return Verdict::Drop(Drop::TtlExceeded);
                 }
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
@@ -1278,7 +1286,7 @@ mod tests {
 
     fn flow(frame: &[u8]) -> crate::packet::Flow {
         match packet::parse(frame, Checks::default()) {
-            Ok(Frame::Ip(ip)) => ip.flow,
+            Ok(packet::Frame::Ip(ip)) => ip.flow,
             other => panic!("{other:?}"),
         }
     }
@@ -1510,7 +1518,7 @@ mod tests {
 
     fn quoted(frame: &[u8]) -> crate::packet::Flow {
         match packet::parse(frame, Checks::default()) {
-            Ok(Frame::Ip(ip)) => packet::quoted(frame, &ip).expect("an error quoting a flow"),
+            Ok(packet::Frame::Ip(ip)) => packet::quoted(frame, &ip).expect("an error quoting a flow"),
             other => panic!("{other:?}"),
         }
     }
