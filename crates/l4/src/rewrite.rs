@@ -81,8 +81,11 @@ pub fn set_port(frame: &mut [u8], ip: &Ip, src: bool, new: u16) {
 
 /// Sets the Ethernet destination and source addresses.
 pub fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) {
-    frame[0..6].copy_from_slice(&dst);
-    frame[6..12].copy_from_slice(&src);
+    // Every frame the plane parsed has its Ethernet header.
+    if let Some(h) = frame.first_chunk_mut::<12>() {
+        h[..6].copy_from_slice(&dst);
+        h[6..].copy_from_slice(&src);
+    }
 }
 
 /// Decrements the IPv4 TTL or IPv6 hop limit; false when it reaches zero
