@@ -1052,20 +1052,28 @@ impl Worker {
     }
 
     /// TCP state and expiry from a packet of the session.
+    ///
+    /// The record is written only when something changed: most packets of
+    /// a flow arrive within one tick of the coarse clock, and a record left
+    /// clean is not written back to memory when the cache evicts it (with
+    /// millions of sessions, nearly every record read is a miss).
     fn track<A: Family>(&mut self, plane: &Plane, idx: u32, ip: &Ip, now: u32) {
         let s = A::table_mut(self).get_mut(idx);
+        let mut state = s.state;
         if ip.flow.proto == PROTO_TCP {
             let f = ip.tcp_flags;
-            s.state = if f & (TCP_FIN | TCP_RST) != 0 {
-                State::Closing
-            } else if s.state == State::SynSent && f & TCP_ACK != 0 {
-                State::Established
-            } else {
-                s.state
-            };
+            if f & (TCP_FIN | TCP_RST) != 0 {
+                state = State::Closing;
+            } else if state == State::SynSent && f & TCP_ACK != 0 {
+                state = State::Established;
+            }
         }
-        let timeout = plane.services.get(usize::from(s.service)).map_or(0, |svc| svc.timeouts[s.state as usize]);
-        s.expires = now.saturating_add(timeout);
+        let timeout = plane.services.get(usize::from(s.service)).map_or(0, |svc| svc.timeouts[state as usize]);
+        let expires = now.saturating_add(timeout);
+        if state != s.state || expires != s.expires {
+            s.state = state;
+            s.expires = expires;
+        }
     }
 
     /// Counts a client's packet and sends it on toward its real server.
