@@ -381,10 +381,9 @@ impl PortPool {
     }
 }
 
-/// What the stages learn about one frame.
+/// What the stages learn about one frame. The IP packet's details, when
+/// it is one, are in the record beside it (`Worker::ips`).
 #[derive(Clone, Copy)]
-/// What a frame is to the plane. The IP packet's details, when it is one,
-/// are in the record beside it (`Worker::ips`).
 enum Class {
     Done(Verdict),
     /// From a client to service `svc`.
