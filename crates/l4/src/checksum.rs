@@ -8,12 +8,22 @@
 /// Adds `data` (as big-endian 16-bit words, an odd last byte padded with
 /// zero) to a running sum.
 ///
-/// The words are summed as they lie in memory (little-endian on x86) and
-/// the folded result byte-swapped once: ones'-complement addition commutes
-/// with swapping the bytes of every word (RFC 1071, 2(B)). Eight bytes a
-/// step, then the tail in at most three steps, with no loop over it.
+/// The words are summed as they lie in memory ([`sum_ne`]) and the folded
+/// result byte-swapped once: ones'-complement addition commutes with
+/// swapping the bytes of every word (RFC 1071, 2(B)).
 #[inline(always)]
 pub fn add(sum: u64, data: &[u8]) -> u64 {
+    sum + u64::from(u16::from_be(fold(sum_ne(data))))
+}
+
+/// The unfolded sum of `data`'s 16-bit words as they lie in memory (native
+/// byte order; an odd last byte padded with a zero byte after it). Sums in
+/// this order fold to the byte-swapped checksum on a little-endian machine:
+/// a verification (`fold(..) == 0xffff`, the same value either way) needs
+/// no swap at all. Eight bytes a step, then the tail in at most three
+/// steps, with no loop over it.
+#[inline(always)]
+pub fn sum_ne(data: &[u8]) -> u64 {
     let mut native = 0u64;
     let mut chunks = data.chunks_exact(8);
     for c in &mut chunks {
@@ -32,10 +42,17 @@ pub fn add(sum: u64, data: &[u8]) -> u64 {
         rest = tail;
     }
     if let [last] = rest {
-        // Padded with a zero byte after it.
         native += u64::from(u16::from_ne_bytes([*last, 0]));
     }
-    sum + u64::from(u16::from_be(fold(native)))
+    native
+}
+
+/// A pseudo-header's protocol and length, in memory order as [`sum_ne`]
+/// adds: the protocol byte after a zero byte, the length as the big-endian
+/// 32-bit field of IPv6 (whose low half is IPv4's 16-bit field).
+#[inline(always)]
+pub fn pseudo_tail_ne(proto: u8, len: u32) -> u64 {
+    u64::from(u16::from_ne_bytes([0, proto])) + u64::from(u32::from_ne_bytes(len.to_be_bytes()))
 }
 
 /// Folds a running sum to 16 bits (ones' complement addition).
@@ -116,6 +133,23 @@ mod tests {
         for len in 0..300 {
             let data: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
             assert_eq!(checksum(&data), reference(&data), "len {len}");
+        }
+    }
+
+    #[test]
+    fn a_verification_in_memory_order_agrees_with_the_big_endian_sum() {
+        let mut rng = fastrand::Rng::with_seed(5);
+        for len in 8..200usize {
+            let (src, dst, proto) = (rng.u32(..).to_be_bytes(), rng.u32(..).to_be_bytes(), rng.u8(..));
+            let mut seg: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+            seg[6..8].copy_from_slice(&[0, 0]);
+            let c = !fold(add(pseudo_v4(src, dst, proto, len as u16), &seg));
+            seg[6..8].copy_from_slice(&c.to_be_bytes());
+            let verify = |seg: &[u8]| fold(sum_ne(&src) + sum_ne(&dst) + pseudo_tail_ne(proto, seg.len() as u32) + sum_ne(seg)) == 0xffff;
+            assert!(verify(&seg), "len {len}");
+            let at = rng.usize(..len);
+            seg[at] ^= 1 << rng.u8(..8);
+            assert!(!verify(&seg), "len {len}: a flipped bit passed");
         }
     }
 

@@ -312,8 +312,8 @@ fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
         }
         // Twenty bytes without options: a sum the compiler unrolls.
         let sum = match b.first_chunk::<20>() {
-            Some(h) if ihl == 20 => checksum::add(0, h),
-            _ => checksum::add(0, &b[..ihl]),
+            Some(h) if ihl == 20 => checksum::sum_ne(h),
+            _ => checksum::sum_ne(&b[..ihl]),
         };
         if checksum::fold(sum) != 0xffff {
             return Err(Malformed::BadIpChecksum);
@@ -328,7 +328,7 @@ fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
     let src = Ipv4Addr::from(bytes::<4>(b, 12)?);
     let dst = Ipv4Addr::from(bytes::<4>(b, 16)?);
     let proto = b[9];
-    let pseudo = checksum::pseudo_v4(src.octets(), dst.octets(), proto, 0);
+    let pseudo = checksum::sum_ne(&src.octets()) + checksum::sum_ne(&dst.octets());
     transport(frame, off, off + ihl, off + end, b[8], proto, IpAddr::V4(src), IpAddr::V4(dst), checks, quoted, pseudo, ip)
 }
 
@@ -374,7 +374,7 @@ fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
             }
             EXT_FRAGMENT => return Err(Malformed::Fragment),
             _ => {
-                let pseudo = checksum::pseudo_v6(src.octets(), dst.octets(), next, 0);
+                let pseudo = checksum::sum_ne(&src.octets()) + checksum::sum_ne(&dst.octets());
                 return transport(frame, off, off + at, off + end, b[7], next, IpAddr::V6(src), IpAddr::V6(dst), checks, quoted, pseudo, ip);
             }
         }
@@ -383,7 +383,8 @@ fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
 }
 
 /// The transport header at `l4` of an IP packet ending at `end`; `pseudo`
-/// is the pseudo-header's sum without the length.
+/// is the pseudo-header's addresses summed in memory order
+/// ([`checksum::sum_ne`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn transport(
@@ -403,10 +404,9 @@ fn transport(
     let seg = frame.get(l4..end).ok_or(Malformed::Truncated)?;
     let verify = checks.l4_checksums && !quoted;
     let sum_ok = |with_pseudo: bool| {
-        // The length goes in whole: a 32-bit IPv6 length folds to the sum
-        // of its two halves anyway.
-        let s = checksum::add(if with_pseudo { pseudo + seg.len() as u64 } else { 0 }, seg);
-        checksum::fold(s) == 0xffff
+        // All in memory order: a valid sum folds to 0xffff either way.
+        let head = if with_pseudo { pseudo + checksum::pseudo_tail_ne(proto, seg.len() as u32) } else { 0 };
+        checksum::fold(head + checksum::sum_ne(seg)) == 0xffff
     };
     *ip = Ip { l3, l4, end, ttl, flow: Flow { proto, src, dst, sport: 0, dport: 0 }, tcp_flags: 0, icmp: None };
     match proto {
