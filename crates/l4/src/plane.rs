@@ -615,7 +615,7 @@ impl Worker {
             Err(m) => return Class::Done(Verdict::Drop(Drop::Malformed(m))),
         }
         let ip: &Ip = ip;
-        let f = ip.flow;
+        let f = &ip.flow;
         if f.proto == crate::packet::PROTO_ICMPV6
             && ip.icmp.is_some_and(|i| i.kind == crate::neighbour::ND_SOLICIT)
             && let Some(t) = crate::neighbour::solicited_target(buf.frame(), ip)
