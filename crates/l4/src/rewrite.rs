@@ -130,26 +130,18 @@ pub fn nat_v4(frame: &mut [u8], ip: &Ip, src: Option<(Ipv4Addr, u16)>, dst: Opti
     // way: ones'-complement sums do not depend on the byte order they are
     // taken in (RFC 1071, 2(B)), so no word is byte-swapped.
     let word = |b: [u8; 2]| u64::from(u16::from_ne_bytes(b));
-    let quad = |b: [u8; 4]| word([b[0], b[1]]) + word([b[2], b[3]]);
-    let not4 = |b: [u8; 4]| b.map(|x| !x);
     let mut ip_delta = word([!ttl, !h[9]]) + word([ttl - 1, h[9]]);
     let mut l4_delta = 0u64;
     h[8] = ttl - 1;
     if let Some((addr, port)) = src {
-        let (old, new) = ([h[12], h[13], h[14], h[15]], addr.octets());
-        let d = quad(not4(old)) + quad(new);
-        ip_delta += d;
-        l4_delta += d + word([!ports[0], !ports[1]]) + word(port.to_be_bytes());
-        h[12..16].copy_from_slice(&new);
-        ports[0..2].copy_from_slice(&port.to_be_bytes());
+        let (ip_d, l4_d) = replace_endpoint::<12, 0>(h, ports, addr, port);
+        ip_delta += ip_d;
+        l4_delta += l4_d;
     }
     if let Some((addr, port)) = dst {
-        let (old, new) = ([h[16], h[17], h[18], h[19]], addr.octets());
-        let d = quad(not4(old)) + quad(new);
-        ip_delta += d;
-        l4_delta += d + word([!ports[2], !ports[3]]) + word(port.to_be_bytes());
-        h[16..20].copy_from_slice(&new);
-        ports[2..4].copy_from_slice(&port.to_be_bytes());
+        let (ip_d, l4_d) = replace_endpoint::<16, 2>(h, ports, addr, port);
+        ip_delta += ip_d;
+        l4_delta += l4_d;
     }
     let hc = word([!h[10], !h[11]]);
     h[10..12].copy_from_slice(&(!checksum::fold(hc + ip_delta)).to_ne_bytes());
@@ -168,6 +160,21 @@ pub fn nat_v4(frame: &mut [u8], ip: &Ip, src: Option<(Ipv4Addr, u16)>, dst: Opti
         }
     }
     true
+}
+
+/// Writes `addr` at offset `A` of an IPv4 header and `port` at offset `P` of
+/// the transport header after it; returns the changes to the IP and the
+/// transport checksums (+ ~old + new per 16-bit word, words in memory
+/// order, as [`nat_v4`] sums them). Offsets as constants: no bounds checks.
+#[inline(always)]
+fn replace_endpoint<const A: usize, const P: usize>(h: &mut [u8; 20], ports: &mut [u8; 4], addr: Ipv4Addr, port: u16) -> (u64, u64) {
+    let word = |b: [u8; 2]| u64::from(u16::from_ne_bytes(b));
+    let (new, port) = (addr.octets(), port.to_be_bytes());
+    let d = word([!h[A], !h[A + 1]]) + word([!h[A + 2], !h[A + 3]]) + word([new[0], new[1]]) + word([new[2], new[3]]);
+    let l4 = d + word([!ports[P], !ports[P + 1]]) + word(port);
+    h[A..A + 4].copy_from_slice(&new);
+    ports[P..P + 2].copy_from_slice(&port);
+    (d, l4)
 }
 
 /// Turns a TCP segment into the reset that answers it, in place, and
