@@ -698,6 +698,31 @@ mod tests {
     }
 
     #[test]
+    fn only_an_icmp_error_quotes_a_flow() {
+        let t = tcp4(TCP_ACK, b"x");
+        assert_eq!(quoted(&t, &ip(&t)), None);
+        // An echo request (type 8) is ICMP but quotes nothing.
+        let mut echo = vec![8, 0, 0, 0, 0x12, 0x34, 0, 1];
+        let c = checksum::checksum(&echo);
+        echo[2..4].copy_from_slice(&c.to_be_bytes());
+        let f = eth(ETHERTYPE_IPV4, &build::ipv4(C4, V4, PROTO_ICMP, &echo));
+        let p = ip(&f);
+        assert_eq!(p.icmp.map(|i| (i.kind, i.quoted)), Some((8, false)));
+        assert_eq!(quoted(&f, &p), None);
+    }
+
+    #[test]
+    fn parse_into_fills_the_record_parse_returns() {
+        for f in [tcp4(TCP_SYN, b""), udp4(b"dgram")] {
+            let mut into = Ip::EMPTY;
+            assert_eq!(parse_into(&f, ALL, &mut into), Ok(Parsed::Ip));
+            assert_eq!(into, ip(&f));
+        }
+        let mut into = Ip::EMPTY;
+        assert_eq!(parse_into(&eth(0x88cc, &[0; 40]), ALL, &mut into), Ok(Parsed::Other));
+    }
+
+    #[test]
     fn random_mutations_never_panic_and_keep_offsets_consistent() {
         // Byte flips and truncations of valid frames: parse must return, and
         // a frame it accepts must still have consistent offsets.
