@@ -86,18 +86,32 @@ pub fn snapshot() -> Snapshot {
     let mut s = Snapshot::default();
     let Ok(all) = ALL.lock() else { return s };
     for c in all.iter() {
-        for k in 0..3 {
-            for (dst, src) in s.mb_batches[k].iter_mut().zip(&c.mb_batches[k]) {
-                *dst += src.load(Relaxed);
-            }
-            s.single_ops[k] += c.single_ops[k].load(Relaxed);
-        }
-        for (dst, src) in s.delay.iter_mut().zip(&c.delay) {
-            *dst += src.load(Relaxed);
-        }
-        s.delay_sum_us += c.delay_sum_us.load(Relaxed);
-        s.faults += c.faults.load(Relaxed);
-        s.timer_flushes += c.timer_flushes.load(Relaxed);
+        s.add(c);
     }
     s
+}
+
+/// The calling thread's counters alone: what one worker (or one test,
+/// whatever other threads run meanwhile) did.
+pub fn this_thread() -> Snapshot {
+    let mut s = Snapshot::default();
+    MINE.with(|c| s.add(c));
+    s
+}
+
+impl Snapshot {
+    fn add(&mut self, c: &Counters) {
+        for k in 0..3 {
+            for (dst, src) in self.mb_batches[k].iter_mut().zip(&c.mb_batches[k]) {
+                *dst += src.load(Relaxed);
+            }
+            self.single_ops[k] += c.single_ops[k].load(Relaxed);
+        }
+        for (dst, src) in self.delay.iter_mut().zip(&c.delay) {
+            *dst += src.load(Relaxed);
+        }
+        self.delay_sum_us += c.delay_sum_us.load(Relaxed);
+        self.faults += c.faults.load(Relaxed);
+        self.timer_flushes += c.timer_flushes.load(Relaxed);
+    }
 }
