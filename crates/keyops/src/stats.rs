@@ -69,7 +69,7 @@ pub(crate) fn record_timer_flush() {
     MINE.with(|c| bump(&c.timer_flushes, 1));
 }
 
-/// All workers' counters summed.
+/// Counters summed: over all workers ([`snapshot`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// `[class][ops − 1]`: multi-buffer batches of each size; classes 2048, 3072, 4096.
@@ -91,9 +91,10 @@ pub fn snapshot() -> Snapshot {
     s
 }
 
-/// The calling thread's counters alone: what one worker (or one test,
-/// whatever other threads run meanwhile) did.
-pub fn this_thread() -> Snapshot {
+/// The calling thread's counters alone, for a test that must not see what
+/// other tests sign on their threads meanwhile.
+#[cfg(test)]
+pub(crate) fn this_thread() -> Snapshot {
     let mut s = Snapshot::default();
     MINE.with(|c| s.add(c));
     s
