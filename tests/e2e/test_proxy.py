@@ -97,6 +97,24 @@ def test_forwarding_headers_and_hop_by_hop_removal(upstream, gatehouse):
         assert key in log, key
 
 
+def test_hop_by_hop_response_headers_stop_at_the_proxy(raw_upstream, gatehouse):
+    """The upstream's hop-by-hop headers (and those its Connection names)
+    do not reach the client; the end-to-end ones do."""
+    up = raw_upstream(
+        response=b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=5\r\n"
+        b"Proxy-Connection: keep-alive\r\nTrailer: X-T\r\nX-End: 2\r\ncontent-length: 2\r\n\r\nok"
+    )
+    port = free_port()
+    gatehouse(proxy_config(port, f"  - {{ name: a, endpoints: [{up.addr}] }}", "  - { name: a, upstream: a }"), [port])
+    c = KeepAliveClient(port)
+    status, h, body = c.get("/")
+    h = {k.lower(): v for k, v in h.items()}
+    assert (status, body, h.get("x-end")) == (200, b"ok", "2")
+    for gone in ("x-hop", "keep-alive", "proxy-connection", "trailer"):
+        assert gone not in h, gone
+    assert h.get("connection", "keep-alive").lower() == "keep-alive"
+
+
 def test_bodies_are_streamed_both_ways(upstream, gatehouse, tmp_path):
     up = upstream("a")
     port = free_port()

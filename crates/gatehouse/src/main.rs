@@ -9,6 +9,9 @@ use clap::{Parser, Subcommand};
 
 mod bench_tls;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "gatehouse", about = "L7 HTTPS load balancer, L4 load balancer and VPN gateway", version)]
 struct Cli {

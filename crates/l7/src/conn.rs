@@ -295,14 +295,23 @@ impl HeadScanner {
         loop {
             let newline = memchr::memchr(b'\n', rest);
             let segment = &rest[..newline.unwrap_or(rest.len())];
-            for &b in segment.iter().take(self.line.len().saturating_sub(self.line_len)) {
-                self.line[self.line_len] = b.to_ascii_lowercase();
-                self.line_len += 1;
-                if self.lines > 0 {
-                    let l = &self.line[..self.line_len];
-                    if l == b"content-length:" {
+            let from = self.line_len;
+            let take = segment.len().min(self.line.len() - from);
+            if take > 0 {
+                let added = &mut self.line[from..from + take];
+                added.copy_from_slice(&segment[..take]);
+                added.make_ascii_lowercase();
+                self.line_len += take;
+                // A name ends at the line's first colon. A colon found here
+                // after an earlier one leaves a prefix that holds a colon,
+                // which neither name does, so nothing is counted twice.
+                if self.lines > 0
+                    && let Some(colon) = memchr::memchr(b':', &self.line[from..self.line_len])
+                {
+                    let name = &self.line[..from + colon + 1];
+                    if name == b"content-length:" {
                         self.content_length += 1;
-                    } else if l == b"transfer-encoding:" {
+                    } else if name == b"transfer-encoding:" {
                         self.transfer_encoding = true;
                     }
                 }
@@ -374,6 +383,12 @@ mod tests {
     #[test]
     fn names_inside_values_or_the_request_line_do_not_count() {
         assert_eq!(scan_all_splits(b"GET /content-length: HTTP/1.1\r\nX-A: transfer-encoding: x\r\n\r\n"), Some(0));
+    }
+
+    #[test]
+    fn only_the_name_before_the_first_colon_counts() {
+        assert_eq!(scan_all_splits(b"POST / HTTP/1.1\r\nContent-Length: 5:\r\nX:content-length: 1\r\n\r\n"), Some(0));
+        assert_eq!(scan_all_splits(b"POST / HTTP/1.1\r\nContent-Length:5\r\nContent-length :5\r\n\r\n"), Some(0));
     }
 
     #[test]

@@ -30,6 +30,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
 use crate::deadline::{expired, set_deadline};
+use crate::h1::hop_by_hop_bit;
 use crate::upstream::ConnPool;
 
 /// Largest response head accepted from an upstream.
@@ -277,6 +278,9 @@ enum Parsed {
     Partial,
 }
 
+/// Parses a response head at the start of `buf`. The headers it returns
+/// leave out the hop-by-hop ones (those of RFC 9110 §7.6.1 and the names
+/// Connection lists), except in a 101, where the client needs them.
 fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut r = httparse::Response::new(&mut headers);
@@ -304,6 +308,11 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, H
         *span = (n as u32, (n + h.name.len()) as u32, v as u32, (v + h.value.len()) as u32);
     }
     let head = buf.split_to(len).freeze();
+    // Hop-by-hop headers (RFC 9110 §7.6.1) are dropped here rather than
+    // removed from the map afterwards; a 101 keeps them all, since the
+    // client needs its Upgrade and Connection.
+    let keep_hop_by_hop = status == StatusCode::SWITCHING_PROTOCOLS;
+    let mut listed: Vec<HeaderName> = Vec::new(); // other names Connection lists
     let mut map = HeaderMap::with_capacity(count);
     let mut content_length: Option<u64> = None;
     let mut transfer_encoding: Option<bool> = None; // Some(last coding is chunked)
@@ -326,14 +335,27 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, H
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
-                    close = false;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    if version == Version::HTTP_10 {
+                        close = false;
+                    }
+                } else if !keep_hop_by_hop
+                    && !token.eq_ignore_ascii_case(b"upgrade")
+                    && let Ok(other) = HeaderName::from_bytes(token)
+                {
+                    listed.push(other);
                 }
             }
+        }
+        if !keep_hop_by_hop && hop_by_hop_bit(&name) != 0 {
+            continue;
         }
         let value = HeaderValue::from_maybe_shared(head.slice(v0 as usize..v1 as usize))
             .map_err(|_| HeadError::Bad("invalid header value"))?;
         map.append(name, value);
+    }
+    for name in &listed {
+        map.remove(name);
     }
     let no_body = is_head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
     let framing = if status == StatusCode::SWITCHING_PROTOCOLS {
@@ -623,6 +645,19 @@ mod tests {
                 Err(_) => return Err("io"),
             }
         }
+    }
+
+    #[test]
+    fn hop_by_hop_response_headers_are_left_out_except_in_a_101() {
+        let head = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\nX-Secret: 1\r\n\
+            Proxy-Connection: x\r\nTrailer: x\r\nTransfer-Encoding: chunked\r\nX-Kept: 2\r\n\r\n";
+        let (r, f, _) = parse(head, false).expect("ok");
+        assert_eq!(f.framing, Framing::Chunked);
+        let names: Vec<&str> = r.headers().keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-kept"]);
+        let (r, _, _) = parse(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false).expect("ok");
+        assert_eq!(r.headers().get(header::UPGRADE).map(|v| v.as_bytes()), Some(&b"websocket"[..]));
+        assert_eq!(r.headers().get(header::CONNECTION).map(|v| v.as_bytes()), Some(&b"Upgrade"[..]));
     }
 
     #[test]

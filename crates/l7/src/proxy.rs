@@ -23,6 +23,7 @@ use crate::conn::ConnState;
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, Snapshot};
+use crate::h1::{KEEP_ALIVE, PROXY_CONNECTION, hop_by_hop_bit};
 use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming};
 use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
 use hyper::client::conn::http2;
@@ -350,31 +351,6 @@ fn wants_upgrade(req: &Request<Incoming>) -> bool {
     req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE) && connection_has(req.headers(), "upgrade")
 }
 
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-
-/// The hop-by-hop headers of RFC 9110 §7.6.1 (and the old Proxy-Connection
-/// and Keep-Alive), by position in a bit set.
-fn hop_by_hop_bit(k: &HeaderName) -> u8 {
-    if k == header::CONNECTION {
-        1
-    } else if k == header::TE {
-        2
-    } else if k == header::TRAILER {
-        4
-    } else if k == header::TRANSFER_ENCODING {
-        8
-    } else if k == header::UPGRADE {
-        16
-    } else if *k == KEEP_ALIVE {
-        32
-    } else if *k == PROXY_CONNECTION {
-        64
-    } else {
-        0
-    }
-}
-
 /// Removes hop-by-hop headers, including those the Connection header
 /// names. With `upgrade`, keeps `Upgrade` and answers `Connection:
 /// upgrade`. One pass over the names finds which are present, so only
@@ -623,17 +599,18 @@ fn relay_response(
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response<AnyBody> {
     match upstreamed {
-        Upstreamed::H1(resp, framing, h1) => {
-            if resp.status() == StatusCode::SWITCHING_PROTOCOLS
-                && let Some(client_side) = client_upgrade
-            {
-                tokio::spawn(bridge(client_side, h1));
-                return resp.map(|()| empty());
+        Upstreamed::H1(mut resp, framing, h1) => {
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                if let Some(client_side) = client_upgrade {
+                    tokio::spawn(bridge(client_side, h1));
+                    return resp.map(|()| empty());
+                }
+                // A 101 the client did not ask for: the upstream client
+                // kept its hop-by-hop headers for an upgrade; none is made.
+                strip_hop_by_hop(resp.headers_mut(), false);
             }
-            let mut resp = resp
-                .map(|()| AnyBody::H1(H1Body::new(h1, framing, conn.worker.conns.clone(), pool.cfg.max_idle_per_endpoint)));
-            strip_hop_by_hop(resp.headers_mut(), false);
-            resp
+            // The upstream client has already left out the hop-by-hop headers.
+            resp.map(|()| AnyBody::H1(H1Body::new(h1, framing, conn.worker.conns.clone(), pool.cfg.max_idle_per_endpoint)))
         }
         Upstreamed::H2(mut resp) => {
             strip_hop_by_hop(resp.headers_mut(), false);
