@@ -39,6 +39,18 @@ pub fn hop_by_hop_bit(k: &HeaderName) -> u8 {
     }
 }
 
+/// The comma-separated tokens of a Connection header value, trimmed.
+pub fn connection_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
+}
+
+/// The header a Connection token names as hop-by-hop: any valid name but
+/// the `close`, `keep-alive` and `upgrade` options.
+pub fn connection_listed_name(token: &[u8]) -> Option<HeaderName> {
+    let option = [&b"close"[..], b"keep-alive", b"upgrade"].iter().any(|o| token.eq_ignore_ascii_case(o));
+    if option { None } else { HeaderName::from_bytes(token).ok() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +65,13 @@ mod tests {
         assert_eq!(response_status(b"HTTP/1.1 2x0 OK"), None);
         assert_eq!(response_status(b"HTTP/1.1 4"), None);
         assert_eq!(response_status(b"0\r\n\r\n"), None);
+    }
+
+    #[test]
+    fn connection_tokens_and_the_names_they_list() {
+        let tokens: Vec<&[u8]> = connection_tokens(b"keep-alive , X-Secret,Upgrade,close,").collect();
+        assert_eq!(tokens, [&b"keep-alive"[..], b"X-Secret", b"Upgrade", b"close", b""]);
+        let named: Vec<HeaderName> = tokens.into_iter().filter_map(connection_listed_name).collect();
+        assert_eq!(named, [HeaderName::from_static("x-secret")]);
     }
 }

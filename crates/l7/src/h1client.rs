@@ -30,7 +30,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
 use crate::deadline::{expired, set_deadline};
-use crate::h1::hop_by_hop_bit;
+use crate::h1::{connection_listed_name, connection_tokens, hop_by_hop_bit};
 use crate::upstream::ConnPool;
 
 /// Largest response head accepted from an upstream.
@@ -331,18 +331,14 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, H
             let last = raw_value.rsplit(|&b| b == b',').next().unwrap_or(b"").trim_ascii();
             transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked"));
         } else if name == header::CONNECTION {
-            for token in raw_value.split(|&b| b == b',') {
-                let token = token.trim_ascii();
+            for token in connection_tokens(raw_value) {
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
                 } else if token.eq_ignore_ascii_case(b"keep-alive") {
                     if version == Version::HTTP_10 {
                         close = false;
                     }
-                } else if !keep_hop_by_hop
-                    && !token.eq_ignore_ascii_case(b"upgrade")
-                    && let Ok(other) = HeaderName::from_bytes(token)
-                {
+                } else if !keep_hop_by_hop && let Some(other) = connection_listed_name(token) {
                     listed.push(other);
                 }
             }

@@ -20,10 +20,10 @@ use hyper_util::rt::TokioIo;
 use crate::accesslog::{LogRecord, reason};
 use crate::body::{AnyBody, BodyTooLarge, RequestBody, ResponseBody, empty, empty_upstream, full};
 use crate::conn::ConnState;
+use crate::h1::{KEEP_ALIVE, PROXY_CONNECTION, connection_listed_name, connection_tokens, hop_by_hop_bit};
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, Snapshot};
-use crate::h1::{KEEP_ALIVE, PROXY_CONNECTION, hop_by_hop_bit};
 use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming};
 use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
 use hyper::client::conn::http2;
@@ -342,9 +342,8 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 fn connection_has(h: &HeaderMap, token: &str) -> bool {
     h.get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+        .flat_map(|v| connection_tokens(v.as_bytes()))
+        .any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
 }
 
 fn wants_upgrade(req: &Request<Incoming>) -> bool {
@@ -362,11 +361,8 @@ fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
         let named: Vec<HeaderName> = h
             .get_all(header::CONNECTION)
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close") && !t.eq_ignore_ascii_case("upgrade"))
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+            .flat_map(|v| connection_tokens(v.as_bytes()))
+            .filter_map(connection_listed_name)
             .collect();
         for name in named {
             h.remove(&name);

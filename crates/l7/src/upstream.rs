@@ -163,7 +163,7 @@ struct Idle {
 /// One worker's upstream connections: idle HTTP/1.1 ones, and the one
 /// shared HTTP/2 connection per h2c endpoint. Keyed by endpoint address
 /// with FxHash: the keys come from the config, not from clients, and
-/// SipHash cost two lookups per request about 500 instructions.
+/// SipHash cost about 460 instructions per request over the two lookups.
 #[derive(Default)]
 pub struct ConnPool {
     idle: Mutex<FxHashMap<SocketAddr, Vec<Idle>>>,
