@@ -204,7 +204,7 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
         if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
             note_rejection(this.state, *this.mode, *this.h2, *this.head_requests, this.rejection_logged, first);
         }
-        this.inner.poll_write_vectored(cx, bufs)
+        write_coalesced(this.inner, cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -218,6 +218,39 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         self.project().inner.poll_shutdown(cx)
     }
+}
+
+/// Vectored writes up to this size are copied into one buffer and written
+/// with a single contiguous write.
+const COALESCE_WRITES_UP_TO: usize = 4096;
+
+/// hyper hands a response over as its head and its body in separate
+/// slices. A small response goes out through one contiguous write (send)
+/// rather than writev: the kernel's writev path imports and walks an iovec
+/// array, which costs more than copying a few hundred bytes here. Larger
+/// writes keep the vectored call and its zero copy.
+fn write_coalesced<W: AsyncWrite>(
+    inner: Pin<&mut W>,
+    cx: &mut Context<'_>,
+    bufs: &[std::io::IoSlice<'_>],
+) -> Poll<std::io::Result<usize>> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if bufs.len() > 1 && total <= COALESCE_WRITES_UP_TO {
+        return COALESCE.with_borrow_mut(|scratch| {
+            scratch.clear();
+            for b in bufs {
+                scratch.extend_from_slice(b);
+            }
+            inner.poll_write(cx, scratch)
+        });
+    }
+    inner.poll_write_vectored(cx, bufs)
+}
+
+thread_local! {
+    /// The worker's scratch buffer for coalesced writes: filled and written
+    /// within one call, so one per thread serves every connection.
+    static COALESCE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(COALESCE_WRITES_UP_TO));
 }
 
 /// Logs a response that hyper wrote for a head the service never saw.
@@ -284,6 +317,18 @@ impl HeadScanner {
         *self = HeadScanner::default();
     }
 
+    fn finish(&mut self) -> u8 {
+        self.done = true;
+        let mut flags = 0;
+        if self.transfer_encoding && self.content_length > 0 {
+            flags |= FLAG_CL_AND_TE;
+        }
+        if self.content_length > 1 {
+            flags |= FLAG_DUPLICATE_CL;
+        }
+        flags
+    }
+
     /// Feeds bytes; returns the flags once the head's blank line is seen.
     /// Only the first bytes of each line are looked at; the rest of a line
     /// is skipped with memchr.
@@ -294,6 +339,29 @@ impl HeadScanner {
         let mut rest = bytes;
         loop {
             let newline = memchr::memchr(b'\n', rest);
+            if self.line_pos == 0
+                && let Some(i) = newline
+            {
+                // The usual case: a whole line in this read. Its name is
+                // compared where it lies, without the copy below.
+                let line = &rest[..i];
+                rest = &rest[i + 1..];
+                if line.is_empty() || line == b"\r" {
+                    if self.lines > 0 {
+                        return Some(self.finish());
+                    }
+                    continue;
+                }
+                if self.lines > 0 {
+                    if line.get(..15).is_some_and(|n| n.eq_ignore_ascii_case(b"content-length:")) {
+                        self.content_length += 1;
+                    } else if line.get(..18).is_some_and(|n| n.eq_ignore_ascii_case(b"transfer-encoding:")) {
+                        self.transfer_encoding = true;
+                    }
+                }
+                self.lines += 1;
+                continue;
+            }
             let segment = &rest[..newline.unwrap_or(rest.len())];
             let from = self.line_len;
             let take = segment.len().min(self.line.len() - from);
@@ -321,15 +389,7 @@ impl HeadScanner {
             rest = &rest[i + 1..];
             let blank = self.line_pos == 0 || (self.line_pos == 1 && self.line[0] == b'\r');
             if blank && self.lines > 0 {
-                self.done = true;
-                let mut flags = 0;
-                if self.transfer_encoding && self.content_length > 0 {
-                    flags |= FLAG_CL_AND_TE;
-                }
-                if self.content_length > 1 {
-                    flags |= FLAG_DUPLICATE_CL;
-                }
-                return Some(flags);
+                return Some(self.finish());
             }
             if !blank {
                 self.lines += 1;
@@ -389,6 +449,63 @@ mod tests {
     fn only_the_name_before_the_first_colon_counts() {
         assert_eq!(scan_all_splits(b"POST / HTTP/1.1\r\nContent-Length: 5:\r\nX:content-length: 1\r\n\r\n"), Some(0));
         assert_eq!(scan_all_splits(b"POST / HTTP/1.1\r\nContent-Length:5\r\nContent-length :5\r\n\r\n"), Some(0));
+    }
+
+    /// Records each write call: (vectored, bytes).
+    #[derive(Default)]
+    struct Recorder {
+        calls: Vec<(bool, Vec<u8>)>,
+        /// Accept at most this many bytes per call.
+        limit: usize,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.limit);
+            self.calls.push((false, buf[..n].to_vec()));
+            Poll::Ready(Ok(n))
+        }
+        fn poll_write_vectored(mut self: Pin<&mut Self>, _: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            let n = all.len().min(self.limit);
+            self.calls.push((true, all[..n].to_vec()));
+            Poll::Ready(Ok(n))
+        }
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn write_once(limit: usize, bufs: &[&[u8]]) -> (usize, Vec<(bool, Vec<u8>)>) {
+        let mut w = Recorder { limit, ..Recorder::default() };
+        let slices: Vec<std::io::IoSlice<'_>> = bufs.iter().map(|b| std::io::IoSlice::new(b)).collect();
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let Poll::Ready(Ok(n)) = write_coalesced(Pin::new(&mut w), &mut cx, &slices) else { panic!("write did not complete") };
+        (n, w.calls)
+    }
+
+    #[test]
+    fn small_vectored_writes_go_out_as_one_contiguous_write() {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n";
+        let (n, calls) = write_once(usize::MAX, &[head, b"hello"]);
+        assert_eq!(n, head.len() + 5);
+        assert_eq!(calls, vec![(false, [&head[..], b"hello"].concat())]);
+        // A short write reports the bytes taken across the slices.
+        let (n, calls) = write_once(head.len() + 2, &[head, b"hello"]);
+        assert_eq!(n, head.len() + 2);
+        assert_eq!(calls[0].1, [&head[..], b"he"].concat());
+        // One slice, or more than the threshold, stays as it was.
+        assert!(write_once(usize::MAX, &[head]).1[0].0);
+        let big = vec![7u8; COALESCE_WRITES_UP_TO];
+        let (n, calls) = write_once(usize::MAX, &[head, &big]);
+        assert_eq!((n, calls.len(), calls[0].0), (head.len() + big.len(), 1, true));
     }
 
     #[test]

@@ -150,7 +150,7 @@ pub async fn exchange<B>(
     conn: &mut H1Conn,
     out: &Outgoing,
     body: Option<&mut B>,
-    head_timeout: Duration,
+    head_deadline: std::time::Instant,
 ) -> Result<(Response<()>, ResponseFraming), ExchangeError>
 where
     B: Body<Data = Bytes, Error = BoxError> + Unpin,
@@ -163,7 +163,7 @@ where
     }
 
     let mut deadline = conn.timer.deadline();
-    set_deadline(conn.timer.as_mut(), &mut deadline, Instant::now() + head_timeout);
+    set_deadline(conn.timer.as_mut(), &mut deadline, Instant::from_std(head_deadline));
     let timer = &mut conn.timer;
     let expired = std::future::poll_fn(|cx| if expired(timer.as_mut(), deadline, cx) { Poll::Ready(()) } else { Poll::Pending });
     let (mut rd, mut wr) = conn.io.split();
@@ -282,9 +282,10 @@ enum Parsed {
 /// leave out the hop-by-hop ones (those of RFC 9110 §7.6.1 and the names
 /// Connection lists), except in a 101, where the client needs them.
 fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, HeadError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut r = httparse::Response::new(&mut headers);
-    let len = match r.parse(buf) {
+    // Left uninitialised: httparse writes only the headers it finds.
+    let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut r, buf, &mut headers) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::Bad("too many response headers")),

@@ -476,25 +476,34 @@ async fn exchange(
 ) -> Result<Upstreamed, Refusal> {
     let mut exclude = None;
     let mut last = Refusal::NoHealthyEndpoint;
+    // One clock reading serves the pool's idle check, the upstream timing
+    // and the response deadline, unless a connect comes in between.
+    let mut now = Instant::now();
     for _attempt in 0..2 {
         let Some(i) = pool.pick(hash, exclude) else { break };
         let ep = &pool.endpoints[i];
-        let sender = match checkout(pool, ep, conn, upgrade).await {
-            Ok(s) => s,
+        let sender = match checkout(pool, ep, conn, upgrade, now).await {
+            Ok((s, connected)) => {
+                if connected {
+                    now = Instant::now();
+                }
+                s
+            }
             Err(e) => {
                 if ep.health.connect_failed(&pool.cfg.passive) {
                     tracing::warn!(upstream = %pool.cfg.name, endpoint = %ep.addr, "endpoint ejected after consecutive connect failures");
                 }
                 last = connect_refusal(&e);
                 exclude = Some(i);
+                now = Instant::now();
                 continue;
             }
         };
         ep.health.request_started(conn.worker.id);
         ex.endpoint = Some((ep.addr, ep.health.clone()));
-        ex.upstream_start = Some(Instant::now());
+        ex.upstream_start = Some(now);
         return match sender {
-            Sender::H1(h1) => exchange_h1(pool, ep, h1, request).await,
+            Sender::H1(h1) => exchange_h1(pool, ep, h1, request, now).await,
             // Boxed: only h2c pools take this path, and its state (2 KB)
             // would otherwise be part of every request's future.
             Sender::H2(h2) => Box::pin(exchange_h2(pool, ep, h2, request, conn)).await,
@@ -508,13 +517,14 @@ async fn exchange_h1(
     ep: &PoolEndpoint,
     mut h1: H1Conn,
     request: Request<UpstreamBody>,
+    mut sent_at: Instant,
 ) -> Result<Upstreamed, Refusal> {
     let (parts, body) = request.into_parts();
     let out = Outgoing::new(&parts, !body.is_end_stream());
     let mut body = (!body.is_end_stream()).then_some(body);
     let mut stale_retries = 0;
     loop {
-        match h1client::exchange(&mut h1, &out, body.as_mut(), pool.cfg.response_timeout).await {
+        match h1client::exchange(&mut h1, &out, body.as_mut(), sent_at + pool.cfg.response_timeout).await {
             Ok((resp, framing)) => return Ok(Upstreamed::H1(resp, framing, h1)),
             Err(ExchangeError::Stale) if stale_retries < 2 => {
                 stale_retries += 1;
@@ -523,6 +533,7 @@ async fn exchange_h1(
                     Ok(Sender::H2(_)) => return Err(Refusal::UpstreamError),
                     Err(e) => return Err(connect_refusal(&e)),
                 };
+                sent_at = Instant::now();
             }
             Err(ExchangeError::Timeout) => return Err(Refusal::UpstreamTimeout),
             Err(ExchangeError::ClientBody(e)) if e.is::<BodyTooLarge>() => return Err(Refusal::BodyTooLarge),
@@ -572,20 +583,28 @@ async fn exchange_h2(
     }
 }
 
-async fn checkout(pool: &UpstreamPool, ep: &PoolEndpoint, conn: &ConnState, upgrade: bool) -> Result<Sender, ConnectError> {
+/// A connection to `ep`: a pooled one if one is idle and usable (`now`
+/// judges its idle age), else a new one (then `true`).
+async fn checkout(
+    pool: &UpstreamPool,
+    ep: &PoolEndpoint,
+    conn: &ConnState,
+    upgrade: bool,
+    now: Instant,
+) -> Result<(Sender, bool), ConnectError> {
     let protocol = pool.cfg.protocol;
     let reuse = match protocol {
         UpstreamProtocol::H2c => conn.worker.conns.shared_h2(ep.addr),
-        UpstreamProtocol::Http1 if !upgrade => conn.worker.conns.take(ep.addr, pool.cfg.idle_timeout).map(Sender::H1),
+        UpstreamProtocol::Http1 if !upgrade => conn.worker.conns.take(ep.addr, pool.cfg.idle_timeout, now).map(Sender::H1),
         UpstreamProtocol::Http1 => None,
     };
     if let Some(s) = reuse {
-        return Ok(s);
+        return Ok((s, false));
     }
     let s = connect(ep.addr, pool.cfg.connect_timeout, protocol).await?;
     ep.health.connect_succeeded();
     conn.worker.conns.share_h2(ep.addr, &s);
-    Ok(s)
+    Ok((s, true))
 }
 
 fn relay_response(

@@ -192,10 +192,9 @@ impl ConnPool {
 
     /// An idle HTTP/1.1 connection to `addr` that can take a request now,
     /// newest first. Closed and expired ones are dropped on the way.
-    pub fn take(&self, addr: SocketAddr, idle_timeout: Duration) -> Option<H1Conn> {
+    pub fn take(&self, addr: SocketAddr, idle_timeout: Duration, now: Instant) -> Option<H1Conn> {
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.get_mut(&addr)?;
-        let now = Instant::now();
         while let Some(idle) = list.pop() {
             if now.duration_since(idle.since) < idle_timeout && idle.conn.idle_usable() {
                 return Some(idle.conn);
