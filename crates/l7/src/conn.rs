@@ -119,6 +119,19 @@ impl<T> ClientIo<T> {
     }
 }
 
+impl<T> ClientIo<T> {
+    /// Whether the client opened with the HTTP/2 connection preface.
+    pub fn is_h2(&self) -> bool {
+        self.h2
+    }
+
+    /// A request is in flight: when the next read finds none, the idle
+    /// timeout begins (as it does when hyper reads while a request runs).
+    pub fn begin_request(self: Pin<&mut Self>) {
+        *self.project().busy = true;
+    }
+}
+
 impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let mut this = self.project();

@@ -13,6 +13,7 @@ mod deadline;
 pub mod filters;
 pub mod h1;
 pub mod h1client;
+pub mod h1server;
 pub mod handover;
 pub mod health;
 pub mod metrics;

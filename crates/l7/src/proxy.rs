@@ -190,8 +190,24 @@ fn protocol_name(v: Version) -> &'static str {
     }
 }
 
-/// hyper's service entry point for every request of every client.
-pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Response<ResponseBody>, Infallible> {
+/// A client's request body: none (a request Gatehouse's own HTTP/1.1
+/// server read, which takes only bodiless requests), or hyper's.
+pub enum ClientBody {
+    Empty,
+    Hyper(Incoming),
+}
+
+impl ClientBody {
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::Empty => true,
+            ClientBody::Hyper(b) => b.is_end_stream(),
+        }
+    }
+}
+
+/// The entry point for every request of every client.
+pub async fn handle(req: Request<ClientBody>, conn: Arc<ConnState>) -> Result<Response<ResponseBody>, Infallible> {
     conn.in_flight.fetch_add(1, Ordering::Relaxed);
     conn.requests.fetch_add(1, Ordering::Relaxed);
     let snap = conn.worker.shared.snapshot.load_full();
@@ -236,7 +252,7 @@ pub async fn handle(req: Request<Incoming>, conn: Arc<ConnState>) -> Result<Resp
 }
 
 async fn process(
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     snap: &Snapshot,
     conn: &Arc<ConnState>,
     ex: &mut Exchange,
@@ -294,7 +310,7 @@ async fn process(
     let (mut parts, body) = req.into_parts();
     let body: UpstreamBody = if body.is_end_stream() {
         empty_upstream()
-    } else {
+    } else if let ClientBody::Hyper(body) = body {
         let seen = Arc::new(AtomicU64::new(0));
         ex.bytes_in = Some(seen.clone());
         let read = RequestBody::read_ahead(body, max_body, seen);
@@ -304,6 +320,8 @@ async fn process(
             Ok(Err(_)) => return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR)),
             Ok(Ok(b)) => b.boxed_unsync(),
         }
+    } else {
+        empty_upstream()
     };
     rewrite_request(&mut parts, conn, &authority, upgrade);
     if pool.pool.cfg.protocol == UpstreamProtocol::H2c {
@@ -318,7 +336,7 @@ async fn process(
 /// The authority the client addressed: the request target's (absolute
 /// form, or HTTP/2's :authority), else the one Host header. A header value
 /// is cloned by reference count, not copied.
-fn authority(req: &Request<Incoming>) -> Result<HeaderValue, Refusal> {
+fn authority(req: &Request<ClientBody>) -> Result<HeaderValue, Refusal> {
     let mut hosts = req.headers().get_all(header::HOST).iter();
     let host_header = hosts.next();
     if hosts.next().is_some() {
@@ -346,7 +364,7 @@ fn connection_has(h: &HeaderMap, token: &str) -> bool {
         .any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
 }
 
-fn wants_upgrade(req: &Request<Incoming>) -> bool {
+fn wants_upgrade(req: &Request<ClientBody>) -> bool {
     req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE) && connection_has(req.headers(), "upgrade")
 }
 

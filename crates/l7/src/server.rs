@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::accesslog::AccessLog;
+use crate::h1server::{Rewound, Served};
 use crate::conn::{ClientIo, ConnState};
 use crate::filters::RateLimiters;
 use crate::handover::{Inherited, Registry};
@@ -940,14 +941,31 @@ fn client_ip_value(peer: SocketAddr) -> http::HeaderValue {
 /// `alpn_h2`: on TLS, whether ALPN chose h2 (then the protocol is settled
 /// and served directly); `None` on cleartext, where HTTP/1.1 and
 /// prior-knowledge HTTP/2 are told apart by the connection preface.
+///
+/// HTTP/1.x starts on Gatehouse's own server ([`crate::h1server`]), which
+/// hands the connection to hyper at the first request it does not take.
 async fn serve_http<T>(io: T, state: Arc<ConnState>, http: &gatehouse_config::HttpSettings, alpn_h2: Option<bool>)
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let io = TokioIo::new(Box::pin(ClientIo::new(io, state.clone(), http.client_header_timeout, http.client_idle_timeout)));
-    let drain = state.worker.shared.draining.subscribe();
+    let client = Box::pin(ClientIo::new(io, state.clone(), http.client_header_timeout, http.client_idle_timeout));
+    let mut drain = state.worker.shared.draining.subscribe();
+    let (client, prefix) = if alpn_h2 == Some(true) {
+        (client, bytes::Bytes::new())
+    } else {
+        let served =
+            crate::h1server::serve(client, state.clone(), http.max_header_bytes, http.max_headers, &mut drain, DRAIN_IDLE_GRACE)
+                .await;
+        match served {
+            Served::Closed => return,
+            Served::Handover(client, prefix) => (client, prefix),
+        }
+    };
+    let io = TokioIo::new(Rewound::new(prefix, client));
     let h1_state = (alpn_h2 != Some(true)).then(|| state.clone());
-    let svc = service_fn(move |req| crate::proxy::handle(req, state.clone()));
+    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        crate::proxy::handle(req.map(crate::proxy::ClientBody::Hyper), state.clone())
+    });
     let max_header_list = u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX);
     match alpn_h2 {
         Some(true) => {
