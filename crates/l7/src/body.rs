@@ -27,6 +27,17 @@ pub enum AnyBody {
     H2(Incoming),
 }
 
+impl AnyBody {
+    /// An HTTP/1.1 upstream's response fields, when they were left for
+    /// Gatehouse's own server to write as they came.
+    pub fn raw_head(&self) -> Option<&crate::h1client::ResponseHead> {
+        match self {
+            AnyBody::H1(b) => b.raw_head(),
+            _ => None,
+        }
+    }
+}
+
 impl Body for AnyBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -151,6 +162,10 @@ pub struct ResponseBody {
 impl ResponseBody {
     pub fn new(inner: AnyBody, completion: Completion) -> Self {
         ResponseBody { inner, sent: 0, completion: Some(completion) }
+    }
+
+    pub fn raw_head(&self) -> Option<&crate::h1client::ResponseHead> {
+        self.inner.raw_head()
     }
 
     fn finish(&mut self, complete: bool) {

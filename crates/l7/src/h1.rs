@@ -39,6 +39,25 @@ pub fn hop_by_hop_bit(k: &HeaderName) -> u8 {
     }
 }
 
+pub const HOP_CONNECTION: u8 = 1;
+pub const HOP_TRANSFER_ENCODING: u8 = 8;
+
+/// [`hop_by_hop_bit`] for a field name as it arrived (any case), without
+/// making a `HeaderName` of it.
+pub fn hop_by_hop_name(name: &[u8]) -> u8 {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        2 if is(b"te") => 2,
+        7 if is(b"trailer") => 4,
+        7 if is(b"upgrade") => 16,
+        10 if is(b"connection") => HOP_CONNECTION,
+        10 if is(b"keep-alive") => 32,
+        16 if is(b"proxy-connection") => 64,
+        17 if is(b"transfer-encoding") => HOP_TRANSFER_ENCODING,
+        _ => 0,
+    }
+}
+
 /// The comma-separated tokens of a Connection header value, trimmed.
 pub fn connection_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
@@ -54,6 +73,17 @@ pub fn connection_listed_name(token: &[u8]) -> Option<HeaderName> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hop_by_hop_names_by_bytes_and_by_header_name_agree() {
+        for name in [
+            "connection", "Connection", "TE", "te", "trailer", "Transfer-Encoding", "upgrade", "Keep-Alive",
+            "proxy-connection", "content-length", "x-te", "tea", "host", "upgrade-insecure-requests",
+        ] {
+            let parsed = HeaderName::from_bytes(name.as_bytes()).expect("name");
+            assert_eq!(hop_by_hop_name(name.as_bytes()), hop_by_hop_bit(&parsed), "{name}");
+        }
+    }
 
     #[test]
     fn status_lines() {

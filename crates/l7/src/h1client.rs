@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Response, StatusCode, Version};
+use http::{Method, StatusCode, Version};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -30,7 +30,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
 use crate::deadline::{expired, set_deadline};
-use crate::h1::{connection_listed_name, connection_tokens, hop_by_hop_bit};
+use crate::h1::{HOP_CONNECTION, HOP_TRANSFER_ENCODING, connection_listed_name, connection_tokens, hop_by_hop_name};
 use crate::upstream::ConnPool;
 
 /// Largest response head accepted from an upstream.
@@ -50,12 +50,15 @@ pub struct H1Conn {
     /// lazily: an exchange only moves a deadline, so the timer wheel is
     /// touched about once per timeout period, not once per request.
     timer: Pin<Box<Sleep>>,
+    /// Span list for response heads, lent to each [`ResponseHead`] and
+    /// given back, so parsing a head allocates nothing.
+    fields: Vec<Span>,
 }
 
 impl H1Conn {
     pub fn new(io: TcpStream, addr: SocketAddr) -> Self {
         let timer = Box::pin(tokio::time::sleep(Duration::from_secs(24 * 3600)));
-        H1Conn { io, buf: BytesMut::with_capacity(READ_CHUNK), addr, reused: false, timer }
+        H1Conn { io, buf: BytesMut::with_capacity(READ_CHUNK), addr, reused: false, timer, fields: Vec::with_capacity(16) }
     }
 
     /// Whether an idle connection can take a request: the reactor has seen
@@ -151,7 +154,7 @@ pub async fn exchange<B>(
     out: &Outgoing,
     body: Option<&mut B>,
     head_deadline: std::time::Instant,
-) -> Result<(Response<()>, ResponseFraming), ExchangeError>
+) -> Result<(ResponseHead, ResponseFraming), ExchangeError>
 where
     B: Body<Data = Bytes, Error = BoxError> + Unpin,
 {
@@ -175,7 +178,7 @@ where
             None => Ok(()),
         }
     };
-    let read_head = read_response_head(&mut rd, buf, out.is_head);
+    let read_head = read_response_head(&mut rd, buf, &mut conn.fields, out.is_head);
     tokio::pin!(send_body, read_head, expired);
     let mut body_done = !has_body;
     let result = loop {
@@ -249,12 +252,13 @@ enum HeadError {
 async fn read_response_head<R: AsyncRead + Unpin>(
     rd: &mut R,
     buf: &mut BytesMut,
+    fields: &mut Vec<Span>,
     is_head_request: bool,
-) -> Result<(Response<()>, ResponseFraming), HeadError> {
+) -> Result<(ResponseHead, ResponseFraming), HeadError> {
     use tokio::io::AsyncReadExt;
     loop {
         if !buf.is_empty() {
-            match parse_response(buf, is_head_request)? {
+            match parse_response(buf, is_head_request, fields)? {
                 Parsed::Final(resp, framing) => return Ok((resp, framing)),
                 Parsed::Interim => continue, // 100 Continue and the like: skip
                 Parsed::Partial => {}
@@ -273,15 +277,60 @@ async fn read_response_head<R: AsyncRead + Unpin>(
 }
 
 enum Parsed {
-    Final(Response<()>, ResponseFraming),
+    Final(ResponseHead, ResponseFraming),
     Interim,
     Partial,
 }
 
-/// Parses a response head at the start of `buf`. The headers it returns
-/// leave out the hop-by-hop ones (those of RFC 9110 §7.6.1 and the names
-/// Connection lists), except in a 101, where the client needs them.
-fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, HeadError> {
+/// (name start, name end, value start, value end) of one header field in
+/// a head's bytes.
+pub type Span = (u32, u32, u32, u32);
+
+/// A response head from an upstream: its status line and its fields as
+/// they arrived, less the hop-by-hop ones (those of RFC 9110 §7.6.1 and the
+/// names Connection lists; a 101 keeps them, since the client needs its
+/// Upgrade and Connection). The fields stay spans of the head's bytes:
+/// Gatehouse's own HTTP/1.1 server writes them out as they are, and
+/// [`ResponseHead::header_map`] makes hyper's map from them.
+pub struct ResponseHead {
+    pub status: StatusCode,
+    pub version: Version,
+    bytes: Bytes,
+    /// The upstream connection's span list, lent for this response.
+    fields: Vec<Span>,
+}
+
+impl ResponseHead {
+    /// The fields, name and value.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields
+            .iter()
+            .map(|&(n0, n1, v0, v1)| (&self.bytes[n0 as usize..n1 as usize], &self.bytes[v0 as usize..v1 as usize]))
+    }
+
+    /// The fields as a header map (values share the head's bytes). Every
+    /// field was checked when the head was parsed.
+    pub fn header_map(&self) -> HeaderMap {
+        let mut map = HeaderMap::with_capacity(self.fields.len());
+        for &(n0, n1, v0, v1) in &self.fields {
+            let name = HeaderName::from_bytes(&self.bytes[n0 as usize..n1 as usize]);
+            let value = HeaderValue::from_maybe_shared(self.bytes.slice(v0 as usize..v1 as usize));
+            if let (Ok(name), Ok(value)) = (name, value) {
+                map.append(name, value);
+            }
+        }
+        map
+    }
+
+    /// Gives the span list back to the connection it came from.
+    pub fn return_fields(&mut self, conn: &mut H1Conn) {
+        conn.fields = std::mem::take(&mut self.fields);
+    }
+}
+
+/// Parses a response head at the start of `buf`; the kept fields' spans
+/// go into `fields` (cleared first), which the head then holds.
+fn parse_response(buf: &mut BytesMut, is_head_request: bool, fields: &mut Vec<Span>) -> Result<Parsed, HeadError> {
     // Left uninitialised: httparse writes only the headers it finds.
     let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut r = httparse::Response::new(&mut []);
@@ -298,61 +347,60 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, H
         buf.advance(len);
         return Ok(Parsed::Interim);
     }
-    // Where each name and value sits in the head, so that the values can
-    // share the head's bytes instead of each being copied.
-    let base = buf.as_ptr() as usize;
-    let count = r.headers.len();
-    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
-    for (span, h) in spans.iter_mut().zip(r.headers.iter()) {
-        let n = h.name.as_ptr() as usize - base;
-        let v = h.value.as_ptr() as usize - base;
-        *span = (n as u32, (n + h.name.len()) as u32, v as u32, (v + h.value.len()) as u32);
-    }
-    let head = buf.split_to(len).freeze();
-    // Hop-by-hop headers (RFC 9110 §7.6.1) are dropped here rather than
-    // removed from the map afterwards; a 101 keeps them all, since the
-    // client needs its Upgrade and Connection.
     let keep_hop_by_hop = status == StatusCode::SWITCHING_PROTOCOLS;
-    let mut listed: Vec<HeaderName> = Vec::new(); // other names Connection lists
-    let mut map = HeaderMap::with_capacity(count);
+    let base = buf.as_ptr() as usize;
     let mut content_length: Option<u64> = None;
     let mut transfer_encoding: Option<bool> = None; // Some(last coding is chunked)
     let mut close = version == Version::HTTP_10;
-    for &(n0, n1, v0, v1) in &spans[..count] {
-        let raw_name = &head[n0 as usize..n1 as usize];
-        let raw_value = &head[v0 as usize..v1 as usize];
-        let name = HeaderName::from_bytes(raw_name).map_err(|_| HeadError::Bad("invalid header name"))?;
-        if name == header::CONTENT_LENGTH {
-            let n = parse_content_length(raw_value).ok_or(HeadError::Bad("invalid content-length"))?;
+    let mut listed = false; // Connection names other fields as hop-by-hop
+    fields.clear();
+    for h in r.headers.iter() {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        // httparse has checked the name is a token; a value must also be
+        // one a header map takes, since it may become one.
+        if !value.iter().all(|&b| (b >= 0x20 && b != 0x7f) || b == b'\t') {
+            return Err(HeadError::Bad("invalid header value"));
+        }
+        let hop = hop_by_hop_name(name);
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = parse_content_length(value).ok_or(HeadError::Bad("invalid content-length"))?;
             if content_length.is_some_and(|prev| prev != n) {
                 return Err(HeadError::Bad("conflicting content-length"));
             }
             content_length = Some(n);
-        } else if name == header::TRANSFER_ENCODING {
-            let last = raw_value.rsplit(|&b| b == b',').next().unwrap_or(b"").trim_ascii();
+        } else if hop == HOP_TRANSFER_ENCODING {
+            let last = value.rsplit(|&b| b == b',').next().unwrap_or(b"").trim_ascii();
             transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked"));
-        } else if name == header::CONNECTION {
-            for token in connection_tokens(raw_value) {
+        } else if hop == HOP_CONNECTION {
+            for token in connection_tokens(value) {
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
                 } else if token.eq_ignore_ascii_case(b"keep-alive") {
                     if version == Version::HTTP_10 {
                         close = false;
                     }
-                } else if !keep_hop_by_hop && let Some(other) = connection_listed_name(token) {
-                    listed.push(other);
+                } else if connection_listed_name(token).is_some() {
+                    listed = true;
                 }
             }
         }
-        if !keep_hop_by_hop && hop_by_hop_bit(&name) != 0 {
+        if !keep_hop_by_hop && hop != 0 {
             continue;
         }
-        let value = HeaderValue::from_maybe_shared(head.slice(v0 as usize..v1 as usize))
-            .map_err(|_| HeadError::Bad("invalid header value"))?;
-        map.append(name, value);
+        let n = name.as_ptr() as usize - base;
+        let v = value.as_ptr() as usize - base;
+        fields.push((n as u32, (n + name.len()) as u32, v as u32, (v + value.len()) as u32));
     }
-    for name in &listed {
-        map.remove(name);
+    if listed && !keep_hop_by_hop {
+        // Drop the fields Connection lists (their names compared
+        // case-blind, as header names are).
+        let head = &buf[..len];
+        let named = |name: &[u8]| {
+            r.headers.iter().filter(|h| hop_by_hop_name(h.name.as_bytes()) == HOP_CONNECTION).any(|h| {
+                connection_tokens(h.value).any(|t| connection_listed_name(t).is_some() && t.eq_ignore_ascii_case(name))
+            })
+        };
+        fields.retain(|&(n0, n1, _, _)| !named(&head[n0 as usize..n1 as usize]));
     }
     let no_body = is_head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
     let framing = if status == StatusCode::SWITCHING_PROTOCOLS {
@@ -369,11 +417,8 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool) -> Result<Parsed, H
             (None, None) => ResponseFraming { framing: Framing::Close, reusable: false },
         }
     };
-    let mut resp = Response::new(());
-    *resp.status_mut() = status;
-    *resp.version_mut() = version;
-    *resp.headers_mut() = map;
-    Ok(Parsed::Final(resp, framing))
+    let bytes = buf.split_to(len).freeze();
+    Ok(Parsed::Final(ResponseHead { status, version, bytes, fields: std::mem::take(fields) }, framing))
 }
 
 fn parse_content_length(v: &[u8]) -> Option<u64> {
@@ -477,6 +522,8 @@ enum Reading {
 /// goes back to the worker's pool.
 pub struct H1Body {
     conn: Option<H1Conn>,
+    /// The response's fields, when Gatehouse's own server writes them.
+    raw: Option<ResponseHead>,
     reading: Reading,
     reusable: bool,
     pool: Arc<ConnPool>,
@@ -484,28 +531,48 @@ pub struct H1Body {
 }
 
 impl H1Body {
-    pub fn new(conn: H1Conn, framing: ResponseFraming, pool: Arc<ConnPool>, max_idle: usize) -> Self {
+    pub fn new(conn: H1Conn, framing: ResponseFraming, raw: Option<ResponseHead>, pool: Arc<ConnPool>, max_idle: usize) -> Self {
         let reading = match framing.framing {
             Framing::Empty => Reading::Done,
             Framing::Length(n) => Reading::Length(n),
             Framing::Chunked => Reading::Chunked(ChunkedDecoder { state: Chunk::Size }),
             Framing::Close => Reading::Close,
         };
-        let mut body = H1Body { conn: Some(conn), reading, reusable: framing.reusable, pool, max_idle };
-        if matches!(body.reading, Reading::Done) {
+        let mut body = H1Body { conn: Some(conn), raw, reading, reusable: framing.reusable, pool, max_idle };
+        // With fields still to be written, the connection (which owns
+        // their span list) goes back at the first poll or when dropped.
+        if matches!(body.reading, Reading::Done) && body.raw.is_none() {
             body.release();
         }
         body
     }
 
+    /// The response's fields, if they were left for the caller to write.
+    pub fn raw_head(&self) -> Option<&ResponseHead> {
+        self.raw.as_ref()
+    }
+
     /// The body is complete: keep the connection if it can carry another
     /// exchange (nothing left over in its buffer).
     fn release(&mut self) {
-        if let Some(conn) = self.conn.take()
+        if let Some(mut conn) = self.conn.take()
             && self.reusable
             && conn.buf.is_empty()
         {
+            if let Some(raw) = self.raw.as_mut() {
+                raw.return_fields(&mut conn);
+            }
             self.pool.put_h1(conn, self.max_idle);
+        }
+    }
+}
+
+impl Drop for H1Body {
+    fn drop(&mut self) {
+        // A body with nothing to read that was never polled (a response
+        // to HEAD, a 204) still gives its connection back.
+        if matches!(self.reading, Reading::Done) {
+            self.release();
         }
     }
 }
@@ -630,12 +697,25 @@ mod tests {
         assert!(decode_all(b"fffffffffffffffff\r\n", 19).is_err(), "size overflow");
     }
 
-    fn parse(head: &[u8], is_head: bool) -> Result<(Response<()>, ResponseFraming, usize), &'static str> {
+    fn parse(head: &[u8], is_head: bool) -> Result<(http::Response<()>, ResponseFraming, usize), &'static str> {
         let mut buf = BytesMut::from(head);
         let before = buf.len();
+        let mut fields = Vec::new();
         loop {
-            match parse_response(&mut buf, is_head) {
-                Ok(Parsed::Final(r, f)) => return Ok((r, f, before - buf.len())),
+            match parse_response(&mut buf, is_head, &mut fields) {
+                Ok(Parsed::Final(h, f)) => {
+                    // The fields as written raw and as a header map agree.
+                    let map = h.header_map();
+                    assert_eq!(h.fields().count(), map.len());
+                    for (name, value) in h.fields() {
+                        let name = std::str::from_utf8(name).expect("ascii");
+                        assert!(map.get_all(name).iter().any(|v| v.as_bytes() == value), "{name}");
+                    }
+                    let mut r = http::Response::new(());
+                    *r.status_mut() = h.status;
+                    *r.headers_mut() = map;
+                    return Ok((r, f, before - buf.len()));
+                }
                 Ok(Parsed::Interim) => continue,
                 Ok(Parsed::Partial) => return Err("partial"),
                 Err(HeadError::Bad(why)) => return Err(why),
@@ -675,6 +755,15 @@ mod tests {
         assert!(!f.reusable, "HTTP/1.0 closes by default");
         let (r, _, used) = parse(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n", false).expect("ok");
         assert_eq!((r.status(), used), (StatusCode::CREATED, 68));
+    }
+
+    #[test]
+    fn fields_connection_lists_go_whatever_their_case() {
+        let head = b"HTTP/1.1 200 OK\r\nConnection: X-Secret, keep-alive\r\nx-secret: 1\r\nX-SECRET: 2\r\nX-Kept: 3\r\nContent-Length: 0\r\n\r\n";
+        let (r, _, _) = parse(head, false).expect("ok");
+        let names: Vec<&str> = r.headers().keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-kept", "content-length"]);
+        assert!(parse(b"HTTP/1.1 200 OK\r\nX-A: a\x7fb\r\n\r\n", false).is_err(), "DEL in a value");
     }
 
     #[test]

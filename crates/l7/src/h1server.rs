@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -84,8 +84,9 @@ enum Parse {
 }
 
 /// Parses a request head at the start of `buf`. Only the simple shape is
-/// taken (see the module docs); `spans` receives its fields.
-fn parse_head(buf: &[u8], max_headers: usize, spans: &mut [Span; HEADER_SLOTS]) -> Parse {
+/// taken (see the module docs); `spans` receives its fields (a vector
+/// kept per connection, so no per-request array is zeroed).
+fn parse_head(buf: &[u8], max_headers: usize, spans: &mut Vec<Span>) -> Parse {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADER_SLOTS];
     let mut req = httparse::Request::new(&mut []);
     let len = match req.parse_with_uninit_headers(buf, &mut slots[..max_headers.min(HEADER_SLOTS)]) {
@@ -105,7 +106,8 @@ fn parse_head(buf: &[u8], max_headers: usize, spans: &mut [Span; HEADER_SLOTS]) 
     };
     let base = buf.as_ptr() as usize;
     let mut close = false;
-    for (span, h) in spans.iter_mut().zip(req.headers.iter()) {
+    spans.clear();
+    for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let body_or_upgrade = match name.len() {
             6 => name.eq_ignore_ascii_case(b"expect"),
@@ -123,7 +125,7 @@ fn parse_head(buf: &[u8], max_headers: usize, spans: &mut [Span; HEADER_SLOTS]) 
         }
         let n = name.as_ptr() as usize - base;
         let v = h.value.as_ptr() as usize - base;
-        *span = (n as u32, (n + name.len()) as u32, v as u32, (v + h.value.len()) as u32);
+        spans.push((n as u32, (n + name.len()) as u32, v as u32, (v + h.value.len()) as u32));
     }
     let p = path.as_ptr() as usize - base;
     Parse::Simple(Head { len, method, path: (p, p + path.len()), fields: req.headers.len(), close })
@@ -176,9 +178,9 @@ where
 {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::with_capacity(1024);
+    let mut spans: Vec<Span> = Vec::with_capacity(16);
     let mut draining = false;
     loop {
-        let mut spans = [(0u32, 0u32, 0u32, 0u32); HEADER_SLOTS];
         let head = loop {
             if !buf.is_empty() {
                 if io.is_h2() {
@@ -215,7 +217,7 @@ where
             }
         };
         let bytes = buf.split_to(head.len).freeze();
-        let Some(req) = build_request(&head, &bytes, &spans[..head.fields]) else {
+        let Some(req) = build_request(&head, &bytes, &spans) else {
             state.log_rejected(400, reason::BAD_REQUEST);
             let _ = io.write_all(RESPONSE_400).await;
             return close(io).await;
@@ -264,26 +266,19 @@ where
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
     let bodiless = is_head || status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-    let mut declared: Option<u64> = None;
-    let mut has_date = false;
-    let mut says_close = false;
-    for (name, value) in &parts.headers {
-        if *name == header::CONTENT_LENGTH {
-            // A bodiless response keeps the length it describes (HEAD);
-            // otherwise the length written is the body's own, below.
-            if !bodiless {
-                declared = std::str::from_utf8(value.as_bytes()).ok().and_then(|v| v.parse().ok());
-                continue;
-            }
-        } else if *name == header::TRANSFER_ENCODING {
-            continue; // the framing is this server's
-        } else if *name == header::DATE {
-            has_date = true;
-        } else if *name == header::CONNECTION && connection_tokens(value.as_bytes()).any(|t| t.eq_ignore_ascii_case(b"close")) {
-            says_close = true;
-            keep = false;
+    let mut fields = FieldWriter { out, bodiless, declared: None, has_date: false, says_close: false };
+    // An HTTP/1.1 upstream's fields as they came, then any the proxy added.
+    if let Some(raw) = body.raw_head() {
+        for (name, value) in raw.fields() {
+            fields.put(name, value);
         }
-        put_field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    for (name, value) in &parts.headers {
+        fields.put(name.as_str().as_bytes(), value.as_bytes());
+    }
+    let FieldWriter { out, declared, has_date, says_close, .. } = fields;
+    if says_close {
+        keep = false;
     }
     let framing = if bodiless {
         Framing::None
@@ -373,6 +368,36 @@ fn poll_now(body: &mut ResponseBody) -> Option<Option<Result<hyper::body::Frame<
     match Pin::new(body).poll_frame(&mut cx) {
         Poll::Ready(f) => Some(f),
         Poll::Pending => None,
+    }
+}
+
+/// Writes a response's fields, noting those that decide its framing.
+struct FieldWriter<'a> {
+    out: &'a mut Vec<u8>,
+    bodiless: bool,
+    /// A Content-Length a response with a body declared.
+    declared: Option<u64>,
+    has_date: bool,
+    says_close: bool,
+}
+
+impl FieldWriter<'_> {
+    fn put(&mut self, name: &[u8], value: &[u8]) {
+        match name.len() {
+            // A bodiless response keeps the length it describes (HEAD);
+            // otherwise the length written is the body's own.
+            14 if !self.bodiless && name.eq_ignore_ascii_case(b"content-length") => {
+                self.declared = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+                return;
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => return, // the framing is this server's
+            4 if name.eq_ignore_ascii_case(b"date") => self.has_date = true,
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                self.says_close |= connection_tokens(value).any(|t| t.eq_ignore_ascii_case(b"close"));
+            }
+            _ => {}
+        }
+        put_field(self.out, name, value);
     }
 }
 
@@ -473,15 +498,14 @@ mod tests {
     use super::*;
 
     fn parse(head: &[u8]) -> Parse {
-        let mut spans = [(0, 0, 0, 0); HEADER_SLOTS];
-        parse_head(head, 100, &mut spans)
+        parse_head(head, 100, &mut Vec::new())
     }
 
     fn simple(head: &[u8]) -> Option<Request<ClientBody>> {
-        let mut spans = [(0, 0, 0, 0); HEADER_SLOTS];
+        let mut spans = Vec::new();
         let Parse::Simple(h) = parse_head(head, 100, &mut spans) else { return None };
         let bytes = Bytes::copy_from_slice(&head[..h.len]);
-        build_request(&h, &bytes, &spans[..h.fields])
+        build_request(&h, &bytes, &spans)
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::h1::{KEEP_ALIVE, PROXY_CONNECTION, connection_listed_name, connection
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, Snapshot};
-use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming};
+use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming, ResponseHead};
 use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
 use hyper::client::conn::http2;
 use gatehouse_config::UpstreamProtocol;
@@ -308,6 +308,9 @@ async fn process(
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let hash = pool.pool.request_hash(req.headers(), ip);
     let (mut parts, body) = req.into_parts();
+    // A request Gatehouse's own server read gets the upstream's response
+    // fields as they came; hyper needs a header map.
+    let raw_fields = matches!(body, ClientBody::Empty);
     let body: UpstreamBody = if body.is_end_stream() {
         empty_upstream()
     } else if let ClientBody::Hyper(body) = body {
@@ -330,7 +333,7 @@ async fn process(
     let request = Request::from_parts(parts, body);
 
     let upstreamed = exchange(&pool.pool, hash, request, conn, upgrade, ex).await?;
-    Ok(relay_response(upstreamed, &pool.pool, conn, client_upgrade))
+    Ok(relay_response(upstreamed, &pool.pool, conn, client_upgrade, raw_fields))
 }
 
 /// The authority the client addressed: the request target's (absolute
@@ -476,7 +479,7 @@ fn connect_refusal(e: &ConnectError) -> Refusal {
 
 /// A response head from an upstream, with what its body needs.
 enum Upstreamed {
-    H1(Response<()>, ResponseFraming, H1Conn),
+    H1(ResponseHead, ResponseFraming, H1Conn),
     H2(Response<Incoming>),
 }
 
@@ -625,14 +628,28 @@ async fn checkout(
     Ok((s, true))
 }
 
+/// The client's response to an upstream's: for an HTTP/1.1 upstream,
+/// `raw_fields` leaves the fields in the body's [`ResponseHead`] for
+/// Gatehouse's own server to write, instead of making a header map.
 fn relay_response(
     upstreamed: Upstreamed,
     pool: &UpstreamPool,
     conn: &ConnState,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    raw_fields: bool,
 ) -> Response<AnyBody> {
     match upstreamed {
-        Upstreamed::H1(mut resp, framing, h1) => {
+        Upstreamed::H1(mut head, framing, mut h1) => {
+            let mut resp = Response::new(());
+            *resp.status_mut() = head.status;
+            *resp.version_mut() = head.version;
+            let raw = if raw_fields && head.status != StatusCode::SWITCHING_PROTOCOLS {
+                Some(head)
+            } else {
+                *resp.headers_mut() = head.header_map();
+                head.return_fields(&mut h1);
+                None
+            };
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                 if let Some(client_side) = client_upgrade {
                     tokio::spawn(bridge(client_side, h1));
@@ -643,7 +660,7 @@ fn relay_response(
                 strip_hop_by_hop(resp.headers_mut(), false);
             }
             // The upstream client has already left out the hop-by-hop headers.
-            resp.map(|()| AnyBody::H1(H1Body::new(h1, framing, conn.worker.conns.clone(), pool.cfg.max_idle_per_endpoint)))
+            resp.map(|()| AnyBody::H1(H1Body::new(h1, framing, raw, conn.worker.conns.clone(), pool.cfg.max_idle_per_endpoint)))
         }
         Upstreamed::H2(mut resp) => {
             strip_hop_by_hop(resp.headers_mut(), false);
