@@ -22,8 +22,9 @@ routes:
 """
 
 
-def read_response(f):
-    """One response from a buffered socket file: (status, headers, body)."""
+def read_response(f, head=False):
+    """One response from a buffered socket file: (status, headers, body).
+    `head`: the response to a HEAD request, which has no body."""
     status = int(f.readline().split(b" ")[1])
     headers = {}
     while True:
@@ -32,6 +33,8 @@ def read_response(f):
             break
         name, _, value = line.decode().partition(":")
         headers[name.strip().lower()] = value.strip()
+    if head:
+        return status, headers, b""
     if headers.get("transfer-encoding") == "chunked":
         body = b""
         while True:
@@ -62,8 +65,10 @@ def test_pipelined_requests_are_answered_in_order(upstream, gatehouse):
             status, _, body = read_response(f)
             assert status == 200
             assert json.loads(body)["path"] == f"/p{i}"
-        # Still open: one more, sent on its own.
-        s.sendall(b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
+        # Still open: HEAD says the length a GET gets, and sends no body.
+        s.sendall(b"HEAD /hello HTTP/1.1\r\nHost: a\r\n\r\nGET /hello HTTP/1.1\r\nHost: a\r\n\r\n")
+        status, headers, _ = read_response(f, head=True)
+        assert status == 200 and headers["content-length"] == "3"
         assert read_response(f)[2] == b"hi\n"
 
 

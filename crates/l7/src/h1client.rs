@@ -301,11 +301,13 @@ pub struct ResponseHead {
 }
 
 impl ResponseHead {
-    /// The fields, name and value.
-    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.fields
-            .iter()
-            .map(|&(n0, n1, v0, v1)| (&self.bytes[n0 as usize..n1 as usize], &self.bytes[v0 as usize..v1 as usize]))
+    /// The fields with each one's text as it arrived, from its name to the
+    /// end of its value (`name: value`, whatever the spacing).
+    pub fn field_lines(&self) -> impl Iterator<Item = (&[u8], &[u8], &[u8])> {
+        self.fields.iter().map(|&(n0, n1, v0, v1)| {
+            let b = &self.bytes;
+            (&b[n0 as usize..n1 as usize], &b[v0 as usize..v1 as usize], &b[n0 as usize..v1 as usize])
+        })
     }
 
     /// The fields as a header map (values share the head's bytes). Every
@@ -356,11 +358,8 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool, fields: &mut Vec<Sp
     fields.clear();
     for h in r.headers.iter() {
         let (name, value) = (h.name.as_bytes(), h.value);
-        // httparse has checked the name is a token; a value must also be
-        // one a header map takes, since it may become one.
-        if !value.iter().all(|&b| (b >= 0x20 && b != 0x7f) || b == b'\t') {
-            return Err(HeadError::Bad("invalid header value"));
-        }
+        // httparse has checked the name is a token and the value holds only
+        // HTAB, SP, visible ASCII and obs-text: what a header map takes.
         let hop = hop_by_hop_name(name);
         if name.eq_ignore_ascii_case(b"content-length") {
             let n = parse_content_length(value).ok_or(HeadError::Bad("invalid content-length"))?;
@@ -706,8 +705,9 @@ mod tests {
                 Ok(Parsed::Final(h, f)) => {
                     // The fields as written raw and as a header map agree.
                     let map = h.header_map();
-                    assert_eq!(h.fields().count(), map.len());
-                    for (name, value) in h.fields() {
+                    assert_eq!(h.field_lines().count(), map.len());
+                    for (name, value, line) in h.field_lines() {
+                        assert!(line.starts_with(name) && line.ends_with(value) && line[name.len()] == b':');
                         let name = std::str::from_utf8(name).expect("ascii");
                         assert!(map.get_all(name).iter().any(|v| v.as_bytes() == value), "{name}");
                     }

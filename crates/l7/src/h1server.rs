@@ -266,21 +266,31 @@ where
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
     let bodiless = is_head || status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-    let mut fields = FieldWriter { out, bodiless, declared: None, has_date: false, says_close: false };
+    let mut fields = FieldWriter { out, bodiless, declared: None, has_length: false, has_date: false, says_close: false };
     // An HTTP/1.1 upstream's fields as they came, then any the proxy added.
     if let Some(raw) = body.raw_head() {
-        for (name, value) in raw.fields() {
-            fields.put(name, value);
+        for (name, value, line) in raw.field_lines() {
+            fields.put_line(name, value, line);
         }
     }
     for (name, value) in &parts.headers {
         fields.put(name.as_str().as_bytes(), value.as_bytes());
     }
-    let FieldWriter { out, declared, has_date, says_close, .. } = fields;
+    let FieldWriter { out, declared, has_length, has_date, says_close, .. } = fields;
     if says_close {
         keep = false;
     }
     let framing = if bodiless {
+        // A response to HEAD says the length the GET would have had, when
+        // it is known.
+        if is_head
+            && !status.is_informational()
+            && !has_length
+            && let Some(n) = body.size_hint().exact()
+            && n > 0
+        {
+            put_field(out, b"content-length", itoa::Buffer::new().format(n).as_bytes());
+        }
         Framing::None
     } else if let Some(n) = body.size_hint().exact().or(declared) {
         put_field(out, b"content-length", itoa::Buffer::new().format(n).as_bytes());
@@ -377,27 +387,49 @@ struct FieldWriter<'a> {
     bodiless: bool,
     /// A Content-Length a response with a body declared.
     declared: Option<u64>,
+    /// A bodiless response came with its Content-Length.
+    has_length: bool,
     has_date: bool,
     says_close: bool,
 }
 
 impl FieldWriter<'_> {
     fn put(&mut self, name: &[u8], value: &[u8]) {
+        if self.note(name, value) {
+            put_field(self.out, name, value);
+        }
+    }
+
+    /// A field as it arrived: `line` is its text from the name to the end
+    /// of the value, written in one piece.
+    fn put_line(&mut self, name: &[u8], value: &[u8], line: &[u8]) {
+        if self.note(name, value) {
+            self.out.extend_from_slice(line);
+            self.out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// Notes what a field says about framing; whether to write it.
+    fn note(&mut self, name: &[u8], value: &[u8]) -> bool {
         match name.len() {
             // A bodiless response keeps the length it describes (HEAD);
             // otherwise the length written is the body's own.
-            14 if !self.bodiless && name.eq_ignore_ascii_case(b"content-length") => {
-                self.declared = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
-                return;
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                if self.bodiless {
+                    self.has_length = true;
+                } else {
+                    self.declared = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+                    return false;
+                }
             }
-            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => return, // the framing is this server's
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => return false, // the framing is this server's
             4 if name.eq_ignore_ascii_case(b"date") => self.has_date = true,
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 self.says_close |= connection_tokens(value).any(|t| t.eq_ignore_ascii_case(b"close"));
             }
             _ => {}
         }
-        put_field(self.out, name, value);
+        true
     }
 }
 
