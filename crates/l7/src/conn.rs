@@ -89,6 +89,9 @@ pin_project_lite::pin_project! {
         header_timeout: Duration,
         idle_timeout: Duration,
         scan: HeadScanner,
+        // Off while Gatehouse's own HTTP/1.1 server reads: it checks each
+        // head whole, and hands hyper the head it does not take to scan.
+        scanning: bool,
         // `state.requests` when the current head started: if a response goes
         // out while it is unchanged, hyper answered the head itself (400,
         // 431) and the service never saw it, so we log it here.
@@ -113,6 +116,7 @@ impl<T> ClientIo<T> {
             header_timeout,
             idle_timeout,
             scan: HeadScanner::default(),
+            scanning: true,
             head_requests: 0,
             rejection_logged: false,
         }
@@ -123,6 +127,25 @@ impl<T> ClientIo<T> {
     /// Whether the client opened with the HTTP/2 connection preface.
     pub fn is_h2(&self) -> bool {
         self.h2
+    }
+
+    /// Heads are checked by the reader itself from now on: no scanning.
+    pub fn stop_scanning(self: Pin<&mut Self>) {
+        *self.project().scanning = false;
+    }
+
+    /// Scanning resumes with `head`, the start of a request head read while
+    /// it was off (what the reader hands to hyper), then the bytes read
+    /// after it.
+    pub fn scan_from(self: Pin<&mut Self>, head: &[u8]) {
+        let this = self.project();
+        *this.scanning = true;
+        this.scan.reset();
+        if let Some(flags) = this.scan.feed(head)
+            && flags != 0
+        {
+            this.state.head_flags.fetch_or(flags, Ordering::Relaxed);
+        }
     }
 
     /// A request is in flight: when the next read finds none, the idle
@@ -191,7 +214,8 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
                 this.scan.reset();
                 set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + *this.header_timeout);
             }
-            if let Some(flags) = this.scan.feed(new)
+            if *this.scanning
+                && let Some(flags) = this.scan.feed(new)
                 && flags != 0
             {
                 this.state.head_flags.fetch_or(flags, Ordering::Relaxed);

@@ -176,6 +176,7 @@ pub async fn serve<T>(
 where
     T: AsyncRead + AsyncWrite,
 {
+    io.as_mut().stop_scanning();
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::with_capacity(1024);
     let mut spans: Vec<Span> = Vec::with_capacity(16);
@@ -184,12 +185,12 @@ where
         let head = loop {
             if !buf.is_empty() {
                 if io.is_h2() {
-                    return Served::Handover(io, buf.freeze());
+                    return handover(io, buf);
                 }
                 match parse_head(&buf, max_headers, &mut spans) {
                     Parse::Simple(head) => break head,
-                    Parse::Other => return Served::Handover(io, buf.freeze()),
-                    Parse::Partial if buf.len() >= max_head => return Served::Handover(io, buf.freeze()),
+                    Parse::Other => return handover(io, buf),
+                    Parse::Partial if buf.len() >= max_head => return handover(io, buf),
                     Parse::Partial => {}
                 }
             }
@@ -230,6 +231,11 @@ where
             return close(io).await;
         }
     }
+}
+
+fn handover<T: AsyncRead + AsyncWrite>(mut io: ClientStream<T>, unread: BytesMut) -> Served<T> {
+    io.as_mut().scan_from(&unread);
+    Served::Handover(io, unread.freeze())
 }
 
 async fn close<T: AsyncRead + AsyncWrite>(mut io: ClientStream<T>) -> Served<T> {
