@@ -109,7 +109,7 @@ enum Framing {
 }
 
 /// Serialises a request head. `chunked`: the body is sent chunked.
-fn encode_head(req: &http::request::Parts, chunked: bool, out: &mut BytesMut) {
+fn encode_head(req: &http::request::Parts, chunked: bool, out: &mut Vec<u8>) {
     out.reserve(256);
     out.extend_from_slice(req.method.as_str().as_bytes());
     out.extend_from_slice(b" ");
@@ -129,20 +129,44 @@ fn encode_head(req: &http::request::Parts, chunked: bool, out: &mut BytesMut) {
 
 /// How to send a request: its serialised head and how its body goes.
 pub struct Outgoing {
-    pub head: BytesMut,
+    /// From the worker's spare buffers, and back to them when dropped.
+    pub head: Vec<u8>,
     /// The body is sent chunked (it has no Content-Length).
     pub chunked: bool,
     /// A HEAD request: the response has no body whatever it says.
     pub is_head: bool,
 }
 
+/// Spare request-head buffers per worker, so serialising a head does not
+/// allocate once the first few requests have run.
+const SPARE_HEADS: usize = 64;
+
+thread_local! {
+    static HEAD_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Outgoing {
     /// Serialises `parts`; `has_body` says whether a body follows.
     pub fn new(parts: &http::request::Parts, has_body: bool) -> Self {
         let chunked = has_body && !parts.headers.contains_key(header::CONTENT_LENGTH);
-        let mut head = BytesMut::new();
+        let mut head = HEAD_BUFFERS.with_borrow_mut(Vec::pop).unwrap_or_default();
         encode_head(parts, chunked, &mut head);
         Outgoing { head, chunked, is_head: parts.method == Method::HEAD }
+    }
+}
+
+impl Drop for Outgoing {
+    fn drop(&mut self) {
+        let mut head = std::mem::take(&mut self.head);
+        // An unusually large head is not kept.
+        if head.capacity() <= 16 * 1024 {
+            head.clear();
+            HEAD_BUFFERS.with_borrow_mut(|spare| {
+                if spare.len() < SPARE_HEADS {
+                    spare.push(head);
+                }
+            });
+        }
     }
 }
 
@@ -783,12 +807,17 @@ mod tests {
     #[test]
     fn request_heads_are_serialised() {
         let (parts, ()) = Request::post("/a?b=1").header("host", "x").header("content-length", "3").body(()).expect("req").into_parts();
-        let mut out = BytesMut::new();
+        let mut out = Vec::new();
         encode_head(&parts, false, &mut out);
         assert_eq!(&out[..], b"POST /a?b=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\n");
         let (parts, ()) = Request::put("/").body(()).expect("req").into_parts();
         out.clear();
         encode_head(&parts, true, &mut out);
         assert_eq!(&out[..], b"PUT / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n");
+        // Buffers are reused: a head written after a longer one is whole.
+        let (long, ()) = Request::get("/a-long-path").header("x-a", "1").body(()).expect("req").into_parts();
+        let (short, ()) = Request::get("/").body(()).expect("req").into_parts();
+        drop(Outgoing::new(&long, false));
+        assert_eq!(Outgoing::new(&short, false).head, b"GET / HTTP/1.1\r\n\r\n");
     }
 }

@@ -181,6 +181,9 @@ where
     let mut out: Vec<u8> = Vec::with_capacity(1024);
     let mut spans: Vec<Span> = Vec::with_capacity(16);
     let mut draining = false;
+    // Registered once for the connection's life, not per request.
+    let drained = drain.wait_for(|d| *d);
+    tokio::pin!(drained);
     loop {
         let head = loop {
             if !buf.is_empty() {
@@ -205,7 +208,7 @@ where
                 tokio::select! {
                     biased;
                     r = read_more(&mut io, &mut buf) => r,
-                    _ = drain.wait_for(|d| *d) => {
+                    _ = &mut drained => {
                         draining = true;
                         state.closing.store(true, Ordering::Relaxed);
                         continue;
