@@ -207,6 +207,9 @@ where
     let mut body_done = !has_body;
     let result = loop {
         tokio::select! {
+            // In order: no random draw per poll, and a response that is
+            // already there is taken without polling the timer.
+            biased;
             sent = &mut send_body, if !body_done => {
                 sent?;
                 body_done = true;
