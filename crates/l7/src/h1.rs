@@ -1,7 +1,7 @@
 //! Small HTTP/1 helpers shared by the I/O wrapper, the proxy, the upstream
 //! client and health checks.
 
-use http::header::{self, HeaderName};
+use http::header::HeaderName;
 
 /// The status code of an HTTP/1.x response head at the start of `buf`
 /// (`HTTP/1.1 200 ...`), or `None` if `buf` does not start with one.
@@ -19,43 +19,35 @@ pub static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connect
 
 /// The hop-by-hop headers of RFC 9110 §7.6.1 (and the old Proxy-Connection
 /// and Keep-Alive), by position in a bit set.
-pub fn hop_by_hop_bit(k: &HeaderName) -> u8 {
-    if k == header::CONNECTION {
-        1
-    } else if k == header::TE {
-        2
-    } else if k == header::TRAILER {
-        4
-    } else if k == header::TRANSFER_ENCODING {
-        8
-    } else if k == header::UPGRADE {
-        16
-    } else if *k == KEEP_ALIVE {
-        32
-    } else if *k == PROXY_CONNECTION {
-        64
-    } else {
-        0
-    }
-}
-
 pub const HOP_CONNECTION: u8 = 1;
+pub const HOP_TE: u8 = 2;
+pub const HOP_TRAILER: u8 = 4;
 pub const HOP_TRANSFER_ENCODING: u8 = 8;
+pub const HOP_UPGRADE: u8 = 16;
+pub const HOP_KEEP_ALIVE: u8 = 32;
+pub const HOP_PROXY_CONNECTION: u8 = 64;
 
-/// [`hop_by_hop_bit`] for a field name as it arrived (any case), without
-/// making a `HeaderName` of it.
+/// The hop-by-hop bit of a field name as it arrived (any case), 0 for an
+/// end-to-end field. One table for parsed heads and header maps alike.
+// Inlined: a length test or two at each call site on the request path.
+#[inline(always)]
 pub fn hop_by_hop_name(name: &[u8]) -> u8 {
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     match name.len() {
-        2 if is(b"te") => 2,
-        7 if is(b"trailer") => 4,
-        7 if is(b"upgrade") => 16,
+        2 if is(b"te") => HOP_TE,
+        7 if is(b"trailer") => HOP_TRAILER,
+        7 if is(b"upgrade") => HOP_UPGRADE,
         10 if is(b"connection") => HOP_CONNECTION,
-        10 if is(b"keep-alive") => 32,
-        16 if is(b"proxy-connection") => 64,
+        10 if is(b"keep-alive") => HOP_KEEP_ALIVE,
+        16 if is(b"proxy-connection") => HOP_PROXY_CONNECTION,
         17 if is(b"transfer-encoding") => HOP_TRANSFER_ENCODING,
         _ => 0,
     }
+}
+
+/// [`hop_by_hop_name`] of a header map's name.
+pub fn hop_by_hop_bit(k: &HeaderName) -> u8 {
+    hop_by_hop_name(k.as_str().as_bytes())
 }
 
 /// The comma-separated tokens of a Connection header value, trimmed.
@@ -63,16 +55,38 @@ pub fn connection_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
 }
 
+/// Whether a Connection value carries the `close` option.
+#[inline]
+pub fn says_close(value: &[u8]) -> bool {
+    connection_tokens(value).any(|t| t.eq_ignore_ascii_case(b"close"))
+}
+
+/// Whether a Connection token is one of the `close`, `keep-alive` and
+/// `upgrade` options rather than the name of a hop-by-hop field.
+pub fn is_connection_option(token: &[u8]) -> bool {
+    [&b"close"[..], b"keep-alive", b"upgrade"].iter().any(|o| token.eq_ignore_ascii_case(o))
+}
+
 /// The header a Connection token names as hop-by-hop: any valid name but
-/// the `close`, `keep-alive` and `upgrade` options.
+/// the options.
 pub fn connection_listed_name(token: &[u8]) -> Option<HeaderName> {
-    let option = [&b"close"[..], b"keep-alive", b"upgrade"].iter().any(|o| token.eq_ignore_ascii_case(o));
-    if option { None } else { HeaderName::from_bytes(token).ok() }
+    if is_connection_option(token) { None } else { HeaderName::from_bytes(token).ok() }
+}
+
+/// Writes a chunk-size line (`1a2b\r\n`, lowercase hex) for a chunk of
+/// `len` bytes.
+pub fn put_chunk_size(out: &mut Vec<u8>, len: usize) {
+    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        out.push(b"0123456789abcdef"[(len >> (i * 4)) & 0xf]);
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header;
 
     #[test]
     fn hop_by_hop_names_by_bytes_and_by_header_name_agree() {
@@ -82,6 +96,22 @@ mod tests {
         ] {
             let parsed = HeaderName::from_bytes(name.as_bytes()).expect("name");
             assert_eq!(hop_by_hop_name(name.as_bytes()), hop_by_hop_bit(&parsed), "{name}");
+        }
+        let bits: Vec<u8> = [header::CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING, header::UPGRADE]
+            .iter()
+            .chain([&KEEP_ALIVE, &PROXY_CONNECTION])
+            .map(hop_by_hop_bit)
+            .collect();
+        assert_eq!(bits, [1, 2, 4, 8, 16, 32, 64], "one bit each, the seven of RFC 9110 and the old two");
+        assert_eq!(hop_by_hop_bit(&header::CONTENT_LENGTH), 0);
+    }
+
+    #[test]
+    fn chunk_sizes_are_lowercase_hex() {
+        for (len, text) in [(0usize, "0"), (1, "1"), (15, "f"), (16, "10"), (0x1a2b, "1a2b")] {
+            let mut out = Vec::new();
+            put_chunk_size(&mut out, len);
+            assert_eq!(out, format!("{text}\r\n").into_bytes());
         }
     }
 

@@ -30,7 +30,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
 use crate::deadline::{expired, set_deadline};
-use crate::h1::{HOP_CONNECTION, HOP_TRANSFER_ENCODING, connection_listed_name, connection_tokens, hop_by_hop_name};
+use crate::h1::{HOP_CONNECTION, HOP_TRANSFER_ENCODING, connection_tokens, hop_by_hop_name, is_connection_option, put_chunk_size};
 use crate::upstream::ConnPool;
 
 /// Largest response head accepted from an upstream.
@@ -254,8 +254,8 @@ where
             continue;
         }
         if chunked {
-            let mut out = BytesMut::with_capacity(data.len() + 16);
-            out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+            let mut out = Vec::with_capacity(data.len() + 16);
+            put_chunk_size(&mut out, data.len());
             out.extend_from_slice(&data);
             out.extend_from_slice(b"\r\n");
             wr.write_all(&out).await.map_err(ExchangeError::Io)?;
@@ -381,7 +381,9 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool, fields: &mut Vec<Sp
     let mut content_length: Option<u64> = None;
     let mut transfer_encoding: Option<bool> = None; // Some(last coding is chunked)
     let mut close = version == Version::HTTP_10;
-    let mut listed = false; // Connection names other fields as hop-by-hop
+    // Other fields Connection names as hop-by-hop (a rare shape: the list
+    // is allocated only then).
+    let mut listed: Vec<&[u8]> = Vec::new();
     fields.clear();
     for h in r.headers.iter() {
         let (name, value) = (h.name.as_bytes(), h.value);
@@ -405,8 +407,8 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool, fields: &mut Vec<Sp
                     if version == Version::HTTP_10 {
                         close = false;
                     }
-                } else if connection_listed_name(token).is_some() {
-                    listed = true;
+                } else if !is_connection_option(token) {
+                    listed.push(token);
                 }
             }
         }
@@ -417,16 +419,14 @@ fn parse_response(buf: &mut BytesMut, is_head_request: bool, fields: &mut Vec<Sp
         let v = value.as_ptr() as usize - base;
         fields.push((n as u32, (n + name.len()) as u32, v as u32, (v + value.len()) as u32));
     }
-    if listed && !keep_hop_by_hop {
+    if !listed.is_empty() && !keep_hop_by_hop {
         // Drop the fields Connection lists (their names compared
         // case-blind, as header names are).
         let head = &buf[..len];
-        let named = |name: &[u8]| {
-            r.headers.iter().filter(|h| hop_by_hop_name(h.name.as_bytes()) == HOP_CONNECTION).any(|h| {
-                connection_tokens(h.value).any(|t| connection_listed_name(t).is_some() && t.eq_ignore_ascii_case(name))
-            })
-        };
-        fields.retain(|&(n0, n1, _, _)| !named(&head[n0 as usize..n1 as usize]));
+        fields.retain(|&(n0, n1, _, _)| {
+            let name = &head[n0 as usize..n1 as usize];
+            !listed.iter().any(|t| t.eq_ignore_ascii_case(name))
+        });
     }
     let no_body = is_head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
     let framing = if status == StatusCode::SWITCHING_PROTOCOLS {

@@ -37,7 +37,7 @@ use tokio::sync::watch;
 use crate::accesslog::reason;
 use crate::body::ResponseBody;
 use crate::conn::{ClientIo, ConnState};
-use crate::h1::connection_tokens;
+use crate::h1::{HOP_CONNECTION, HOP_TRANSFER_ENCODING, HOP_UPGRADE, hop_by_hop_name, put_chunk_size, says_close};
 use crate::proxy::ClientBody;
 
 pub type ClientStream<T> = Pin<Box<ClientIo<T>>>;
@@ -58,6 +58,8 @@ const READ_CHUNK: usize = 8 * 1024;
 const HEADER_SLOTS: usize = 128;
 /// Body bytes gathered with the head into one write.
 const GATHER_UP_TO: usize = 16 * 1024;
+/// The write buffer a connection keeps between responses.
+const SMALL_WRITE_BUFFER: usize = 2048;
 
 const RESPONSE_400: &[u8] =
     b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 16\r\nconnection: close\r\n\r\n400 Bad Request\n";
@@ -109,18 +111,19 @@ fn parse_head(buf: &[u8], max_headers: usize, spans: &mut Vec<Span>) -> Parse {
     spans.clear();
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
-        let body_or_upgrade = match name.len() {
-            6 => name.eq_ignore_ascii_case(b"expect"),
-            7 => name.eq_ignore_ascii_case(b"upgrade"),
+        let other = match name.len() {
             14 => name.eq_ignore_ascii_case(b"content-length"),
-            17 => name.eq_ignore_ascii_case(b"transfer-encoding"),
-            10 if name.eq_ignore_ascii_case(b"connection") => {
-                close |= connection_tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"close"));
-                false
-            }
-            _ => false,
+            6 => name.eq_ignore_ascii_case(b"expect"),
+            _ => match hop_by_hop_name(name) {
+                HOP_TRANSFER_ENCODING | HOP_UPGRADE => true,
+                HOP_CONNECTION => {
+                    close |= says_close(h.value);
+                    false
+                }
+                _ => false,
+            },
         };
-        if body_or_upgrade {
+        if other {
             return Parse::Other;
         }
         let n = name.as_ptr() as usize - base;
@@ -178,7 +181,7 @@ where
 {
     io.as_mut().stop_scanning();
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    let mut out: Vec<u8> = Vec::with_capacity(1024);
+    let mut out: Vec<u8> = Vec::with_capacity(SMALL_WRITE_BUFFER);
     let mut spans: Vec<Span> = Vec::with_capacity(16);
     let mut draining = false;
     // Registered once for the connection's life, not per request.
@@ -232,6 +235,11 @@ where
         let Ok(resp) = crate::proxy::handle(req, state.clone()).await;
         if !write_response(&mut io, resp, is_head, head.close, &mut out).await {
             return close(io).await;
+        }
+        // A large body gathered with its head grew the write buffer; an
+        // idle keep-alive connection does not hold on to it.
+        if out.capacity() > SMALL_WRITE_BUFFER {
+            out = Vec::with_capacity(SMALL_WRITE_BUFFER);
         }
     }
 }
@@ -424,19 +432,18 @@ impl FieldWriter<'_> {
             // A bodiless response keeps the length it describes (HEAD);
             // otherwise the length written is the body's own.
             14 if name.eq_ignore_ascii_case(b"content-length") => {
-                if self.bodiless {
-                    self.has_length = true;
-                } else {
+                if !self.bodiless {
                     self.declared = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
                     return false;
                 }
+                self.has_length = true;
             }
-            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => return false, // the framing is this server's
             4 if name.eq_ignore_ascii_case(b"date") => self.has_date = true,
-            10 if name.eq_ignore_ascii_case(b"connection") => {
-                self.says_close |= connection_tokens(value).any(|t| t.eq_ignore_ascii_case(b"close"));
-            }
-            _ => {}
+            _ => match hop_by_hop_name(name) {
+                HOP_TRANSFER_ENCODING => return false, // the framing is this server's
+                HOP_CONNECTION => self.says_close |= says_close(value),
+                _ => {}
+            },
         }
         true
     }
@@ -446,14 +453,6 @@ fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-fn put_chunk_size(out: &mut Vec<u8>, len: usize) {
-    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1);
-    for i in (0..digits).rev() {
-        out.push(b"0123456789abcdef"[(len >> (i * 4)) & 0xf]);
-    }
     out.extend_from_slice(b"\r\n");
 }
 
@@ -645,15 +644,6 @@ pub(crate) mod tests {
             req.is_some_and(|req| req.headers().len() == h.fields)
         });
         assert!(taken > 1_000, "only {taken} mutated heads were taken whole");
-    }
-
-    #[test]
-    fn chunk_sizes_are_lowercase_hex() {
-        for (len, text) in [(0usize, "0"), (1, "1"), (15, "f"), (16, "10"), (0x1a2b, "1a2b")] {
-            let mut out = Vec::new();
-            put_chunk_size(&mut out, len);
-            assert_eq!(out, format!("{text}\r\n").into_bytes());
-        }
     }
 
     #[test]

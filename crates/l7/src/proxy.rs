@@ -20,7 +20,10 @@ use hyper_util::rt::TokioIo;
 use crate::accesslog::{LogRecord, reason};
 use crate::body::{AnyBody, BodyTooLarge, RequestBody, ResponseBody, empty, empty_upstream, full};
 use crate::conn::ConnState;
-use crate::h1::{KEEP_ALIVE, PROXY_CONNECTION, connection_listed_name, connection_tokens, hop_by_hop_bit};
+use crate::h1::{
+    HOP_CONNECTION, HOP_KEEP_ALIVE, HOP_PROXY_CONNECTION, HOP_TE, HOP_TRAILER, HOP_TRANSFER_ENCODING, HOP_UPGRADE, KEEP_ALIVE,
+    PROXY_CONNECTION, connection_listed_name, connection_tokens, hop_by_hop_bit,
+};
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, Snapshot};
@@ -197,15 +200,6 @@ pub enum ClientBody {
     Hyper(Incoming),
 }
 
-impl ClientBody {
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ClientBody::Empty => true,
-            ClientBody::Hyper(b) => b.is_end_stream(),
-        }
-    }
-}
-
 /// The entry point for every request of every client.
 pub async fn handle(req: Request<ClientBody>, conn: Arc<ConnState>) -> Result<Response<ResponseBody>, Infallible> {
     conn.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -311,20 +305,19 @@ async fn process(
     // A request Gatehouse's own server read gets the upstream's response
     // fields as they came; hyper needs a header map.
     let raw_fields = matches!(body, ClientBody::Empty);
-    let body: UpstreamBody = if body.is_end_stream() {
-        empty_upstream()
-    } else if let ClientBody::Hyper(body) = body {
-        let seen = Arc::new(AtomicU64::new(0));
-        ex.bytes_in = Some(seen.clone());
-        let read = RequestBody::read_ahead(body, max_body, seen);
-        match tokio::time::timeout(snap.http.client_header_timeout, read).await {
-            Err(_) => return Err(Refusal::ClientTimeout),
-            Ok(Err(e)) if e.is::<BodyTooLarge>() => return Err(Refusal::BodyTooLarge),
-            Ok(Err(_)) => return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR)),
-            Ok(Ok(b)) => b.boxed_unsync(),
+    let body: UpstreamBody = match body {
+        ClientBody::Hyper(body) if !body.is_end_stream() => {
+            let seen = Arc::new(AtomicU64::new(0));
+            ex.bytes_in = Some(seen.clone());
+            let read = RequestBody::read_ahead(body, max_body, seen);
+            match tokio::time::timeout(snap.http.client_header_timeout, read).await {
+                Err(_) => return Err(Refusal::ClientTimeout),
+                Ok(Err(e)) if e.is::<BodyTooLarge>() => return Err(Refusal::BodyTooLarge),
+                Ok(Err(_)) => return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR)),
+                Ok(Ok(b)) => b.boxed_unsync(),
+            }
         }
-    } else {
-        empty_upstream()
+        _ => empty_upstream(),
     };
     rewrite_request(&mut parts, conn, &authority, upgrade);
     if pool.pool.cfg.protocol == UpstreamProtocol::H2c {
@@ -377,7 +370,7 @@ fn wants_upgrade(req: &Request<ClientBody>) -> bool {
 /// those cost a removal.
 fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
     let present = h.keys().fold(0u8, |acc, k| acc | hop_by_hop_bit(k));
-    if present & 1 != 0 {
+    if present & HOP_CONNECTION != 0 {
         // Names listed in Connection, other than the usual tokens.
         let named: Vec<HeaderName> = h
             .get_all(header::CONNECTION)
@@ -390,16 +383,16 @@ fn strip_hop_by_hop(h: &mut HeaderMap, upgrade: bool) {
         }
     }
     let names: [(u8, &HeaderName); 7] = [
-        (1, &header::CONNECTION),
-        (2, &header::TE),
-        (4, &header::TRAILER),
-        (8, &header::TRANSFER_ENCODING),
-        (16, &header::UPGRADE),
-        (32, &KEEP_ALIVE),
-        (64, &PROXY_CONNECTION),
+        (HOP_CONNECTION, &header::CONNECTION),
+        (HOP_TE, &header::TE),
+        (HOP_TRAILER, &header::TRAILER),
+        (HOP_TRANSFER_ENCODING, &header::TRANSFER_ENCODING),
+        (HOP_UPGRADE, &header::UPGRADE),
+        (HOP_KEEP_ALIVE, &KEEP_ALIVE),
+        (HOP_PROXY_CONNECTION, &PROXY_CONNECTION),
     ];
     for (bit, name) in names {
-        if present & bit != 0 && !(upgrade && bit == 16) {
+        if present & bit != 0 && !(upgrade && bit == HOP_UPGRADE) {
             h.remove(name);
         }
     }
