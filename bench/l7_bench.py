@@ -157,7 +157,7 @@ def gatehouse_proxy(d, port, backend_port):
 workers: 1
 access_log: {{ path: off }}
 listeners: [{{ name: web, address: 127.0.0.1:{port} }}]
-upstreams: [{{ name: backend, endpoints: [127.0.0.1:{backend_port}], max_idle_per_endpoint: 128 }}]
+upstreams: [{{ name: backend, endpoints: [127.0.0.1:{backend_port}] }}]
 routes: [{{ name: all, upstream: backend }}]
 """)
     return [str(GATEHOUSE), "run", "-c", str(cfg)]

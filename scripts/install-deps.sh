@@ -24,9 +24,10 @@ need protoc protobuf-compiler
 need etcd etcd-server
 need etcdctl etcd-client
 [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || want_pkgs+=(libclang-dev)
+# A real NGINX is the backend of the upstream-pool test (and of the benchmarks).
+need nginx nginx
 if [ "${1:-}" = "--bench" ]; then
   need haproxy haproxy
-  need nginx nginx
 fi
 
 if [ ${#want_pkgs[@]} -gt 0 ]; then

@@ -266,6 +266,58 @@ def ws_read_frame(f):
 # ---------------------------------------------------------------- gatehouse
 
 
+def stop_process(proc, sig):
+    """Asks a process to stop with `sig`; kills it after 10 s."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class NginxBackend:
+    """A real NGINX serving a fixed body on loopback, with its stock
+    keep-alive settings (it closes a kept-alive connection after 1,000
+    requests, as backends in the field do)."""
+
+    def __init__(self, tmp_path, body="hello from the backend\n", workers=1):
+        self.port = free_port()
+        self.dir = Path(tmp_path) / f"nginx-{self.port}"
+        self.dir.mkdir(parents=True)
+        d = self.dir
+        text = body.replace("\n", "\\n").replace('"', '\\"')
+        (d / "nginx.conf").write_text(f"""
+worker_processes {workers};
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f;
+  uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+  server {{ listen 127.0.0.1:{self.port}; location / {{ return 200 "{text}"; }} }}
+}}
+""")
+        self.proc = subprocess.Popen(["nginx", "-c", str(d / "nginx.conf"), "-p", str(d)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: port_open(self.port) or self._died(), what=f"nginx listening on {self.port}")
+
+    def _died(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"nginx exited with {self.proc.returncode}: {(self.dir / 'error.log').read_text()}")
+        return False
+
+    @property
+    def addr(self):
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self):
+        stop_process(self.proc, signal.SIGQUIT)
+
+
 class Gatehouse:
     """One Gatehouse process on a config written to a temporary directory
     (run under `prefix`, e.g. `ip netns exec NAME`)."""
@@ -310,13 +362,7 @@ class Gatehouse:
         wait_for(lambda: self.stderr().count(text) >= count, timeout=timeout, what=f"log line {text!r}")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, signal.SIGTERM)
 
 
 # ---------------------------------------------------------------- clients

@@ -400,9 +400,14 @@ pub struct Upstream {
     pub connect_timeout: Duration,
     /// Time from the request sent to the response head received; then 504.
     pub response_timeout: Duration,
-    /// Idle keep-alive connections kept per endpoint per worker. Default 32.
-    pub max_idle_per_endpoint: usize,
-    /// An idle pooled connection older than this is closed. Default 60s.
+    /// Most idle keep-alive connections kept per endpoint per worker; 0
+    /// keeps none. `None` (the default): no count cap. The pool then holds
+    /// as many as the busiest moment needed, reused newest first, so the
+    /// ones the load no longer needs stay unused and are closed by
+    /// `idle_timeout`: a pool capped by a small count closes and reopens a
+    /// connection per request once concurrency passes the cap.
+    pub max_idle_per_endpoint: Option<usize>,
+    /// An idle pooled connection unused for this long is closed. Default 60s.
     pub idle_timeout: Duration,
 }
 
@@ -418,7 +423,7 @@ impl Default for Upstream {
             passive: PassiveHealth::default(),
             connect_timeout: Duration::from_secs(3),
             response_timeout: Duration::from_secs(30),
-            max_idle_per_endpoint: 32,
+            max_idle_per_endpoint: None,
             idle_timeout: Duration::from_secs(60),
         }
     }
@@ -702,7 +707,7 @@ impl Decode for Upstream {
             passive: m.or(ctx, "passive", d.passive),
             connect_timeout: m.or(ctx, "connect_timeout", d.connect_timeout),
             response_timeout: m.or(ctx, "response_timeout", d.response_timeout),
-            max_idle_per_endpoint: m.or(ctx, "max_idle_per_endpoint", d.max_idle_per_endpoint),
+            max_idle_per_endpoint: m.opt(ctx, "max_idle_per_endpoint"),
             idle_timeout: m.or(ctx, "idle_timeout", d.idle_timeout),
         };
         m.finish(ctx);

@@ -31,7 +31,7 @@ use tokio::time::{Instant, Sleep};
 use crate::body::BoxError;
 use crate::deadline::{expired, set_deadline};
 use crate::h1::{HOP_CONNECTION, HOP_TRANSFER_ENCODING, connection_tokens, hop_by_hop_name, is_connection_option, put_chunk_size};
-use crate::upstream::ConnPool;
+use crate::upstream::{ConnPool, KeepIdle};
 
 /// Largest response head accepted from an upstream.
 const MAX_HEAD: usize = 64 * 1024;
@@ -40,9 +40,9 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// An open HTTP/1.1 connection to an upstream endpoint.
 pub struct H1Conn {
-    io: TcpStream,
+    pub(crate) io: TcpStream,
     /// Bytes read but not consumed yet.
-    buf: BytesMut,
+    pub(crate) buf: BytesMut,
     pub addr: SocketAddr,
     /// Has carried an exchange before (a failure may be a stale close).
     pub reused: bool,
@@ -68,6 +68,18 @@ impl H1Conn {
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
         self.buf.is_empty() && self.io.poll_read_ready(&mut cx).is_pending()
+    }
+
+    /// Frees an empty read buffer: the next read takes a new one. The
+    /// pool's sweep calls this for every connection it finds idle, so a
+    /// pool that grew to a burst's size holds sockets, not 16 KiB buffers,
+    /// while connections in steady use keep theirs (a buffer freed at every
+    /// release cost about 400 instructions per request: the response head
+    /// still shares it then, so the next read had to allocate).
+    pub fn shed_buffer(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > 0 {
+            self.buf = BytesMut::new();
+        }
     }
 
     /// Reads more bytes into the buffer; Ok(0) at end of stream.
@@ -553,18 +565,18 @@ pub struct H1Body {
     reading: Reading,
     reusable: bool,
     pool: Arc<ConnPool>,
-    max_idle: usize,
+    keep: KeepIdle,
 }
 
 impl H1Body {
-    pub fn new(conn: H1Conn, framing: ResponseFraming, raw: Option<ResponseHead>, pool: Arc<ConnPool>, max_idle: usize) -> Self {
+    pub fn new(conn: H1Conn, framing: ResponseFraming, raw: Option<ResponseHead>, pool: Arc<ConnPool>, keep: KeepIdle) -> Self {
         let reading = match framing.framing {
             Framing::Empty => Reading::Done,
             Framing::Length(n) => Reading::Length(n),
             Framing::Chunked => Reading::Chunked(ChunkedDecoder { state: Chunk::Size }),
             Framing::Close => Reading::Close,
         };
-        let mut body = H1Body { conn: Some(conn), raw, reading, reusable: framing.reusable, pool, max_idle };
+        let mut body = H1Body { conn: Some(conn), raw, reading, reusable: framing.reusable, pool, keep };
         // With fields still to be written, the connection (which owns
         // their span list) goes back at the first poll or when dropped.
         if matches!(body.reading, Reading::Done) && body.raw.is_none() {
@@ -588,7 +600,7 @@ impl H1Body {
             if let Some(raw) = self.raw.as_mut() {
                 raw.return_fields(&mut conn);
             }
-            self.pool.put_h1(conn, self.max_idle);
+            self.pool.put_h1(conn, self.keep);
         }
     }
 }

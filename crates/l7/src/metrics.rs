@@ -99,14 +99,28 @@ impl RouteMetrics {
 #[repr(align(64))]
 pub struct UpstreamSlot {
     latency: Histogram,
+    /// Connections opened to the upstream's endpoints.
+    opened: AtomicU64,
+    /// Requests sent on a connection that was already open.
+    reused: AtomicU64,
 }
 
-/// An upstream's response times (request sent to response head received).
+/// An upstream's response times (request sent to response head received)
+/// and how its connections were had: opened per request means the pool
+/// churns.
 pub type UpstreamMetrics = PerWorker<UpstreamSlot>;
 
 impl UpstreamMetrics {
     pub fn record(&self, worker: usize, elapsed: Duration) {
         self.get(worker).latency.observe(elapsed);
+    }
+
+    pub fn connection_opened(&self, worker: usize) {
+        bump(&self.get(worker).opened, 1);
+    }
+
+    pub fn connection_reused(&self, worker: usize) {
+        bump(&self.get(worker).reused, 1);
     }
 }
 
@@ -423,6 +437,20 @@ impl Metrics {
                 h.add(&s.latency);
             }
             o.histogram("gatehouse_upstream_response_duration_seconds", &[("upstream", name)], &bounds, &h.buckets, h.sum_us as f64 / 1e6);
+        }
+        o.header("gatehouse_upstream_connections_opened_total", "counter", "Connections opened to an upstream's endpoints.");
+        for (name, t) in &upstreams {
+            let n: u64 = t.slots.iter().map(|s| s.opened.load(Relaxed)).sum();
+            o.sample("gatehouse_upstream_connections_opened_total", &[("upstream", name)], n);
+        }
+        o.header(
+            "gatehouse_upstream_connections_reused_total",
+            "counter",
+            "Requests sent to an upstream on a connection already open (pooled HTTP/1.1, or the shared h2c one).",
+        );
+        for (name, t) in &upstreams {
+            let n: u64 = t.slots.iter().map(|s| s.reused.load(Relaxed)).sum();
+            o.sample("gatehouse_upstream_connections_reused_total", &[("upstream", name)], n);
         }
         o.header("gatehouse_upstream_endpoint_up", "gauge", "1 when an endpoint takes traffic (active check passing, not ejected).");
         for (u, addr, up, _) in &input.endpoints {

@@ -26,9 +26,9 @@ use crate::h1::{
 };
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
-use crate::snapshot::{Action, Snapshot};
+use crate::snapshot::{Action, CompiledUpstream, Snapshot};
 use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming, ResponseHead};
-use crate::upstream::{ConnectError, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
+use crate::upstream::{ConnectError, KeepIdle, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
 use hyper::client::conn::http2;
 use gatehouse_config::UpstreamProtocol;
 
@@ -325,7 +325,7 @@ async fn process(
     }
     let request = Request::from_parts(parts, body);
 
-    let upstreamed = exchange(&pool.pool, hash, request, conn, upgrade, ex).await?;
+    let upstreamed = exchange(pool, hash, request, conn, upgrade, ex).await?;
     Ok(relay_response(upstreamed, &pool.pool, conn, client_upgrade, raw_fields))
 }
 
@@ -481,13 +481,14 @@ enum Upstreamed {
 /// connection found closed before it answered is replaced at once (only
 /// requests without a body, which can be sent again as they are).
 async fn exchange(
-    pool: &UpstreamPool,
+    upstream: &CompiledUpstream,
     hash: Option<u64>,
     request: Request<UpstreamBody>,
     conn: &ConnState,
     upgrade: bool,
     ex: &mut Exchange,
 ) -> Result<Upstreamed, Refusal> {
+    let pool = &upstream.pool;
     let mut exclude = None;
     let mut last = Refusal::NoHealthyEndpoint;
     // One clock reading serves the pool's idle check, the upstream timing
@@ -499,7 +500,10 @@ async fn exchange(
         let sender = match checkout(pool, ep, conn, upgrade, now).await {
             Ok((s, connected)) => {
                 if connected {
+                    upstream.metrics.connection_opened(conn.worker.id);
                     now = Instant::now();
+                } else {
+                    upstream.metrics.connection_reused(conn.worker.id);
                 }
                 s
             }
@@ -517,22 +521,24 @@ async fn exchange(
         ex.endpoint = Some((ep.addr, ep.health.clone()));
         ex.upstream_start = Some(now);
         return match sender {
-            Sender::H1(h1) => exchange_h1(pool, ep, h1, request, now).await,
+            Sender::H1(h1) => exchange_h1(upstream, ep, h1, request, conn, now).await,
             // Boxed: only h2c pools take this path, and its state (2 KB)
             // would otherwise be part of every request's future.
-            Sender::H2(h2) => Box::pin(exchange_h2(pool, ep, h2, request, conn)).await,
+            Sender::H2(h2) => Box::pin(exchange_h2(upstream, ep, h2, request, conn)).await,
         };
     }
     Err(last)
 }
 
 async fn exchange_h1(
-    pool: &UpstreamPool,
+    upstream: &CompiledUpstream,
     ep: &PoolEndpoint,
     mut h1: H1Conn,
     request: Request<UpstreamBody>,
+    conn: &ConnState,
     mut sent_at: Instant,
 ) -> Result<Upstreamed, Refusal> {
+    let pool = &upstream.pool;
     let (parts, body) = request.into_parts();
     let out = Outgoing::new(&parts, !body.is_end_stream());
     let mut body = (!body.is_end_stream()).then_some(body);
@@ -547,6 +553,7 @@ async fn exchange_h1(
                     Ok(Sender::H2(_)) => return Err(Refusal::UpstreamError),
                     Err(e) => return Err(connect_refusal(&e)),
                 };
+                upstream.metrics.connection_opened(conn.worker.id);
                 sent_at = Instant::now();
             }
             Err(ExchangeError::Timeout) => return Err(Refusal::UpstreamTimeout),
@@ -561,12 +568,13 @@ async fn exchange_h1(
 }
 
 async fn exchange_h2(
-    pool: &UpstreamPool,
+    upstream: &CompiledUpstream,
     ep: &PoolEndpoint,
     mut h2: http2::SendRequest<UpstreamBody>,
     mut request: Request<UpstreamBody>,
     conn: &ConnState,
 ) -> Result<Upstreamed, Refusal> {
+    let pool = &upstream.pool;
     let mut stale_retries = 0;
     loop {
         match tokio::time::timeout(pool.cfg.response_timeout, h2.try_send_request(request)).await {
@@ -585,6 +593,7 @@ async fn exchange_h2(
                 let fresh = connect(ep.addr, pool.cfg.connect_timeout, UpstreamProtocol::H2c).await;
                 h2 = match fresh {
                     Ok(s @ Sender::H2(_)) => {
+                        upstream.metrics.connection_opened(conn.worker.id);
                         conn.worker.conns.share_h2(ep.addr, &s);
                         let Sender::H2(h2) = s else { return Err(Refusal::UpstreamError) };
                         h2
@@ -609,7 +618,7 @@ async fn checkout(
     let protocol = pool.cfg.protocol;
     let reuse = match protocol {
         UpstreamProtocol::H2c => conn.worker.conns.shared_h2(ep.addr),
-        UpstreamProtocol::Http1 if !upgrade => conn.worker.conns.take(ep.addr, pool.cfg.idle_timeout, now).map(Sender::H1),
+        UpstreamProtocol::Http1 if !upgrade => conn.worker.conns.take(ep.addr, now).map(Sender::H1),
         UpstreamProtocol::Http1 => None,
     };
     if let Some(s) = reuse {
@@ -653,7 +662,7 @@ fn relay_response(
                 strip_hop_by_hop(resp.headers_mut(), false);
             }
             // The upstream client has already left out the hop-by-hop headers.
-            resp.map(|()| AnyBody::H1(H1Body::new(h1, framing, raw, conn.worker.conns.clone(), pool.cfg.max_idle_per_endpoint)))
+            resp.map(|()| AnyBody::H1(H1Body::new(h1, framing, raw, conn.worker.conns.clone(), KeepIdle::of(&pool.cfg))))
         }
         Upstreamed::H2(mut resp) => {
             strip_hop_by_hop(resp.headers_mut(), false);

@@ -828,7 +828,7 @@ fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::UnboundedRe
         let mut sweep = tokio::time::interval(Duration::from_secs(5));
         loop {
             tokio::select! {
-                _ = sweep.tick() => worker.conns.sweep(Duration::from_secs(120)),
+                _ = sweep.tick() => worker.conns.sweep(std::time::Instant::now()),
                 command = commands.recv() => match command {
                     Some(ListenerCommand::Open(key, socket)) => match TcpListener::from_std(socket) {
                         Ok(l) => {

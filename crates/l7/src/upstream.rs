@@ -7,6 +7,7 @@
 //! A [`ConnPool`] belongs to one worker and holds that worker's idle
 //! HTTP/1.1 connections per endpoint address.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -155,18 +156,43 @@ pub enum ConnectError {
     Handshake(hyper::Error),
 }
 
+/// How many idle connections an upstream keeps per endpoint per worker,
+/// and for how long.
+#[derive(Clone, Copy, Debug)]
+pub struct KeepIdle {
+    /// `usize::MAX` unless the config sets a cap; 0 keeps none.
+    pub max: usize,
+    pub timeout: Duration,
+}
+
+impl KeepIdle {
+    pub fn of(cfg: &Upstream) -> Self {
+        KeepIdle { max: cfg.max_idle_per_endpoint.unwrap_or(usize::MAX), timeout: cfg.idle_timeout }
+    }
+}
+
 struct Idle {
     conn: H1Conn,
-    since: Instant,
+    /// Closed at this moment if still unused.
+    expires: Instant,
 }
 
 /// One worker's upstream connections: idle HTTP/1.1 ones, and the one
 /// shared HTTP/2 connection per h2c endpoint. Keyed by endpoint address
 /// with FxHash: the keys come from the config, not from clients, and
 /// SipHash cost about 460 instructions per request over the two lookups.
+///
+/// The idle list of an endpoint is a stack: a request takes the connection
+/// that went idle last. So the pool follows the load without a count cap:
+/// it grows to what the busiest moment had in use, and when the load falls
+/// the connections it no longer needs sink to the bottom, stay unused and
+/// are closed when their idle timeout passes. A connection found idle by
+/// the sweep gives up its read buffer (see [`H1Conn::shed_buffer`]), so
+/// the memory a grown pool keeps is the socket and a few hundred bytes per
+/// connection.
 #[derive(Default)]
 pub struct ConnPool {
-    idle: Mutex<FxHashMap<SocketAddr, Vec<Idle>>>,
+    idle: Mutex<FxHashMap<SocketAddr, VecDeque<Idle>>>,
     h2: Mutex<FxHashMap<SocketAddr, http2::SendRequest<UpstreamBody>>>,
 }
 
@@ -190,41 +216,53 @@ impl ConnPool {
         }
     }
 
-    /// An idle HTTP/1.1 connection to `addr` that can take a request now,
-    /// newest first. Closed and expired ones are dropped on the way.
-    pub fn take(&self, addr: SocketAddr, idle_timeout: Duration, now: Instant) -> Option<H1Conn> {
+    /// The idle HTTP/1.1 connection to `addr` that went idle last, if one
+    /// can take a request at `now`. Closed and expired ones are dropped on
+    /// the way.
+    pub fn take(&self, addr: SocketAddr, now: Instant) -> Option<H1Conn> {
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.get_mut(&addr)?;
-        while let Some(idle) = list.pop() {
-            if now.duration_since(idle.since) < idle_timeout && idle.conn.idle_usable() {
+        while let Some(idle) = list.pop_back() {
+            if now < idle.expires && idle.conn.idle_usable() {
                 return Some(idle.conn);
             }
         }
         None
     }
 
-    /// Keeps a connection whose last response was read to its end.
-    pub fn put_h1(&self, conn: H1Conn, max_idle: usize) {
-        if max_idle == 0 {
+    /// Keeps a connection whose last response was read to its end. Past an
+    /// explicit cap the connection idle longest is closed.
+    pub fn put_h1(&self, conn: H1Conn, keep: KeepIdle) {
+        if keep.max == 0 {
             return;
         }
+        let expires = Instant::now() + keep.timeout;
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.entry(conn.addr).or_default();
-        if list.len() >= max_idle {
-            list.remove(0); // drop the oldest
+        if list.len() >= keep.max {
+            list.pop_front();
         }
-        list.push(Idle { conn, since: Instant::now() });
+        list.push_back(Idle { conn, expires });
     }
 
-    /// Closes connections idle for longer than `max_age` or closed by the
-    /// upstream.
-    pub fn sweep(&self, max_age: Duration) {
+    /// Closes idle connections whose timeout passed or that the upstream
+    /// closed, frees the read buffers of the others, and forgets closed
+    /// HTTP/2 connections.
+    pub fn sweep(&self, now: Instant) {
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, list| {
-            list.retain(|i| i.since.elapsed() < max_age && i.conn.idle_usable());
+            list.retain_mut(|i| {
+                i.conn.shed_buffer();
+                now < i.expires && i.conn.idle_usable()
+            });
             !list.is_empty()
         });
         self.h2.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, s| !s.is_closed());
+    }
+
+    #[cfg(test)]
+    fn idle_count(&self, addr: SocketAddr) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).get(&addr).map_or(0, VecDeque::len)
     }
 }
 
@@ -311,6 +349,105 @@ mod tests {
         }
         // Without the cookie, the client address is the key.
         assert_eq!(pool.request_hash(&HeaderMap::new(), client), Some(hash64(0, &[10, 0, 0, 1])));
+    }
+
+    /// `n` connections to a listener that accepts and keeps them open.
+    async fn open(n: usize) -> (Vec<H1Conn>, Vec<TcpStream>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (mut conns, mut accepted) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            let stream = TcpStream::connect(addr).await.expect("connect");
+            accepted.push(listener.accept().await.expect("accept").0);
+            conns.push(H1Conn::new(stream, addr));
+        }
+        (conns, accepted)
+    }
+
+    fn local_port(conn: H1Conn) -> u16 {
+        conn.into_parts().0.local_addr().expect("local").port()
+    }
+
+    const FOREVER: KeepIdle = KeepIdle { max: usize::MAX, timeout: Duration::from_secs(3600) };
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn pool_without_a_cap_keeps_every_connection_a_burst_needed() {
+        let pool = ConnPool::default();
+        let (conns, _peers) = open(300).await;
+        let addr = conns[0].addr;
+        let ports: Vec<u16> = conns.iter().map(|c| c.io.local_addr().expect("local").port()).collect();
+        for c in conns {
+            pool.put_h1(c, FOREVER);
+        }
+        // The default keeps them all: none is closed to make room.
+        assert_eq!(pool.idle_count(addr), 300);
+        // Newest first: the connections the load no longer needs are the
+        // ones left at the bottom to idle out.
+        let now = Instant::now();
+        assert_eq!(pool.take(addr, now).map(local_port), Some(ports[299]));
+        assert_eq!(pool.take(addr, now).map(local_port), Some(ports[298]));
+        assert_eq!(pool.idle_count(addr), 298);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_explicit_cap_closes_the_connection_idle_longest() {
+        let pool = ConnPool::default();
+        let (conns, _peers) = open(3).await;
+        let addr = conns[0].addr;
+        let ports: Vec<u16> = conns.iter().map(|c| c.io.local_addr().expect("local").port()).collect();
+        for c in conns {
+            pool.put_h1(c, KeepIdle { max: 2, ..FOREVER });
+        }
+        assert_eq!(pool.idle_count(addr), 2);
+        let now = Instant::now();
+        assert_eq!(pool.take(addr, now).map(local_port), Some(ports[2]));
+        assert_eq!(pool.take(addr, now).map(local_port), Some(ports[1]));
+        assert!(pool.take(addr, now).is_none());
+
+        let (conns, _peers) = open(1).await;
+        pool.put_h1(conns.into_iter().next().expect("one"), KeepIdle { max: 0, ..FOREVER });
+        assert_eq!(pool.idle_count(addr), 0, "max 0 keeps nothing");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn idle_connections_expire_and_hold_no_read_buffer() {
+        let pool = ConnPool::default();
+        let (conns, _peers) = open(2).await;
+        let addr = conns[0].addr;
+        let mut it = conns.into_iter();
+        let short = KeepIdle { max: usize::MAX, timeout: Duration::from_millis(50) };
+        pool.put_h1(it.next().expect("first"), short);
+        pool.put_h1(it.next().expect("second"), FOREVER);
+        // The sweep closes the one whose timeout passed, and only it, and
+        // frees the read buffer of the one it keeps.
+        pool.sweep(Instant::now() + Duration::from_millis(100));
+        assert_eq!(pool.idle_count(addr), 1);
+        {
+            let map = pool.idle.lock().expect("lock");
+            assert!(map[&addr].iter().all(|i| i.conn.buf.capacity() == 0), "an idle connection keeps its read buffer");
+        }
+        // A take at a moment past every timeout finds nothing usable.
+        assert!(pool.take(addr, Instant::now() + Duration::from_secs(7200)).is_none());
+        assert_eq!(pool.idle_count(addr), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_the_upstream_closed_is_not_taken() {
+        let pool = ConnPool::default();
+        let (conns, peers) = open(1).await;
+        let addr = conns[0].addr;
+        pool.put_h1(conns.into_iter().next().expect("one"), FOREVER);
+        drop(peers);
+        // Let the reactor see the FIN.
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            pool.sweep(Instant::now());
+            if pool.idle_count(addr) == 0 {
+                break;
+            }
+        }
+        assert_eq!(pool.idle_count(addr), 0);
+        assert!(pool.take(addr, Instant::now()).is_none());
     }
 
     #[test]
