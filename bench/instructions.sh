@@ -3,16 +3,19 @@
 # callgrind: repeatable where wall-clock and CPU-time figures are noisy, so
 # it is the tool for A/B-ing two builds of the proxy path.
 #
-#   bench/instructions.sh [GATEHOUSE_BINARY] [REQUESTS]
+#   bench/instructions.sh [GATEHOUSE_BINARY] [REQUESTS] [h1|h2]
 #
 # Runs the binary under callgrind twice behind the same NGINX backend: once
-# serving nothing (start-up and shutdown), once serving REQUESTS requests
-# from h2load (HTTP/1.1, 10 keep-alive connections), and prints the
-# difference divided by REQUESTS.
+# serving nothing (start-up and shutdown, and for h2 the 8 TLS handshakes),
+# once serving REQUESTS requests from h2load, and prints the difference
+# divided by REQUESTS. h1 (the default): cleartext HTTP/1.1, 10 keep-alive
+# connections. h2: HTTP/2 over TLS 1.3 (ECDSA P-256), 8 connections of 32
+# concurrent streams, as browsers and the edge benchmark drive it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/gatehouse}
 N=${2:-5000}
+MODE=${3:-h1}
 for tool in valgrind h2load nginx; do
   command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install valgrind nghttp2-client nginx)" >&2; exit 1; }
 done
@@ -31,10 +34,20 @@ http { access_log off; client_body_temp_path $dir/b; proxy_temp_path $dir/p; fas
   server { listen 127.0.0.1:$backend; location / { return 200 "hello from the backend\n"; } } }
 CONF
 nginx -c "$dir/nginx.conf" -p "$dir"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 -subj /CN=localhost \
+  -keyout "$dir/site.key" -out "$dir/site.crt" 2>/dev/null
+if [ "$MODE" = h2 ]; then
+  listener="{ name: web, address: 127.0.0.1:$front, protocol: https }"
+  conns=8; load=(h2load -c "$conns" -m 32 -t 1 "https://localhost:$front/")
+else
+  listener="{ name: web, address: 127.0.0.1:$front }"
+  conns=10; load=(h2load --h1 -c "$conns" -t 1 "http://127.0.0.1:$front/")
+fi
 cat > "$dir/gatehouse.yaml" <<CONF
 workers: 1
 access_log: { path: off }
-listeners: [{ name: web, address: 127.0.0.1:$front }]
+listeners: [$listener]
+certificates: [{ name: site, cert: $dir/site.crt, key: $dir/site.key, sni: [localhost] }]
 upstreams: [{ name: backend, endpoints: [127.0.0.1:$backend] }]
 routes: [{ name: all, upstream: backend }]
 CONF
@@ -43,10 +56,13 @@ count() {
   valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" run -c "$dir/gatehouse.yaml" >/dev/null 2>"$dir/vg.$n" &
   local pid=$!
   for _ in $(seq 150); do (echo > "/dev/tcp/127.0.0.1/$front") 2>/dev/null && break; sleep 0.2; done
-  if [ "$n" -gt 0 ]; then h2load --h1 -n "$n" -c 10 -t 1 "http://127.0.0.1:$front/" | grep -q "$n succeeded"; fi
+  # The baseline run makes the same connections (and handshakes) with
+  # one request each.
+  local m=$n; [ "$n" -gt 0 ] || m=$conns
+  "${load[@]}" -n "$m" | grep -q "$m succeeded"
   kill -TERM "$pid"; wait "$pid" || true
   awk '/^(summary|totals):/ {print $2; exit}' "$out"
 }
 base=$(count 0)
 loaded=$(count "$N")
-echo "instructions_per_request=$(( (loaded - base) / N )) requests=$N binary=$BIN"
+echo "instructions_per_request=$(( (loaded - base) / (N - conns) )) requests=$N mode=$MODE binary=$BIN"

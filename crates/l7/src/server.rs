@@ -963,8 +963,12 @@ where
     };
     let io = TokioIo::new(Rewound::new(prefix, client));
     let h1_state = (alpn_h2 != Some(true)).then(|| state.clone());
+    // Boxed: hyper moves a request's future several times before it runs
+    // (into its stream task, and for HTTP/2 into a task spawned per
+    // stream), and the proxy's future is kilobytes, so each move was a
+    // large memcpy; a box moves as one pointer.
     let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        crate::proxy::handle(req.map(crate::proxy::ClientBody::Hyper), state.clone())
+        Box::pin(crate::proxy::handle(req.map(crate::proxy::ClientBody::Hyper), state.clone()))
     });
     let max_header_list = u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX);
     match alpn_h2 {
