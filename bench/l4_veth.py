@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from l7_bench import cpu_model  # noqa: E402
 BIN = ROOT / "target" / "release" / "gatehouse"
 GEN, LB = "ghb-gen", "ghb-lb"
 VIP, REAL, PORT = "10.90.0.100", "10.90.0.10", 9000
@@ -301,7 +303,7 @@ def main():
         text = f"""
 ### L4 on veth: Gatehouse AF_XDP vs nftables DNAT ({datetime.date.today()}, commit {commit})
 
-`{cmd}`: 64-byte UDP, {a.flows} flows, generator `--via {a.via}`; {a.seconds:g} s measured per run, median of
+CPU: {cpu_model()}. `{cmd}`: 64-byte UDP, {a.flows} flows, generator `--via {a.via}`; {a.seconds:g} s measured per run, median of
 {a.repeat} runs. Forwarder on CPU 0 (with l0's NAPI thread at nice 19), generator and sink on CPU 1. A forwarder
 offered much more than it forwards is saturated; one that forwards about what it is offered is not.
 

@@ -263,6 +263,15 @@ def make_cert(d, kind):
 # ------------------------------------------------------------------ runs
 
 
+def cpu_model():
+    """The CPU, with its Zen generation: IFMA-bound ratios differ by it."""
+    info = Path("/proc/cpuinfo").read_text()
+    get = lambda k: re.search(rf"^{k}\s*: (.*)$", info, re.M).group(1)  # noqa: E731
+    fam = int(get("cpu family"))
+    gen = {25: "Zen 4", 26: "Zen 5"}.get(fam, "?")
+    return f"{get('model name')}, {gen} (family {fam}, model {get('model')})"
+
+
 def ifma():
     return "avx512ifma" in Path("/proc/cpuinfo").read_text()
 
@@ -365,7 +374,7 @@ def main():
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [f"## {datetime.date.today()} — commit {commit}", "",
              f"Command: `bench/l7_bench.py --duration {args.duration} --repeat {args.repeat}"
-             f"{' --only ' + args.only if args.only else ''}`. Peers: {versions['haproxy']}; {versions['nginx']}. "
+             f"{' --only ' + args.only if args.only else ''}`. CPU: {cpu_model()}. Peers: {versions['haproxy']}; {versions['nginx']}. "
              f"Server on CPU 0, the load generator{' and the NGINX backend' if args.only != 'tls' else ''} on CPU 1; "
              f"median of {args.repeat} runs of {args.duration} s each after a 2 s warm-up. "
              "CPU-µs = server user+system CPU time / requests (clock-tick resolution).", ""]

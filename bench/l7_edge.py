@@ -190,14 +190,6 @@ def median(runs, key):
     return statistics.median(vals) if vals else None
 
 
-def cpu_model():
-    info = Path("/proc/cpuinfo").read_text()
-    get = lambda k: re.search(rf"^{k}\s*: (.*)$", info, re.M).group(1)  # noqa: E731
-    fam = int(get("cpu family"))
-    gen = {25: "Zen 4", 26: "Zen 5"}.get(fam, "?")
-    return f"{get('model name')}, {gen} (family {fam}, model {get('model')})"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=8)
@@ -249,7 +241,7 @@ def main():
                             capture_output=True, text=True).stdout.strip()
     lines = [f"## {datetime.date.today()} — edge traffic, commit {commit}", "",
              f"Command: `bench/l7_edge.py --duration {args.duration} --rounds {args.rounds}"
-             f"{' --only ' + args.only if args.only else ''}`. CPU: {cpu_model()}. "
+             f"{' --only ' + args.only if args.only else ''}`. CPU: {B.cpu_model()}. "
              f"Peers: {versions['haproxy']}; {versions['nginx']}. Each proxy on CPU 0, load generator and "
              f"NGINX backend on CPU 1; {args.rounds} interleaved rounds of {args.duration} s per proxy after a "
              "2 s warm-up; medians over the rounds. CPU-µs = proxy user+system CPU / requests; "
