@@ -94,3 +94,23 @@ routes: [{{ name: all, upstream: backend }}]
     # 0.1% of requests open one even with a perfect pool; a churning pool
     # opens one for a large share of them.
     assert opened < 0.01 * requests, f"{opened} upstream connections opened for {requests} requests"
+
+
+def test_open_files_soft_limit_is_raised_to_the_hard_limit(tmp_path):
+    """Every pooled upstream connection is a descriptor: a soft limit of
+    1,024 (a service manager's usual) would refuse connections first."""
+    from harness import Gatehouse
+
+    port = free_port()
+    g = Gatehouse(tmp_path, f"""
+access_log: {{ path: off }}
+listeners: [{{ name: web, address: 127.0.0.1:{port} }}]
+routes: [{{ name: hi, direct_response: {{ status: 200 }} }}]
+""", [port], prefix=["prlimit", "--nofile=256:8192"])
+    try:
+        limits = open(f"/proc/{g.proc.pid}/limits").read()
+        line = next(l for l in limits.splitlines() if l.startswith("Max open files"))
+        assert line.split()[3:5] == ["8192", "8192"], line
+        g.wait_log("open files limit raised from 256 to 8192")
+    finally:
+        g.stop()

@@ -343,6 +343,7 @@ fn main() -> ExitCode {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .init();
+            raise_open_files_limit();
             match gatehouse_l7::run(&config, Some(Box::new(gatehouse_admin::start)), takeover) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -353,5 +354,22 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, as HAProxy does
+/// for its maxconn: every client connection, every pooled upstream
+/// connection (the pool keeps as many as the busiest moment needed) and
+/// every listener is a descriptor, and a service manager's usual soft
+/// limit of 1,024 would refuse connections long before memory runs out.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::info!("open files limit raised from {soft} to {hard}"),
+            Err(e) => tracing::warn!("open files limit stays at {soft}: {e}"),
+        },
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot read the open files limit: {e}"),
     }
 }

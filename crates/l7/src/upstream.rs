@@ -157,17 +157,21 @@ pub enum ConnectError {
 }
 
 /// How many idle connections an upstream keeps per endpoint per worker,
-/// and for how long.
+/// and for how long. Eight bytes: every response body from an HTTP/1.1
+/// upstream carries one.
 #[derive(Clone, Copy, Debug)]
 pub struct KeepIdle {
-    /// `usize::MAX` unless the config sets a cap; 0 keeps none.
-    pub max: usize,
-    pub timeout: Duration,
+    /// `u32::MAX` unless the config sets a cap; 0 keeps none.
+    pub max: u32,
+    pub timeout_ms: u32,
 }
 
 impl KeepIdle {
     pub fn of(cfg: &Upstream) -> Self {
-        KeepIdle { max: cfg.max_idle_per_endpoint.unwrap_or(usize::MAX), timeout: cfg.idle_timeout }
+        KeepIdle {
+            max: cfg.max_idle_per_endpoint.map_or(u32::MAX, |m| u32::try_from(m).unwrap_or(u32::MAX)),
+            timeout_ms: u32::try_from(cfg.idle_timeout.as_millis()).unwrap_or(u32::MAX),
+        }
     }
 }
 
@@ -236,10 +240,10 @@ impl ConnPool {
         if keep.max == 0 {
             return;
         }
-        let expires = Instant::now() + keep.timeout;
+        let expires = Instant::now() + Duration::from_millis(u64::from(keep.timeout_ms));
         let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.entry(conn.addr).or_default();
-        if list.len() >= keep.max {
+        if list.len() >= keep.max as usize {
             list.pop_front();
         }
         list.push_back(Idle { conn, expires });
@@ -368,7 +372,7 @@ mod tests {
         conn.into_parts().0.local_addr().expect("local").port()
     }
 
-    const FOREVER: KeepIdle = KeepIdle { max: usize::MAX, timeout: Duration::from_secs(3600) };
+    const FOREVER: KeepIdle = KeepIdle { max: u32::MAX, timeout_ms: 3_600_000 };
 
     #[tokio::test(flavor = "current_thread")]
     async fn pool_without_a_cap_keeps_every_connection_a_burst_needed() {
@@ -415,7 +419,7 @@ mod tests {
         let (conns, _peers) = open(2).await;
         let addr = conns[0].addr;
         let mut it = conns.into_iter();
-        let short = KeepIdle { max: usize::MAX, timeout: Duration::from_millis(50) };
+        let short = KeepIdle { max: u32::MAX, timeout_ms: 50 };
         pool.put_h1(it.next().expect("first"), short);
         pool.put_h1(it.next().expect("second"), FOREVER);
         // The sweep closes the one whose timeout passed, and only it, and
