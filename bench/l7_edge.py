@@ -9,6 +9,7 @@ Workloads (64-byte or 64 KiB responses, ECDSA P-256 certificate, TLS 1.3):
   h2           HTTP/2 over TLS, 64 B                 h2load -c8 -m32
   https1-64k   HTTPS/1.1 keep-alive, 64 KiB          wrk -t1 -c16
   h2-64k       HTTP/2 over TLS, 64 KiB               h2load -c8 -m32
+  h2-4k        HTTP/2 over TLS, 4 KiB (a web asset)  h2load -c8 -m32
 
 Method (shared/BENCH.md): the three proxies run at once, pinned to CPU 0,
 idle but for the one under load; the load generator and the backend run on
@@ -45,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import l7_bench as B  # noqa: E402
 
-SMALL, BIG = 64, 64 * 1024
+SMALL, MEDIUM, BIG = 64, 4 * 1024, 64 * 1024
 WORKLOADS = {
     # name: (scheme, client, connections, streams per connection, body size)
     "http1": ("http", "wrk", 50, 1, SMALL),
@@ -53,6 +54,7 @@ WORKLOADS = {
     "h2": ("https", "h2load", 8, 32, SMALL),
     "https1-64k": ("https", "wrk", 16, 1, BIG),
     "h2-64k": ("https", "h2load", 8, 32, BIG),
+    "h2-4k": ("https", "h2load", 8, 32, MEDIUM),
 }
 TITLES = {
     "http1": "HTTP/1.1 keep-alive, 64 B (wrk -t1 -c50)",
@@ -60,11 +62,12 @@ TITLES = {
     "h2": "HTTP/2 over TLS, 64 B (h2load -c8 -m32)",
     "https1-64k": "HTTPS/1.1 keep-alive, 64 KiB (wrk -t1 -c16)",
     "h2-64k": "HTTP/2 over TLS, 64 KiB (h2load -c8 -m32)",
+    "h2-4k": "HTTP/2 over TLS, 4 KiB (h2load -c8 -m32)",
 }
 
 
 def backend(d, port):
-    """NGINX on CPU 1 serving /64 and /65536 from files (sendfile), and
+    """NGINX on CPU 1 serving /64, /4096 and /65536 from files, and
     its connection counters at /stub."""
     www = Path(d) / "www"
     www.mkdir()
@@ -73,6 +76,7 @@ def backend(d, port):
         if str(p).startswith(tempfile.gettempdir() + "/"):
             p.chmod(0o755)
     (www / str(SMALL)).write_bytes(b"x" * (SMALL - 1) + b"\n")
+    (www / str(MEDIUM)).write_bytes(os.urandom(MEDIUM))
     (www / str(BIG)).write_bytes(os.urandom(BIG))
     return B.nginx_conf(d, f"""
 server {{

@@ -245,7 +245,9 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        // Vectored writes are gathered for a stream that cannot take them
+        // (see `write_coalesced`).
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -266,13 +268,23 @@ const COALESCE_WRITES_UP_TO: usize = 4096;
 /// rather than writev: the kernel's writev path imports and walks an iovec
 /// array, which costs more than copying a few hundred bytes here. Larger
 /// writes keep the vectored call and its zero copy.
+///
+/// A stream that cannot write vectored (TLS: each write is one record and
+/// one send) still takes vectored writes: slices that fit in one TLS
+/// record together are gathered into one write. HTTP/2 hands over a DATA
+/// frame's 9-byte head (with any frames queued before it) and its payload
+/// as two slices; written one at a time they were two records and two
+/// sends per frame. A frame larger than a record goes as before: gathering
+/// it would only move the small record to its end.
 fn write_coalesced<W: AsyncWrite>(
     inner: Pin<&mut W>,
     cx: &mut Context<'_>,
     bufs: &[std::io::IoSlice<'_>],
 ) -> Poll<std::io::Result<usize>> {
+    let vectored = inner.is_write_vectored();
+    let gather_up_to = if vectored { COALESCE_WRITES_UP_TO } else { TLS_RECORD };
     let total: usize = bufs.iter().map(|b| b.len()).sum();
-    if bufs.len() > 1 && total <= COALESCE_WRITES_UP_TO {
+    if bufs.len() > 1 && total <= gather_up_to {
         return COALESCE.with_borrow_mut(|scratch| {
             scratch.clear();
             for b in bufs {
@@ -281,13 +293,22 @@ fn write_coalesced<W: AsyncWrite>(
             inner.poll_write(cx, scratch)
         });
     }
-    inner.poll_write_vectored(cx, bufs)
+    if vectored {
+        return inner.poll_write_vectored(cx, bufs);
+    }
+    let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+    inner.poll_write(cx, first)
 }
+
+/// The most plaintext one TLS record carries (RFC 8446 5.1).
+const TLS_RECORD: usize = 16 * 1024;
 
 thread_local! {
     /// The worker's scratch buffer for coalesced writes: filled and written
-    /// within one call, so one per thread serves every connection.
-    static COALESCE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(COALESCE_WRITES_UP_TO));
+    /// within one call, so one per thread serves every connection. (A TLS
+    /// write that must wait is retried with the same bytes gathered again
+    /// from the caller's slices, as BoringSSL requires.)
+    static COALESCE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(TLS_RECORD));
 }
 
 /// Logs a response that hyper wrote for a head the service never saw.
@@ -494,6 +515,8 @@ mod tests {
         calls: Vec<(bool, Vec<u8>)>,
         /// Accept at most this many bytes per call.
         limit: usize,
+        /// Like TLS: one contiguous write at a time.
+        contiguous_only: bool,
     }
 
     impl AsyncWrite for Recorder {
@@ -509,7 +532,7 @@ mod tests {
             Poll::Ready(Ok(n))
         }
         fn is_write_vectored(&self) -> bool {
-            true
+            !self.contiguous_only
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
             Poll::Ready(Ok(()))
@@ -520,7 +543,10 @@ mod tests {
     }
 
     fn write_once(limit: usize, bufs: &[&[u8]]) -> (usize, Vec<(bool, Vec<u8>)>) {
-        let mut w = Recorder { limit, ..Recorder::default() };
+        write_once_to(Recorder { limit, ..Recorder::default() }, bufs)
+    }
+
+    fn write_once_to(mut w: Recorder, bufs: &[&[u8]]) -> (usize, Vec<(bool, Vec<u8>)>) {
         let slices: Vec<std::io::IoSlice<'_>> = bufs.iter().map(|b| std::io::IoSlice::new(b)).collect();
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
@@ -543,6 +569,27 @@ mod tests {
         let big = vec![7u8; COALESCE_WRITES_UP_TO];
         let (n, calls) = write_once(usize::MAX, &[head, &big]);
         assert_eq!((n, calls.len(), calls[0].0), (head.len() + big.len(), 1, true));
+    }
+
+    #[test]
+    fn vectored_writes_to_tls_are_gathered_into_one_record() {
+        let tls = || Recorder { limit: usize::MAX, contiguous_only: true, ..Recorder::default() };
+        // An HTTP/2 DATA frame: its 9-byte head and a 4 KiB payload.
+        let head = [0u8, 0x10, 0, 0, 0, 0, 0, 0, 1];
+        let payload = vec![3u8; 4096];
+        let (n, calls) = write_once_to(tls(), &[&head, &payload]);
+        assert_eq!(n, head.len() + payload.len());
+        assert_eq!(calls, vec![(false, [&head[..], &payload[..]].concat())]);
+        // Exactly a record's worth is still one write.
+        let fill = vec![4u8; TLS_RECORD - head.len()];
+        assert_eq!(write_once_to(tls(), &[&head, &fill]).1.len(), 1);
+        // Larger than a record: the first slice alone, never vectored.
+        let big = vec![5u8; TLS_RECORD];
+        let (n, calls) = write_once_to(tls(), &[b"", &head, &big]);
+        assert_eq!((n, calls), (head.len(), vec![(false, head.to_vec())]));
+        // A short write reports the bytes the stream took.
+        let short = Recorder { limit: 5, contiguous_only: true, ..Recorder::default() };
+        assert_eq!(write_once_to(short, &[&head, b"abc"]).0, 5);
     }
 
     #[test]
