@@ -97,6 +97,11 @@ pin_project_lite::pin_project! {
         // 431) and the service never saw it, so we log it here.
         head_requests: u32,
         rejection_logged: bool,
+        // HTTP/2 over TLS: writes combined until a record is full or the
+        // writer flushes (see `poll_write_combined`); `sent` of them are
+        // written already.
+        combined: Vec<u8>,
+        sent: usize,
     }
 }
 
@@ -119,6 +124,8 @@ impl<T> ClientIo<T> {
             scanning: true,
             head_requests: 0,
             rejection_logged: false,
+            combined: Vec::new(),
+            sent: 0,
         }
     }
 }
@@ -228,6 +235,9 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
 impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = self.project();
+        if *this.h2 && !this.inner.is_write_vectored() {
+            return poll_write_combined(this.inner, cx, this.combined, this.sent, buf);
+        }
         note_rejection(this.state, *this.mode, *this.h2, *this.head_requests, this.rejection_logged, buf);
         this.inner.poll_write(cx, buf)
     }
@@ -238,6 +248,10 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.project();
+        if *this.h2 && !this.inner.is_write_vectored() {
+            let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+            return poll_write_combined(this.inner, cx, this.combined, this.sent, first);
+        }
         if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
             note_rejection(this.state, *this.mode, *this.h2, *this.head_requests, this.rejection_logged, first);
         }
@@ -245,18 +259,68 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     }
 
     fn is_write_vectored(&self) -> bool {
-        // Vectored writes are gathered for a stream that cannot take them
-        // (see `write_coalesced`).
-        true
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().inner.poll_flush(cx)
+        let mut this = self.project();
+        ready!(poll_write_out(this.inner.as_mut(), cx, this.combined, this.sent))?;
+        this.inner.poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().inner.poll_shutdown(cx)
+        let mut this = self.project();
+        ready!(poll_write_out(this.inner.as_mut(), cx, this.combined, this.sent))?;
+        this.inner.poll_shutdown(cx)
     }
+}
+
+/// The most plaintext one TLS record carries (RFC 8446 5.1).
+const TLS_RECORD: usize = 16 * 1024;
+
+/// HTTP/2 over TLS: a write is kept in `combined` until a record's worth
+/// has gathered or the writer flushes (the h2 crate flushes at the end of
+/// every batch of frames it writes). On TLS every write is a record and a
+/// send, and the h2 crate writes each DATA frame above 1 KiB as two writes,
+/// its head (with the frames queued before it) and its payload: combined,
+/// the responses of many streams share records and sends, as HAProxy's
+/// do. A write of a record or more, with nothing combined before it, goes
+/// straight through.
+fn poll_write_combined<W: AsyncWrite>(
+    mut inner: Pin<&mut W>,
+    cx: &mut Context<'_>,
+    combined: &mut Vec<u8>,
+    sent: &mut usize,
+    buf: &[u8],
+) -> Poll<std::io::Result<usize>> {
+    if combined.len() + buf.len() > TLS_RECORD && !combined.is_empty() {
+        ready!(poll_write_out(inner.as_mut(), cx, combined, sent))?;
+    }
+    if buf.len() >= TLS_RECORD {
+        return inner.poll_write(cx, buf);
+    }
+    combined.extend_from_slice(buf);
+    Poll::Ready(Ok(buf.len()))
+}
+
+/// Writes out what `combined` holds. A write that must wait is retried
+/// with the same bytes at the same address, as BoringSSL requires.
+fn poll_write_out<W: AsyncWrite>(
+    mut inner: Pin<&mut W>,
+    cx: &mut Context<'_>,
+    combined: &mut Vec<u8>,
+    sent: &mut usize,
+) -> Poll<std::io::Result<()>> {
+    while *sent < combined.len() {
+        let n = ready!(inner.as_mut().poll_write(cx, &combined[*sent..]))?;
+        if n == 0 {
+            return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+        }
+        *sent += n;
+    }
+    combined.clear();
+    *sent = 0;
+    Poll::Ready(Ok(()))
 }
 
 /// Vectored writes up to this size are copied into one buffer and written
@@ -268,23 +332,13 @@ const COALESCE_WRITES_UP_TO: usize = 4096;
 /// rather than writev: the kernel's writev path imports and walks an iovec
 /// array, which costs more than copying a few hundred bytes here. Larger
 /// writes keep the vectored call and its zero copy.
-///
-/// A stream that cannot write vectored (TLS: each write is one record and
-/// one send) still takes vectored writes: slices that fit in one TLS
-/// record together are gathered into one write. HTTP/2 hands over a DATA
-/// frame's 9-byte head (with any frames queued before it) and its payload
-/// as two slices; written one at a time they were two records and two
-/// sends per frame. A frame larger than a record goes as before: gathering
-/// it would only move the small record to its end.
 fn write_coalesced<W: AsyncWrite>(
     inner: Pin<&mut W>,
     cx: &mut Context<'_>,
     bufs: &[std::io::IoSlice<'_>],
 ) -> Poll<std::io::Result<usize>> {
-    let vectored = inner.is_write_vectored();
-    let gather_up_to = if vectored { COALESCE_WRITES_UP_TO } else { TLS_RECORD };
     let total: usize = bufs.iter().map(|b| b.len()).sum();
-    if bufs.len() > 1 && total <= gather_up_to {
+    if bufs.len() > 1 && total <= COALESCE_WRITES_UP_TO {
         return COALESCE.with_borrow_mut(|scratch| {
             scratch.clear();
             for b in bufs {
@@ -293,22 +347,13 @@ fn write_coalesced<W: AsyncWrite>(
             inner.poll_write(cx, scratch)
         });
     }
-    if vectored {
-        return inner.poll_write_vectored(cx, bufs);
-    }
-    let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
-    inner.poll_write(cx, first)
+    inner.poll_write_vectored(cx, bufs)
 }
-
-/// The most plaintext one TLS record carries (RFC 8446 5.1).
-const TLS_RECORD: usize = 16 * 1024;
 
 thread_local! {
     /// The worker's scratch buffer for coalesced writes: filled and written
-    /// within one call, so one per thread serves every connection. (A TLS
-    /// write that must wait is retried with the same bytes gathered again
-    /// from the caller's slices, as BoringSSL requires.)
-    static COALESCE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(TLS_RECORD));
+    /// within one call, so one per thread serves every connection.
+    static COALESCE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(COALESCE_WRITES_UP_TO));
 }
 
 /// Logs a response that hyper wrote for a head the service never saw.
@@ -515,8 +560,6 @@ mod tests {
         calls: Vec<(bool, Vec<u8>)>,
         /// Accept at most this many bytes per call.
         limit: usize,
-        /// Like TLS: one contiguous write at a time.
-        contiguous_only: bool,
     }
 
     impl AsyncWrite for Recorder {
@@ -532,7 +575,7 @@ mod tests {
             Poll::Ready(Ok(n))
         }
         fn is_write_vectored(&self) -> bool {
-            !self.contiguous_only
+            true
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
             Poll::Ready(Ok(()))
@@ -543,10 +586,7 @@ mod tests {
     }
 
     fn write_once(limit: usize, bufs: &[&[u8]]) -> (usize, Vec<(bool, Vec<u8>)>) {
-        write_once_to(Recorder { limit, ..Recorder::default() }, bufs)
-    }
-
-    fn write_once_to(mut w: Recorder, bufs: &[&[u8]]) -> (usize, Vec<(bool, Vec<u8>)>) {
+        let mut w = Recorder { limit, ..Recorder::default() };
         let slices: Vec<std::io::IoSlice<'_>> = bufs.iter().map(|b| std::io::IoSlice::new(b)).collect();
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
@@ -572,24 +612,53 @@ mod tests {
     }
 
     #[test]
-    fn vectored_writes_to_tls_are_gathered_into_one_record() {
-        let tls = || Recorder { limit: usize::MAX, contiguous_only: true, ..Recorder::default() };
-        // An HTTP/2 DATA frame: its 9-byte head and a 4 KiB payload.
+    fn http2_writes_to_tls_are_combined_into_records() {
+        let mut w = Recorder { limit: usize::MAX, ..Recorder::default() };
+        let (mut combined, mut sent) = (Vec::new(), 0);
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let write = |w: &mut Recorder, combined: &mut Vec<u8>, sent: &mut usize, buf: &[u8]| {
+            let waker = futures_util::task::noop_waker();
+            let mut cx = Context::from_waker(&waker);
+            let Poll::Ready(Ok(n)) = poll_write_combined(Pin::new(w), &mut cx, combined, sent, buf) else { panic!("pending") };
+            n
+        };
+        // Frame heads and payloads of several streams: nothing written yet.
         let head = [0u8, 0x10, 0, 0, 0, 0, 0, 0, 1];
         let payload = vec![3u8; 4096];
-        let (n, calls) = write_once_to(tls(), &[&head, &payload]);
-        assert_eq!(n, head.len() + payload.len());
-        assert_eq!(calls, vec![(false, [&head[..], &payload[..]].concat())]);
-        // Exactly a record's worth is still one write.
-        let fill = vec![4u8; TLS_RECORD - head.len()];
-        assert_eq!(write_once_to(tls(), &[&head, &fill]).1.len(), 1);
-        // Larger than a record: the first slice alone, never vectored.
+        for _ in 0..3 {
+            assert_eq!(write(&mut w, &mut combined, &mut sent, &head), head.len());
+            assert_eq!(write(&mut w, &mut combined, &mut sent, &payload), payload.len());
+        }
+        assert!(w.calls.is_empty());
+        // The fourth payload would pass a record: what came before goes out
+        // as one write first.
+        write(&mut w, &mut combined, &mut sent, &head);
+        write(&mut w, &mut combined, &mut sent, &payload);
+        assert_eq!(w.calls.len(), 1);
+        assert_eq!(w.calls[0].1.len(), 3 * (head.len() + payload.len()) + head.len());
+        // A flush writes the rest.
+        let Poll::Ready(Ok(())) = poll_write_out(Pin::new(&mut w), &mut cx, &mut combined, &mut sent) else { panic!("pending") };
+        assert_eq!(w.calls.len(), 2);
+        assert_eq!(w.calls[1].1, payload);
+        assert!(combined.is_empty());
+        // A record's worth or more with nothing combined goes straight.
         let big = vec![5u8; TLS_RECORD];
-        let (n, calls) = write_once_to(tls(), &[b"", &head, &big]);
-        assert_eq!((n, calls), (head.len(), vec![(false, head.to_vec())]));
-        // A short write reports the bytes the stream took.
-        let short = Recorder { limit: 5, contiguous_only: true, ..Recorder::default() };
-        assert_eq!(write_once_to(short, &[&head, b"abc"]).0, 5);
+        assert_eq!(write(&mut w, &mut combined, &mut sent, &big), TLS_RECORD);
+        assert_eq!((w.calls.len(), combined.len()), (3, 0));
+    }
+
+    #[test]
+    fn a_combined_write_that_is_cut_short_resumes_where_it_stopped() {
+        let mut w = Recorder { limit: 5, ..Recorder::default() };
+        let (mut combined, mut sent) = (b"0123456789ab".to_vec(), 0);
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let Poll::Ready(Ok(())) = poll_write_out(Pin::new(&mut w), &mut cx, &mut combined, &mut sent) else { panic!("pending") };
+        let written: Vec<u8> = w.calls.iter().flat_map(|c| c.1.clone()).collect();
+        assert_eq!(written, b"0123456789ab");
+        assert_eq!(w.calls.len(), 3);
+        assert!(combined.is_empty() && sent == 0);
     }
 
     #[test]
