@@ -163,9 +163,9 @@ routes: [{{ name: all, upstream: backend }}]
     return [str(GATEHOUSE), "run", "-c", str(cfg)]
 
 
-def haproxy_proxy(d, port, backend_port):
-    cfg = Path(d) / "haproxy.cfg"
-    cfg.write_text(f"""
+# HAProxy as a reverse proxy with its production defaults (http-reuse
+# safe), one thread; each benchmark adds its frontend's binds.
+HAPROXY_PROXY = """
 global
   nbthread 1
 defaults
@@ -174,13 +174,16 @@ defaults
   timeout client 30s
   timeout server 30s
   option http-keep-alive
-frontend fe
-  bind 127.0.0.1:{port}
-  default_backend be
 backend be
-  http-reuse always
   server s1 127.0.0.1:{backend_port}
-""")
+frontend fe
+  default_backend be
+"""
+
+
+def haproxy_proxy(d, port, backend_port):
+    cfg = Path(d) / "haproxy.cfg"
+    cfg.write_text(HAPROXY_PROXY.format(backend_port=backend_port) + f"  bind 127.0.0.1:{port}\n")
     return ["haproxy", "-f", str(cfg)]
 
 

@@ -110,22 +110,9 @@ def haproxy(d, ports, backend_port, crt, key):
     pem = Path(d) / "site.pem"
     pem.write_bytes(Path(crt).read_bytes() + Path(key).read_bytes())
     cfg = Path(d) / "haproxy.cfg"
-    cfg.write_text(f"""
-global
-  nbthread 1
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
-  option http-keep-alive
-frontend fe
-  bind 127.0.0.1:{ports['http']}
-  bind 127.0.0.1:{ports['https']} ssl crt {pem} alpn h2,http/1.1
-  default_backend be
-backend be
-  server s1 127.0.0.1:{backend_port}
-""")
+    cfg.write_text(B.HAPROXY_PROXY.format(backend_port=backend_port)
+                   + f"  bind 127.0.0.1:{ports['http']}\n"
+                   + f"  bind 127.0.0.1:{ports['https']} ssl crt {pem} alpn h2,http/1.1\n")
     return ["haproxy", "-f", str(cfg)]
 
 
