@@ -368,6 +368,11 @@ mod tests {
         (conns, accepted)
     }
 
+    /// Each connection's own port: tells which one the pool hands back.
+    fn local_ports(conns: &[H1Conn]) -> Vec<u16> {
+        conns.iter().map(|c| c.io.local_addr().expect("local").port()).collect()
+    }
+
     fn local_port(conn: H1Conn) -> u16 {
         conn.into_parts().0.local_addr().expect("local").port()
     }
@@ -379,7 +384,7 @@ mod tests {
         let pool = ConnPool::default();
         let (conns, _peers) = open(300).await;
         let addr = conns[0].addr;
-        let ports: Vec<u16> = conns.iter().map(|c| c.io.local_addr().expect("local").port()).collect();
+        let ports = local_ports(&conns);
         for c in conns {
             pool.put_h1(c, FOREVER);
         }
@@ -398,7 +403,7 @@ mod tests {
         let pool = ConnPool::default();
         let (conns, _peers) = open(3).await;
         let addr = conns[0].addr;
-        let ports: Vec<u16> = conns.iter().map(|c| c.io.local_addr().expect("local").port()).collect();
+        let ports = local_ports(&conns);
         for c in conns {
             pool.put_h1(c, KeepIdle { max: 2, ..FOREVER });
         }
