@@ -4,7 +4,7 @@
 BIN := target/release/gatehouse
 CONFIG ?= examples/gatehouse.yaml
 
-.PHONY: all deps build run test unit e2e bench clean
+.PHONY: all deps build run test lint unit e2e bench clean
 
 all: build
 
@@ -17,11 +17,16 @@ build: deps
 run: build
 	$(BIN) run -c $(CONFIG)
 
-# Unit tests beside the code, then end-to-end tests with real processes.
-# Everything is built in release mode once (BoringSSL is slow to build).
-test: build
+# The house rules (format, lints), unit tests beside the code, then
+# end-to-end tests with real processes. Everything is built in release mode
+# once (BoringSSL is slow to build).
+test: build lint
 	cargo test --release --workspace
 	python3 -m pytest -v -p no:cacheprovider tests/e2e
+
+lint: deps
+	cargo fmt --all --check
+	cargo clippy --release --workspace --all-targets -- -D warnings
 
 unit: build
 	cargo test --release --workspace

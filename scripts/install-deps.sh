@@ -45,6 +45,10 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo not found: install Rust (rustup) 1.89 or newer" >&2
   exit 1
 fi
+# make test checks the format and the lints.
+if command -v rustup >/dev/null 2>&1; then
+  rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
 
 # pytest drives the end-to-end tests.
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest

@@ -45,11 +45,9 @@ fn precondition(req: &Request<Incoming>) -> Result<Precondition, Response<Body>>
     if text == "*" {
         return Ok(Precondition::Any);
     }
-    text.trim_start_matches("W/")
-        .trim_matches('"')
-        .parse::<u64>()
-        .map(Precondition::Version)
-        .map_err(|_| error(StatusCode::BAD_REQUEST, format!("If-Match: expected a version such as \"7\" or *, found {text:?}")))
+    text.trim_start_matches("W/").trim_matches('"').parse::<u64>().map(Precondition::Version).map_err(|_| {
+        error(StatusCode::BAD_REQUEST, format!("If-Match: expected a version such as \"7\" or *, found {text:?}"))
+    })
 }
 
 /// 409 unless the precondition holds for a resource at `current`.
@@ -95,7 +93,10 @@ fn invalid(e: &ApplyError, within: Option<(&str, usize)>) -> Response<Body> {
                 })
                 .collect();
             let first = errors.errors.first().map_or_else(String::new, |fe| format!("{}: {}", fe.path, fe.message));
-            json_response(StatusCode::BAD_REQUEST, &json!({ "error_msg": format!("invalid configuration: {first}"), "errors": list }))
+            json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({ "error_msg": format!("invalid configuration: {first}"), "errors": list }),
+            )
         }
         ApplyError::Store(msg) => error(StatusCode::INTERNAL_SERVER_ERROR, msg.clone()),
     }
@@ -148,7 +149,10 @@ pub async fn config(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
         Method::GET | Method::HEAD => {
             let control = shared.control();
             let version = shared.snapshot.load().version;
-            with_etag(json_response(StatusCode::OK, &json!({ "version": version, "value": doc::to_json(&control.doc) })), version)
+            with_etag(
+                json_response(StatusCode::OK, &json!({ "version": version, "value": doc::to_json(&control.doc) })),
+                version,
+            )
         }
         Method::PUT if shared.store.is_some() => {
             error(StatusCode::CONFLICT, "with store: etcd, change routes, upstreams and certificates one by one")
@@ -168,7 +172,9 @@ pub async fn config(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
                 return r;
             }
             match shared.apply(&mut control, doc::from_json(&body), true) {
-                Ok(version) => with_etag(json_response(StatusCode::OK, &json!({ "version": version, "value": body })), version),
+                Ok(version) => {
+                    with_etag(json_response(StatusCode::OK, &json!({ "version": version, "value": body })), version)
+                }
                 Err(e) => invalid(&e, None),
             }
         }
@@ -187,7 +193,12 @@ fn position(control: &Control, kind: &str, name: &str) -> Option<usize> {
 }
 
 /// `/{kind}` and `/{kind}/{name}`.
-pub async fn resource(req: Request<Incoming>, shared: &Shared, kind: &'static str, name: Option<String>) -> Response<Body> {
+pub async fn resource(
+    req: Request<Incoming>,
+    shared: &Shared,
+    kind: &'static str,
+    name: Option<String>,
+) -> Response<Body> {
     let Some(name) = name else {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return not_allowed("GET, HEAD");
@@ -223,7 +234,9 @@ pub async fn resource(req: Request<Incoming>, shared: &Shared, kind: &'static st
             let patch = req.method() == Method::PATCH;
             let body = match read_json(req).await {
                 Ok(Value::Object(m)) => m,
-                Ok(_) => return error(StatusCode::BAD_REQUEST, format!("expected a JSON object: the fields of {what}")),
+                Ok(_) => {
+                    return error(StatusCode::BAD_REQUEST, format!("expected a JSON object: the fields of {what}"));
+                }
                 Err(r) => return r,
             };
             if let Some(etcd) = shared.store.clone() {
@@ -286,7 +299,9 @@ pub async fn resource(req: Request<Incoming>, shared: &Shared, kind: &'static st
                 list.remove(i);
             }
             match shared.apply(&mut control, new_doc, true) {
-                Ok(version) => json_response(StatusCode::OK, &json!({ "deleted": format!("/{what}"), "config_version": version })),
+                Ok(version) => {
+                    json_response(StatusCode::OK, &json!({ "deleted": format!("/{what}"), "config_version": version }))
+                }
                 Err(e) => invalid(&e, None),
             }
         }
@@ -326,7 +341,9 @@ async fn etcd_write(
         Some((fields, patch)) => {
             let mut value = Value::Object(fields);
             if patch {
-                let Some((base, _)) = &current else { return error(StatusCode::NOT_FOUND, format!("no {what} to patch")) };
+                let Some((base, _)) = &current else {
+                    return error(StatusCode::NOT_FOUND, format!("no {what} to patch"));
+                };
                 let mut merged = base.clone();
                 merge_patch(&mut merged, &value);
                 value = merged;
@@ -383,6 +400,8 @@ async fn etcd_write(
             StatusCode::CONFLICT,
             format!("{what} was changed on another node since version {expected}: read it again and retry"),
         ),
-        Err(WriteError::Unavailable(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("the store cannot take writes now: {e}")),
+        Err(WriteError::Unavailable(e)) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, format!("the store cannot take writes now: {e}"))
+        }
     }
 }

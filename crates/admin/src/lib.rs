@@ -39,7 +39,10 @@ const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 /// Serves the admin API on `std_listener` (bound, or handed over, by the
 /// L7 plane's start-up); returns the server to run on the control runtime.
-pub fn start(shared: Arc<Shared>, std_listener: std::net::TcpListener) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, String> {
+pub fn start(
+    shared: Arc<Shared>,
+    std_listener: std::net::TcpListener,
+) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, String> {
     std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     Ok(Box::pin(async move {
         let listener = match tokio::net::TcpListener::from_std(std_listener) {
@@ -163,7 +166,10 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Re
             match (kind, name.as_deref()) {
                 (Some(kind), None) => api::resource(req, shared, kind, None).await,
                 (Some(kind), Some(n)) if valid_name(n) => api::resource(req, shared, kind, name).await,
-                (Some(_), Some(n)) => error(StatusCode::BAD_REQUEST, format!("{n:?}: a name is 1 to 128 letters, digits, '-', '_' or '.'")),
+                (Some(_), Some(n)) => error(
+                    StatusCode::BAD_REQUEST,
+                    format!("{n:?}: a name is 1 to 128 letters, digits, '-', '_' or '.'"),
+                ),
                 _ => error(StatusCode::NOT_FOUND, format!("no admin resource at {path}")),
             }
         }

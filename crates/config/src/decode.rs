@@ -174,11 +174,8 @@ impl Decode for ipnet::IpNet {
     fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
         let text = node.scalar();
         // A bare address is a host route: /32 or /128.
-        let parsed = text.and_then(|s| {
-            s.parse::<ipnet::IpNet>()
-                .ok()
-                .or_else(|| s.parse::<IpAddr>().ok().map(ipnet::IpNet::from))
-        });
+        let parsed = text
+            .and_then(|s| s.parse::<ipnet::IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(ipnet::IpNet::from)));
         match parsed {
             Some(net) => Some(net.trunc()),
             None => {
@@ -290,9 +287,7 @@ impl<'a> MapReader<'a> {
     pub fn new(node: &'a Node, ctx: &mut Ctx) -> Option<Self> {
         static EMPTY: [(Node, Node); 0] = [];
         match &node.value {
-            Value::Map(entries) => {
-                Some(MapReader { line: node.line, entries, seen: vec![false; entries.len()] })
-            }
+            Value::Map(entries) => Some(MapReader { line: node.line, entries, seen: vec![false; entries.len()] }),
             Value::Null => Some(MapReader { line: node.line, entries: &EMPTY, seen: Vec::new() }),
             _ => {
                 expected(node, ctx, "a mapping");
@@ -313,10 +308,7 @@ impl<'a> MapReader<'a> {
 
     /// The line of `key` if present, else the line of the mapping.
     pub fn line_of(&self, key: &str) -> usize {
-        self.entries
-            .iter()
-            .find(|(k, _)| k.scalar() == Some(key))
-            .map_or(self.line, |(k, _)| k.line)
+        self.entries.iter().find(|(k, _)| k.scalar() == Some(key)).map_or(self.line, |(k, _)| k.line)
     }
 
     /// A field that may be absent (or null): then `default`. A present but

@@ -104,11 +104,12 @@ pub fn list_mut<'a>(root: &'a mut Node, kind: &str) -> Result<&'a mut Vec<Node>,
 /// same: a conservative subset (no spaces, no YAML indicators up front).
 fn safe_plain(t: &str) -> bool {
     let Some(first) = t.chars().next() else { return false };
-    let first_ok = first.is_ascii_alphanumeric() || first == '/' || first == '.' || first == '_'
+    let first_ok = first.is_ascii_alphanumeric()
+        || first == '/'
+        || first == '.'
+        || first == '_'
         || (first == '-' && t.chars().nth(1).is_some_and(|c| c.is_ascii_digit()));
-    first_ok
-        && !t.ends_with(':')
-        && t.chars().all(|c| c.is_ascii_alphanumeric() || "._/-:@+=%~".contains(c))
+    first_ok && !t.ends_with(':') && t.chars().all(|c| c.is_ascii_alphanumeric() || "._/-:@+=%~".contains(c))
 }
 
 fn emit_scalar(out: &mut String, text: &str, plain: bool) {

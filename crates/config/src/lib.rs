@@ -50,7 +50,11 @@ pub fn from_str(text: &str, file: &Path) -> Result<Config, ConfigErrors> {
 pub fn parse_document(text: &str, file: &Path) -> Result<yaml::Node, ConfigErrors> {
     yaml::parse(text).map_err(|e| ConfigErrors {
         file: file.to_path_buf(),
-        errors: vec![FieldError { path: String::new(), message: format!("invalid YAML: {}", e.message), line: Some(e.line) }],
+        errors: vec![FieldError {
+            path: String::new(),
+            message: format!("invalid YAML: {}", e.message),
+            line: Some(e.line),
+        }],
     })
 }
 
@@ -126,7 +130,10 @@ routes:
         assert_eq!(c.upstreams[0].endpoints[1].weight, 3);
         assert_eq!(c.upstreams[0].health_check.as_ref().map(|h| h.fall), Some(2));
         assert_eq!(c.routes[0].rate_limit.as_ref().map(|r| r.burst), Some(5));
-        assert_eq!(c.routes[0].canary.as_ref().and_then(|c| c.header.as_ref()).map(|h| h.name.as_str()), Some("x-canary"));
+        assert_eq!(
+            c.routes[0].canary.as_ref().and_then(|c| c.header.as_ref()).map(|h| h.name.as_str()),
+            Some("x-canary")
+        );
         assert_eq!(c.routes[1].direct_response.as_ref().map(|d| d.body.as_str()), Some("hi\n"));
         assert_eq!(c.workers, 0);
     }

@@ -96,8 +96,7 @@ pub struct Admin {
 }
 
 impl Admin {
-    pub const DEFAULT_ADDRESS: SocketAddr =
-        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9180);
+    pub const DEFAULT_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9180);
 }
 
 impl Decode for Admin {
@@ -756,11 +755,8 @@ impl Decode for DirectResponse {
 impl Decode for Canary {
     fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
         let mut m = MapReader::new(node, ctx)?;
-        let c = Canary {
-            upstream: m.req(ctx, "upstream"),
-            weight: m.or(ctx, "weight", 0),
-            header: m.opt(ctx, "header"),
-        };
+        let c =
+            Canary { upstream: m.req(ctx, "upstream"), weight: m.or(ctx, "weight", 0), header: m.opt(ctx, "header") };
         m.finish(ctx);
         Some(c)
     }
@@ -937,7 +933,12 @@ impl Decode for L4Scheduler {
         decode_enum(
             node,
             ctx,
-            &[("rr", L4Scheduler::Rr), ("wrr", L4Scheduler::Wrr), ("wlc", L4Scheduler::Wlc), ("maglev", L4Scheduler::Maglev)],
+            &[
+                ("rr", L4Scheduler::Rr),
+                ("wrr", L4Scheduler::Wrr),
+                ("wlc", L4Scheduler::Wlc),
+                ("maglev", L4Scheduler::Maglev),
+            ],
         )
     }
 }
@@ -947,7 +948,13 @@ impl Decode for L4Mode {
         decode_enum(
             node,
             ctx,
-            &[("nat", L4Mode::Nat), ("fnat", L4Mode::Fnat), ("dr", L4Mode::Dr), ("ipip", L4Mode::Ipip), ("gue", L4Mode::Gue)],
+            &[
+                ("nat", L4Mode::Nat),
+                ("fnat", L4Mode::Fnat),
+                ("dr", L4Mode::Dr),
+                ("ipip", L4Mode::Ipip),
+                ("gue", L4Mode::Gue),
+            ],
         )
     }
 }

@@ -29,8 +29,17 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
     }
     if let Some(a) = &c.admin {
         ctx.with_field("admin", |ctx| {
-            if c.listeners.iter().any(|l| l.address.is_some_and(|la| la.port() == a.address.port() && (la.ip() == a.address.ip() || la.ip().is_unspecified() || a.address.ip().is_unspecified()))) {
-                ctx.error_at("address", None, format!("{} is a traffic listener's address; the admin listener needs its own", a.address));
+            if c.listeners.iter().any(|l| {
+                l.address.is_some_and(|la| {
+                    la.port() == a.address.port()
+                        && (la.ip() == a.address.ip() || la.ip().is_unspecified() || a.address.ip().is_unspecified())
+                })
+            }) {
+                ctx.error_at(
+                    "address",
+                    None,
+                    format!("{} is a traffic listener's address; the admin listener needs its own", a.address),
+                );
             }
             if a.api_key.as_deref().is_some_and(|k| k.len() < 16) {
                 ctx.error_at("api_key", None, "must be at least 16 characters");
@@ -47,7 +56,13 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
             }
             for (i, url) in e.endpoints.iter().enumerate() {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    ctx.with_field("endpoints", |ctx| ctx.error_at(&format!("[{i}]"), None, format!("expected an http:// or https:// URL, found {url:?}")));
+                    ctx.with_field("endpoints", |ctx| {
+                        ctx.error_at(
+                            &format!("[{i}]"),
+                            None,
+                            format!("expected an http:// or https:// URL, found {url:?}"),
+                        )
+                    });
                 }
             }
             if !e.prefix.starts_with('/') || e.prefix.len() < 2 || e.prefix.ends_with('/') {
@@ -86,11 +101,9 @@ fn listeners(c: &Config, ctx: &mut Ctx) {
                 (Protocol::Http, Some(_)) => {
                     ctx.error_at("tls", None, "is only allowed on listeners with protocol: https")
                 }
-                (Protocol::Https, _) if c.certificates.is_empty() => ctx.error_at(
-                    "protocol",
-                    None,
-                    "https needs at least one entry in certificates",
-                ),
+                (Protocol::Https, _) if c.certificates.is_empty() => {
+                    ctx.error_at("protocol", None, "https needs at least one entry in certificates")
+                }
                 _ => {}
             }
             if let Some(tls) = &l.tls {
@@ -106,7 +119,9 @@ fn listeners(c: &Config, ctx: &mut Ctx) {
                     for (j, p) in tls.alpn.iter().enumerate() {
                         if p != "h2" && p != "http/1.1" {
                             ctx.with_field("alpn", |ctx| {
-                                ctx.with_index(j, |ctx| ctx.error(None, format!("expected h2 or http/1.1, found {p:?}")))
+                                ctx.with_index(j, |ctx| {
+                                    ctx.error(None, format!("expected h2 or http/1.1, found {p:?}"))
+                                })
                             });
                         }
                     }
@@ -345,7 +360,9 @@ fn l4_plane(l4: &L4, ctx: &mut Ctx) {
     }
     for (i, name) in l4.interfaces.iter().enumerate() {
         if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(char::is_whitespace) {
-            ctx.with_field("interfaces", |ctx| ctx.error_at(&format!("[{i}]"), None, format!("{name:?} is not an interface name")));
+            ctx.with_field("interfaces", |ctx| {
+                ctx.error_at(&format!("[{i}]"), None, format!("{name:?} is not an interface name"))
+            });
         }
     }
     ctx.with_field("services", |ctx| {
@@ -403,15 +420,25 @@ fn l4_service(l4: &L4, s: &L4Service, seen: &mut HashSet<(std::net::SocketAddr, 
                     L4Mode::Dr if addr.port() != vip.port() => ctx.error_at(
                         "address",
                         None,
-                        format!("port {} differs from the service's {}: direct routing cannot change ports", addr.port(), vip.port()),
+                        format!(
+                            "port {} differs from the service's {}: direct routing cannot change ports",
+                            addr.port(),
+                            vip.port()
+                        ),
                     ),
-                    L4Mode::Dr | L4Mode::Nat if !same_family => {
-                        ctx.error_at("address", None, "must be of the service address's family (IPv4 or IPv6) in this mode")
-                    }
+                    L4Mode::Dr | L4Mode::Nat if !same_family => ctx.error_at(
+                        "address",
+                        None,
+                        "must be of the service address's family (IPv4 or IPv6) in this mode",
+                    ),
                     L4Mode::Ipip | L4Mode::Gue if addr.port() != vip.port() => ctx.error_at(
                         "address",
                         None,
-                        format!("port {} differs from the service's {}: a tunnel carries the packet unchanged", addr.port(), vip.port()),
+                        format!(
+                            "port {} differs from the service's {}: a tunnel carries the packet unchanged",
+                            addr.port(),
+                            vip.port()
+                        ),
                     ),
                     _ => {}
                 }
@@ -425,7 +452,10 @@ fn l4_service(l4: &L4, s: &L4Service, seen: &mut HashSet<(std::net::SocketAddr, 
                 ctx.error_at(
                     "mode",
                     None,
-                    format!("fnat needs an {} address in l4.local_addresses for its real servers", if v4 { "IPv4" } else { "IPv6" }),
+                    format!(
+                        "fnat needs an {} address in l4.local_addresses for its real servers",
+                        if v4 { "IPv4" } else { "IPv6" }
+                    ),
                 );
             }
         }

@@ -19,7 +19,10 @@ pub struct Node {
 pub enum Value {
     /// A scalar as written. `plain` is false for quoted scalars, which are
     /// always strings ("true" in quotes is not a boolean).
-    Scalar { text: String, plain: bool },
+    Scalar {
+        text: String,
+        plain: bool,
+    },
     Seq(Vec<Node>),
     /// Keys in document order. Duplicate keys are rejected by [`parse`].
     Map(Vec<(Node, Node)>),
@@ -56,10 +59,9 @@ pub struct SyntaxError {
 pub fn parse(source: &str) -> Result<Node, SyntaxError> {
     let mut builder = TreeBuilder::default();
     let mut parser = Parser::new_from_str(source);
-    parser.load(&mut builder, false).map_err(|e| SyntaxError {
-        line: e.marker().line(),
-        message: e.info().to_string(),
-    })?;
+    parser
+        .load(&mut builder, false)
+        .map_err(|e| SyntaxError { line: e.marker().line(), message: e.info().to_string() })?;
     if let Some(err) = builder.error {
         return Err(err);
     }

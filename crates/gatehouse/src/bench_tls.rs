@@ -168,10 +168,8 @@ fn parse_target(opts: &Options) -> Result<Target, String> {
     let addr = match opts.connect {
         Some(a) => a,
         None => {
-            let candidates: Vec<SocketAddr> = (host.as_str(), port)
-                .to_socket_addrs()
-                .map_err(|e| format!("{host}: cannot resolve: {e}"))?
-                .collect();
+            let candidates: Vec<SocketAddr> =
+                (host.as_str(), port).to_socket_addrs().map_err(|e| format!("{host}: cannot resolve: {e}"))?.collect();
             // With several addresses (localhost: ::1 and 127.0.0.1), the first
             // that accepts a connection now is used for the run. One address
             // is not probed: the probe would count as a failed handshake on
@@ -187,7 +185,8 @@ fn parse_target(opts: &Options) -> Result<Target, String> {
             }
         }
     };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: gatehouse-bench\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: gatehouse-bench\r\nConnection: close\r\n\r\n");
     Ok(Target { host, addr, request: request.into_bytes() })
 }
 
@@ -245,9 +244,7 @@ impl Budget {
         if Instant::now() >= self.deadline {
             return false;
         }
-        self.remaining
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok()
+        self.remaining.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
     }
 }
 
@@ -272,7 +269,10 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report, Str
         format_args!("{:.1}s at most", opts.duration.as_secs_f64()),
     ));
     let start = Instant::now();
-    let budget = Arc::new(Budget { remaining: AtomicU64::new(opts.handshakes.unwrap_or(u64::MAX)), deadline: start + opts.duration });
+    let budget = Arc::new(Budget {
+        remaining: AtomicU64::new(opts.handshakes.unwrap_or(u64::MAX)),
+        deadline: start + opts.duration,
+    });
     let cpu0 = process_cpu_ticks();
     let workers: Vec<_> = (0..threads)
         .map(|t| {
@@ -294,7 +294,13 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report, Str
     Ok(report(tally, elapsed, cpu0.zip(cpu1).map(|(a, b)| b.saturating_sub(a))))
 }
 
-fn client_thread(conns: usize, target: Arc<Target>, ctx: SslContext, budget: Arc<Budget>, timeout: Duration) -> Result<Tally, String> {
+fn client_thread(
+    conns: usize,
+    target: Arc<Target>,
+    ctx: SslContext,
+    budget: Arc<Budget>,
+    timeout: Duration,
+) -> Result<Tally, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -338,7 +344,12 @@ fn micros_since(t0: Instant) -> u32 {
 
 /// One connection: connect, handshake, request, response, close.
 /// Returns the handshake and total latencies and "version cipher".
-async fn one_connection(target: &Target, ctx: &SslContext, buf: &mut [u8], t0: Instant) -> Result<(u32, u32, String), (Failure, String)> {
+async fn one_connection(
+    target: &Target,
+    ctx: &SslContext,
+    buf: &mut [u8],
+    t0: Instant,
+) -> Result<(u32, u32, String), (Failure, String)> {
     let tcp = TcpStream::connect(target.addr).await.map_err(|e| {
         let hint = if e.raw_os_error() == Some(24) { " (raise the open-file limit: ulimit -n)" } else { "" };
         (Failure::Connect, format!("{}: {e}{hint}", target.addr))
@@ -351,11 +362,8 @@ async fn one_connection(target: &Target, ctx: &SslContext, buf: &mut [u8], t0: I
         .await
         .map_err(|e| (Failure::Handshake, e.to_string()))?;
     let hs = micros_since(t0);
-    let negotiated = format!(
-        "{} {}",
-        tls.ssl().version_str(),
-        tls.ssl().current_cipher().map(|c| c.name()).unwrap_or("?")
-    );
+    let negotiated =
+        format!("{} {}", tls.ssl().version_str(), tls.ssl().current_cipher().map(|c| c.name()).unwrap_or("?"));
     tls.write_all(&target.request).await.map_err(|e| (Failure::Request, format!("write: {e}")))?;
     read_response(&mut tls, buf).await?;
     Ok((hs, micros_since(t0), negotiated))
@@ -385,7 +393,9 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(s: &mut S, buf: &mut [u8
                     if h.name.eq_ignore_ascii_case("content-length") {
                         let n = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse::<u64>().ok());
                         body = Body::Length(n.ok_or_else(|| (Failure::Request, "bad Content-Length".to_string()))?);
-                    } else if h.name.eq_ignore_ascii_case("transfer-encoding") && h.value.eq_ignore_ascii_case(b"chunked") {
+                    } else if h.name.eq_ignore_ascii_case("transfer-encoding")
+                        && h.value.eq_ignore_ascii_case(b"chunked")
+                    {
                         body = Body::Chunked;
                     }
                 }
@@ -404,7 +414,10 @@ async fn read_response<S: tokio::io::AsyncRead + Unpin>(s: &mut S, buf: &mut [u8
             while left > 0 {
                 let n = s.read(buf).await.map_err(|e| (Failure::Request, format!("read body: {e}")))?;
                 if n == 0 {
-                    return Err((Failure::Request, format!("connection closed {left} bytes before the end of the body")));
+                    return Err((
+                        Failure::Request,
+                        format!("connection closed {left} bytes before the end of the body"),
+                    ));
                 }
                 left = left.saturating_sub(n as u64);
             }
@@ -537,7 +550,10 @@ mod tests {
         assert_eq!(rt.block_on(read_response(&mut status, &mut buf)).expect_err("an error").0, Failure::Status);
         let mut long = vec![b'x'; 100];
         long.splice(0..0, b"HTTP/1.1 200 OK\r\nX: ".iter().copied());
-        assert_eq!(rt.block_on(read_response(&mut long.as_slice(), &mut buf)).expect_err("an error").0, Failure::Request);
+        assert_eq!(
+            rt.block_on(read_response(&mut long.as_slice(), &mut buf)).expect_err("an error").0,
+            Failure::Request
+        );
     }
 
     #[test]

@@ -167,10 +167,15 @@ fn main() -> ExitCode {
                 "gatehouse bench keyops: {seconds}s per engine and key, one thread; AVX-512 IFMA {}",
                 if gatehouse_mbx::available() { "present (mb measured)" } else { "absent (mb skipped)" }
             );
-            let results = gatehouse_keyops::bench::run(time, &rsa, |r| eprintln!("  {:>6} {:<10} {:>10.0} ops/s", r.engine, r.key, r.ops_per_sec));
+            let results = gatehouse_keyops::bench::run(time, &rsa, |r| {
+                eprintln!("  {:>6} {:<10} {:>10.0} ops/s", r.engine, r.key, r.ops_per_sec)
+            });
             for bits in &rsa {
                 if let Some(b) = gatehouse_keyops::bench::break_even(&results, &format!("rsa{bits}")) {
-                    eprintln!("  rsa{bits}: one mb batch of 8 costs {b:.2} boring operations (break-even {})", b.ceil());
+                    eprintln!(
+                        "  rsa{bits}: one mb batch of 8 costs {b:.2} boring operations (break-even {})",
+                        b.ceil()
+                    );
                 }
             }
             for r in &results {
@@ -180,7 +185,19 @@ fn main() -> ExitCode {
         }
         Command::Bench {
             what:
-                Bench::Tls { url, connections, threads, duration, handshakes, tls, ciphers, groups, sigalgs, connect, timeout },
+                Bench::Tls {
+                    url,
+                    connections,
+                    threads,
+                    duration,
+                    handshakes,
+                    tls,
+                    ciphers,
+                    groups,
+                    sigalgs,
+                    connect,
+                    timeout,
+                },
         } => {
             let opts = bench_tls::Options {
                 url,
@@ -253,7 +270,9 @@ fn main() -> ExitCode {
                 }
             }
             if !in_process {
-                eprintln!("gatehouse bench l4: one core, in-memory generator, 64-byte frames, {seconds}s of established traffic per case");
+                eprintln!(
+                    "gatehouse bench l4: one core, in-memory generator, 64-byte frames, {seconds}s of established traffic per case"
+                );
             }
             if !in_process && cases.len() > 1 {
                 // One fresh process per case.
@@ -292,7 +311,9 @@ fn main() -> ExitCode {
                 }
             };
             let Some(dst_mac) = gatehouse_l4_io::runtime::parse_mac(&dst_mac) else {
-                eprintln!("gatehouse bench l4-wire: --dst-mac {dst_mac}: expected six hex bytes like 02:00:0a:ff:00:01");
+                eprintln!(
+                    "gatehouse bench l4-wire: --dst-mac {dst_mac}: expected six hex bytes like 02:00:0a:ff:00:01"
+                );
                 return ExitCode::FAILURE;
             };
             let proto = match proto.as_str() {

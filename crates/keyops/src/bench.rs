@@ -75,14 +75,10 @@ pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Ve
         let Some(mbk) = key.mb_key() else { continue };
         let mut outputs = vec![vec![0u8; key.size()]; mbx::BATCH];
         let mb = measure(time, mbx::BATCH, || {
-            let blocks: Vec<Vec<u8>> = (0..mbx::BATCH)
-                .filter_map(|_| key.encode(RsaScheme::Pkcs1(Hash::Sha256), msg).ok())
-                .collect();
-            let mut ops: Vec<mbx::Op<'_>> = blocks
-                .iter()
-                .zip(outputs.iter_mut())
-                .map(|(b, o)| mbx::Op { key: mbk, input: b, output: o })
-                .collect();
+            let blocks: Vec<Vec<u8>> =
+                (0..mbx::BATCH).filter_map(|_| key.encode(RsaScheme::Pkcs1(Hash::Sha256), msg).ok()).collect();
+            let mut ops: Vec<mbx::Op<'_>> =
+                blocks.iter().zip(outputs.iter_mut()).map(|(b, o)| mbx::Op { key: mbk, input: b, output: o }).collect();
             ops.len() == mbx::BATCH && mbx::private_batch(&mut ops).iter().all(|r| r.is_ok())
         });
         if let Some(v) = mb {

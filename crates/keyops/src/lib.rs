@@ -20,8 +20,7 @@ use boring::pkey::{PKey, Private};
 use boring::rsa::{Padding, Rsa};
 use boring::sign::Signer;
 use boring::ssl::{
-    AsyncPrivateKeyMethod, AsyncPrivateKeyMethodError, BoxPrivateKeyMethodFuture, SslRef,
-    SslSignatureAlgorithm,
+    AsyncPrivateKeyMethod, AsyncPrivateKeyMethodError, BoxPrivateKeyMethodFuture, SslRef, SslSignatureAlgorithm,
 };
 use gatehouse_config::KeyProvider;
 use gatehouse_mbx as mbx;

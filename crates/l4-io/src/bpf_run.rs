@@ -66,6 +66,8 @@ pub fn run_live(prog: RawFd, frame: &[u8], ifindex: u32, repeat: u32, batch: u32
     // write its result fields back (hence `&mut`); through it, it reads
     // `frame` (data_size_in bytes) and `ctx` (ctx_size_in bytes), both alive
     // for the call. No output buffers are given.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestAttr, size_of::<TestAttr>() as u32) };
+    let rc = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestAttr, size_of::<TestAttr>() as u32)
+    };
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }

@@ -245,12 +245,17 @@ mod tests {
         assert_eq!(r.len(), 2);
         let hops = NextHops {
             routes: r,
-            neighbours: [(IpAddr::from([10, 77, 0, 1]), [1; 6]), (IpAddr::from([10, 77, 0, 11]), [2; 6])].into_iter().collect(),
+            neighbours: [(IpAddr::from([10, 77, 0, 1]), [1; 6]), (IpAddr::from([10, 77, 0, 11]), [2; 6])]
+                .into_iter()
+                .collect(),
         };
         assert_eq!(hops.hop("10.77.0.11".parse().expect("ip")), Some("10.77.0.11".parse().expect("ip")));
         assert_eq!(hops.hop("10.78.0.10".parse().expect("ip")), Some("10.77.0.1".parse().expect("ip")));
         assert_eq!(hops.mac("10.78.0.10".parse().expect("ip")), Ok([1; 6]));
-        assert_eq!(hops.mac("10.77.0.12".parse().expect("ip")), Err(Miss::Unresolved("10.77.0.12".parse().expect("ip"))));
+        assert_eq!(
+            hops.mac("10.77.0.12".parse().expect("ip")),
+            Err(Miss::Unresolved("10.77.0.12".parse().expect("ip")))
+        );
         assert_eq!(hops.mac("fd00::1".parse().expect("ip")), Err(Miss::NoRoute));
 
         let v6 = "fd000077000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001 lb0\n\

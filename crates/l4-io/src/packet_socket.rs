@@ -25,13 +25,25 @@ impl PacketSocket {
     pub fn open(ifindex: u32) -> io::Result<PacketSocket> {
         let proto = ETH_P_ALL.to_be();
         // SAFETY: plain socket(2); the descriptor is owned at once.
-        let raw = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, libc::c_int::from(proto)) })?;
+        let raw = check(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::c_int::from(proto),
+            )
+        })?;
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let one: libc::c_int = 1;
         // SAFETY: an int option, its size passed with it.
         check(unsafe {
-            libc::setsockopt(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, (&one as *const libc::c_int).cast(), size_of::<libc::c_int>() as libc::socklen_t)
+            libc::setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                PACKET_IGNORE_OUTGOING,
+                (&one as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
         })?;
         // SAFETY: all-zero is a valid sockaddr_ll (plain integers).
         let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -39,7 +51,9 @@ impl PacketSocket {
         sa.sll_protocol = proto;
         sa.sll_ifindex = ifindex as i32;
         // SAFETY: a valid sockaddr_ll of the length passed.
-        check(unsafe { libc::bind(raw, (&sa as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as libc::socklen_t) })?;
+        check(unsafe {
+            libc::bind(raw, (&sa as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as libc::socklen_t)
+        })?;
         Ok(PacketSocket { fd })
     }
 
@@ -50,7 +64,8 @@ impl PacketSocket {
     /// One received frame into `buf`; None when there is none now.
     pub fn recv(&self, buf: &mut [u8]) -> Option<usize> {
         // SAFETY: `buf` is writable for its length.
-        let n = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+        let n =
+            unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
         // A frame longer than the buffer is cut: drop it (MSG_TRUNC gives its real length).
         (n > 0 && (n as usize) <= buf.len()).then_some(n as usize)
     }

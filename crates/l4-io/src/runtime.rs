@@ -116,7 +116,8 @@ fn host_addresses() -> Vec<IpAddr> {
 
 fn build_plane(cfg: &L4, health: &HealthFn, mac: [u8; 6], workers: u16) -> Plane {
     let names: Vec<&str> = cfg.services.iter().map(|s| s.name.as_str()).collect();
-    let reals: Vec<Vec<Option<SocketAddr>>> = cfg.services.iter().map(|s| s.real_servers.iter().map(|r| r.address).collect()).collect();
+    let reals: Vec<Vec<Option<SocketAddr>>> =
+        cfg.services.iter().map(|s| s.real_servers.iter().map(|r| r.address).collect()).collect();
     let up = |i: usize, j: usize| reals[i][j].is_none_or(|a| health(names[i], a));
     let services = Service::from_config(cfg, TICK, &up);
     // The next hop's MAC is put in per frame by the worker.
@@ -177,7 +178,8 @@ impl L4Runtime {
             }
             let queues = if sockets.is_empty() {
                 backend_name = "af_packet";
-                let s = crate::packet_socket::PacketSocket::open(ifindex).map_err(|e| format!("l4.interfaces[{pi}] ({name}): AF_PACKET: {e}"))?;
+                let s = crate::packet_socket::PacketSocket::open(ifindex)
+                    .map_err(|e| format!("l4.interfaces[{pi}] ({name}): AF_PACKET: {e}"))?;
                 backends.push((pi, 0, Backend::Packet(s)));
                 1
             } else {
@@ -202,7 +204,12 @@ impl L4Runtime {
             tracing::info!(interface = %name, queues, backend = backend_name, "L4 plane attached");
         }
         let shared = Arc::new(Shared {
-            stats: backends.iter().map(|(pi, q, _)| Mutex::new(WorkerStats { interface: ports[*pi].name.clone(), queue: *q, ..Default::default() })).collect(),
+            stats: backends
+                .iter()
+                .map(|(pi, q, _)| {
+                    Mutex::new(WorkerStats { interface: ports[*pi].name.clone(), queue: *q, ..Default::default() })
+                })
+                .collect(),
             ports,
             stop: AtomicBool::new(false),
             cfg: Mutex::new(cfg.clone()),
@@ -251,7 +258,10 @@ impl L4Runtime {
     /// Service names and real-server addresses, in counter order.
     pub fn layout(&self) -> Vec<(String, Vec<SocketAddr>)> {
         let cfg = self.shared.cfg.lock().unwrap_or_else(|e| e.into_inner());
-        cfg.services.iter().map(|s| (s.name.clone(), s.real_servers.iter().filter_map(|r| r.address).collect())).collect()
+        cfg.services
+            .iter()
+            .map(|s| (s.name.clone(), s.real_servers.iter().filter_map(|r| r.address).collect()))
+            .collect()
     }
 }
 
@@ -280,7 +290,8 @@ fn open_xdp(name: &str, ifindex: u32, w: &Wanted) -> Result<(Steering, Vec<xsk::
     let mut steering = Steering::attach(name)?;
     let mut sockets = Vec::new();
     for q in 0..rx_queues(name) {
-        let s = xsk::Socket::open(ifindex, q, xsk::Config::default()).map_err(|e| format!("AF_XDP socket on queue {q}: {e}"))?;
+        let s = xsk::Socket::open(ifindex, q, xsk::Config::default())
+            .map_err(|e| format!("AF_XDP socket on queue {q}: {e}"))?;
         steering.set_socket(q, s.fd())?;
         sockets.push(s);
     }
@@ -467,12 +478,20 @@ fn worker_loop(shared: &Shared, port: &Port, queue: u32, slot: usize, backend: B
                         let mut bufs: Vec<Buf<'_>> = frames
                             .into_iter()
                             .zip(&descs)
-                            .map(|(mem, d)| Buf { mem, head: (d.addr - xsk::frame_of(d.addr)) as usize, len: d.len as usize })
+                            .map(|(mem, d)| Buf {
+                                mem,
+                                head: (d.addr - xsk::frame_of(d.addr)) as usize,
+                                len: d.len as usize,
+                            })
                             .collect();
                         lane.process(port, &mut bufs, &mut send);
                         for ((b, d), &ok) in bufs.iter().zip(&descs).zip(&send) {
                             if ok {
-                                tx.push(xsk::Desc { addr: xsk::frame_of(d.addr) + b.head as u64, len: b.len as u32, options: 0 });
+                                tx.push(xsk::Desc {
+                                    addr: xsk::frame_of(d.addr) + b.head as u64,
+                                    len: b.len as u32,
+                                    options: 0,
+                                });
                             } else {
                                 recycle.push(d.addr);
                             }

@@ -69,7 +69,8 @@ impl Steering {
             Ok(_) => true,
             Err(e) => {
                 tracing::warn!(interface, error = %e, "native XDP refused; using generic (skb) mode");
-                prog.attach(interface, XdpFlags::SKB_MODE).map_err(|e| err(&format!("attaching XDP to {interface}"), e))?;
+                prog.attach(interface, XdpFlags::SKB_MODE)
+                    .map_err(|e| err(&format!("attaching XDP to {interface}"), e))?;
                 false
             }
         };
@@ -94,7 +95,12 @@ impl Steering {
     }
 }
 
-fn sync<const N: usize>(bpf: &mut Ebpf, name: &str, old: &HashSet<[u8; N]>, new: &HashSet<[u8; N]>) -> Result<(), String> {
+fn sync<const N: usize>(
+    bpf: &mut Ebpf,
+    name: &str,
+    old: &HashSet<[u8; N]>,
+    new: &HashSet<[u8; N]>,
+) -> Result<(), String> {
     let map = bpf.map_mut(name).ok_or_else(|| format!("no {name} map"))?;
     let mut m: HashMap<&mut MapData, [u8; N], u8> = HashMap::try_from(map).map_err(|e| err(name, e))?;
     for k in new.difference(old) {
@@ -132,7 +138,10 @@ pub fn wants(frame: &[u8], w: &Wanted) -> bool {
             }
             let ihl = usize::from(l3[0] & 0x0f) * 4;
             let first_fragment = l3[6] & 0x1f == 0 && l3[7] == 0;
-            first_fragment && (20..=60).contains(&ihl) && l3.len() > ihl && nat_reply(v4(&l3[12..16]), &dst, l3[9], &l3[ihl..])
+            first_fragment
+                && (20..=60).contains(&ihl)
+                && l3.len() > ihl
+                && nat_reply(v4(&l3[12..16]), &dst, l3[9], &l3[ihl..])
         }
         0x86dd if l3.len() >= 40 => {
             let dst = v6(&l3[24..40]);

@@ -79,8 +79,10 @@ pub fn generate(o: &WireOptions) -> Result<WireReport, String> {
         // average rate would arrive in bursts no receiver's ring holds.
         return Err("a packet rate needs --via af_xdp (frames made by XDP come in bursts of thousands)".into());
     }
-    let ifindex = nix::net::if_::if_nametoindex(o.interface.as_str()).map_err(|e| format!("interface {}: {e}", o.interface))?;
-    let src_mac = parse_mac(&sys(&o.interface, "address")?).ok_or_else(|| format!("interface {}: no MAC address", o.interface))?;
+    let ifindex =
+        nix::net::if_::if_nametoindex(o.interface.as_str()).map_err(|e| format!("interface {}: {e}", o.interface))?;
+    let src_mac = parse_mac(&sys(&o.interface, "address")?)
+        .ok_or_else(|| format!("interface {}: no MAC address", o.interface))?;
     match o.via {
         Via::Xdp => generate_xdp(o, ifindex, src_mac),
         Via::AfXdp => generate_af_xdp(o, ifindex, src_mac),
@@ -113,7 +115,8 @@ fn generate_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireR
     let flows = o.flows.max(1);
     let set = |bpf: &mut aya::Ebpf, frame: &[u8]| -> Result<(), String> {
         let map = bpf.map_mut("CONFIG").ok_or("no CONFIG map")?;
-        let mut a: aya::maps::Array<&mut aya::maps::MapData, [u8; 64]> = aya::maps::Array::try_from(map).map_err(|e| err("CONFIG", &e))?;
+        let mut a: aya::maps::Array<&mut aya::maps::MapData, [u8; 64]> =
+            aya::maps::Array::try_from(map).map_err(|e| err("CONFIG", &e))?;
         a.set(0, xdp_config(frame, o.proto, flows), 0).map_err(|e| err("CONFIG", &e))
     };
     // The UDP checksum is left out (zero) so that the program need not
@@ -152,7 +155,8 @@ fn generate_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireR
 }
 
 fn generate_af_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireReport, String> {
-    let mut sock = xsk::Socket::open(ifindex, 0, xsk::Config::default()).map_err(|e| format!("AF_XDP socket on {}: {e}", o.interface))?;
+    let mut sock = xsk::Socket::open(ifindex, 0, xsk::Config::default())
+        .map_err(|e| format!("AF_XDP socket on {}: {e}", o.interface))?;
     let flows = o.flows.max(1);
     let mut sent = 0u64;
     if o.proto == PROTO_TCP {

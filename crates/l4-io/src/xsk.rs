@@ -192,7 +192,9 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 
 fn setsockopt<T>(fd: RawFd, opt: libc::c_int, value: &T) -> io::Result<()> {
     // SAFETY: `value` is a live T and its size is passed with it.
-    check(unsafe { libc::setsockopt(fd, libc::SOL_XDP, opt, (value as *const T).cast(), size_of::<T>() as libc::socklen_t) })
+    check(unsafe {
+        libc::setsockopt(fd, libc::SOL_XDP, opt, (value as *const T).cast(), size_of::<T>() as libc::socklen_t)
+    })
 }
 
 impl Socket {
@@ -201,7 +203,10 @@ impl Socket {
     /// otherwise (veth).
     pub fn open(ifindex: u32, queue: u32, cfg: Config) -> io::Result<Socket> {
         if !cfg.frames.is_power_of_two() || !cfg.ring.is_power_of_two() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "AF_XDP frames and ring sizes must be powers of two"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "AF_XDP frames and ring sizes must be powers of two",
+            ));
         }
         // SAFETY: plain socket(2); the fd is owned at once.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
@@ -225,7 +230,15 @@ impl Socket {
         let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
         let mut len = size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
         // SAFETY: `off` is writable for `len` bytes; the kernel fills it.
-        check(unsafe { libc::getsockopt(raw, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, (&mut off as *mut libc::xdp_mmap_offsets).cast(), &mut len) })?;
+        check(unsafe {
+            libc::getsockopt(
+                raw,
+                libc::SOL_XDP,
+                libc::XDP_MMAP_OFFSETS,
+                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+                &mut len,
+            )
+        })?;
         if len as usize != size_of::<libc::xdp_mmap_offsets>() {
             return Err(io::Error::other("kernel without AF_XDP ring flags (needs Linux 5.4 or later)"));
         }
@@ -245,7 +258,11 @@ impl Socket {
             };
             // SAFETY: `sa` is a valid sockaddr_xdp of the length passed.
             bound = check(unsafe {
-                libc::bind(raw, (&sa as *const libc::sockaddr_xdp).cast(), size_of::<libc::sockaddr_xdp>() as libc::socklen_t)
+                libc::bind(
+                    raw,
+                    (&sa as *const libc::sockaddr_xdp).cast(),
+                    size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
             });
             if bound.is_ok() {
                 zero_copy = flags & libc::XDP_ZEROCOPY != 0;
@@ -278,7 +295,9 @@ impl Socket {
     pub fn frames(&mut self, descs: &[Desc]) -> Option<Vec<&mut [u8]>> {
         let mut starts: Vec<u64> = descs.iter().map(|d| frame_of(d.addr)).collect();
         starts.sort_unstable();
-        if starts.windows(2).any(|w| w[0] == w[1]) || starts.last().is_some_and(|&s| s as usize + FRAME_SIZE > self.umem.len) {
+        if starts.windows(2).any(|w| w[0] == w[1])
+            || starts.last().is_some_and(|&s| s as usize + FRAME_SIZE > self.umem.len)
+        {
             return None;
         }
         let base = self.umem.ptr.as_ptr().cast::<u8>();
@@ -375,7 +394,16 @@ impl Socket {
         self.free.drain(..posted);
         if self.fill.needs_wakeup() {
             // SAFETY: recvfrom(2) with no buffer: the wake-up of the rx path.
-            unsafe { libc::recvfrom(self.fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut()) };
+            unsafe {
+                libc::recvfrom(
+                    self.fd(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
         }
     }
 

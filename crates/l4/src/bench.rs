@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use gatehouse_config::{L4Mode, L4Scheduler};
 
 use crate::checksum;
-use crate::packet::{self, Checks, ETHERTYPE_IPV4, Frame, Ip, PROTO_TCP, TCP_ACK, TCP_SYN, build};
 #[cfg(test)]
 use crate::packet::PROTO_UDP;
+use crate::packet::{self, Checks, ETHERTYPE_IPV4, Frame, Ip, PROTO_TCP, TCP_ACK, TCP_SYN, build};
 use crate::plane::{Buf, Plane, Real, Service, VECTOR, Verdict, Worker};
 use crate::rewrite;
 
@@ -124,7 +124,8 @@ impl Gen {
 
 fn plane_for(case: &Case) -> Plane {
     let port = 80;
-    let reals = (0..16u8).map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, 1 + i).into(), port, weight: 1, up: true }).collect();
+    let reals =
+        (0..16u8).map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, 1 + i).into(), port, weight: 1, up: true }).collect();
     let service = Service {
         name: "bench".into(),
         vip: VIP.into(),

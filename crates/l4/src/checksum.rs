@@ -145,7 +145,9 @@ mod tests {
             seg[6..8].copy_from_slice(&[0, 0]);
             let c = !fold(add(pseudo_v4(src, dst, proto, len as u16), &seg));
             seg[6..8].copy_from_slice(&c.to_be_bytes());
-            let verify = |seg: &[u8]| fold(sum_ne(&src) + sum_ne(&dst) + pseudo_tail_ne(proto, seg.len() as u32) + sum_ne(seg)) == 0xffff;
+            let verify = |seg: &[u8]| {
+                fold(sum_ne(&src) + sum_ne(&dst) + pseudo_tail_ne(proto, seg.len() as u32) + sum_ne(seg)) == 0xffff
+            };
             assert!(verify(&seg), "len {len}");
             let at = rng.usize(..len);
             seg[at] ^= 1 << rng.u8(..8);
@@ -173,7 +175,10 @@ mod tests {
             };
             // 0x0000 and 0xffff are the same value in ones' complement.
             let full = checksum(&data);
-            assert!(updated == full || (updated == 0xffff && full == 0) || (updated == 0 && full == 0xffff), "{updated:#x} vs {full:#x}");
+            assert!(
+                updated == full || (updated == 0xffff && full == 0) || (updated == 0 && full == 0xffff),
+                "{updated:#x} vs {full:#x}"
+            );
         }
     }
 }

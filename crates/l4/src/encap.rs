@@ -22,7 +22,9 @@ const PROTO_IPV6_IN: u8 = 41;
 pub enum Tunnel {
     Ipip,
     /// GUE with this UDP destination port.
-    Gue { port: u16 },
+    Gue {
+        port: u16,
+    },
 }
 
 /// The outer header's fields.
@@ -49,7 +51,14 @@ pub enum EncapError {
 /// Writes to `out` an Ethernet frame (MACs from `frame`, to be set for the
 /// next hop) carrying `inner`, the IP packet of `frame` (from its `l3` to its
 /// `end`), inside the tunnel's headers.
-pub fn encapsulate(frame: &[u8], l3: usize, end: usize, tunnel: Tunnel, outer: &Outer, out: &mut Vec<u8>) -> Result<(), EncapError> {
+pub fn encapsulate(
+    frame: &[u8],
+    l3: usize,
+    end: usize,
+    tunnel: Tunnel,
+    outer: &Outer,
+    out: &mut Vec<u8>,
+) -> Result<(), EncapError> {
     let inner = &frame[l3..end];
     let inner_v4 = inner.first().is_some_and(|b| b >> 4 == 4);
     let inner_proto = if inner_v4 { PROTO_IPIP } else { PROTO_IPV6_IN };
@@ -130,7 +139,13 @@ mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn outer4() -> Outer {
-        Outer { src: Ipv4Addr::new(192, 0, 2, 10).into(), dst: Ipv4Addr::new(198, 51, 100, 7).into(), ttl: 64, id: 0x0102, flow_hash: 0xdead_beef }
+        Outer {
+            src: Ipv4Addr::new(192, 0, 2, 10).into(),
+            dst: Ipv4Addr::new(198, 51, 100, 7).into(),
+            ttl: 64,
+            id: 0x0102,
+            flow_hash: 0xdead_beef,
+        }
     }
 
     #[test]
@@ -213,6 +228,9 @@ mod tests {
     fn mixed_families_are_refused() {
         let frame = tcp4(TCP_SYN, b"");
         let outer = Outer { dst: "2001:db8::7".parse::<Ipv6Addr>().expect("v6").into(), ..outer4() };
-        assert_eq!(encapsulate(&frame, 14, frame.len(), Tunnel::Ipip, &outer, &mut Vec::new()), Err(EncapError::MixedFamilies));
+        assert_eq!(
+            encapsulate(&frame, 14, frame.len(), Tunnel::Ipip, &outer, &mut Vec::new()),
+            Err(EncapError::MixedFamilies)
+        );
     }
 }

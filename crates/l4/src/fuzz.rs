@@ -34,7 +34,12 @@ fn service(name: &str, vip: [u8; 4], port: u16, proto: u8, mode: L4Mode) -> Serv
         gue_port: 6080,
         reset_on_down: false,
         reals: (1..=3u8)
-            .map(|i| Real { addr: Ipv4Addr::new(10, 0, 1, i).into(), port: if same_port { port } else { 8000 + u16::from(i) }, weight: 1, up: i != 3 })
+            .map(|i| Real {
+                addr: Ipv4Addr::new(10, 0, 1, i).into(),
+                port: if same_port { port } else { 8000 + u16::from(i) },
+                weight: 1,
+                up: i != 3,
+            })
             .collect(),
         maglev: None,
         timeouts: [10, 900, 30, 60],
@@ -67,7 +72,9 @@ fn plane() -> Plane {
 }
 
 fn corpus() -> Vec<Vec<u8>> {
-    let mut files: Vec<_> = std::fs::read_dir(corpus_dir()).map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+    let mut files: Vec<_> = std::fs::read_dir(corpus_dir())
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
     files.sort();
     files.iter().filter_map(|p| std::fs::read(p).ok()).collect()
 }
@@ -87,7 +94,8 @@ fn mutate(rng: &mut fastrand::Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
             3 if f.len() > 1 => {
                 // A 16-bit field (lengths, ports, checksums) set to an edge value.
                 let at = rng.usize(..f.len() - 1);
-                let v: u16 = [0, 1, 7, 8, 19, 20, 40, 0xffff, f.len() as u16, (f.len() as u16).wrapping_sub(14)][rng.usize(..10)];
+                let v: u16 = [0, 1, 7, 8, 19, 20, 40, 0xffff, f.len() as u16, (f.len() as u16).wrapping_sub(14)]
+                    [rng.usize(..10)];
                 f[at..at + 2].copy_from_slice(&v.to_be_bytes());
             }
             4 => f.truncate(rng.usize(..=f.len())),
@@ -120,12 +128,16 @@ fn mutated_frames_never_break_the_plane() {
     let (mut forwarded, mut dropped, mut total) = (0u64, 0u64, 0u64);
     for round in 0..20_000u32 {
         let frames: Vec<Vec<u8>> = (0..rng.usize(1..=256)).map(|_| mutate(&mut rng, &seeds)).collect();
-        let mut mems: Vec<Vec<u8>> = frames.iter().map(|f| {
-            let mut m = vec![0u8; 128 + f.len().max(64) + 64];
-            m[128..128 + f.len()].copy_from_slice(f);
-            m
-        }).collect();
-        let mut bufs: Vec<Buf<'_>> = mems.iter_mut().zip(&frames).map(|(m, f)| Buf { mem: m.as_mut_slice(), head: 128, len: f.len() }).collect();
+        let mut mems: Vec<Vec<u8>> = frames
+            .iter()
+            .map(|f| {
+                let mut m = vec![0u8; 128 + f.len().max(64) + 64];
+                m[128..128 + f.len()].copy_from_slice(f);
+                m
+            })
+            .collect();
+        let mut bufs: Vec<Buf<'_>> =
+            mems.iter_mut().zip(&frames).map(|(m, f)| Buf { mem: m.as_mut_slice(), head: 128, len: f.len() }).collect();
         w.process(&plane, &mut bufs, &mut verdicts, round / 10);
         assert_eq!(verdicts.len(), bufs.len());
         for (b, v) in bufs.iter().zip(&verdicts) {
@@ -134,7 +146,10 @@ fn mutated_frames_never_break_the_plane() {
                 Verdict::Forward => {
                     forwarded += 1;
                     assert!(
-                        matches!(packet::parse(b.frame(), Checks::default()), Ok(Frame::Ip(_) | Frame::Arp(_) | Frame::Other)),
+                        matches!(
+                            packet::parse(b.frame(), Checks::default()),
+                            Ok(Frame::Ip(_) | Frame::Arp(_) | Frame::Other)
+                        ),
                         "a forwarded frame no longer parses: {:02x?}",
                         b.frame()
                     );
@@ -157,7 +172,9 @@ fn mutated_frames_never_break_the_plane() {
 fn the_corpus_holds_the_seed_frames() {
     use crate::checksum;
     use crate::packet::build;
-    use crate::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMP, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN};
+    use crate::packet::{
+        ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMP, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN,
+    };
     let dir = corpus_dir();
     let write = std::env::var_os("GATEHOUSE_WRITE_CORPUS").is_some();
     let c = [10, 0, 0, 1];
@@ -187,7 +204,10 @@ fn the_corpus_holds_the_seed_frames() {
     icmp.extend_from_slice(&quoted);
     let sum = checksum::checksum(&icmp);
     icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-    frames.push(("icmp-frag-needed", build::eth(ETHERTYPE_IPV4, &build::ipv4([192, 0, 2, 1], [10, 0, 0, 100], PROTO_ICMP, &icmp))));
+    frames.push((
+        "icmp-frag-needed",
+        build::eth(ETHERTYPE_IPV4, &build::ipv4([192, 0, 2, 1], [10, 0, 0, 100], PROTO_ICMP, &icmp)),
+    ));
     let mut arp = vec![0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 9, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 100];
     arp.resize(28, 0);
     frames.push(("arp-request", build::eth(ETHERTYPE_ARP, &arp)));

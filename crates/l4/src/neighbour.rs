@@ -50,7 +50,8 @@ pub fn nd_advert(frame: &[u8], ip: &Ip, target: Ipv6Addr, mac: [u8; 6], out: &mu
     let requester_mac: [u8; 6] = frame[6..12].try_into().ok()?;
     let src: [u8; 16] = frame[ip.l3 + 8..ip.l3 + 24].try_into().ok()?;
     // An unspecified source (duplicate address detection): answer all nodes.
-    let (dst, solicited) = if src == [0; 16] { (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets(), false) } else { (src, true) };
+    let (dst, solicited) =
+        if src == [0; 16] { (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets(), false) } else { (src, true) };
     let o = &mut out[..ND_ADVERT_LEN];
     o[0..6].copy_from_slice(&requester_mac);
     o[6..12].copy_from_slice(&mac);
@@ -126,7 +127,9 @@ mod tests {
         let mut out = [0u8; 128];
         let n = nd_advert(&f, &ip, vip, [2, 0, 0, 0, 0, 0xaa], &mut out).expect("advert");
         // The parser checks the ICMPv6 checksum over the pseudo-header.
-        let Ok(Frame::Ip(adv)) = packet::parse(&out[..n], Checks::default()) else { panic!("the advertisement parses") };
+        let Ok(Frame::Ip(adv)) = packet::parse(&out[..n], Checks::default()) else {
+            panic!("the advertisement parses")
+        };
         assert_eq!(adv.icmp.map(|i| i.kind), Some(ND_ADVERT));
         assert_eq!((adv.flow.src, adv.flow.dst), (vip.into(), Ipv6Addr::from(client).into()));
         assert_eq!(&out[14 + 40 + 8..14 + 40 + 24], &vip.octets());

@@ -138,7 +138,13 @@ impl Ip {
         l4: 0,
         end: 0,
         ttl: 0,
-        flow: Flow { proto: 0, src: IpAddr::V4(Ipv4Addr::UNSPECIFIED), dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED), sport: 0, dport: 0 },
+        flow: Flow {
+            proto: 0,
+            src: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            sport: 0,
+            dport: 0,
+        },
         tcp_flags: 0,
         icmp: None,
     };
@@ -281,7 +287,11 @@ pub fn quoted(frame: &[u8], ip: &Ip) -> Option<Flow> {
 fn quoted_flow(frame: &[u8], inner: usize, proto: u8) -> Option<Flow> {
     let checks = Checks { l4_checksums: false };
     let mut q = Ip::EMPTY;
-    let parsed = if proto == PROTO_ICMP { ipv4(frame, inner, checks, true, &mut q) } else { ipv6(frame, inner, checks, true, &mut q) };
+    let parsed = if proto == PROTO_ICMP {
+        ipv4(frame, inner, checks, true, &mut q)
+    } else {
+        ipv6(frame, inner, checks, true, &mut q)
+    };
     parsed.ok().filter(|&handled| handled).map(|_| q.flow)
 }
 
@@ -329,7 +339,20 @@ fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
     let dst = Ipv4Addr::from(bytes::<4>(b, 16)?);
     let proto = b[9];
     let pseudo = checksum::sum_ne(&src.octets()) + checksum::sum_ne(&dst.octets());
-    transport(frame, off, off + ihl, off + end, b[8], proto, IpAddr::V4(src), IpAddr::V4(dst), checks, quoted, pseudo, ip)
+    transport(
+        frame,
+        off,
+        off + ihl,
+        off + end,
+        b[8],
+        proto,
+        IpAddr::V4(src),
+        IpAddr::V4(dst),
+        checks,
+        quoted,
+        pseudo,
+        ip,
+    )
 }
 
 /// IPv6 extension headers followed to the transport header.
@@ -375,7 +398,20 @@ fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
             EXT_FRAGMENT => return Err(Malformed::Fragment),
             _ => {
                 let pseudo = checksum::sum_ne(&src.octets()) + checksum::sum_ne(&dst.octets());
-                return transport(frame, off, off + at, off + end, b[7], next, IpAddr::V6(src), IpAddr::V6(dst), checks, quoted, pseudo, ip);
+                return transport(
+                    frame,
+                    off,
+                    off + at,
+                    off + end,
+                    b[7],
+                    next,
+                    IpAddr::V6(src),
+                    IpAddr::V6(dst),
+                    checks,
+                    quoted,
+                    pseudo,
+                    ip,
+                );
             }
         }
     }
@@ -526,7 +562,16 @@ pub mod build {
     /// A TCP segment with the given sequence and acknowledgment numbers and
     /// window.
     #[allow(clippy::too_many_arguments)]
-    pub fn tcp_segment(sport: u16, dport: u16, seq: u32, ack: u32, flags: u8, window: u16, data: &[u8], pseudo: impl Fn(usize) -> u64) -> Vec<u8> {
+    pub fn tcp_segment(
+        sport: u16,
+        dport: u16,
+        seq: u32,
+        ack: u32,
+        flags: u8,
+        window: u16,
+        data: &[u8],
+        pseudo: impl Fn(usize) -> u64,
+    ) -> Vec<u8> {
         let mut s = Vec::new();
         s.extend_from_slice(&sport.to_be_bytes());
         s.extend_from_slice(&dport.to_be_bytes());
@@ -587,7 +632,10 @@ mod tests {
         let f = tcp4(TCP_SYN, b"");
         let p = ip(&f);
         assert_eq!((p.l3, p.l4, p.end), (14, 34, 54));
-        assert_eq!(p.flow, Flow { proto: PROTO_TCP, src: IpAddr::from(C4), dst: IpAddr::from(V4), sport: 40000, dport: 80 });
+        assert_eq!(
+            p.flow,
+            Flow { proto: PROTO_TCP, src: IpAddr::from(C4), dst: IpAddr::from(V4), sport: 40000, dport: 80 }
+        );
         assert_eq!(p.tcp_flags, TCP_SYN);
         let f = udp4(b"hello");
         let p = ip(&f);
@@ -600,7 +648,10 @@ mod tests {
 
     #[test]
     fn tcp_over_ipv6_with_an_extension_header() {
-        let (s, d) = ([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        let (s, d) = (
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+        );
         let seg = build::tcp(1234, 443, TCP_SYN, b"", |len| checksum::pseudo_v6(s, d, PROTO_TCP, len as u32));
         // A destination-options header (8 bytes) before TCP.
         let mut payload = vec![PROTO_TCP, 0, 1, 4, 0, 0, 0, 0];
@@ -694,7 +745,10 @@ mod tests {
         let i = p.icmp.expect("icmp");
         assert_eq!((i.kind, i.code), (3, 4));
         assert!(i.quoted);
-        assert_eq!(quoted(&f, &p), Some(Flow { proto: PROTO_TCP, src: IpAddr::from(V4), dst: IpAddr::from(C4), sport: 80, dport: 40000 }));
+        assert_eq!(
+            quoted(&f, &p),
+            Some(Flow { proto: PROTO_TCP, src: IpAddr::from(V4), dst: IpAddr::from(C4), sport: 80, dport: 40000 })
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use gatehouse_balance::{Backends, LeastConnections, MaglevTable, RoundRobin, Smo
 use gatehouse_config::{L4Mode, L4Scheduler};
 
 use crate::encap::{Outer, Tunnel, encapsulate};
-use crate::packet::{self, Checks, Ip, Malformed, Parsed, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+use crate::packet::{self, Checks, Ip, Malformed, PROTO_TCP, PROTO_UDP, Parsed, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 use crate::rewrite;
 use crate::session::{Key, REVERSE, Session, State, Table};
 
@@ -210,7 +210,13 @@ pub struct Plane {
 }
 
 impl Plane {
-    pub fn new(mut services: Vec<Service>, local_addrs: Vec<IpAddr>, mac: [u8; 6], next_hop_mac: [u8; 6], cores: u16) -> Plane {
+    pub fn new(
+        mut services: Vec<Service>,
+        local_addrs: Vec<IpAddr>,
+        mac: [u8; 6],
+        next_hop_mac: [u8; 6],
+        cores: u16,
+    ) -> Plane {
         let mut by_vip = HashMap::with_hasher(FastHash);
         let mut by_real = HashMap::with_hasher(FastHash);
         for (i, s) in services.iter_mut().enumerate() {
@@ -224,7 +230,8 @@ impl Plane {
                 }
             }
             if s.scheduler == L4Scheduler::Maglev && s.maglev.is_none() {
-                let names: Vec<(String, u32)> = s.reals.iter().map(|r| (format!("{}:{}", r.addr, r.port), r.weight)).collect();
+                let names: Vec<(String, u32)> =
+                    s.reals.iter().map(|r| (format!("{}:{}", r.addr, r.port), r.weight)).collect();
                 s.maglev = MaglevTable::build(&names, MAGLEV_SIZE).ok();
             }
         }
@@ -232,15 +239,31 @@ impl Plane {
         owned.sort();
         owned.dedup();
         let resetting = services.iter().any(|s| s.reset_on_down && s.reals.iter().any(|r| !r.up));
-        Plane { services, by_vip, by_real, local_addrs, owned, mac, next_hop_mac, cores: cores.max(1), checks: Checks::default(), resetting }
+        Plane {
+            services,
+            by_vip,
+            by_real,
+            local_addrs,
+            owned,
+            mac,
+            next_hop_mac,
+            cores: cores.max(1),
+            checks: Checks::default(),
+            resetting,
+        }
     }
 }
 
 impl Service {
     /// The services of an `l4` config section; timeouts in ticks of
     /// `tick`. `up(service, real)` says whether a real server is healthy.
-    pub fn from_config(l4: &gatehouse_config::L4, tick: std::time::Duration, up: &dyn Fn(usize, usize) -> bool) -> Vec<Service> {
-        let ticks = |d: std::time::Duration| (d.as_millis() / tick.as_millis().max(1)).clamp(1, u128::from(u32::MAX)) as u32;
+    pub fn from_config(
+        l4: &gatehouse_config::L4,
+        tick: std::time::Duration,
+        up: &dyn Fn(usize, usize) -> bool,
+    ) -> Vec<Service> {
+        let ticks =
+            |d: std::time::Duration| (d.as_millis() / tick.as_millis().max(1)).clamp(1, u128::from(u32::MAX)) as u32;
         l4.services
             .iter()
             .enumerate()
@@ -387,15 +410,28 @@ impl PortPool {
 enum Class {
     Done(Verdict),
     /// From a client to service `svc`.
-    ToService { svc: u16 },
+    ToService {
+        svc: u16,
+    },
     /// A NAT reply from real `real` of service `svc`.
-    FromReal { svc: u16, real: u16 },
+    FromReal {
+        svc: u16,
+        real: u16,
+    },
     /// An FNAT reply to local address `local`, port `port`.
-    ToLocal { local: u16, port: u16 },
+    ToLocal {
+        local: u16,
+        port: u16,
+    },
     /// An ARP request for an address of ours (the ARP header's offset).
-    ArpFor { at: usize, addr: Ipv4Addr },
+    ArpFor {
+        at: usize,
+        addr: Ipv4Addr,
+    },
     /// A neighbour solicitation for an address of ours.
-    NdFor { addr: std::net::Ipv6Addr },
+    NdFor {
+        addr: std::net::Ipv6Addr,
+    },
     /// An ICMP error quoting a packet of one of our sessions.
     IcmpError,
 }
@@ -404,7 +440,8 @@ impl Class {
     /// Whether the packet goes to the IPv6 session table (packets of
     /// sessions only; everything else is handled with the IPv4 one).
     fn is_v6(&self, ip: &Ip) -> bool {
-        matches!(self, Class::ToService { .. } | Class::FromReal { .. } | Class::ToLocal { .. }) && ip.flow.src.is_ipv6()
+        matches!(self, Class::ToService { .. } | Class::FromReal { .. } | Class::ToLocal { .. })
+            && ip.flow.src.is_ipv6()
     }
 }
 
@@ -558,7 +595,11 @@ impl Worker {
             services: plane
                 .services
                 .iter()
-                .map(|s| ServiceCounters { per_real_packets: vec![0; s.reals.len()], per_real_active: vec![0; s.reals.len()], ..Default::default() })
+                .map(|s| ServiceCounters {
+                    per_real_packets: vec![0; s.reals.len()],
+                    per_real_active: vec![0; s.reals.len()],
+                    ..Default::default()
+                })
                 .collect(),
             ..Counters::default()
         };
@@ -646,7 +687,9 @@ impl Worker {
     fn key<A: Family>(c: &Class, ip: &Ip) -> Option<Key<A>> {
         match *c {
             Class::ToService { svc } => Some(Key { addr: A::of(ip.flow.src), port: ip.flow.sport, context: svc }),
-            Class::FromReal { real, .. } => Some(Key { addr: A::of(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real }),
+            Class::FromReal { real, .. } => {
+                Some(Key { addr: A::of(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real })
+            }
             _ => None,
         }
     }
@@ -770,10 +813,17 @@ impl Worker {
                 self.prefetch(p, true);
             }
             let Some(j) = i.checked_sub(2 * AHEAD) else { continue };
-            let (Some(c), Some(&p), Some(ip), Some(buf)) = (classes.get(j), probes.get(j), ips.get(j), bufs.get_mut(j)) else { continue };
+            let (Some(c), Some(&p), Some(ip), Some(buf)) = (classes.get(j), probes.get(j), ips.get(j), bufs.get_mut(j))
+            else {
+                continue;
+            };
             let v6 = p.v6;
             let hit = if v6 { self.lookup::<u128>(c, ip, p.hash) } else { self.lookup::<u32>(c, ip, p.hash) };
-            let v = if v6 { self.finish::<u128>(plane, buf, c, ip, hit, now) } else { self.finish::<u32>(plane, buf, c, ip, hit, now) };
+            let v = if v6 {
+                self.finish::<u128>(plane, buf, c, ip, hit, now)
+            } else {
+                self.finish::<u32>(plane, buf, c, ip, hit, now)
+            };
             match v {
                 Verdict::Drop(d) => self.counters.drops[d.index()] += 1,
                 Verdict::Pass => self.counters.passed += 1,
@@ -794,7 +844,15 @@ impl Worker {
 
     /// Finishes a frame of class `c` (and IP details `ip`, for the classes
     /// of IP packets), `hit` being its session if the lookup found one.
-    fn finish<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, c: &Class, ip: &Ip, hit: Option<u32>, now: u32) -> Verdict {
+    fn finish<A: Family>(
+        &mut self,
+        plane: &Plane,
+        buf: &mut Buf<'_>,
+        c: &Class,
+        ip: &Ip,
+        hit: Option<u32>,
+        now: u32,
+    ) -> Verdict {
         match *c {
             Class::Done(v) => v,
             Class::ArpFor { at, addr } => {
@@ -808,7 +866,13 @@ impl Worker {
             Class::NdFor { addr } => {
                 let request = buf.frame().to_vec();
                 let room = buf.mem.len() - buf.head;
-                match crate::neighbour::nd_advert(&request, ip, addr, plane.mac, &mut buf.mem[buf.head..buf.head + room]) {
+                match crate::neighbour::nd_advert(
+                    &request,
+                    ip,
+                    addr,
+                    plane.mac,
+                    &mut buf.mem[buf.head..buf.head + room],
+                ) {
                     Some(n) => {
                         buf.len = n;
                         self.counters.answered += 1;
@@ -896,7 +960,9 @@ impl Worker {
                     Some(x) => x,
                     None => return Verdict::Drop(Drop::NoSession),
                 };
-                let Some(service) = plane.services.get(usize::from(s_service)) else { return Verdict::Drop(Drop::NoSession) };
+                let Some(service) = plane.services.get(usize::from(s_service)) else {
+                    return Verdict::Drop(Drop::NoSession);
+                };
                 if s_client.is_ipv4() != ip.flow.src.is_ipv4() {
                     // Family translation is not done by this pipeline.
                     return Verdict::Drop(Drop::Unsupported);
@@ -935,10 +1001,18 @@ impl Worker {
             let Some(real) = service.reals.get(usize::from(s.real)) else { return Verdict::Drop(Drop::NoSession) };
             return match service.mode {
                 L4Mode::Nat | L4Mode::Fnat => {
-                    let local = (service.mode == L4Mode::Fnat).then(|| (plane.local_addrs[usize::from(s.local)], s.local_port));
+                    let local =
+                        (service.mode == L4Mode::Fnat).then(|| (plane.local_addrs[usize::from(s.local)], s.local_port));
                     // Outer: to the real server (from the local address in FNAT);
                     // quoted: as the real server sent it.
-                    if !icmp_translate(buf.frame_mut(), ip, local.map(|l| l.0), Some(real.addr), Some((real.addr, real.port)), local) {
+                    if !icmp_translate(
+                        buf.frame_mut(),
+                        ip,
+                        local.map(|l| l.0),
+                        Some(real.addr),
+                        Some((real.addr, real.port)),
+                        local,
+                    ) {
                         return Verdict::Drop(Drop::Unsupported);
                     }
                     rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
@@ -952,7 +1026,14 @@ impl Worker {
             let key = Key { addr: A::of(q.src), port: q.sport, context: REVERSE | real_idx };
             if A::table(self).find(&key).is_some() {
                 let service = &plane.services[usize::from(svc)];
-                if !icmp_translate(buf.frame_mut(), ip, Some(service.vip), None, None, Some((service.vip, service.port))) {
+                if !icmp_translate(
+                    buf.frame_mut(),
+                    ip,
+                    Some(service.vip),
+                    None,
+                    None,
+                    Some((service.vip, service.port)),
+                ) {
                     return Verdict::Drop(Drop::Unsupported);
                 }
                 rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
@@ -965,9 +1046,18 @@ impl Worker {
             && (idx as usize) < A::table(self).capacity()
         {
             let s = *A::table(self).get(idx);
-            let Some(service) = plane.services.get(usize::from(s.service)) else { return Verdict::Drop(Drop::NoSession) };
+            let Some(service) = plane.services.get(usize::from(s.service)) else {
+                return Verdict::Drop(Drop::NoSession);
+            };
             let client = s.client.ip();
-            if !icmp_translate(buf.frame_mut(), ip, Some(service.vip), Some(client), Some((client, s.client_port)), Some((service.vip, service.port))) {
+            if !icmp_translate(
+                buf.frame_mut(),
+                ip,
+                Some(service.vip),
+                Some(client),
+                Some((client, s.client_port)),
+                Some((service.vip, service.port)),
+            ) {
                 return Verdict::Drop(Drop::Unsupported);
             }
             rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
@@ -1005,7 +1095,9 @@ impl Worker {
         }
         .ok_or(Drop::NoHealthyServer)? as u16;
         // NAT and FNAT rewrite addresses in place: no family change.
-        if matches!(service.mode, L4Mode::Nat | L4Mode::Fnat) && service.reals[usize::from(real)].addr.is_ipv4() != ip.flow.src.is_ipv4() {
+        if matches!(service.mode, L4Mode::Nat | L4Mode::Fnat)
+            && service.reals[usize::from(real)].addr.is_ipv4() != ip.flow.src.is_ipv4()
+        {
             return Err(Drop::Unsupported);
         }
         let state = if service.proto == PROTO_TCP { State::SynSent } else { State::Datagram };
@@ -1076,7 +1168,14 @@ impl Worker {
     }
 
     /// Counts a client's packet and sends it on toward its real server.
-    fn forward_to_real<A: Family>(&mut self, plane: &Plane, svc: u16, s: Session<A>, ip: &Ip, buf: &mut Buf<'_>) -> Verdict {
+    fn forward_to_real<A: Family>(
+        &mut self,
+        plane: &Plane,
+        svc: u16,
+        s: Session<A>,
+        ip: &Ip,
+        buf: &mut Buf<'_>,
+    ) -> Verdict {
         let sc = &mut self.counters.services[usize::from(svc)];
         sc.packets += 1;
         sc.bytes += buf.len as u64;
@@ -1087,7 +1186,14 @@ impl Worker {
     }
 
     /// Rewrites a client's packet toward its real server.
-    fn toward_real<A: Family>(&mut self, plane: &Plane, service: &Service, s: &Session<A>, ip: &Ip, buf: &mut Buf<'_>) -> Verdict {
+    fn toward_real<A: Family>(
+        &mut self,
+        plane: &Plane,
+        service: &Service,
+        s: &Session<A>,
+        ip: &Ip,
+        buf: &mut Buf<'_>,
+    ) -> Verdict {
         let Some(real) = service.reals.get(usize::from(s.real)) else { return Verdict::Drop(Drop::NoHealthyServer) };
         match service.mode {
             L4Mode::Nat | L4Mode::Fnat => {
@@ -1129,7 +1235,8 @@ impl Worker {
                 Verdict::Forward
             }
             L4Mode::Ipip | L4Mode::Gue => {
-                let tunnel = if service.mode == L4Mode::Ipip { Tunnel::Ipip } else { Tunnel::Gue { port: service.gue_port } };
+                let tunnel =
+                    if service.mode == L4Mode::Ipip { Tunnel::Ipip } else { Tunnel::Gue { port: service.gue_port } };
                 // The outer source: a local address of the real server's family.
                 let Some(src) = plane.local_addrs.iter().find(|a| a.is_ipv4() == real.addr.is_ipv4()) else {
                     return Verdict::Drop(Drop::Unsupported);
@@ -1225,7 +1332,9 @@ fn flow_hash(f: &packet::Flow) -> u64 {
     use gatehouse_balance::hash::fmix64;
     let (s, d) = (addr_key(f.src), addr_key(f.dst));
     let ports = u64::from(f.sport) << 32 | u64::from(f.dport) << 16 | u64::from(f.proto);
-    [(s >> 64) as u64, s as u64, (d >> 64) as u64, d as u64, ports].iter().fold(0x5bd1_e995_1b87_3593, |h, &w| fmix64(h ^ w))
+    [(s >> 64) as u64, s as u64, (d >> 64) as u64, d as u64, ports]
+        .iter()
+        .fold(0x5bd1_e995_1b87_3593, |h, &w| fmix64(h ^ w))
 }
 
 /// Frees what an ended session held.
@@ -1268,8 +1377,18 @@ mod tests {
             gue_port: 6080,
             reset_on_down: false,
             reals: vec![
-                Real { addr: Ipv4Addr::new(10, 0, 1, 1).into(), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 1, up: true },
-                Real { addr: Ipv4Addr::new(10, 0, 1, 2).into(), port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 }, weight: 3, up: true },
+                Real {
+                    addr: Ipv4Addr::new(10, 0, 1, 1).into(),
+                    port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 },
+                    weight: 1,
+                    up: true,
+                },
+                Real {
+                    addr: Ipv4Addr::new(10, 0, 1, 2).into(),
+                    port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 },
+                    weight: 3,
+                    up: true,
+                },
             ],
             maglev: None,
             timeouts: [10, 900, 30, 60],
@@ -1327,7 +1446,13 @@ mod tests {
 
     #[test]
     fn fnat_uses_this_cores_ports_and_maps_replies_back() {
-        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Wrr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 4);
+        let plane = Plane::new(
+            vec![service(L4Mode::Fnat, L4Scheduler::Wrr, PROTO_TCP)],
+            vec![IpAddr::from(LOCAL)],
+            MAC,
+            HOP,
+            4,
+        );
         let mut w = Worker::new(&plane, 3, 1024, 1);
         let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
         assert_eq!(v, Verdict::Forward);
@@ -1349,7 +1474,13 @@ mod tests {
 
     #[test]
     fn dr_changes_only_the_macs_and_tunnels_wrap_the_packet() {
-        let plane = Plane::new(vec![service(L4Mode::Dr, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let plane = Plane::new(
+            vec![service(L4Mode::Dr, L4Scheduler::Maglev, PROTO_TCP)],
+            vec![IpAddr::from(LOCAL)],
+            MAC,
+            HOP,
+            1,
+        );
         let mut w = Worker::new(&plane, 0, 1024, 1);
         let syn = tcp(CLIENT, 40000, VIP, 80, TCP_SYN);
         let (v, out) = run(&mut w, &plane, &syn, 0);
@@ -1358,7 +1489,8 @@ mod tests {
         assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
 
         for (mode, proto, extra) in [(L4Mode::Ipip, 4u8, 20usize), (L4Mode::Gue, PROTO_UDP, 28)] {
-            let plane = Plane::new(vec![service(mode, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+            let plane =
+                Plane::new(vec![service(mode, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
             let mut w = Worker::new(&plane, 0, 1024, 1);
             let (v, out) = run(&mut w, &plane, &syn, 0);
             assert_eq!(v, Verdict::Forward);
@@ -1404,7 +1536,8 @@ mod tests {
 
     #[test]
     fn sessions_expire_by_state_and_free_their_ports() {
-        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let plane =
+            Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
         let mut w = Worker::new(&plane, 0, 64, 1);
         run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
         assert_eq!(w.sessions(), 1);
@@ -1485,7 +1618,13 @@ mod tests {
     fn arp_and_neighbour_discovery_for_our_addresses_are_answered() {
         let mut svc6 = service(L4Mode::Dr, L4Scheduler::Rr, PROTO_TCP);
         svc6.vip = IpAddr::from(v6(100));
-        let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP), svc6], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let plane = Plane::new(
+            vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP), svc6],
+            vec![IpAddr::from(LOCAL)],
+            MAC,
+            HOP,
+            1,
+        );
         let mut w = Worker::new(&plane, 0, 16, 1);
         let arp = |target: [u8; 4]| {
             let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 9, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0];
@@ -1503,7 +1642,10 @@ mod tests {
         let snm = std::net::Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 0x100).octets();
         let mut ns = vec![crate::neighbour::ND_SOLICIT, 0, 0, 0, 0, 0, 0, 0];
         ns.extend_from_slice(&v6(100));
-        let c = !checksum::fold(checksum::add(checksum::pseudo_v6(v6(1), snm, crate::packet::PROTO_ICMPV6, ns.len() as u32), &ns));
+        let c = !checksum::fold(checksum::add(
+            checksum::pseudo_v6(v6(1), snm, crate::packet::PROTO_ICMPV6, ns.len() as u32),
+            &ns,
+        ));
         ns[2..4].copy_from_slice(&c.to_be_bytes());
         let f = build::eth(crate::packet::ETHERTYPE_IPV6, &build::ipv6(v6(1), snm, crate::packet::PROTO_ICMPV6, &ns));
         let (v, out) = run(&mut w, &plane, &f, 0);
@@ -1568,7 +1710,10 @@ mod tests {
         assert_back_at_the_client(&out);
         // An error about no session of ours is dropped, not forwarded.
         let stranger = tcp(VIP, 80, [10, 0, 0, 99], 1, TCP_ACK);
-        assert_eq!(run(&mut w, &plane, &icmp_error(ROUTER, VIP, 3, 4, &stranger[14..14 + 28]), 1).0, Verdict::Drop(Drop::NoSession));
+        assert_eq!(
+            run(&mut w, &plane, &icmp_error(ROUTER, VIP, 3, 4, &stranger[14..14 + 28]), 1).0,
+            Verdict::Drop(Drop::NoSession)
+        );
 
         // DR: the real server sent with the VIP as source; the error comes to
         // the balancer and goes to that server unchanged (path MTU discovery).
@@ -1582,7 +1727,8 @@ mod tests {
         assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
 
         // FNAT, server side: the quoted packet left our local address.
-        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let plane =
+            Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
         let mut w = Worker::new(&plane, 0, 64, 1);
         let (_, to_real) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
         let f = flow(&to_real);
@@ -1623,7 +1769,8 @@ mod tests {
 
     #[test]
     fn packets_of_a_new_flow_in_one_vector_make_one_session() {
-        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_UDP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let plane =
+            Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_UDP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
         let mut w = Worker::new(&plane, 0, 1024, 1);
         let seg = build::udp(5000, 80, b"q", |len| checksum::pseudo_v4(CLIENT, VIP, PROTO_UDP, len as u16));
         let frame = build::eth(ETHERTYPE_IPV4, &build::ipv4(CLIENT, VIP, PROTO_UDP, &seg));
@@ -1741,7 +1888,13 @@ mod tests {
         assert_eq!(c.sessions(), 0);
         // An RST starts nothing; nor does FNAT (its source port is per process).
         assert_eq!(run(&mut c, &plane, &tcp(CLIENT, 5, VIP, 80, TCP_RST), 13).0, Verdict::Drop(Drop::NoSession));
-        let plane = Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let plane = Plane::new(
+            vec![service(L4Mode::Fnat, L4Scheduler::Maglev, PROTO_TCP)],
+            vec![IpAddr::from(LOCAL)],
+            MAC,
+            HOP,
+            1,
+        );
         let mut w = Worker::new(&plane, 0, 64, 1);
         assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 5, VIP, 80, TCP_ACK), 0).0, Verdict::Drop(Drop::NoSession));
     }

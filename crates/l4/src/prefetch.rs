@@ -39,7 +39,8 @@ pub fn huge_vec<T: Clone>(n: usize, value: T) -> Vec<T> {
     let bytes = bytes.saturating_sub(aligned - start) & !4095;
     #[cfg(target_os = "linux")]
     if bytes >= 4 << 20
-        && let Some(ptr) = std::ptr::NonNull::new(v.as_mut_ptr().wrapping_byte_add(aligned - start).cast::<std::ffi::c_void>())
+        && let Some(ptr) =
+            std::ptr::NonNull::new(v.as_mut_ptr().wrapping_byte_add(aligned - start).cast::<std::ffi::c_void>())
     {
         #[allow(unsafe_code)]
         // SAFETY: madvise(MADV_HUGEPAGE) only changes how the kernel backs

@@ -167,7 +167,12 @@ pub fn nat_v4(frame: &mut [u8], ip: &Ip, src: Option<(Ipv4Addr, u16)>, dst: Opti
 /// transport checksums (+ ~old + new per 16-bit word, words in memory
 /// order, as [`nat_v4`] sums them). Offsets as constants: no bounds checks.
 #[inline(always)]
-fn replace_endpoint<const A: usize, const P: usize>(h: &mut [u8; 20], ports: &mut [u8; 4], addr: Ipv4Addr, port: u16) -> (u64, u64) {
+fn replace_endpoint<const A: usize, const P: usize>(
+    h: &mut [u8; 20],
+    ports: &mut [u8; 4],
+    addr: Ipv4Addr,
+    port: u16,
+) -> (u64, u64) {
     let word = |b: [u8; 2]| u64::from(u16::from_ne_bytes(b));
     let (new, port) = (addr.octets(), port.to_be_bytes());
     let d = word([!h[A], !h[A + 1]]) + word([!h[A + 2], !h[A + 3]]) + word([new[0], new[1]]) + word([new[2], new[3]]);
@@ -204,12 +209,22 @@ pub fn tcp_reset(frame: &mut [u8], ip: &Ip) -> Option<usize> {
         (std::net::IpAddr::V4(from), std::net::IpAddr::V4(to)) => {
             let (from, to) = (from.octets(), to.octets());
             let pseudo = |len: usize| checksum::pseudo_v4(from, to, PROTO_TCP, len as u16);
-            build::ipv4(from, to, PROTO_TCP, &build::tcp_segment(ip.flow.dport, ip.flow.sport, r_seq, r_ack, r_flags, 0, &[], pseudo))
+            build::ipv4(
+                from,
+                to,
+                PROTO_TCP,
+                &build::tcp_segment(ip.flow.dport, ip.flow.sport, r_seq, r_ack, r_flags, 0, &[], pseudo),
+            )
         }
         (std::net::IpAddr::V6(from), std::net::IpAddr::V6(to)) => {
             let (from, to) = (from.octets(), to.octets());
             let pseudo = |len: usize| checksum::pseudo_v6(from, to, PROTO_TCP, len as u32);
-            build::ipv6(from, to, PROTO_TCP, &build::tcp_segment(ip.flow.dport, ip.flow.sport, r_seq, r_ack, r_flags, 0, &[], pseudo))
+            build::ipv6(
+                from,
+                to,
+                PROTO_TCP,
+                &build::tcp_segment(ip.flow.dport, ip.flow.sport, r_seq, r_ack, r_flags, 0, &[], pseudo),
+            )
         }
         _ => return None,
     };
@@ -328,17 +343,23 @@ mod tests {
         let mut f = tcp4(TCP_ACK, b"some data");
         let ack = 0x0102_0304u32;
         f[42..46].copy_from_slice(&ack.to_be_bytes());
-        let c = !crate::checksum::fold(crate::checksum::add(crate::checksum::pseudo_v4(C4, V4, crate::packet::PROTO_TCP, 29), &{
-            let mut seg = f[34..].to_vec();
-            seg[16..18].copy_from_slice(&[0, 0]);
-            seg
-        }));
+        let c = !crate::checksum::fold(crate::checksum::add(
+            crate::checksum::pseudo_v4(C4, V4, crate::packet::PROTO_TCP, 29),
+            &{
+                let mut seg = f[34..].to_vec();
+                seg[16..18].copy_from_slice(&[0, 0]);
+                seg
+            },
+        ));
         f[50..52].copy_from_slice(&c.to_be_bytes());
         let p = ip(&f);
         let n = tcp_reset(&mut f, &p).expect("a TCP segment");
         assert_eq!(n, 14 + 40);
         let q = ip(&f[..n]);
-        assert_eq!((q.flow.src, q.flow.dst, q.flow.sport, q.flow.dport), (p.flow.dst, p.flow.src, p.flow.dport, p.flow.sport));
+        assert_eq!(
+            (q.flow.src, q.flow.dst, q.flow.sport, q.flow.dport),
+            (p.flow.dst, p.flow.src, p.flow.dport, p.flow.sport)
+        );
         assert_eq!(q.tcp_flags, TCP_RST);
         assert_eq!(&f[38..42], &ack.to_be_bytes());
         assert_eq!(&f[0..6], &[2, 0, 0, 0, 0, 2]);
@@ -351,8 +372,12 @@ mod tests {
         assert_eq!(&f[38..42], &[0, 0, 0, 0]);
         assert_eq!(&f[42..46], &(1u32 + 3 + 1).to_be_bytes());
         // IPv6, and nothing but TCP.
-        let (a, b) = ([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-        let seg = tcp(1234, 80, TCP_ACK, b"x", |len| crate::checksum::pseudo_v6(a, b, crate::packet::PROTO_TCP, len as u32));
+        let (a, b) = (
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+        );
+        let seg =
+            tcp(1234, 80, TCP_ACK, b"x", |len| crate::checksum::pseudo_v6(a, b, crate::packet::PROTO_TCP, len as u32));
         let mut f = eth(crate::packet::ETHERTYPE_IPV6, &ipv6(a, b, crate::packet::PROTO_TCP, &seg));
         let p = ip(&f);
         let n = tcp_reset(&mut f, &p).expect("a TCP segment");

@@ -51,7 +51,7 @@ pub enum State {
     Datagram = 3,
 }
 
-/// One session (24 bytes for IPv4, 40 for IPv6).
+/// One session (20 bytes for IPv4, 32 for IPv6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Session<A: Addr> {
     pub client: A,
@@ -95,7 +95,7 @@ const MAX_PROBE: usize = 64;
 #[derive(Clone, Copy, Default)]
 struct Slot {
     sig: u32,
-    /// Session number + 1; `EMPTY` or `TOMBSTONE` otherwise.
+    /// Session number + 1, or `EMPTY`.
     entry: u32,
 }
 
@@ -191,11 +191,7 @@ impl<A: Addr> Table<A> {
 
     fn matches(&self, entry: u32, k: &Key<A>) -> bool {
         let Some(s) = self.sessions.get((entry - 1) as usize) else { return false };
-        if k.context & REVERSE != 0 {
-            s.reverse_key() == *k
-        } else {
-            s.forward_key() == *k
-        }
+        if k.context & REVERSE != 0 { s.reverse_key() == *k } else { s.forward_key() == *k }
     }
 
     /// The session a key names, with its hash already computed.
@@ -328,7 +324,13 @@ impl<A: Addr> Table<A> {
     /// hands each expired one (`expires < now`) to `expired` before removing
     /// it. Called once per vector, it spreads expiry over time with no timer
     /// per session.
-    pub fn sweep(&mut self, now: u32, budget: usize, reverse: impl Fn(&Session<A>) -> bool, mut expired: impl FnMut(u32, &Session<A>)) {
+    pub fn sweep(
+        &mut self,
+        now: u32,
+        budget: usize,
+        reverse: impl Fn(&Session<A>) -> bool,
+        mut expired: impl FnMut(u32, &Session<A>),
+    ) {
         let n = self.sessions.len();
         for _ in 0..budget.min(n) {
             let i = self.sweep_at;
@@ -363,6 +365,7 @@ mod tests {
     #[test]
     fn records_are_compact() {
         assert_eq!(std::mem::size_of::<Session<u32>>(), 20);
+        assert_eq!(std::mem::size_of::<Session<u128>>(), 32);
         assert_eq!(std::mem::size_of::<Bucket>(), 64);
         let t: Table<u32> = Table::new(1 << 20, 1);
         let per = t.memory_bytes() as f64 / t.capacity() as f64;

@@ -73,13 +73,7 @@ pub fn format_rfc3339(t: SystemTime) -> String {
     let secs = d.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, day) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    format!("{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, rem % 3600 / 60, rem % 60, d.subsec_millis())
 }
 
 /// Days since 1970-01-01 to (year, month, day): Howard Hinnant's algorithm.
@@ -113,9 +107,7 @@ impl AccessLog {
         let out: Box<dyn Write + Send> = match target {
             AccessLogTarget::Off => return Ok(AccessLog::off()),
             AccessLogTarget::Stdout => Box::new(std::io::stdout()),
-            AccessLogTarget::File(path) => {
-                Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
-            }
+            AccessLogTarget::File(path) => Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
         };
         let (tx, rx) = sync_channel(64 * 1024);
         std::thread::Builder::new().name("access-log".into()).spawn(move || write_loop(rx, out))?;

@@ -568,7 +568,11 @@ mod tests {
             self.calls.push((false, buf[..n].to_vec()));
             Poll::Ready(Ok(n))
         }
-        fn poll_write_vectored(mut self: Pin<&mut Self>, _: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
             let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
             let n = all.len().min(self.limit);
             self.calls.push((true, all[..n].to_vec()));
@@ -590,7 +594,9 @@ mod tests {
         let slices: Vec<std::io::IoSlice<'_>> = bufs.iter().map(|b| std::io::IoSlice::new(b)).collect();
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
-        let Poll::Ready(Ok(n)) = write_coalesced(Pin::new(&mut w), &mut cx, &slices) else { panic!("write did not complete") };
+        let Poll::Ready(Ok(n)) = write_coalesced(Pin::new(&mut w), &mut cx, &slices) else {
+            panic!("write did not complete")
+        };
         (n, w.calls)
     }
 
@@ -620,7 +626,9 @@ mod tests {
         let write = |w: &mut Recorder, combined: &mut Vec<u8>, sent: &mut usize, buf: &[u8]| {
             let waker = futures_util::task::noop_waker();
             let mut cx = Context::from_waker(&waker);
-            let Poll::Ready(Ok(n)) = poll_write_combined(Pin::new(w), &mut cx, combined, sent, buf) else { panic!("pending") };
+            let Poll::Ready(Ok(n)) = poll_write_combined(Pin::new(w), &mut cx, combined, sent, buf) else {
+                panic!("pending")
+            };
             n
         };
         // Frame heads and payloads of several streams: nothing written yet.
@@ -638,7 +646,9 @@ mod tests {
         assert_eq!(w.calls.len(), 1);
         assert_eq!(w.calls[0].1.len(), 3 * (head.len() + payload.len()) + head.len());
         // A flush writes the rest.
-        let Poll::Ready(Ok(())) = poll_write_out(Pin::new(&mut w), &mut cx, &mut combined, &mut sent) else { panic!("pending") };
+        let Poll::Ready(Ok(())) = poll_write_out(Pin::new(&mut w), &mut cx, &mut combined, &mut sent) else {
+            panic!("pending")
+        };
         assert_eq!(w.calls.len(), 2);
         assert_eq!(w.calls[1].1, payload);
         assert!(combined.is_empty());
@@ -654,7 +664,9 @@ mod tests {
         let (mut combined, mut sent) = (b"0123456789ab".to_vec(), 0);
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
-        let Poll::Ready(Ok(())) = poll_write_out(Pin::new(&mut w), &mut cx, &mut combined, &mut sent) else { panic!("pending") };
+        let Poll::Ready(Ok(())) = poll_write_out(Pin::new(&mut w), &mut cx, &mut combined, &mut sent) else {
+            panic!("pending")
+        };
         let written: Vec<u8> = w.calls.iter().flat_map(|c| c.1.clone()).collect();
         assert_eq!(written, b"0123456789ab");
         assert_eq!(w.calls.len(), 3);

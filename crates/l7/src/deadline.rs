@@ -46,7 +46,10 @@ mod tests {
         // Later: the timer is left alone, fires at 10 s, is re-armed for 20 s.
         set_deadline(timer.as_mut(), &mut deadline, start + Duration::from_secs(20));
         assert_eq!(timer.deadline(), start + Duration::from_secs(10));
-        std::future::poll_fn(|cx| if expired(timer.as_mut(), deadline, cx) { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }).await;
+        std::future::poll_fn(|cx| {
+            if expired(timer.as_mut(), deadline, cx) { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+        })
+        .await;
         assert_eq!(Instant::now(), start + Duration::from_secs(20));
         // Sooner than the timer is armed for: it is reset at once.
         set_deadline(timer.as_mut(), &mut deadline, start + Duration::from_secs(60));

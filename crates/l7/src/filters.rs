@@ -138,7 +138,12 @@ pub struct CanarySplit {
 
 impl CanarySplit {
     pub fn new(cfg: &Canary, pool: usize) -> Self {
-        CanarySplit { pool, weight: u64::from(cfg.weight.min(100)), header: cfg.header.clone(), counter: AtomicU64::new(0) }
+        CanarySplit {
+            pool,
+            weight: u64::from(cfg.weight.min(100)),
+            header: cfg.header.clone(),
+            counter: AtomicU64::new(0),
+        }
     }
 
     pub fn wants(&self, headers: &HeaderMap) -> bool {

@@ -91,17 +91,30 @@ mod tests {
     #[test]
     fn hop_by_hop_names_by_bytes_and_by_header_name_agree() {
         for name in [
-            "connection", "Connection", "TE", "te", "trailer", "Transfer-Encoding", "upgrade", "Keep-Alive",
-            "proxy-connection", "content-length", "x-te", "tea", "host", "upgrade-insecure-requests",
+            "connection",
+            "Connection",
+            "TE",
+            "te",
+            "trailer",
+            "Transfer-Encoding",
+            "upgrade",
+            "Keep-Alive",
+            "proxy-connection",
+            "content-length",
+            "x-te",
+            "tea",
+            "host",
+            "upgrade-insecure-requests",
         ] {
             let parsed = HeaderName::from_bytes(name.as_bytes()).expect("name");
             assert_eq!(hop_by_hop_name(name.as_bytes()), hop_by_hop_bit(&parsed), "{name}");
         }
-        let bits: Vec<u8> = [header::CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING, header::UPGRADE]
-            .iter()
-            .chain([&KEEP_ALIVE, &PROXY_CONNECTION])
-            .map(hop_by_hop_bit)
-            .collect();
+        let bits: Vec<u8> =
+            [header::CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING, header::UPGRADE]
+                .iter()
+                .chain([&KEEP_ALIVE, &PROXY_CONNECTION])
+                .map(hop_by_hop_bit)
+                .collect();
         assert_eq!(bits, [1, 2, 4, 8, 16, 32, 64], "one bit each, the seven of RFC 9110 and the old two");
         assert_eq!(hop_by_hop_bit(&header::CONTENT_LENGTH), 0);
     }

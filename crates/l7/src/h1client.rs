@@ -30,7 +30,9 @@ use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
 use crate::deadline::{expired, set_deadline};
-use crate::h1::{HOP_CONNECTION, HOP_TRANSFER_ENCODING, connection_tokens, hop_by_hop_name, is_connection_option, put_chunk_size};
+use crate::h1::{
+    HOP_CONNECTION, HOP_TRANSFER_ENCODING, connection_tokens, hop_by_hop_name, is_connection_option, put_chunk_size,
+};
 use crate::upstream::{ConnPool, KeepIdle};
 
 /// Largest response head accepted from an upstream.
@@ -58,7 +60,14 @@ pub struct H1Conn {
 impl H1Conn {
     pub fn new(io: TcpStream, addr: SocketAddr) -> Self {
         let timer = Box::pin(tokio::time::sleep(Duration::from_secs(24 * 3600)));
-        H1Conn { io, buf: BytesMut::with_capacity(READ_CHUNK), addr, reused: false, timer, fields: Vec::with_capacity(16) }
+        H1Conn {
+            io,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            addr,
+            reused: false,
+            timer,
+            fields: Vec::with_capacity(16),
+        }
     }
 
     /// Whether an idle connection can take a request: the reactor has seen
@@ -204,7 +213,8 @@ where
     let mut deadline = conn.timer.deadline();
     set_deadline(conn.timer.as_mut(), &mut deadline, Instant::from_std(head_deadline));
     let timer = &mut conn.timer;
-    let expired = std::future::poll_fn(|cx| if expired(timer.as_mut(), deadline, cx) { Poll::Ready(()) } else { Poll::Pending });
+    let expired =
+        std::future::poll_fn(|cx| if expired(timer.as_mut(), deadline, cx) { Poll::Ready(()) } else { Poll::Pending });
     let (mut rd, mut wr) = conn.io.split();
     let buf = &mut conn.buf;
     let chunked = out.chunked;
@@ -310,7 +320,11 @@ async fn read_response_head<R: AsyncRead + Unpin>(
         let was_empty = buf.is_empty();
         let n = rd.read_buf(buf).await.map_err(HeadError::Io)?;
         if n == 0 {
-            return Err(if was_empty { HeadError::ClosedEarly } else { HeadError::Bad("closed inside the response head") });
+            return Err(if was_empty {
+                HeadError::ClosedEarly
+            } else {
+                HeadError::Bad("closed inside the response head")
+            });
         }
     }
 }
@@ -569,7 +583,13 @@ pub struct H1Body {
 }
 
 impl H1Body {
-    pub fn new(conn: H1Conn, framing: ResponseFraming, raw: Option<ResponseHead>, pool: Arc<ConnPool>, keep: KeepIdle) -> Self {
+    pub fn new(
+        conn: H1Conn,
+        framing: ResponseFraming,
+        raw: Option<ResponseHead>,
+        pool: Arc<ConnPool>,
+        keep: KeepIdle,
+    ) -> Self {
         let reading = match framing.framing {
             Framing::Empty => Reading::Done,
             Framing::Length(n) => Reading::Length(n),
@@ -729,7 +749,9 @@ mod tests {
 
     #[test]
     fn malformed_chunks_are_refused() {
-        for bad in [&b"zz\r\nhello\r\n0\r\n\r\n"[..], b"5\r\nhelloXX0\r\n\r\n", b"5\nhello\r\n0\r\n\r\n", b"\r\n", b"-1\r\n"] {
+        for bad in
+            [&b"zz\r\nhello\r\n0\r\n\r\n"[..], b"5\r\nhelloXX0\r\n\r\n", b"5\nhello\r\n0\r\n\r\n", b"\r\n", b"-1\r\n"]
+        {
             assert!(decode_all(bad, bad.len()).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
         assert!(decode_all(b"fffffffffffffffff\r\n", 19).is_err(), "size overflow");
@@ -771,7 +793,9 @@ mod tests {
         assert_eq!(f.framing, Framing::Chunked);
         let names: Vec<&str> = r.headers().keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["x-kept"]);
-        let (r, _, _) = parse(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false).expect("ok");
+        let (r, _, _) =
+            parse(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false)
+                .expect("ok");
         assert_eq!(r.headers().get(header::UPGRADE).map(|v| v.as_bytes()), Some(&b"websocket"[..]));
         assert_eq!(r.headers().get(header::CONNECTION).map(|v| v.as_bytes()), Some(&b"Upgrade"[..]));
     }
@@ -792,7 +816,9 @@ mod tests {
         assert_eq!(f.framing, Framing::Empty, "HEAD responses have no body");
         let (_, f, _) = parse(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false).expect("ok");
         assert!(!f.reusable, "HTTP/1.0 closes by default");
-        let (r, _, used) = parse(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n", false).expect("ok");
+        let (r, _, used) =
+            parse(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n", false)
+                .expect("ok");
         assert_eq!((r.status(), used), (StatusCode::CREATED, 68));
     }
 
@@ -856,7 +882,12 @@ mod tests {
 
     #[test]
     fn request_heads_are_serialised() {
-        let (parts, ()) = Request::post("/a?b=1").header("host", "x").header("content-length", "3").body(()).expect("req").into_parts();
+        let (parts, ()) = Request::post("/a?b=1")
+            .header("host", "x")
+            .header("content-length", "3")
+            .body(())
+            .expect("req")
+            .into_parts();
         let mut out = Vec::new();
         encode_head(&parts, false, &mut out);
         assert_eq!(&out[..], b"POST /a?b=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\n");

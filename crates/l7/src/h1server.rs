@@ -282,8 +282,10 @@ where
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    let bodiless = is_head || status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-    let mut fields = FieldWriter { out, bodiless, declared: None, has_length: false, has_date: false, says_close: false };
+    let bodiless =
+        is_head || status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    let mut fields =
+        FieldWriter { out, bodiless, declared: None, has_length: false, has_date: false, says_close: false };
     // An HTTP/1.1 upstream's fields as they came, then any the proxy added.
     if let Some(raw) = body.raw_head() {
         for (name, value, line) in raw.field_lines() {
@@ -555,7 +557,9 @@ pub(crate) mod tests {
         assert_eq!(req.uri().path_and_query().map(|p| p.as_str()), Some("/a?b=1"));
         assert_eq!(req.headers().get("host").map(|v| v.as_bytes()), Some(&b"x.test"[..]));
         assert_eq!(req.headers().get_all("x-a").iter().count(), 2);
-        let Parse::Simple(h) = parse(b"DELETE / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\nGET") else { panic!("simple") };
+        let Parse::Simple(h) = parse(b"DELETE / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\nGET") else {
+            panic!("simple")
+        };
         assert!(h.close);
         assert_eq!(h.len, 52);
     }

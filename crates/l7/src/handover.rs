@@ -193,7 +193,10 @@ pub async fn hand_over(
         sockets.push(l.try_clone()?);
     }
     if sockets.len() > MAX_FDS {
-        return Err(std::io::Error::other(format!("{} listening sockets: more than {MAX_FDS} cannot be handed over", sockets.len())));
+        return Err(std::io::Error::other(format!(
+            "{} listening sockets: more than {MAX_FDS} cannot be handed over",
+            sockets.len()
+        )));
     }
     let fds: Vec<RawFd> = sockets.iter().map(AsRawFd::as_raw_fd).collect();
     let json = serde_json::to_vec(&Header { sockets: entries }).map_err(std::io::Error::other)?;
@@ -204,8 +207,14 @@ pub async fn hand_over(
         let stream = lines.get_ref();
         stream.writable().await?;
         let r = stream.try_io(tokio::io::Interest::WRITABLE, || {
-            sendmsg::<()>(stream.as_raw_fd(), &[IoSlice::new(&header)], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
-                .map_err(io_err)
+            sendmsg::<()>(
+                stream.as_raw_fd(),
+                &[IoSlice::new(&header)],
+                &[ControlMessage::ScmRights(&fds)],
+                MsgFlags::empty(),
+                None,
+            )
+            .map_err(io_err)
         });
         match r {
             Ok(n) => break n,

@@ -128,7 +128,9 @@ impl HealthRegistry {
 
     pub fn get(&self, upstream: &str, addr: SocketAddr) -> Arc<EndpointHealth> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry((upstream.to_string(), addr)).or_insert_with(|| Arc::new(EndpointHealth::new(addr, self.workers))).clone()
+        map.entry((upstream.to_string(), addr))
+            .or_insert_with(|| Arc::new(EndpointHealth::new(addr, self.workers)))
+            .clone()
     }
 
     /// Forgets endpoints no longer in any upstream.
@@ -224,8 +226,12 @@ pub async fn check_loop(upstream: String, health: Arc<EndpointHealth>, check: He
         if let Some(up) = state.observe(result.is_ok()) {
             health.set_active(up);
             match (&result, up) {
-                (Ok(()), _) => tracing::warn!(upstream = %upstream, endpoint = %health.addr, "endpoint is UP (health check passed {} times)", check.rise),
-                (Err(why), _) => tracing::warn!(upstream = %upstream, endpoint = %health.addr, reason = %why, "endpoint is DOWN (health check failed {} times)", check.fall),
+                (Ok(()), _) => {
+                    tracing::warn!(upstream = %upstream, endpoint = %health.addr, "endpoint is UP (health check passed {} times)", check.rise)
+                }
+                (Err(why), _) => {
+                    tracing::warn!(upstream = %upstream, endpoint = %health.addr, reason = %why, "endpoint is DOWN (health check failed {} times)", check.fall)
+                }
             }
         }
     }

@@ -15,8 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Upper bounds (seconds) of the latency histogram buckets; then +Inf.
-pub const LATENCY_BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-const LATENCY_BUCKETS_US: [u64; 14] = [500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000];
+pub const LATENCY_BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const LATENCY_BUCKETS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000,
+    10_000_000,
+];
 
 fn bump(a: &AtomicU64, by: u64) {
     // One writer per slot: load and store, no locked read-modify-write.
@@ -211,7 +215,11 @@ fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn table<T: Default>(map: &Mutex<BTreeMap<String, Arc<PerWorker<T>>>>, name: &str, workers: usize) -> Arc<PerWorker<T>> {
+fn table<T: Default>(
+    map: &Mutex<BTreeMap<String, Arc<PerWorker<T>>>>,
+    name: &str,
+    workers: usize,
+) -> Arc<PerWorker<T>> {
     let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
     m.entry(name.to_string()).or_insert_with(|| Arc::new(PerWorker::new(workers))).clone()
 }
@@ -283,7 +291,11 @@ impl Metrics {
 
     /// Client connections open on all workers and listeners.
     pub fn connections_open(&self) -> u64 {
-        let (o, c) = self.connections.slots.iter().fold((0, 0), |(o, c), s| (o + s.opened.load(Relaxed), c + s.closed.load(Relaxed)));
+        let (o, c) = self
+            .connections
+            .slots
+            .iter()
+            .fold((0, 0), |(o, c), s| (o + s.opened.load(Relaxed), c + s.closed.load(Relaxed)));
         o.saturating_sub(c)
     }
 
@@ -292,7 +304,8 @@ impl Metrics {
         let l = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
         l.iter()
             .map(|(name, t)| {
-                let (a, c) = t.slots.iter().fold((0, 0), |(a, c), s| (a + s.accepted.load(Relaxed), c + s.closed.load(Relaxed)));
+                let (a, c) =
+                    t.slots.iter().fold((0, 0), |(a, c), s| (a + s.accepted.load(Relaxed), c + s.closed.load(Relaxed)));
                 (name.clone(), a.saturating_sub(c))
             })
             .collect()
@@ -406,7 +419,11 @@ impl Metrics {
             }
             per_route.push((name, classes, h));
         }
-        o.header("gatehouse_http_requests_total", "counter", "Requests answered, by route (\"\" = none matched) and status class.");
+        o.header(
+            "gatehouse_http_requests_total",
+            "counter",
+            "Requests answered, by route (\"\" = none matched) and status class.",
+        );
         for (name, classes, _) in &per_route {
             for (i, n) in classes.iter().enumerate() {
                 let code = ["1xx", "2xx", "3xx", "4xx", "5xx"][i];
@@ -419,7 +436,13 @@ impl Metrics {
             "Time from a request's head to the end of its response, by route.",
         );
         for (name, _, h) in &per_route {
-            o.histogram("gatehouse_http_request_duration_seconds", &[("route", name)], &bounds, &h.buckets, h.sum_us as f64 / 1e6);
+            o.histogram(
+                "gatehouse_http_request_duration_seconds",
+                &[("route", name)],
+                &bounds,
+                &h.buckets,
+                h.sum_us as f64 / 1e6,
+            );
         }
 
         let upstreams: Vec<(String, Arc<UpstreamMetrics>)> = {
@@ -436,9 +459,19 @@ impl Metrics {
             for s in t.slots.iter() {
                 h.add(&s.latency);
             }
-            o.histogram("gatehouse_upstream_response_duration_seconds", &[("upstream", name)], &bounds, &h.buckets, h.sum_us as f64 / 1e6);
+            o.histogram(
+                "gatehouse_upstream_response_duration_seconds",
+                &[("upstream", name)],
+                &bounds,
+                &h.buckets,
+                h.sum_us as f64 / 1e6,
+            );
         }
-        o.header("gatehouse_upstream_connections_opened_total", "counter", "Connections opened to an upstream's endpoints.");
+        o.header(
+            "gatehouse_upstream_connections_opened_total",
+            "counter",
+            "Connections opened to an upstream's endpoints.",
+        );
         for (name, t) in &upstreams {
             let n: u64 = t.slots.iter().map(|s| s.opened.load(Relaxed)).sum();
             o.sample("gatehouse_upstream_connections_opened_total", &[("upstream", name)], n);
@@ -452,9 +485,17 @@ impl Metrics {
             let n: u64 = t.slots.iter().map(|s| s.reused.load(Relaxed)).sum();
             o.sample("gatehouse_upstream_connections_reused_total", &[("upstream", name)], n);
         }
-        o.header("gatehouse_upstream_endpoint_up", "gauge", "1 when an endpoint takes traffic (active check passing, not ejected).");
+        o.header(
+            "gatehouse_upstream_endpoint_up",
+            "gauge",
+            "1 when an endpoint takes traffic (active check passing, not ejected).",
+        );
         for (u, addr, up, _) in &input.endpoints {
-            o.sample("gatehouse_upstream_endpoint_up", &[("upstream", u), ("endpoint", &addr.to_string())], u8::from(*up));
+            o.sample(
+                "gatehouse_upstream_endpoint_up",
+                &[("upstream", u), ("endpoint", &addr.to_string())],
+                u8::from(*up),
+            );
         }
         o.header("gatehouse_upstream_endpoint_in_flight", "gauge", "Requests in flight to an endpoint.");
         for (u, addr, _, n) in &input.endpoints {
@@ -487,7 +528,11 @@ impl Metrics {
         for (name, n) in active {
             o.sample("gatehouse_connections_active", &[("listener", name)], n);
         }
-        o.header("gatehouse_tls_handshakes_total", "counter", "TLS handshakes by listener, version, cipher and result.");
+        o.header(
+            "gatehouse_tls_handshakes_total",
+            "counter",
+            "TLS handshakes by listener, version, cipher and result.",
+        );
         for (name, hs) in &handshakes {
             for ((version, cipher, result), n) in hs {
                 o.sample(
@@ -501,7 +546,11 @@ impl Metrics {
         // Configuration.
         o.header("gatehouse_config_version", "gauge", "Version of the running configuration.");
         o.sample("gatehouse_config_version", &[], input.config_version);
-        o.header("gatehouse_config_reloads_total", "counter", "Configuration changes applied (ok) or refused (failed).");
+        o.header(
+            "gatehouse_config_reloads_total",
+            "counter",
+            "Configuration changes applied (ok) or refused (failed).",
+        );
         o.sample("gatehouse_config_reloads_total", &[("result", "ok")], self.reloads.ok.load(Relaxed));
         o.sample("gatehouse_config_reloads_total", &[("result", "failed")], self.reloads.failed.load(Relaxed));
         o.header(
@@ -514,7 +563,11 @@ impl Metrics {
             &[],
             self.reloads.last_ok_unix_ms.load(Relaxed) as f64 / 1000.0,
         );
-        o.header("gatehouse_certificate_not_after_timestamp_seconds", "gauge", "When each certificate expires (Unix time).");
+        o.header(
+            "gatehouse_certificate_not_after_timestamp_seconds",
+            "gauge",
+            "When each certificate expires (Unix time).",
+        );
         for (name, t) in &input.certificates {
             o.sample("gatehouse_certificate_not_after_timestamp_seconds", &[("certificate", name)], t);
         }
@@ -546,7 +599,12 @@ fn render_l4(o: &mut Out, l4: &L4Scrape) {
         ("gatehouse_l4_bytes_total", "counter", "Bytes from clients to each L4 service.", &|c| c.bytes),
         ("gatehouse_l4_sessions_total", "counter", "Sessions created per L4 service.", &|c| c.sessions_total),
         ("gatehouse_l4_sessions_active", "gauge", "Sessions in the tables per L4 service.", &|c| c.sessions_active),
-        ("gatehouse_l4_resets_total", "counter", "TCP resets sent for sessions of real servers that went down (on_server_down: reset).", &|c| c.resets),
+        (
+            "gatehouse_l4_resets_total",
+            "counter",
+            "TCP resets sent for sessions of real servers that went down (on_server_down: reset).",
+            &|c| c.resets,
+        ),
     ];
     for (name, kind, help, f) in series {
         o.header(name, kind, help);
@@ -588,9 +646,18 @@ fn render_l4(o: &mut Out, l4: &L4Scrape) {
     o.sample("gatehouse_l4_drops_total", &[("reason", "no_route")], no_route);
     o.sample("gatehouse_l4_drops_total", &[("reason", "tx_ring_full")], tx_full);
     let io: [Series<'_, gatehouse_l4_io::WorkerStats, u64>; 3] = [
-        ("gatehouse_l4_rx_packets_total", "counter", "Frames the L4 plane received, per interface and queue.", &|w| w.io.rx_packets),
-        ("gatehouse_l4_tx_packets_total", "counter", "Frames the L4 plane sent, per interface and queue.", &|w| w.io.tx_packets),
-        ("gatehouse_l4_answered_total", "counter", "ARP and neighbour-discovery answers sent for owned addresses.", &|w| w.counters.answered),
+        ("gatehouse_l4_rx_packets_total", "counter", "Frames the L4 plane received, per interface and queue.", &|w| {
+            w.io.rx_packets
+        }),
+        ("gatehouse_l4_tx_packets_total", "counter", "Frames the L4 plane sent, per interface and queue.", &|w| {
+            w.io.tx_packets
+        }),
+        (
+            "gatehouse_l4_answered_total",
+            "counter",
+            "ARP and neighbour-discovery answers sent for owned addresses.",
+            &|w| w.counters.answered,
+        ),
     ];
     for (name, kind, help, f) in io {
         o.header(name, kind, help);
@@ -637,7 +704,13 @@ mod tests {
     use super::*;
 
     fn input() -> ScrapeInput<'static> {
-        ScrapeInput { config_version: 3, endpoints: Vec::new(), certificates: vec![("c\"1", 1_900_000_000)], store: None, l4: None }
+        ScrapeInput {
+            config_version: 3,
+            endpoints: Vec::new(),
+            certificates: vec![("c\"1", 1_900_000_000)],
+            store: None,
+            l4: None,
+        }
     }
 
     #[test]
@@ -658,7 +731,9 @@ mod tests {
         assert!(text.contains("gatehouse_http_request_duration_seconds_bucket{route=\"api\",le=\"+Inf\"} 3\n"));
         assert!(text.contains("gatehouse_http_request_duration_seconds_count{route=\"api\"} 3\n"));
         assert!(text.contains("gatehouse_http_request_duration_seconds_sum{route=\"api\"} 20.0034\n"));
-        assert!(text.contains("gatehouse_certificate_not_after_timestamp_seconds{certificate=\"c\\\"1\"} 1900000000\n"));
+        assert!(
+            text.contains("gatehouse_certificate_not_after_timestamp_seconds{certificate=\"c\\\"1\"} 1900000000\n")
+        );
     }
 
     #[test]
@@ -678,7 +753,9 @@ mod tests {
         assert!(text.contains(
             "gatehouse_tls_handshakes_total{listener=\"web\",version=\"TLSv1.3\",cipher=\"TLS_AES_128_GCM_SHA256\",result=\"ok\"} 2\n"
         ));
-        assert!(text.contains("gatehouse_tls_handshakes_total{listener=\"web\",version=\"-\",cipher=\"-\",result=\"failed\"} 1\n"));
+        assert!(text.contains(
+            "gatehouse_tls_handshakes_total{listener=\"web\",version=\"-\",cipher=\"-\",result=\"failed\"} 1\n"
+        ));
         assert_eq!(m.open_connections().get("web"), Some(&2));
     }
 

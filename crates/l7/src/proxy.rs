@@ -21,16 +21,16 @@ use crate::accesslog::{LogRecord, reason};
 use crate::body::{AnyBody, BodyTooLarge, RequestBody, ResponseBody, empty, empty_upstream, full};
 use crate::conn::ConnState;
 use crate::h1::{
-    HOP_CONNECTION, HOP_KEEP_ALIVE, HOP_PROXY_CONNECTION, HOP_TE, HOP_TRAILER, HOP_TRANSFER_ENCODING, HOP_UPGRADE, KEEP_ALIVE,
-    PROXY_CONNECTION, connection_listed_name, connection_tokens, hop_by_hop_bit,
+    HOP_CONNECTION, HOP_KEEP_ALIVE, HOP_PROXY_CONNECTION, HOP_TE, HOP_TRAILER, HOP_TRANSFER_ENCODING, HOP_UPGRADE,
+    KEEP_ALIVE, PROXY_CONNECTION, connection_listed_name, connection_tokens, hop_by_hop_bit,
 };
+use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming, ResponseHead};
 use crate::health::EndpointHealth;
 use crate::router::normalize_host;
 use crate::snapshot::{Action, CompiledUpstream, Snapshot};
-use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming, ResponseHead};
 use crate::upstream::{ConnectError, KeepIdle, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
-use hyper::client::conn::http2;
 use gatehouse_config::UpstreamProtocol;
+use hyper::client::conn::http2;
 
 /// Why a request was answered by Gatehouse itself rather than an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +38,9 @@ pub enum Refusal {
     BadRequest(&'static str),
     NoRoute,
     Forbidden,
-    RateLimited { retry_after: u64 },
+    RateLimited {
+        retry_after: u64,
+    },
     BodyTooLarge,
     ClientTimeout,
     NoHealthyEndpoint,
@@ -152,7 +154,9 @@ impl Completion {
             Some(r) => r.metrics.record(worker, self.status, elapsed),
             None => c.worker.shared.metrics.unrouted.record(worker, self.status, elapsed),
         }
-        if let (Some(d), Some(u)) = (self.ex.upstream_elapsed, self.ex.pool_idx.and_then(|i| self.snap.upstreams.get(i))) {
+        if let (Some(d), Some(u)) =
+            (self.ex.upstream_elapsed, self.ex.pool_idx.and_then(|i| self.snap.upstreams.get(i)))
+        {
             u.metrics.record(worker, d);
         }
         let log = &c.worker.shared.access_log;
@@ -361,7 +365,9 @@ fn connection_has(h: &HeaderMap, token: &str) -> bool {
 }
 
 fn wants_upgrade(req: &Request<ClientBody>) -> bool {
-    req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE) && connection_has(req.headers(), "upgrade")
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && connection_has(req.headers(), "upgrade")
 }
 
 /// Removes hop-by-hop headers, including those the Connection header
@@ -447,10 +453,7 @@ fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority
 fn to_http2(parts: &mut http::request::Parts) {
     parts.version = Version::HTTP_2;
     let host = parts.headers.remove(header::HOST);
-    let authority = host
-        .as_ref()
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| http::uri::Authority::try_from(h).ok());
+    let authority = host.as_ref().and_then(|h| h.to_str().ok()).and_then(|h| http::uri::Authority::try_from(h).ok());
     let pq = parts.uri.path_and_query().cloned();
     if let (Some(authority), Some(pq)) = (authority, pq) {
         let mut uri = http::uri::Parts::default();
@@ -662,7 +665,9 @@ fn relay_response(
                 strip_hop_by_hop(resp.headers_mut(), false);
             }
             // The upstream client has already left out the hop-by-hop headers.
-            resp.map(|()| AnyBody::H1(H1Body::new(h1, framing, raw, conn.worker.conns.clone(), KeepIdle::of(&pool.cfg))))
+            resp.map(|()| {
+                AnyBody::H1(H1Body::new(h1, framing, raw, conn.worker.conns.clone(), KeepIdle::of(&pool.cfg)))
+            })
         }
         Upstreamed::H2(mut resp) => {
             strip_hop_by_hop(resp.headers_mut(), false);
@@ -730,7 +735,8 @@ mod tests {
 
     #[test]
     fn http2_requests_carry_the_host_as_authority() {
-        let (mut parts, ()) = Request::get("/a?b=1").header("host", "api.test:8080").body(()).expect("req").into_parts();
+        let (mut parts, ()) =
+            Request::get("/a?b=1").header("host", "api.test:8080").body(()).expect("req").into_parts();
         to_http2(&mut parts);
         assert_eq!(parts.version, Version::HTTP_2);
         assert_eq!(parts.uri.to_string(), "http://api.test:8080/a?b=1");

@@ -91,7 +91,12 @@ impl Router {
             let listeners = if route.listeners.is_empty() {
                 u64::MAX
             } else {
-                route.listeners.iter().filter_map(|l| listener_index(l)).filter(|&i| i < 64).fold(0, |acc, i| acc | 1 << i)
+                route
+                    .listeners
+                    .iter()
+                    .filter_map(|l| listener_index(l))
+                    .filter(|&i| i < 64)
+                    .fold(0, |acc, i| acc | 1 << i)
             };
             let cand = Candidate {
                 route: i,
@@ -127,7 +132,8 @@ impl Router {
     /// The index of the route for a request, or `None` (404).
     /// `host` must already be lower-case and without a port.
     pub fn find(&self, listener: usize, host: &str, method: &Method, path: &str, headers: &HeaderMap) -> Option<usize> {
-        let pick = |cands: &[Candidate]| cands.iter().find(|c| c.matches(listener, method, path, headers)).map(|c| c.route);
+        let pick =
+            |cands: &[Candidate]| cands.iter().find(|c| c.matches(listener, method, path, headers)).map(|c| c.route);
         if let Some(cands) = self.exact.get(host)
             && let Some(r) = pick(cands)
         {

@@ -24,9 +24,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::accesslog::AccessLog;
-use crate::h1server::{Rewound, Served};
 use crate::conn::{ClientIo, ConnState};
 use crate::filters::RateLimiters;
+use crate::h1server::{Rewound, Served};
 use crate::handover::{Inherited, Registry};
 use crate::health::{HealthChecks, HealthRegistry};
 use crate::metrics::{HandshakeResult, Metrics, ScrapeInput};
@@ -66,7 +66,10 @@ fn l4_health_name(service: &str) -> String {
 
 impl Shared {
     /// Every active health check: upstream endpoints and L4 real servers.
-    fn health_checks(&self, snap: &Snapshot) -> Vec<(String, Arc<crate::health::EndpointHealth>, gatehouse_config::HealthCheck)> {
+    fn health_checks(
+        &self,
+        snap: &Snapshot,
+    ) -> Vec<(String, Arc<crate::health::EndpointHealth>, gatehouse_config::HealthCheck)> {
         let mut out = snap.health_checks();
         for s in snap.config.l4.iter().flat_map(|l| &l.services) {
             let Some(check) = &s.health_check else { continue };
@@ -85,8 +88,9 @@ impl Shared {
         let snap = self.snapshot.load();
         let Some(l4) = snap.config.l4.as_ref().filter(|l| !l.services.is_empty()) else { return Ok(()) };
         let weak = Arc::downgrade(self);
-        let health: gatehouse_l4_io::HealthFn =
-            Arc::new(move |service, addr| weak.upgrade().is_none_or(|s| s.health.get(&l4_health_name(service), addr).is_up()));
+        let health: gatehouse_l4_io::HealthFn = Arc::new(move |service, addr| {
+            weak.upgrade().is_none_or(|s| s.health.get(&l4_health_name(service), addr).is_up())
+        });
         let rt = gatehouse_l4_io::L4Runtime::start(l4, health, fallback)?;
         tracing::info!(services = l4.services.len(), backend = rt.backend, "L4 plane started");
         let _ = self.l4.set(rt);
@@ -171,7 +175,12 @@ fn entry_versions<T: PartialEq>(
     }
 }
 
-fn resource_versions(old: &Config, new: &Config, version: u64, prev: &HashMap<(&'static str, String), u64>) -> HashMap<(&'static str, String), u64> {
+fn resource_versions(
+    old: &Config,
+    new: &Config,
+    version: u64,
+    prev: &HashMap<(&'static str, String), u64>,
+) -> HashMap<(&'static str, String), u64> {
     let mut out = HashMap::new();
     entry_versions("routes", &old.routes, &new.routes, |r| &r.name, version, prev, &mut out);
     entry_versions("upstreams", &old.upstreams, &new.upstreams, |u| &u.name, version, prev, &mut out);
@@ -243,14 +252,14 @@ impl Shared {
             control.local = doc.clone();
         }
         control.doc = doc;
-        let keep: Vec<(String, SocketAddr)> = snap
-            .upstreams
-            .iter()
-            .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
-            .chain(snap.config.l4.iter().flat_map(|l| &l.services).flat_map(|s| {
-                s.real_servers.iter().filter_map(|r| r.address).map(|a| (l4_health_name(&s.name), a))
-            }))
-            .collect();
+        let keep: Vec<(String, SocketAddr)> =
+            snap.upstreams
+                .iter()
+                .flat_map(|u| u.pool.endpoints.iter().map(move |e| (u.name.to_string(), e.addr)))
+                .chain(snap.config.l4.iter().flat_map(|l| &l.services).flat_map(|s| {
+                    s.real_servers.iter().filter_map(|r| r.address).map(|a| (l4_health_name(&s.name), a))
+                }))
+                .collect();
         control.checks.reconcile(self.health_checks(&snap));
         if let (Some(rt), Some(l4)) = (self.l4.get(), snap.config.l4.as_ref()) {
             rt.update(l4);
@@ -310,7 +319,9 @@ impl Shared {
             endpoints: snap
                 .upstreams
                 .iter()
-                .flat_map(|u| u.pool.endpoints.iter().map(move |e| (&*u.name, e.addr, e.health.is_up(), e.health.in_flight())))
+                .flat_map(|u| {
+                    u.pool.endpoints.iter().map(move |e| (&*u.name, e.addr, e.health.is_up(), e.health.in_flight()))
+                })
                 .collect(),
             certificates: snap.certificates.iter().map(|(n, t)| (n.as_str(), *t)).collect(),
             store: self.store.as_ref().map(|s| {
@@ -390,7 +401,11 @@ pub fn load_snapshot(
 fn read_document(path: &Path) -> Result<Node, ConfigErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
         file: path.to_path_buf(),
-        errors: vec![gatehouse_config::FieldError { path: String::new(), message: format!("cannot read: {e}"), line: None }],
+        errors: vec![gatehouse_config::FieldError {
+            path: String::new(),
+            message: format!("cannot read: {e}"),
+            line: None,
+        }],
     })?;
     gatehouse_config::parse_document(&text, path)
 }
@@ -433,8 +448,12 @@ pub fn check(path: &Path) -> Result<(), ConfigErrors> {
 /// Starts the admin listener (from the `admin` crate, which the binary wires
 /// in) on the socket bound here (or handed over), and returns the server to
 /// run on the control thread.
-pub type AdminStart =
-    Box<dyn FnOnce(Arc<Shared>, std::net::TcpListener) -> Result<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>, String>>;
+pub type AdminStart = Box<
+    dyn FnOnce(
+        Arc<Shared>,
+        std::net::TcpListener,
+    ) -> Result<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>, String>,
+>;
 
 /// `gatehouse run`: starts workers and runs the control loop until SIGTERM
 /// or SIGINT.
@@ -445,7 +464,8 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         .map_err(|e| format!("cannot start the control runtime: {e}"))?;
     // Signal handlers go in before any socket is bound: a SIGHUP sent as
     // soon as the port answers must reload, not kill the process.
-    let signals = rt.block_on(async { Signals::install() }).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let signals =
+        rt.block_on(async { Signals::install() }).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let limiters = RateLimiters::default();
     // The file is read and decoded once; the worker count it sets is fixed
     // for the life of the process and sizes the per-worker counter tables
@@ -522,7 +542,10 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
         None => None,
     };
     if let Some(left) = inherited.as_ref().map(Inherited::leftover).filter(|n| *n > 0) {
-        tracing::warn!(sockets = left, "sockets handed over but not in this config (or beyond this worker count) are closed");
+        tracing::warn!(
+            sockets = left,
+            "sockets handed over but not in this config (or beyond this worker count) are closed"
+        );
     }
     drop(inherited);
     for l in &snap.listeners {
@@ -589,7 +612,8 @@ pub fn run(path: &Path, admin: Option<AdminStart>, takeover: bool) -> Result<(),
                 None => resource_versions(&cfg, &cfg, 1, &HashMap::new()),
             };
         }
-        let _store_sync = shared.store.clone().map(|etcd| AbortOnDrop(tokio::spawn(crate::store::run(shared.clone(), etcd))));
+        let _store_sync =
+            shared.store.clone().map(|etcd| AbortOnDrop(tokio::spawn(crate::store::run(shared.clone(), etcd))));
         // Only now, with every worker accepting, may the old process stop.
         if let Some(ready) = ready {
             if let Err(e) = crate::handover::ready(ready) {
@@ -917,7 +941,8 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
             // arrived together into one recvfrom. Reads larger than the buffer
             // (bulk request bodies) bypass it.
             let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream);
-            let accepted = tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)).await;
+            let accepted =
+                tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)).await;
             let tls_stream = match accepted {
                 Ok(Ok(s)) => s,
                 Ok(Err(_)) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Failed),
@@ -953,9 +978,15 @@ where
     let (client, prefix) = if alpn_h2 == Some(true) {
         (client, bytes::Bytes::new())
     } else {
-        let served =
-            crate::h1server::serve(client, state.clone(), http.max_header_bytes, http.max_headers, &mut drain, DRAIN_IDLE_GRACE)
-                .await;
+        let served = crate::h1server::serve(
+            client,
+            state.clone(),
+            http.max_header_bytes,
+            http.max_headers,
+            &mut drain,
+            DRAIN_IDLE_GRACE,
+        )
+        .await;
         match served {
             Served::Closed => return,
             Served::Handover(client, prefix) => (client, prefix),

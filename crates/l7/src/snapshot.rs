@@ -114,7 +114,11 @@ impl Snapshot {
         let mut upstreams = Vec::new();
         for (i, u) in cfg.upstreams.iter().enumerate() {
             match UpstreamPool::build(u, cx.health) {
-                Ok(pool) => upstreams.push(CompiledUpstream { name: u.name.as_str().into(), pool, metrics: cx.metrics.upstream(&u.name) }),
+                Ok(pool) => upstreams.push(CompiledUpstream {
+                    name: u.name.as_str().into(),
+                    pool,
+                    metrics: cx.metrics.upstream(&u.name),
+                }),
                 Err(e) => errors.push(field_error(format!("upstreams[{i}]"), e)),
             }
         }
@@ -132,10 +136,7 @@ impl Snapshot {
                 }
             } else {
                 let Some(pool) = r.upstream.as_deref().and_then(pool_index) else { continue };
-                let canary = r
-                    .canary
-                    .as_ref()
-                    .and_then(|c| pool_index(&c.upstream).map(|p| CanarySplit::new(c, p)));
+                let canary = r.canary.as_ref().and_then(|c| pool_index(&c.upstream).map(|p| CanarySplit::new(c, p)));
                 Action::Proxy { pool, canary }
             };
             routes.push(CompiledRoute {
@@ -151,7 +152,16 @@ impl Snapshot {
         }
         let router = Router::build(&cfg.routes, &|name| cfg.listeners.iter().position(|l| l.name == name));
         let certificates = certs.iter().map(|c| (c.name.clone(), c.not_after)).collect();
-        Ok(Snapshot { version, http: cfg.http.clone(), config: Arc::new(cfg), listeners, router, routes, upstreams, certificates })
+        Ok(Snapshot {
+            version,
+            http: cfg.http.clone(),
+            config: Arc::new(cfg),
+            listeners,
+            router,
+            routes,
+            upstreams,
+            certificates,
+        })
     }
 
     pub fn listener_index(&self, name: &str) -> Option<usize> {

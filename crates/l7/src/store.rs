@@ -119,7 +119,9 @@ impl Etcd {
         let mut h = lock(&self.health);
         if h.connected != connected || (error.is_some() && h.last_error != error) {
             match &error {
-                Some(e) => tracing::warn!(endpoints = ?self.cfg.endpoints, "etcd unreachable, serving the last good config: {e}"),
+                Some(e) => {
+                    tracing::warn!(endpoints = ?self.cfg.endpoints, "etcd unreachable, serving the last good config: {e}")
+                }
                 None => tracing::info!(endpoints = ?self.cfg.endpoints, "etcd connected"),
             }
         }
@@ -159,10 +161,11 @@ impl Etcd {
     pub async fn read_all(&self) -> Result<Mirror, String> {
         let mut client = self.client().await?;
         let prefix = format!("{}/", self.cfg.prefix);
-        let resp = tokio::time::timeout(self.cfg.timeout, client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())))
-            .await
-            .map_err(|_| format!("no answer within {:?}", self.cfg.timeout))?
-            .map_err(|e| e.to_string())?;
+        let resp =
+            tokio::time::timeout(self.cfg.timeout, client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())))
+                .await
+                .map_err(|_| format!("no answer within {:?}", self.cfg.timeout))?
+                .map_err(|e| e.to_string())?;
         let mut m = Mirror { revision: resp.header().map_or(0, |h| h.revision()), ..Mirror::default() };
         for kv in resp.kvs() {
             if let Some((k, v)) = self.entry(kv.key_str().unwrap_or(""), kv.value()) {
@@ -306,7 +309,10 @@ async fn follow(shared: &Shared, etcd: &Etcd) -> Result<(), String> {
             return Err("the watch ended".into());
         };
         if resp.compact_revision() > 0 {
-            tracing::warn!(compacted = resp.compact_revision(), "etcd compacted past the watch; reading everything again");
+            tracing::warn!(
+                compacted = resp.compact_revision(),
+                "etcd compacted past the watch; reading everything again"
+            );
             return Ok(());
         }
         if resp.canceled() {
@@ -355,7 +361,10 @@ mod tests {
         .expect("parses");
         let mut m = Mirror { revision: 9, ..Mirror::default() };
         m.entries.insert("routes/b".into(), (serde_json::json!({ "upstream": "u" }), 7));
-        m.entries.insert("routes/a".into(), (serde_json::json!({ "name": "ignored", "direct_response": { "status": 204 } }), 8));
+        m.entries.insert(
+            "routes/a".into(),
+            (serde_json::json!({ "name": "ignored", "direct_response": { "status": 204 } }), 8),
+        );
         m.entries.insert("upstreams/u".into(), (serde_json::json!({ "endpoints": ["127.0.0.1:2"] }), 5));
         let merged = m.merged_into(&local).expect("merged");
         let names: Vec<_> = doc::list(&merged, "routes").iter().filter_map(doc::name_of).collect();

@@ -65,7 +65,10 @@ pub fn load_certificates(
                     continue; // made at start-up; nothing to check yet
                 }
                 if let Err(e) = write_self_signed(&c.sni, &cert_file, &key_file) {
-                    errors.push((path("self_signed"), format!("cannot create a self-signed certificate in {}: {e}", data_dir.display())));
+                    errors.push((
+                        path("self_signed"),
+                        format!("cannot create a self-signed certificate in {}: {e}", data_dir.display()),
+                    ));
                     continue;
                 }
             }
@@ -89,7 +92,15 @@ pub fn load_certificates(
                     }
                 };
                 let not_after = chain.first().map_or(0, |leaf| unix_seconds(leaf.not_after()));
-                out.push(LoadedCert { name: c.name.clone(), chain, key, sni: c.sni.clone(), is_ecdsa, not_after, provider });
+                out.push(LoadedCert {
+                    name: c.name.clone(),
+                    chain,
+                    key,
+                    sni: c.sni.clone(),
+                    is_ecdsa,
+                    not_after,
+                    provider,
+                });
             }
             Err((field, msg)) => errors.push((path(field), msg)),
         }
@@ -191,7 +202,10 @@ fn load_pair(cert_src: &Pem, key_src: &Pem) -> Result<(Vec<X509>, PKey<Private>)
         .map_err(|_| ("key", format!("{} holds no PEM private key", key_src.describe())))?;
     let matches = chain[0].public_key().map(|pk| pk.public_eq(&key)).unwrap_or(false);
     if !matches {
-        return Err(("key", format!("{} does not belong to the certificate in {}", key_src.describe(), cert_src.describe())));
+        return Err((
+            "key",
+            format!("{} does not belong to the certificate in {}", key_src.describe(), cert_src.describe()),
+        ));
     }
     Ok((chain, key))
 }
@@ -435,7 +449,8 @@ fn client_accepts_ecdsa(hello: &ClientHello<'_>) -> bool {
 }
 
 fn offers_ecdsa_suite(ciphers: &[u8]) -> bool {
-    const ECDSA_SUITES: [[u8; 2]; 6] = [[0xc0, 0x2b], [0xc0, 0x2c], [0xcc, 0xa9], [0xc0, 0x09], [0xc0, 0x0a], [0xc0, 0x23]];
+    const ECDSA_SUITES: [[u8; 2]; 6] =
+        [[0xc0, 0x2b], [0xc0, 0x2c], [0xcc, 0xa9], [0xc0, 0x09], [0xc0, 0x0a], [0xc0, 0x23]];
     ciphers.chunks_exact(2).any(|c| ECDSA_SUITES.iter().any(|s| s == c))
 }
 

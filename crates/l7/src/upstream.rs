@@ -64,7 +64,9 @@ impl Backends for View<'_> {
         self.pool.endpoints[i].weight
     }
     fn available(&self, i: usize) -> bool {
-        Some(i) != self.exclude && self.pool.endpoints[i].weight > 0 && self.pool.endpoints[i].health.available(self.now)
+        Some(i) != self.exclude
+            && self.pool.endpoints[i].weight > 0
+            && self.pool.endpoints[i].health.available(self.now)
     }
     fn load(&self, i: usize) -> u64 {
         self.pool.endpoints[i].health.in_flight()
@@ -283,7 +285,11 @@ pub fn connect(
     Box::pin(connect_unboxed(addr, timeout, protocol))
 }
 
-async fn connect_unboxed(addr: SocketAddr, timeout: Duration, protocol: UpstreamProtocol) -> Result<Sender, ConnectError> {
+async fn connect_unboxed(
+    addr: SocketAddr,
+    timeout: Duration,
+    protocol: UpstreamProtocol,
+) -> Result<Sender, ConnectError> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Err(_) => return Err(ConnectError::Timeout),
         Ok(Err(e)) => return Err(ConnectError::Failed(e)),
@@ -318,7 +324,10 @@ mod tests {
             endpoints: weights
                 .iter()
                 .enumerate()
-                .map(|(i, &w)| Endpoint { address: Some(SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16))), weight: w })
+                .map(|(i, &w)| Endpoint {
+                    address: Some(SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16))),
+                    weight: w,
+                })
                 .collect(),
             ..Default::default()
         }

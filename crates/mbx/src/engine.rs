@@ -9,8 +9,7 @@ use zeroize::Zeroize;
 
 use crate::bn::{limbs_to_be, window};
 use crate::ifma::{
-    LANES, V, add_2m_sub, add_low, amm, eq_mask, from_lanes, mod_exp, mul_wide, one, pack, redc,
-    sub_cond, unpack, wipe,
+    LANES, V, add_2m_sub, add_low, amm, eq_mask, from_lanes, mod_exp, mul_wide, one, pack, redc, sub_cond, unpack, wipe,
 };
 use crate::rsa::{KeyClass, Prime, RsaKey};
 
@@ -160,4 +159,3 @@ fn exp_half<const N: usize, const W: usize, const T: usize>(
     wipe(&mut one_r);
     x
 }
-

@@ -331,9 +331,7 @@ pub(crate) fn mod_exp<const N: usize, const W: usize, const T: usize>(
 /// Packs per-lane limb arrays into limb-major vectors.
 #[inline]
 pub(crate) fn pack<const N: usize>(lanes: [&[u64]; LANES]) -> [V; N] {
-    core::array::from_fn(|i| {
-        from_lanes(core::array::from_fn(|l| lanes[l].get(i).copied().unwrap_or(0)))
-    })
+    core::array::from_fn(|i| from_lanes(core::array::from_fn(|l| lanes[l].get(i).copied().unwrap_or(0))))
 }
 
 /// The per-lane limbs of `a`, written into `out[lane]`.

@@ -254,10 +254,7 @@ pub fn private_batch(ops: &mut [Op<'_>]) -> Vec<Result<(), OpError>> {
 /// [`private_batch`] with a fault injected into one lane's result before the
 /// public-key check, to test that the check catches it.
 #[doc(hidden)]
-pub fn private_batch_with_fault(
-    ops: &mut [Op<'_>],
-    fault: Option<Fault>,
-) -> Vec<Result<(), OpError>> {
+pub fn private_batch_with_fault(ops: &mut [Op<'_>], fault: Option<Fault>) -> Vec<Result<(), OpError>> {
     let mut results: Vec<Result<(), OpError>> = Vec::with_capacity(ops.len());
     let Some(class) = ops.first().map(|op| op.key.class) else {
         return results;

@@ -5,15 +5,16 @@ use boring::bn::BigNum;
 use boring::pkey::Private;
 use boring::rsa::{Padding, Rsa};
 
-use crate::{BATCH, Components, Fault, KeyError, Op, OpError, RsaKey, available, private_batch, private_batch_with_fault};
+use crate::{
+    BATCH, Components, Fault, KeyError, Op, OpError, RsaKey, available, private_batch, private_batch_with_fault,
+};
 
 fn prepare(rsa: &Rsa<Private>) -> RsaKey {
     let part = |b: Option<&boring::bn::BigNumRef>| b.expect("CRT part").to_vec();
     let (p, q) = (part(rsa.p()), part(rsa.q()));
     let (dp, dq, qinv) = (part(rsa.dmp1()), part(rsa.dmq1()), part(rsa.iqmp()));
     let (n, e) = (rsa.n().to_vec(), rsa.e().to_vec());
-    RsaKey::new(&Components { n: &n, e: &e, p: &p, q: &q, dp: &dp, dq: &dq, qinv: &qinv })
-        .expect("key prepares")
+    RsaKey::new(&Components { n: &n, e: &e, p: &p, q: &q, dp: &dp, dq: &dq, qinv: &qinv }).expect("key prepares")
 }
 
 /// A random value below n, sometimes with leading zero bytes or tiny.
