@@ -10,11 +10,12 @@
 //! its `ETag`; a write with `If-Match` naming another version gets 409.
 
 use gatehouse_config::doc;
-use gatehouse_l7::server::{ApplyError, Control, Shared};
+use gatehouse_node::store::WriteError;
+use gatehouse_node::{Change, Expect, Node};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::{Body, error, json_response};
 
@@ -33,37 +34,15 @@ fn entry_json(kind: &str, name: &str, value: Value, version: u64) -> Value {
 }
 
 /// What `If-Match` asks for.
-enum Precondition {
-    None,
-    Any,
-    Version(u64),
-}
-
-fn precondition(req: &Request<Incoming>) -> Result<Precondition, Response<Body>> {
-    let Some(v) = req.headers().get(header::IF_MATCH) else { return Ok(Precondition::None) };
+fn precondition(req: &Request<Incoming>) -> Result<Expect, Response<Body>> {
+    let Some(v) = req.headers().get(header::IF_MATCH) else { return Ok(Expect::Nothing) };
     let text = v.to_str().unwrap_or("").trim();
     if text == "*" {
-        return Ok(Precondition::Any);
+        return Ok(Expect::Exists);
     }
-    text.trim_start_matches("W/").trim_matches('"').parse::<u64>().map(Precondition::Version).map_err(|_| {
+    text.trim_start_matches("W/").trim_matches('"').parse::<u64>().map(Expect::Version).map_err(|_| {
         error(StatusCode::BAD_REQUEST, format!("If-Match: expected a version such as \"7\" or *, found {text:?}"))
     })
-}
-
-/// 409 unless the precondition holds for a resource at `current`.
-fn check_version(pre: &Precondition, current: Option<u64>, what: &str) -> Result<(), Response<Body>> {
-    match (pre, current) {
-        (Precondition::None, _) | (Precondition::Any, Some(_)) => Ok(()),
-        (Precondition::Version(want), Some(have)) if *want == have => Ok(()),
-        (Precondition::Any, None) => Err(error(StatusCode::CONFLICT, format!("{what} does not exist (If-Match: *)"))),
-        (Precondition::Version(want), Some(have)) => Err(error(
-            StatusCode::CONFLICT,
-            format!("{what} is at version {have}, not {want} (If-Match): read it again and retry"),
-        )),
-        (Precondition::Version(want), None) => {
-            Err(error(StatusCode::CONFLICT, format!("{what} does not exist, not at version {want} (If-Match)")))
-        }
-    }
 }
 
 async fn read_json(req: Request<Incoming>) -> Result<Value, Response<Body>> {
@@ -75,11 +54,12 @@ async fn read_json(req: Request<Incoming>) -> Result<Value, Response<Body>> {
     serde_json::from_slice(&body).map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")))
 }
 
-/// 400 with every error's path; `kind[index]` also as a path inside the
-/// resource written, when the error lies there.
-fn invalid(e: &ApplyError, within: Option<(&str, usize)>) -> Response<Body> {
+/// A refused write as the API answers it: 400 with every error's path
+/// (and, for an error inside the resource written, its path there as
+/// `field`), 404, 409, 503 or 500.
+fn refused(e: WriteError) -> Response<Body> {
     match e {
-        ApplyError::Invalid(errors) => {
+        WriteError::Invalid { errors, within } => {
             let prefix = within.map(|(kind, i)| format!("{kind}[{i}]"));
             let list: Vec<Value> = errors
                 .errors
@@ -98,84 +78,53 @@ fn invalid(e: &ApplyError, within: Option<(&str, usize)>) -> Response<Body> {
                 &json!({ "error_msg": format!("invalid configuration: {first}"), "errors": list }),
             )
         }
-        ApplyError::Store(msg) => error(StatusCode::INTERNAL_SERVER_ERROR, msg.clone()),
-    }
-}
-
-/// RFC 7396 JSON merge patch.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    if let Value::Object(t) = target {
-        for (k, v) in p {
-            if v.is_null() {
-                t.shift_remove(k);
-            } else {
-                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
-}
-
-/// The stored form of a resource: `name` (from the path) first, then the
-/// fields as sent. A `name` field that differs from the path is refused.
-fn named_entry(what: &str, name: &str, value: Value) -> Result<Value, Response<Body>> {
-    let Value::Object(fields) = value else {
-        return Err(error(StatusCode::BAD_REQUEST, format!("{what} must stay a JSON object")));
-    };
-    if let Some(n) = fields.get("name")
-        && n.as_str() != Some(name)
-    {
-        let msg = format!("must be {name:?}, the name in the path");
-        return Err(json_response(
+        WriteError::BadEntry { path: Some(path), message } => json_response(
             StatusCode::BAD_REQUEST,
-            &json!({ "error_msg": format!("name: {msg}"), "errors": [{ "path": "name", "field": "name", "message": msg }] }),
-        ));
+            &json!({
+                "error_msg": format!("{path}: {message}"),
+                "errors": [{ "path": path, "field": path, "message": message }],
+            }),
+        ),
+        WriteError::BadEntry { path: None, message } => error(StatusCode::BAD_REQUEST, message),
+        WriteError::NotFound(m) => error(StatusCode::NOT_FOUND, m),
+        WriteError::Conflict(m) => error(StatusCode::CONFLICT, m),
+        WriteError::Unavailable(m) => error(StatusCode::SERVICE_UNAVAILABLE, m),
+        WriteError::Failed(m) => error(StatusCode::INTERNAL_SERVER_ERROR, m),
     }
-    let mut entry = Map::new();
-    entry.insert("name".into(), Value::from(name));
-    entry.extend(fields.into_iter().filter(|(k, _)| k != "name"));
-    Ok(Value::Object(entry))
 }
 
 /// `/config`: the whole document.
-pub async fn config(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
+pub async fn config(req: Request<Incoming>, node: &Node) -> Response<Body> {
     match *req.method() {
         Method::GET | Method::HEAD => {
-            let control = shared.control();
-            let version = shared.snapshot.load().version;
+            let control = node.control();
+            let version = node.running().version;
             with_etag(
                 json_response(StatusCode::OK, &json!({ "version": version, "value": doc::to_json(&control.doc) })),
                 version,
             )
         }
-        Method::PUT if shared.store.is_some() => {
-            error(StatusCode::CONFLICT, "with store: etcd, change routes, upstreams and certificates one by one")
-        }
         Method::PUT => {
-            let pre = match precondition(&req) {
+            let expect = match precondition(&req) {
                 Ok(p) => p,
                 Err(r) => return r,
             };
+            if !node.store().takes_documents() {
+                return error(
+                    StatusCode::CONFLICT,
+                    "with store: etcd, change routes, upstreams and certificates one by one",
+                );
+            }
             let body = match read_json(req).await {
                 Ok(Value::Object(m)) => Value::Object(m),
                 Ok(_) => return error(StatusCode::BAD_REQUEST, "expected a JSON object: the whole config"),
                 Err(r) => return r,
             };
-            let mut control = shared.control();
-            if let Err(r) = check_version(&pre, Some(shared.snapshot.load().version), "the config") {
-                return r;
-            }
-            match shared.apply(&mut control, doc::from_json(&body), true) {
+            match node.replace_document(doc::from_json(&body), expect).await {
                 Ok(version) => {
                     with_etag(json_response(StatusCode::OK, &json!({ "version": version, "value": body })), version)
                 }
-                Err(e) => invalid(&e, None),
+                Err(e) => refused(e),
             }
         }
         _ => not_allowed("GET, HEAD, PUT"),
@@ -188,22 +137,13 @@ fn not_allowed(allow: &'static str) -> Response<Body> {
     r
 }
 
-fn position(control: &Control, kind: &str, name: &str) -> Option<usize> {
-    doc::list(&control.doc, kind).iter().position(|e| doc::name_of(e) == Some(name))
-}
-
 /// `/{kind}` and `/{kind}/{name}`.
-pub async fn resource(
-    req: Request<Incoming>,
-    shared: &Shared,
-    kind: &'static str,
-    name: Option<String>,
-) -> Response<Body> {
+pub async fn resource(req: Request<Incoming>, node: &Node, kind: &'static str, name: Option<String>) -> Response<Body> {
     let Some(name) = name else {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return not_allowed("GET, HEAD");
         }
-        let control = shared.control();
+        let control = node.control();
         let list: Vec<Value> = doc::list(&control.doc, kind)
             .iter()
             .filter_map(|e| {
@@ -212,196 +152,47 @@ pub async fn resource(
                 Some(entry_json(kind, n, doc::to_json(e), v))
             })
             .collect();
-        let version = shared.snapshot.load().version;
+        let version = node.running().version;
         return with_etag(json_response(StatusCode::OK, &json!({ "total": list.len(), "list": list })), version);
     };
     let what = format!("{kind}/{name}");
-    let pre = match precondition(&req) {
+    let expect = match precondition(&req) {
         Ok(p) => p,
         Err(r) => return r,
     };
-    match *req.method() {
+    let change = match *req.method() {
         Method::GET | Method::HEAD => {
-            let control = shared.control();
-            let Some(i) = position(&control, kind, &name) else {
+            let control = node.control();
+            let Some(entry) = doc::list(&control.doc, kind).iter().find(|e| doc::name_of(e) == Some(&name)) else {
                 return error(StatusCode::NOT_FOUND, format!("no {what}"));
             };
             let v = control.versions.get(&(kind, name.clone())).copied().unwrap_or(0);
-            let value = doc::to_json(&doc::list(&control.doc, kind)[i]);
-            with_etag(json_response(StatusCode::OK, &entry_json(kind, &name, value, v)), v)
+            return with_etag(json_response(StatusCode::OK, &entry_json(kind, &name, doc::to_json(entry), v)), v);
         }
         Method::PUT | Method::PATCH => {
             let patch = req.method() == Method::PATCH;
-            let body = match read_json(req).await {
-                Ok(Value::Object(m)) => m,
+            match read_json(req).await {
+                Ok(Value::Object(fields)) => Change::Put { fields, patch },
                 Ok(_) => {
                     return error(StatusCode::BAD_REQUEST, format!("expected a JSON object: the fields of {what}"));
                 }
                 Err(r) => return r,
-            };
-            if let Some(etcd) = shared.store.clone() {
-                return etcd_write(shared, &etcd, kind, &name, &pre, Some((body, patch))).await;
-            }
-            let mut control = shared.control();
-            let current = control.versions.get(&(kind, name.clone())).copied();
-            let at = position(&control, kind, &name);
-            if let Err(r) = check_version(&pre, at.map(|_| current.unwrap_or(0)), &what) {
-                return r;
-            }
-            let mut value = Value::Object(body);
-            if patch {
-                let Some(i) = at else { return error(StatusCode::NOT_FOUND, format!("no {what} to patch")) };
-                let mut base = doc::to_json(&doc::list(&control.doc, kind)[i]);
-                merge_patch(&mut base, &value);
-                value = base;
-            }
-            let entry = match named_entry(&what, &name, value) {
-                Ok(e) => e,
-                Err(r) => return r,
-            };
-            let mut new_doc = control.doc.clone();
-            let index = match doc::list_mut(&mut new_doc, kind) {
-                Ok(list) => match at {
-                    Some(i) => {
-                        list[i] = doc::from_json(&entry);
-                        i
-                    }
-                    None => {
-                        list.push(doc::from_json(&entry));
-                        list.len() - 1
-                    }
-                },
-                Err(e) => return error(StatusCode::CONFLICT, format!("the running config cannot take {what}: {e}")),
-            };
-            match shared.apply(&mut control, new_doc, true) {
-                Ok(_) => {
-                    let v = control.versions.get(&(kind, name.clone())).copied().unwrap_or(0);
-                    let status = if at.is_some() { StatusCode::OK } else { StatusCode::CREATED };
-                    with_etag(json_response(status, &entry_json(kind, &name, entry, v)), v)
-                }
-                Err(e) => invalid(&e, Some((kind, index))),
             }
         }
-        Method::DELETE => {
-            if let Some(etcd) = shared.store.clone() {
-                return etcd_write(shared, &etcd, kind, &name, &pre, None).await;
-            }
-            let mut control = shared.control();
-            let Some(i) = position(&control, kind, &name) else {
-                return error(StatusCode::NOT_FOUND, format!("no {what}"));
-            };
-            let current = control.versions.get(&(kind, name.clone())).copied().unwrap_or(0);
-            if let Err(r) = check_version(&pre, Some(current), &what) {
-                return r;
-            }
-            let mut new_doc = control.doc.clone();
-            if let Ok(list) = doc::list_mut(&mut new_doc, kind) {
-                list.remove(i);
-            }
-            match shared.apply(&mut control, new_doc, true) {
-                Ok(version) => {
-                    json_response(StatusCode::OK, &json!({ "deleted": format!("/{what}"), "config_version": version }))
-                }
-                Err(e) => invalid(&e, None),
-            }
-        }
-        _ => not_allowed("GET, HEAD, PUT, PATCH, DELETE"),
-    }
-}
-
-/// A write with `store: etcd`: checked against the whole resulting config
-/// here, then a transaction in etcd that holds only if the key's mod revision
-/// is still the one this node knows (409 otherwise: another node changed it),
-/// then applied here at once; other nodes get it through their watch.
-/// `change`: the fields sent and whether they patch, or `None` to delete.
-async fn etcd_write(
-    shared: &Shared,
-    etcd: &gatehouse_l7::store::Etcd,
-    kind: &'static str,
-    name: &str,
-    pre: &Precondition,
-    change: Option<(Map<String, Value>, bool)>,
-) -> Response<Body> {
-    use gatehouse_l7::store::WriteError;
-    let what = format!("{kind}/{name}");
-    let _one_at_a_time = etcd.write_lock.lock().await;
-    let key = format!("{kind}/{name}");
-    let current = etcd.mirror.lock().unwrap_or_else(|e| e.into_inner()).entries.get(&key).cloned();
-    let expected = current.as_ref().map_or(0, |(_, rev)| *rev);
-    if let Err(r) = check_version(pre, current.as_ref().map(|(_, rev)| u64::try_from(*rev).unwrap_or(0)), &what) {
-        return r;
-    }
-    let entry = match change {
-        None => {
-            if current.is_none() {
-                return error(StatusCode::NOT_FOUND, format!("no {what}"));
-            }
-            None
-        }
-        Some((fields, patch)) => {
-            let mut value = Value::Object(fields);
-            if patch {
-                let Some((base, _)) = &current else {
-                    return error(StatusCode::NOT_FOUND, format!("no {what} to patch"));
-                };
-                let mut merged = base.clone();
-                merge_patch(&mut merged, &value);
-                value = merged;
-            }
-            match named_entry(&what, name, value) {
-                Ok(e) => Some(e),
-                Err(r) => return r,
-            }
-        }
+        Method::DELETE => Change::Delete,
+        _ => return not_allowed("GET, HEAD, PUT, PATCH, DELETE"),
     };
-    // The whole resulting config must be valid before anything is written.
-    let (new_doc, index) = {
-        let control = shared.control();
-        let mut new_doc = control.doc.clone();
-        let index = match doc::list_mut(&mut new_doc, kind) {
-            Ok(list) => {
-                let at = list.iter().position(|e| doc::name_of(e) == Some(name));
-                match (&entry, at) {
-                    (Some(e), Some(i)) => {
-                        list[i] = doc::from_json(e);
-                        Some(i)
-                    }
-                    (Some(e), None) => {
-                        list.push(doc::from_json(e));
-                        Some(list.len() - 1)
-                    }
-                    (None, Some(i)) => {
-                        list.remove(i);
-                        None
-                    }
-                    (None, None) => None,
-                }
+    match node.write_resource(kind, &name, change, expect).await {
+        Ok(w) => match w.entry {
+            Some(entry) => {
+                let status = if w.created { StatusCode::CREATED } else { StatusCode::OK };
+                with_etag(json_response(status, &entry_json(kind, &name, entry, w.version)), w.version)
             }
-            Err(e) => return error(StatusCode::CONFLICT, format!("the running config cannot take {what}: {e}")),
-        };
-        (new_doc, index)
-    };
-    if let Err(e) = shared.check_doc(&new_doc) {
-        return invalid(&e, index.map(|i| (kind, i)));
-    }
-    match etcd.write(kind, name, entry.as_ref(), expected).await {
-        Ok(revision) => {
-            gatehouse_l7::store::apply_mirror(shared, etcd);
-            let v = u64::try_from(revision).unwrap_or(0);
-            match entry {
-                Some(e) => {
-                    let status = if current.is_some() { StatusCode::OK } else { StatusCode::CREATED };
-                    with_etag(json_response(status, &entry_json(kind, name, e, v)), v)
-                }
-                None => json_response(StatusCode::OK, &json!({ "deleted": format!("/{what}"), "revision": revision })),
-            }
-        }
-        Err(WriteError::Conflict) => error(
-            StatusCode::CONFLICT,
-            format!("{what} was changed on another node since version {expected}: read it again and retry"),
-        ),
-        Err(WriteError::Unavailable(e)) => {
-            error(StatusCode::SERVICE_UNAVAILABLE, format!("the store cannot take writes now: {e}"))
-        }
+            None => json_response(
+                StatusCode::OK,
+                &json!({ "deleted": format!("/{what}"), node.store().version_name(): w.version }),
+            ),
+        },
+        Err(e) => refused(e),
     }
 }

@@ -19,11 +19,10 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use gatehouse_config::Admin;
-use gatehouse_l7::server::Shared;
+use gatehouse_node::Node;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -38,9 +37,9 @@ pub(crate) type Body = Full<Bytes>;
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 /// Serves the admin API on `std_listener` (bound, or handed over, by the
-/// L7 plane's start-up); returns the server to run on the control runtime.
+/// node's start-up); returns the server to run on the control runtime.
 pub fn start(
-    shared: Arc<Shared>,
+    node: Arc<Node>,
     std_listener: std::net::TcpListener,
 ) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, String> {
     std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -61,11 +60,11 @@ pub fn start(
                     continue;
                 }
             };
-            let shared = shared.clone();
+            let node = node.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
-                    let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(handle(req, peer, &shared).await) }
+                    let node = node.clone();
+                    async move { Ok::<_, Infallible>(handle(req, peer, &node).await) }
                 });
                 let mut b = hyper::server::conn::http1::Builder::new();
                 b.timer(TokioTimer::new()).header_read_timeout(std::time::Duration::from_secs(10));
@@ -112,8 +111,8 @@ fn access(req: &Request<Incoming>, peer: SocketAddr, cfg: &Admin) -> Access {
     }
 }
 
-async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Response<Body> {
-    let cfg = match shared.snapshot.load().config.admin.clone() {
+async fn handle(req: Request<Incoming>, peer: SocketAddr, node: &Node) -> Response<Body> {
+    let cfg = match node.running().config.admin.clone() {
         Some(c) => c,
         None => return error(StatusCode::SERVICE_UNAVAILABLE, "the admin section was removed from the config"),
     };
@@ -147,13 +146,13 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Re
     };
     match path {
         "/metrics" => get_only(&|| {
-            let mut r = Response::new(Full::new(Bytes::from(shared.scrape())));
+            let mut r = Response::new(Full::new(Bytes::from(node.scrape())));
             r.headers_mut()
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
             r
         }),
-        "/status" => get_only(&|| json_response(StatusCode::OK, &status(shared))),
-        "/config" => api::config(req, shared).await,
+        "/status" => get_only(&|| json_response(StatusCode::OK, &node.status())),
+        "/config" => api::config(req, node).await,
         "/openapi.json" => get_only(&|| {
             let mut r = Response::new(Full::new(Bytes::from_static(OPENAPI.as_bytes())));
             r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -164,8 +163,8 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Re
             let kind = parts.next().and_then(|k| gatehouse_config::doc::KINDS.iter().copied().find(|x| *x == k));
             let name = parts.next().map(str::to_string);
             match (kind, name.as_deref()) {
-                (Some(kind), None) => api::resource(req, shared, kind, None).await,
-                (Some(kind), Some(n)) if valid_name(n) => api::resource(req, shared, kind, name).await,
+                (Some(kind), None) => api::resource(req, node, kind, None).await,
+                (Some(kind), Some(n)) if valid_name(n) => api::resource(req, node, kind, name).await,
                 (Some(_), Some(n)) => error(
                     StatusCode::BAD_REQUEST,
                     format!("{n:?}: a name is 1 to 128 letters, digits, '-', '_' or '.'"),
@@ -178,85 +177,4 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: &Shared) -> Re
 
 fn valid_name(n: &str) -> bool {
     !n.is_empty() && n.len() <= 128 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-}
-
-fn unix_seconds(t: SystemTime) -> f64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// `/status`: what is running, in one document.
-fn status(shared: &Shared) -> Value {
-    let snap = shared.snapshot.load();
-    let now = SystemTime::now();
-    let open = shared.metrics.open_connections();
-    let started = shared.metrics.started();
-    let listeners: Vec<Value> = snap
-        .listeners
-        .iter()
-        .map(|l| {
-            json!({
-                "name": &*l.name,
-                "address": l.address.to_string(),
-                "protocol": if l.tls.is_some() { "https" } else { "http" },
-                "connections_open": open.get(&*l.name).copied().unwrap_or(0),
-            })
-        })
-        .collect();
-    let upstreams: Vec<Value> = snap
-        .upstreams
-        .iter()
-        .map(|u| {
-            let endpoints: Vec<Value> = u
-                .pool
-                .endpoints
-                .iter()
-                .map(|e| {
-                    json!({
-                        "address": e.addr.to_string(),
-                        "weight": e.weight,
-                        "healthy": e.health.is_up(),
-                        "in_flight": e.health.in_flight(),
-                    })
-                })
-                .collect();
-            json!({ "name": &*u.name, "endpoints": endpoints })
-        })
-        .collect();
-    let now_s = unix_seconds(now);
-    let certificates: Vec<Value> = snap
-        .certificates
-        .iter()
-        .map(|(name, not_after)| {
-            json!({
-                "name": name,
-                "not_after": not_after,
-                "expires_in_days": ((*not_after as f64 - now_s) / 86_400.0 * 10.0).round() / 10.0,
-            })
-        })
-        .collect();
-    let store = match &shared.store {
-        None => json!({ "type": "file", "path": shared.config_path.display().to_string() }),
-        Some(etcd) => {
-            let h = etcd.health();
-            json!({
-                "type": "etcd",
-                "endpoints": etcd.cfg.endpoints,
-                "prefix": etcd.cfg.prefix,
-                "connected": h.connected,
-                "revision": h.revision,
-                "last_error": h.last_error,
-            })
-        }
-    };
-    json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "store": store,
-        "started": unix_seconds(started).floor(),
-        "uptime_seconds": now.duration_since(started).map_or(0.0, |d| (d.as_secs_f64() * 10.0).round() / 10.0),
-        "workers": shared.metrics.workers(),
-        "config_version": snap.version,
-        "listeners": listeners,
-        "upstreams": upstreams,
-        "certificates": certificates,
-    })
 }

@@ -4,8 +4,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use gatehouse_plane::{Init, Plane, PlaneError};
 
 mod bench_tls;
 
@@ -346,7 +348,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Check { config } => match gatehouse_l7::check(&config) {
+        Command::Check { config } => match gatehouse_node::check(&config, Box::new(planes)) {
             Ok(()) => {
                 println!("{}: configuration is valid", config.display());
                 ExitCode::SUCCESS
@@ -365,10 +367,10 @@ fn main() -> ExitCode {
                 )
                 .init();
             raise_open_files_limit();
-            match gatehouse_l7::run(&config, Some(Box::new(gatehouse_admin::start)), takeover) {
+            match gatehouse_node::run(&config, takeover, Box::new(planes), Some(Box::new(gatehouse_admin::start))) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    for line in e.lines() {
+                    for line in e.to_string().lines() {
                         tracing::error!("{line}");
                     }
                     ExitCode::FAILURE
@@ -376,6 +378,11 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The planes of this binary, peers under the node.
+fn planes(init: &Init<'_>) -> Result<Vec<Arc<dyn Plane>>, PlaneError> {
+    Ok(vec![Arc::new(gatehouse_l7::L7::new(init)?), Arc::new(gatehouse_l4_io::L4::new(init))])
 }
 
 /// Raises the soft limit on open files to the hard limit, as HAProxy does

@@ -11,8 +11,10 @@ pub mod bpf_run;
 pub mod nexthop;
 pub mod packet_socket;
 pub mod runtime;
+pub mod service;
 pub mod steer;
 pub mod wire;
 pub mod xsk;
 
 pub use runtime::{HealthFn, L4Runtime, WorkerStats};
+pub use service::L4;

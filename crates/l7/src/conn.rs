@@ -32,7 +32,7 @@ use tokio::time::{Instant, Sleep};
 use crate::accesslog::{LogRecord, reason};
 use crate::deadline::{expired, set_deadline};
 use crate::h1::response_status;
-use crate::server::Worker;
+use crate::worker::Worker;
 
 /// Flags the head scanner raises for the next request.
 pub const FLAG_CL_AND_TE: u8 = 1;

@@ -1,10 +1,10 @@
-//! The L7 plane: listeners, TLS termination, HTTP routing, upstream pools,
-//! health checks and per-route filters.
+//! The L7 plane: listeners, TLS termination, HTTP routing, upstream pools
+//! and per-route filters, run under the node as [`L7`].
 //!
 //! Data flow: accept (worker's SO_REUSEPORT socket) → TLS (SNI picks a
-//! certificate) → HTTP (hyper) → route → filters (ACL, rate limit, canary)
-//! → balancer → pooled upstream connection → response streamed back →
-//! access log line.
+//! certificate) → HTTP (Gatehouse's HTTP/1 server, or hyper) → route →
+//! filters (ACL, rate limit, canary) → balancer → pooled upstream
+//! connection → response streamed back → access log line.
 
 pub mod accesslog;
 pub mod body;
@@ -14,15 +14,13 @@ pub mod filters;
 pub mod h1;
 pub mod h1client;
 pub mod h1server;
-pub mod handover;
-pub mod health;
 pub mod metrics;
+pub mod plane;
 pub mod proxy;
 pub mod router;
-pub mod server;
 pub mod snapshot;
-pub mod store;
 pub mod tls;
 pub mod upstream;
+pub mod worker;
 
-pub use server::{check, run};
+pub use plane::L7;

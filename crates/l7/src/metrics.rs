@@ -9,10 +9,11 @@
 //! carry across reloads and vanish when their object leaves the config.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use gatehouse_plane::metrics::Exposition;
 
 /// Upper bounds (seconds) of the latency histogram buckets; then +Inf.
 pub const LATENCY_BUCKETS: [f64; 14] =
@@ -188,18 +189,9 @@ pub struct OpenSlot {
     closed: AtomicU64,
 }
 
-/// Config reloads, whatever triggered them.
-#[derive(Default)]
-struct Reloads {
-    ok: AtomicU64,
-    failed: AtomicU64,
-    last_ok_unix_ms: AtomicU64,
-}
-
 /// The registry: every per-worker table, by name.
 pub struct Metrics {
     workers: usize,
-    started: SystemTime,
     routes: Mutex<BTreeMap<String, Arc<RouteMetrics>>>,
     upstreams: Mutex<BTreeMap<String, Arc<UpstreamMetrics>>>,
     listeners: Mutex<BTreeMap<String, Arc<ListenerMetrics>>>,
@@ -208,11 +200,6 @@ pub struct Metrics {
     /// Client connections opened and closed, all listeners (kept across
     /// reloads, unlike the per-listener tables): what the drain waits on.
     connections: PerWorker<OpenSlot>,
-    reloads: Reloads,
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn table<T: Default>(
@@ -230,27 +217,14 @@ fn keep_only<T>(map: &Mutex<BTreeMap<String, Arc<PerWorker<T>>>>, names: &[&str]
 
 impl Metrics {
     pub fn new(workers: usize) -> Metrics {
-        let started = SystemTime::now();
-        let reloads = Reloads::default();
-        reloads.last_ok_unix_ms.store(unix_ms(started), Relaxed);
         Metrics {
             workers: workers.max(1),
-            started,
             routes: Mutex::default(),
             upstreams: Mutex::default(),
             listeners: Mutex::default(),
             unrouted: RouteMetrics::new(workers),
             connections: PerWorker::new(workers),
-            reloads,
         }
-    }
-
-    pub fn workers(&self) -> usize {
-        self.workers
-    }
-
-    pub fn started(&self) -> SystemTime {
-        self.started
     }
 
     pub fn route(&self, name: &str) -> Arc<RouteMetrics> {
@@ -270,15 +244,6 @@ impl Metrics {
         keep_only(&self.routes, routes);
         keep_only(&self.upstreams, upstreams);
         keep_only(&self.listeners, listeners);
-    }
-
-    pub fn reloaded(&self, ok: bool) {
-        if ok {
-            self.reloads.ok.fetch_add(1, Relaxed);
-            self.reloads.last_ok_unix_ms.store(unix_ms(SystemTime::now()), Relaxed);
-        } else {
-            self.reloads.failed.fetch_add(1, Relaxed);
-        }
     }
 
     pub fn connection_opened(&self, worker: usize) {
@@ -312,77 +277,13 @@ impl Metrics {
     }
 }
 
-/// Escapes a label value (backslash, double quote, newline).
-fn label(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// What the scrape needs besides the registry, read from the live snapshot
 /// and the other subsystems by the caller.
 pub struct ScrapeInput<'a> {
-    pub config_version: u64,
     /// (upstream, endpoint, up, in flight)
     pub endpoints: Vec<(&'a str, std::net::SocketAddr, bool, u64)>,
     /// (certificate name, not-after as Unix seconds)
     pub certificates: Vec<(&'a str, i64)>,
-    /// With the etcd store: (connected, revision).
-    pub store: Option<(bool, i64)>,
-    /// With the L4 plane running.
-    pub l4: Option<L4Scrape>,
-}
-
-/// The L4 plane's figures: every worker's counters, and the services'
-/// names and real servers (with health) in counter order.
-pub struct L4Scrape {
-    pub workers: Vec<gatehouse_l4_io::WorkerStats>,
-    pub services: Vec<(String, Vec<(std::net::SocketAddr, bool)>)>,
-}
-
-struct Out {
-    text: String,
-}
-
-impl Out {
-    fn header(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
-        self.text.push_str(name);
-        if !labels.is_empty() {
-            self.text.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.text.push(',');
-                }
-                let _ = write!(self.text, "{k}=\"{}\"", label(v));
-            }
-            self.text.push('}');
-        }
-        let _ = writeln!(self.text, " {value}");
-    }
-
-    /// A histogram's `_bucket` (cumulative), `_sum` and `_count` lines.
-    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], bounds: &[String], buckets: &[u64], sum_seconds: f64) {
-        let mut cumulative = 0;
-        for (bound, n) in bounds.iter().map(String::as_str).chain(["+Inf"]).zip(buckets) {
-            cumulative += n;
-            let mut l = labels.to_vec();
-            l.push(("le", bound));
-            self.sample(&format!("{name}_bucket"), &l, cumulative);
-        }
-        self.sample(&format!("{name}_sum"), labels, sum_seconds);
-        self.sample(&format!("{name}_count"), labels, cumulative);
-    }
 }
 
 fn latency_bounds() -> Vec<String> {
@@ -390,17 +291,9 @@ fn latency_bounds() -> Vec<String> {
 }
 
 impl Metrics {
-    /// The whole exposition.
-    pub fn render(&self, input: &ScrapeInput<'_>) -> String {
-        let mut o = Out { text: String::with_capacity(16 * 1024) };
+    /// The plane's series.
+    pub fn render(&self, o: &mut Exposition, input: &ScrapeInput<'_>) {
         let bounds = latency_bounds();
-
-        o.header("gatehouse_build_info", "gauge", "Version of the running binary.");
-        o.sample("gatehouse_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
-        o.header("gatehouse_start_time_seconds", "gauge", "When the process started (Unix time).");
-        o.sample("gatehouse_start_time_seconds", &[], unix_ms(self.started) as f64 / 1000.0);
-        o.header("gatehouse_workers", "gauge", "Worker threads.");
-        o.sample("gatehouse_workers", &[], self.workers);
 
         // Requests by route and status class, and their durations.
         let routes: Vec<(String, Arc<RouteMetrics>)> = {
@@ -543,26 +436,6 @@ impl Metrics {
             }
         }
 
-        // Configuration.
-        o.header("gatehouse_config_version", "gauge", "Version of the running configuration.");
-        o.sample("gatehouse_config_version", &[], input.config_version);
-        o.header(
-            "gatehouse_config_reloads_total",
-            "counter",
-            "Configuration changes applied (ok) or refused (failed).",
-        );
-        o.sample("gatehouse_config_reloads_total", &[("result", "ok")], self.reloads.ok.load(Relaxed));
-        o.sample("gatehouse_config_reloads_total", &[("result", "failed")], self.reloads.failed.load(Relaxed));
-        o.header(
-            "gatehouse_config_last_reload_success_timestamp_seconds",
-            "gauge",
-            "When the running configuration was applied (Unix time).",
-        );
-        o.sample(
-            "gatehouse_config_last_reload_success_timestamp_seconds",
-            &[],
-            self.reloads.last_ok_unix_ms.load(Relaxed) as f64 / 1000.0,
-        );
         o.header(
             "gatehouse_certificate_not_after_timestamp_seconds",
             "gauge",
@@ -572,103 +445,12 @@ impl Metrics {
             o.sample("gatehouse_certificate_not_after_timestamp_seconds", &[("certificate", name)], t);
         }
 
-        if let Some((connected, revision)) = input.store {
-            o.header("gatehouse_store_connected", "gauge", "1 while the etcd store is reachable and watched.");
-            o.sample("gatehouse_store_connected", &[], u8::from(connected));
-            o.header("gatehouse_store_revision", "gauge", "The etcd revision this node's config reflects.");
-            o.sample("gatehouse_store_revision", &[], revision);
-        }
-        keyops(&mut o);
-        if let Some(l4) = &input.l4 {
-            render_l4(&mut o, l4);
-        }
-        o.text
-    }
-}
-
-/// A metric: name, type, help, and how to read it from what it is of.
-type Series<'a, T, V> = (&'a str, &'a str, &'a str, &'a dyn Fn(&T) -> V);
-
-fn render_l4(o: &mut Out, l4: &L4Scrape) {
-    use gatehouse_l4::plane::ServiceCounters;
-    let per_service = |f: &dyn Fn(&ServiceCounters) -> u64, i: usize| -> u64 {
-        l4.workers.iter().filter_map(|w| w.counters.services.get(i)).map(f).sum()
-    };
-    let series: [Series<'_, ServiceCounters, u64>; 5] = [
-        ("gatehouse_l4_packets_total", "counter", "Packets from clients to each L4 service.", &|c| c.packets),
-        ("gatehouse_l4_bytes_total", "counter", "Bytes from clients to each L4 service.", &|c| c.bytes),
-        ("gatehouse_l4_sessions_total", "counter", "Sessions created per L4 service.", &|c| c.sessions_total),
-        ("gatehouse_l4_sessions_active", "gauge", "Sessions in the tables per L4 service.", &|c| c.sessions_active),
-        (
-            "gatehouse_l4_resets_total",
-            "counter",
-            "TCP resets sent for sessions of real servers that went down (on_server_down: reset).",
-            &|c| c.resets,
-        ),
-    ];
-    for (name, kind, help, f) in series {
-        o.header(name, kind, help);
-        for (i, (service, _)) in l4.services.iter().enumerate() {
-            o.sample(name, &[("service", service)], per_service(f, i));
-        }
-    }
-    let per_real = |f: fn(&ServiceCounters) -> &[u64], i: usize, j: usize| -> u64 {
-        l4.workers.iter().filter_map(|w| w.counters.services.get(i)).filter_map(|c| f(c).get(j)).sum()
-    };
-    type PerReal = fn(&ServiceCounters) -> &[u64];
-    let reals: [(&str, &str, &str, PerReal); 2] = [
-        ("gatehouse_l4_real_packets_total", "counter", "Packets sent to each real server.", |c| &c.per_real_packets),
-        ("gatehouse_l4_real_sessions_active", "gauge", "Sessions per real server.", |c| &c.per_real_active),
-    ];
-    for (name, kind, help, f) in reals {
-        o.header(name, kind, help);
-        for (i, (service, rs)) in l4.services.iter().enumerate() {
-            for (j, (addr, _)) in rs.iter().enumerate() {
-                o.sample(name, &[("service", service), ("real", &addr.to_string())], per_real(f, i, j));
-            }
-        }
-    }
-    o.header("gatehouse_l4_real_up", "gauge", "1 while a real server passes its health check.");
-    for (service, rs) in &l4.services {
-        for (addr, up) in rs {
-            o.sample("gatehouse_l4_real_up", &[("service", service), ("real", &addr.to_string())], u8::from(*up));
-        }
-    }
-    o.header("gatehouse_l4_drops_total", "counter", "Packets the L4 plane dropped, by reason.");
-    for d in gatehouse_l4::plane::Drop::all() {
-        let n: u64 = l4.workers.iter().map(|w| w.counters.dropped(d)).sum();
-        o.sample("gatehouse_l4_drops_total", &[("reason", d.name())], n);
-    }
-    let no_neighbour: u64 = l4.workers.iter().map(|w| w.io.no_neighbour).sum();
-    let no_route: u64 = l4.workers.iter().map(|w| w.io.no_route).sum();
-    let tx_full: u64 = l4.workers.iter().map(|w| w.io.tx_full).sum();
-    o.sample("gatehouse_l4_drops_total", &[("reason", "no_neighbour")], no_neighbour);
-    o.sample("gatehouse_l4_drops_total", &[("reason", "no_route")], no_route);
-    o.sample("gatehouse_l4_drops_total", &[("reason", "tx_ring_full")], tx_full);
-    let io: [Series<'_, gatehouse_l4_io::WorkerStats, u64>; 3] = [
-        ("gatehouse_l4_rx_packets_total", "counter", "Frames the L4 plane received, per interface and queue.", &|w| {
-            w.io.rx_packets
-        }),
-        ("gatehouse_l4_tx_packets_total", "counter", "Frames the L4 plane sent, per interface and queue.", &|w| {
-            w.io.tx_packets
-        }),
-        (
-            "gatehouse_l4_answered_total",
-            "counter",
-            "ARP and neighbour-discovery answers sent for owned addresses.",
-            &|w| w.counters.answered,
-        ),
-    ];
-    for (name, kind, help, f) in io {
-        o.header(name, kind, help);
-        for w in &l4.workers {
-            o.sample(name, &[("interface", &w.interface), ("queue", &w.queue.to_string())], f(w));
-        }
+        keyops(o);
     }
 }
 
 /// The private-key batcher's counters (summed over workers by keyops).
-fn keyops(o: &mut Out) {
+fn keyops(o: &mut Exposition) {
     use gatehouse_keyops::stats::{self, DELAY_BUCKETS_US};
     let s = stats::snapshot();
     let keys = ["rsa2048", "rsa3072", "rsa4096"];
@@ -704,13 +486,13 @@ mod tests {
     use super::*;
 
     fn input() -> ScrapeInput<'static> {
-        ScrapeInput {
-            config_version: 3,
-            endpoints: Vec::new(),
-            certificates: vec![("c\"1", 1_900_000_000)],
-            store: None,
-            l4: None,
-        }
+        ScrapeInput { endpoints: Vec::new(), certificates: vec![("c\"1", 1_900_000_000)] }
+    }
+
+    fn render(m: &Metrics) -> String {
+        let mut o = Exposition::default();
+        m.render(&mut o, &input());
+        o.into_text()
     }
 
     #[test]
@@ -721,7 +503,7 @@ mod tests {
         r.record(1, 204, Duration::from_millis(3));
         r.record(1, 503, Duration::from_secs(20));
         m.unrouted.record(0, 404, Duration::from_micros(10));
-        let text = m.render(&input());
+        let text = render(&m);
         assert!(text.contains("gatehouse_http_requests_total{route=\"api\",code=\"2xx\"} 2\n"), "{text}");
         assert!(text.contains("gatehouse_http_requests_total{route=\"api\",code=\"5xx\"} 1\n"));
         assert!(text.contains("gatehouse_http_requests_total{route=\"\",code=\"4xx\"} 1\n"));
@@ -747,7 +529,7 @@ mod tests {
         l.handshake(0, "TLSv1.3", "TLS_AES_128_GCM_SHA256", HandshakeResult::Ok);
         l.handshake(1, "TLSv1.3", "TLS_AES_128_GCM_SHA256", HandshakeResult::Ok);
         l.handshake(1, "-", "-", HandshakeResult::Failed);
-        let text = m.render(&input());
+        let text = render(&m);
         assert!(text.contains("gatehouse_connections_total{listener=\"web\"} 3\n"));
         assert!(text.contains("gatehouse_connections_active{listener=\"web\"} 2\n"));
         assert!(text.contains(
@@ -766,9 +548,9 @@ mod tests {
         let again = m.route("a");
         m.retain(&["a"], &[], &[]);
         again.record(0, 200, Duration::ZERO);
-        assert!(m.render(&input()).contains("route=\"a\",code=\"2xx\"} 2\n"));
+        assert!(render(&m).contains("route=\"a\",code=\"2xx\"} 2\n"));
         m.retain(&[], &[], &[]);
-        assert!(!m.render(&input()).contains("route=\"a\""));
+        assert!(!render(&m).contains("route=\"a\""));
     }
 
     #[test]
@@ -776,7 +558,7 @@ mod tests {
         let m = Metrics::new(1);
         m.route("x").record(0, 200, Duration::from_millis(1));
         m.upstream("u").record(0, Duration::from_millis(1));
-        for line in m.render(&input()).lines() {
+        for line in render(&m).lines() {
             if line.starts_with('#') {
                 assert!(line.starts_with("# HELP gatehouse_") || line.starts_with("# TYPE gatehouse_"), "{line}");
                 continue;

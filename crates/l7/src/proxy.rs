@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
@@ -25,11 +24,11 @@ use crate::h1::{
     KEEP_ALIVE, PROXY_CONNECTION, connection_listed_name, connection_tokens, hop_by_hop_bit,
 };
 use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming, ResponseHead};
-use crate::health::EndpointHealth;
 use crate::router::normalize_host;
-use crate::snapshot::{Action, CompiledUpstream, Snapshot};
+use crate::snapshot::{Action, CompiledUpstream, DirectAnswer, Snapshot};
 use crate::upstream::{ConnectError, KeepIdle, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
 use gatehouse_config::UpstreamProtocol;
+use gatehouse_plane::health::EndpointHealth;
 use hyper::client::conn::http2;
 
 /// Why a request was answered by Gatehouse itself rather than an upstream.
@@ -688,13 +687,6 @@ async fn bridge(client_side: hyper::upgrade::OnUpgrade, upstream: H1Conn) {
         return;
     }
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-}
-
-/// A compiled direct response.
-pub struct DirectAnswer {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Bytes,
 }
 
 impl DirectAnswer {

@@ -13,12 +13,12 @@ use gatehouse_config::{Config, FieldError, HttpSettings, Protocol};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::filters::{Acl, CanarySplit, RateLimiter, RateLimiters};
-use crate::health::{EndpointHealth, HealthRegistry};
 use crate::metrics::{ListenerMetrics, Metrics, RouteMetrics, UpstreamMetrics};
-use crate::proxy::DirectAnswer;
 use crate::router::Router;
-use crate::tls::{ListenerTlsState, build_listener_tls, load_certificates, resolve};
+use crate::tls::{ListenerTlsState, build_listener_tls, load_certificates};
 use crate::upstream::UpstreamPool;
+use gatehouse_plane::health::HealthRegistry;
+use gatehouse_plane::resolve;
 
 pub struct ListenerSnap {
     pub name: Arc<str>,
@@ -26,6 +26,13 @@ pub struct ListenerSnap {
     pub protocol: Protocol,
     pub tls: Option<ListenerTlsState>,
     pub metrics: Arc<ListenerMetrics>,
+}
+
+/// A compiled direct response.
+pub struct DirectAnswer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
 }
 
 pub enum Action {
@@ -81,7 +88,7 @@ fn field_error(path: String, message: String) -> FieldError {
 }
 
 impl Snapshot {
-    pub fn build(cfg: Config, version: u64, cx: &BuildContext<'_>) -> Result<Snapshot, Vec<FieldError>> {
+    pub fn build(cfg: Arc<Config>, version: u64, cx: &BuildContext<'_>) -> Result<Snapshot, Vec<FieldError>> {
         let mut errors = Vec::new();
         let certs = match load_certificates(&cfg.certificates, cx.base_dir, &cx.data_dir(&cfg), cx.generate_certs) {
             Ok(c) => c,
@@ -155,7 +162,7 @@ impl Snapshot {
         Ok(Snapshot {
             version,
             http: cfg.http.clone(),
-            config: Arc::new(cfg),
+            config: cfg,
             listeners,
             router,
             routes,
@@ -164,21 +171,23 @@ impl Snapshot {
         })
     }
 
-    pub fn listener_index(&self, name: &str) -> Option<usize> {
-        self.listeners.iter().position(|l| &*l.name == name)
+    /// No listeners, no routes: what runs before the first config.
+    pub fn empty() -> Snapshot {
+        let config = Arc::new(Config::default());
+        Snapshot {
+            version: 0,
+            http: config.http.clone(),
+            router: Router::build(&[], &|_| None),
+            config,
+            listeners: Vec::new(),
+            routes: Vec::new(),
+            upstreams: Vec::new(),
+            certificates: Vec::new(),
+        }
     }
 
-    /// Every endpoint with an active check, for the health checker.
-    pub fn health_checks(&self) -> Vec<(String, Arc<EndpointHealth>, gatehouse_config::HealthCheck)> {
-        let mut out = Vec::new();
-        for u in &self.upstreams {
-            if let Some(check) = &u.pool.cfg.health_check {
-                for ep in &u.pool.endpoints {
-                    out.push((u.name.to_string(), ep.health.clone(), check.clone()));
-                }
-            }
-        }
-        out
+    pub fn listener_index(&self, name: &str) -> Option<usize> {
+        self.listeners.iter().position(|l| &*l.name == name)
     }
 }
 

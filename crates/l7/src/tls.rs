@@ -152,11 +152,6 @@ fn install_key(b: &mut SslContextBuilder, cert: &LoadedCert) -> Result<(), Strin
     Ok(())
 }
 
-pub fn resolve(base: &Path, p: &str) -> PathBuf {
-    let p = Path::new(p);
-    if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
-}
-
 /// A failed load: the field at fault (`cert` or `key`) and why.
 type LoadError = (&'static str, String);
 
@@ -172,7 +167,7 @@ impl Pem {
         if value.trim_start().starts_with("-----BEGIN") {
             Pem::Inline(value.to_string())
         } else {
-            Pem::File(resolve(base_dir, value))
+            Pem::File(gatehouse_plane::resolve(base_dir, value))
         }
     }
 

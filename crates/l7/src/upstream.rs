@@ -28,7 +28,7 @@ use tokio::net::TcpStream;
 
 use crate::body::BoxError;
 use crate::h1client::H1Conn;
-use crate::health::{EndpointHealth, HealthRegistry, now_ms};
+use gatehouse_plane::health::{EndpointHealth, HealthRegistry, now_ms};
 
 pub struct PoolEndpoint {
     pub addr: SocketAddr,

@@ -12,19 +12,22 @@
 //! meanwhile. Writes through the admin API go to etcd in a transaction that
 //! compares the key's mod revision, so a stale write loses on every node.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 use gatehouse_config::EtcdStore;
 use gatehouse_config::doc;
-use gatehouse_config::yaml::Node;
+use gatehouse_config::yaml::Node as Doc;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::server::Shared;
+use super::{BoxFuture, Committed, Composed, Planned, Store, Versions, WriteError, write_atomically};
+use crate::{Control, Node};
+use gatehouse_plane::metrics::Exposition;
 
 /// Everything under the prefix, as last seen.
 #[derive(Clone, Default, Serialize, Deserialize)]
@@ -37,7 +40,7 @@ pub struct Mirror {
 
 impl Mirror {
     /// `local` with its resource lists replaced by the mirror's, by name.
-    pub fn merged_into(&self, local: &Node) -> Result<Node, String> {
+    pub fn merged_into(&self, local: &Doc) -> Result<Doc, String> {
         let mut out = local.clone();
         for kind in doc::KINDS {
             let list = doc::list_mut(&mut out, kind)?;
@@ -57,8 +60,8 @@ impl Mirror {
     }
 
     /// Each resource's version: its mod revision in etcd (the same on every node).
-    pub fn versions(&self) -> HashMap<(&'static str, String), u64> {
-        let mut out = HashMap::new();
+    pub fn versions(&self) -> Versions {
+        let mut out = Versions::new();
         for (key, (_, rev)) in &self.entries {
             if let Some((kind, name)) = key.split_once('/')
                 && let Some(kind) = doc::KINDS.iter().copied().find(|k| *k == kind)
@@ -79,20 +82,14 @@ pub struct Health {
 }
 
 pub struct Etcd {
-    pub cfg: EtcdStore,
+    cfg: EtcdStore,
     client: tokio::sync::Mutex<Option<Client>>,
-    pub mirror: std::sync::Mutex<Mirror>,
+    mirror: std::sync::Mutex<Mirror>,
+    /// Whether the mirror holds etcd's resources (read from etcd or from the
+    /// cache); until then the config file's own lists stand.
+    loaded: AtomicBool,
     health: std::sync::Mutex<Health>,
-    /// Admin API writes, one at a time per node (etcd orders them across nodes).
-    pub write_lock: tokio::sync::Mutex<()>,
     cache: PathBuf,
-}
-
-/// Why a store write did not happen.
-pub enum WriteError {
-    /// The key changed since the version the write was based on.
-    Conflict,
-    Unavailable(String),
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -105,8 +102,8 @@ impl Etcd {
             cfg,
             client: tokio::sync::Mutex::new(None),
             mirror: std::sync::Mutex::new(Mirror::default()),
+            loaded: AtomicBool::new(false),
             health: std::sync::Mutex::new(Health::default()),
-            write_lock: tokio::sync::Mutex::new(()),
             cache: data_dir.join("etcd-cache.json"),
         }
     }
@@ -203,7 +200,7 @@ impl Etcd {
     fn save_cache(&self, m: &Mirror) {
         match serde_json::to_string(m) {
             Ok(text) => {
-                if let Err(e) = crate::server::write_atomically(&self.cache, &text) {
+                if let Err(e) = write_atomically(&self.cache, &text) {
                     tracing::warn!("cannot write {}: {e}", self.cache.display());
                 }
             }
@@ -213,8 +210,9 @@ impl Etcd {
 
     /// Writes (or with `value` None deletes) one resource if its mod revision
     /// is still `expected` (0: must not exist). Returns the new revision.
-    pub async fn write(&self, kind: &str, name: &str, value: Option<&Value>, expected: i64) -> Result<i64, WriteError> {
-        let mut client = self.client().await.map_err(WriteError::Unavailable)?;
+    async fn write(&self, kind: &str, name: &str, value: Option<&Value>, expected: i64) -> Result<i64, WriteError> {
+        let unavailable = |e: String| WriteError::Unavailable(format!("the store cannot take writes now: {e}"));
+        let mut client = self.client().await.map_err(unavailable)?;
         let key = self.key(kind, name);
         let op = match value {
             Some(v) => TxnOp::put(key.as_str(), v.to_string(), None),
@@ -223,10 +221,12 @@ impl Etcd {
         let txn = Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, expected)]).and_then([op]);
         let resp = tokio::time::timeout(self.cfg.timeout, client.txn(txn))
             .await
-            .map_err(|_| WriteError::Unavailable(format!("etcd: no answer within {:?}", self.cfg.timeout)))?
-            .map_err(|e| WriteError::Unavailable(format!("etcd: {e}")))?;
+            .map_err(|_| unavailable(format!("etcd: no answer within {:?}", self.cfg.timeout)))?
+            .map_err(|e| unavailable(format!("etcd: {e}")))?;
         if !resp.succeeded() {
-            return Err(WriteError::Conflict);
+            return Err(WriteError::Conflict(format!(
+                "{kind}/{name} was changed on another node since version {expected}: read it again and retry"
+            )));
         }
         let revision = resp.header().map_or(0, |h| h.revision());
         let mut m = lock(&self.mirror);
@@ -248,9 +248,10 @@ impl Etcd {
 /// config. A mirror that does not validate (someone wrote a bad value into
 /// etcd directly) is refused like a bad reload: logged, and the running
 /// config stays.
-pub fn apply_mirror(shared: &Shared, etcd: &Etcd) {
+fn apply_mirror(node: &Node, etcd: &Etcd) {
     let mirror = lock(&etcd.mirror).clone();
-    let mut control = shared.control();
+    etcd.loaded.store(true, Ordering::Relaxed);
+    let mut control = node.control();
     let doc = match mirror.merged_into(&control.local) {
         Ok(d) => d,
         Err(e) => return tracing::error!("etcd content cannot be applied: {e}"),
@@ -259,14 +260,14 @@ pub fn apply_mirror(shared: &Shared, etcd: &Etcd) {
         control.versions = mirror.versions();
         return;
     }
-    match shared.apply(&mut control, doc, false) {
+    match node.apply(&mut control, doc, false) {
         Ok(version) => {
             control.versions = mirror.versions();
             etcd.save_cache(&mirror);
             tracing::info!(version, revision = mirror.revision, "configuration updated from etcd");
         }
         Err(e) => {
-            shared.metrics.reloaded(false);
+            node.metrics.reloaded(false);
             for line in e.to_string().lines() {
                 tracing::error!("etcd change refused: {line}");
             }
@@ -275,10 +276,10 @@ pub fn apply_mirror(shared: &Shared, etcd: &Etcd) {
 }
 
 /// Keeps the node in step with etcd for the life of the process.
-pub async fn run(shared: Arc<Shared>, etcd: Arc<Etcd>) {
+async fn run(node: Arc<Node>, etcd: Arc<Etcd>) {
     let mut backoff = Duration::from_millis(200);
     loop {
-        match follow(&shared, &etcd).await {
+        match follow(&node, &etcd).await {
             Ok(()) => backoff = Duration::from_millis(200),
             Err(e) => {
                 etcd.forget_client().await;
@@ -292,12 +293,12 @@ pub async fn run(shared: Arc<Shared>, etcd: Arc<Etcd>) {
 
 /// One full read, then the watch from the next revision until it fails or a
 /// compaction makes a full read necessary again (`Ok`).
-async fn follow(shared: &Shared, etcd: &Etcd) -> Result<(), String> {
+async fn follow(node: &Node, etcd: &Etcd) -> Result<(), String> {
     let fresh = etcd.read_all().await?;
     let from = fresh.revision + 1;
     *lock(&etcd.mirror) = fresh;
     etcd.set_health(true, None);
-    apply_mirror(shared, etcd);
+    apply_mirror(node, etcd);
     let mut client = etcd.client().await?;
     let prefix = format!("{}/", etcd.cfg.prefix);
     let mut stream = client
@@ -345,7 +346,94 @@ async fn follow(shared: &Shared, etcd: &Etcd) -> Result<(), String> {
             }
         }
         etcd.set_health(true, None);
-        apply_mirror(shared, etcd);
+        apply_mirror(node, etcd);
+    }
+}
+
+impl Store for Etcd {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn describe(&self) -> Value {
+        let h = self.health();
+        json!({
+            "type": "etcd",
+            "endpoints": self.cfg.endpoints,
+            "prefix": self.cfg.prefix,
+            "connected": h.connected,
+            "revision": h.revision,
+            "last_error": h.last_error,
+        })
+    }
+
+    fn metrics(&self, o: &mut Exposition) {
+        let h = self.health();
+        o.header("gatehouse_store_connected", "gauge", "1 while the etcd store is reachable and watched.");
+        o.sample("gatehouse_store_connected", &[], u8::from(h.connected));
+        o.header("gatehouse_store_revision", "gauge", "The etcd revision this node's config reflects.");
+        o.sample("gatehouse_store_revision", &[], h.revision);
+    }
+
+    /// Starts from etcd's state; if it cannot be reached, from this node's
+    /// cache of it; else from the file alone until it returns.
+    fn load(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let mirror = match self.read_all().await {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(endpoints = ?self.cfg.endpoints, "etcd unreachable at start-up ({e}); using the cached copy of its resources");
+                    self.load_cache()
+                }
+            };
+            if let Some(m) = mirror {
+                *lock(&self.mirror) = m;
+                self.loaded.store(true, Ordering::Relaxed);
+            }
+        })
+    }
+
+    fn compose(&self, local: &Doc) -> Result<Composed, String> {
+        if !self.loaded.load(Ordering::Relaxed) {
+            return Ok(Composed { doc: local.clone(), versions: None });
+        }
+        let mirror = lock(&self.mirror).clone();
+        Ok(Composed { doc: mirror.merged_into(local)?, versions: Some(mirror.versions()) })
+    }
+
+    fn takes_documents(&self) -> bool {
+        false
+    }
+
+    fn save(&self, _doc: &Doc) -> Result<(), String> {
+        Err("with store: etcd, change routes, upstreams and certificates one by one".into())
+    }
+
+    fn version_name(&self) -> &'static str {
+        "revision"
+    }
+
+    fn current(&self, _control: &Control, kind: &'static str, name: &str) -> Option<(Value, u64)> {
+        let (value, rev) = lock(&self.mirror).entries.get(&format!("{kind}/{name}")).cloned()?;
+        Some((value, u64::try_from(rev).unwrap_or(0)))
+    }
+
+    /// A transaction that holds only if the key's mod revision is still the
+    /// one this node knows (another node may have changed it), then applied
+    /// here at once; other nodes get it through their watch.
+    fn commit<'a>(&'a self, node: &'a Node, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>> {
+        Box::pin(async move {
+            // The whole resulting config must be valid before anything is written.
+            node.check_doc(&plan.doc).map_err(|e| e.into_write_error(plan.index.map(|i| (plan.kind, i))))?;
+            let expected = i64::try_from(plan.expected).unwrap_or(i64::MAX);
+            let revision = self.write(plan.kind, &plan.name, plan.entry.as_ref(), expected).await?;
+            apply_mirror(node, self);
+            Ok(Committed { version: u64::try_from(revision).unwrap_or(0) })
+        })
+    }
+
+    fn follow(self: Arc<Self>, node: Arc<Node>) -> Option<BoxFuture<'static, ()>> {
+        Some(Box::pin(run(node, self)))
     }
 }
 

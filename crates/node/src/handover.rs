@@ -13,7 +13,6 @@
 //! The descriptors arrive as raw numbers; turning them into owned sockets is
 //! the one `unsafe` step, in [`fds`].
 
-use std::collections::HashMap;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
@@ -21,6 +20,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gatehouse_plane::listeners::{Inherited, Registry};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
 
@@ -41,60 +41,6 @@ struct Entry {
 #[derive(Serialize, Deserialize)]
 struct Header {
     sockets: Vec<Entry>,
-}
-
-/// Listening sockets received from the previous process.
-#[derive(Default)]
-pub struct Inherited {
-    sockets: HashMap<(String, SocketAddr, usize), TcpListener>,
-    admin: Option<(SocketAddr, TcpListener)>,
-}
-
-impl Inherited {
-    /// The socket worker `worker` used for listener `name` on `addr`, if the
-    /// previous process had one.
-    pub fn take(&mut self, name: &str, addr: SocketAddr, worker: usize) -> Option<TcpListener> {
-        self.sockets.remove(&(name.to_string(), addr, worker))
-    }
-
-    pub fn take_admin(&mut self, addr: SocketAddr) -> Option<TcpListener> {
-        match self.admin.take() {
-            Some((a, l)) if a == addr => Some(l),
-            other => {
-                self.admin = other;
-                None
-            }
-        }
-    }
-
-    /// Sockets the new config does not use (closed when dropped).
-    pub fn leftover(&self) -> usize {
-        self.sockets.len() + usize::from(self.admin.is_some())
-    }
-}
-
-/// The old process's side: every listening socket this process holds (a
-/// duplicate of each worker's), ready to hand over.
-#[derive(Default)]
-pub struct Registry {
-    sockets: Vec<(Entry, TcpListener)>,
-}
-
-impl Registry {
-    pub fn add(&mut self, name: &str, addr: SocketAddr, worker: usize, socket: &TcpListener) -> std::io::Result<()> {
-        self.sockets.push((Entry { name: name.to_string(), addr, worker }, socket.try_clone()?));
-        Ok(())
-    }
-
-    /// Closes this process's duplicates (draining: the listening sockets must
-    /// close once the workers drop theirs, or handed over already).
-    pub fn clear(&mut self) {
-        self.sockets.clear();
-    }
-
-    pub fn remove(&mut self, name: &str, addr: SocketAddr) {
-        self.sockets.retain(|(e, _)| !(e.name == name && e.addr == addr));
-    }
 }
 
 /// Where a config's control socket lives.
@@ -151,9 +97,9 @@ pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), String> {
         let Some(socket) = sockets.next() else { return Err(fail("answer", &"fewer sockets than named")) };
         socket.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
         if entry.name.is_empty() {
-            inherited.admin = Some((entry.addr, socket));
+            inherited.set_admin(entry.addr, socket);
         } else {
-            inherited.sockets.insert((entry.name, entry.addr, entry.worker), socket);
+            inherited.insert(entry.name, entry.addr, entry.worker, socket);
         }
     }
     Ok((inherited, s))
@@ -181,12 +127,9 @@ pub async fn hand_over(
     // Duplicates, so the registry's lock is not held while sending.
     let mut entries = Vec::new();
     let mut sockets = Vec::new();
-    {
-        let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
-        for (e, s) in &reg.sockets {
-            entries.push(Entry { name: e.name.clone(), addr: e.addr, worker: e.worker });
-            sockets.push(s.try_clone()?);
-        }
+    for ((name, addr, worker), s) in registry.lock().unwrap_or_else(|e| e.into_inner()).duplicates()? {
+        entries.push(Entry { name, addr, worker });
+        sockets.push(s);
     }
     if let Some((addr, l)) = admin {
         entries.push(Entry { name: String::new(), addr, worker: 0 });

@@ -19,8 +19,6 @@ use gatehouse_config::{HealthCheck, HealthCheckKind, PassiveHealth};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::h1::response_status;
-
 /// Milliseconds since the process started: a cheap monotonic clock for
 /// ejection deadlines shared between threads.
 pub fn now_ms() -> u64 {
@@ -199,7 +197,7 @@ pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> 
             }
             n += got;
         }
-        let status = response_status(&buf[..n]).ok_or("not an HTTP response")?;
+        let status = status_code(&buf[..n]).ok_or("not an HTTP response")?;
         if status == check.expect_status {
             Ok(())
         } else {
@@ -210,6 +208,16 @@ pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> 
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     }
+}
+
+/// The status code of the HTTP/1.x status line at the start of `buf`.
+fn status_code(buf: &[u8]) -> Option<u16> {
+    let (minor, rest) = buf.strip_prefix(b"HTTP/1.")?.split_first()?;
+    let digits = rest.strip_prefix(b" ")?.get(..3)?;
+    if !minor.is_ascii_digit() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// Runs the active check of one endpoint until the task is aborted.
@@ -273,6 +281,16 @@ impl HealthChecks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_lines_are_read_strictly() {
+        assert_eq!(status_code(b"HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(status_code(b"HTTP/1.0 503 Busy"), Some(503));
+        assert_eq!(status_code(b"HTTP/1.1 204\r\n"), Some(204));
+        assert_eq!(status_code(b"HTTP/2 200 OK"), None);
+        assert_eq!(status_code(b"HTTP/1.1 20x OK"), None);
+        assert_eq!(status_code(b"SSH-2.0-OpenSSH"), None);
+    }
 
     #[test]
     fn rise_and_fall_need_consecutive_results() {

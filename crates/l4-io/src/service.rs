@@ -1,0 +1,244 @@
+//! The L4 plane as the node sees it: started once when the config has L4
+//! services, given each new `l4` section, stopped at once on a drain (packets
+//! have no connections to finish, and a process taking over needs the
+//! interfaces), and rendering its own counters.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use gatehouse_config::{Config, FieldError, L4 as L4Config};
+use gatehouse_plane::health::HealthRegistry;
+use gatehouse_plane::metrics::Exposition;
+use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Staged, Start};
+
+use crate::runtime::{HealthFn, L4Runtime, WorkerStats};
+
+/// The health-registry group of an L4 service's real servers.
+fn health_group(service: &str) -> String {
+    format!("l4/{service}")
+}
+
+/// The L4 packet plane.
+#[derive(Clone)]
+pub struct L4(Arc<Inner>);
+
+struct Inner {
+    health: Arc<HealthRegistry>,
+    /// The `l4` section committed last.
+    cfg: Mutex<Option<L4Config>>,
+    runtime: OnceLock<L4Runtime>,
+    /// Set once the process has started its planes.
+    started: std::sync::atomic::AtomicBool,
+}
+
+impl L4 {
+    pub fn new(init: &Init<'_>) -> L4 {
+        L4(Arc::new(Inner {
+            health: init.health.clone(),
+            cfg: Mutex::new(None),
+            runtime: OnceLock::new(),
+            started: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+
+    fn cfg(&self) -> MutexGuard<'_, Option<L4Config>> {
+        self.0.cfg.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the runtime if the config has services (once; later configs
+    /// go to [`L4Runtime::update`]). `fallback` as for [`L4Runtime::start`].
+    fn start_runtime(&self, fallback: bool) -> Result<(), String> {
+        let Some(l4) = self.cfg().clone().filter(|l| !l.services.is_empty()) else { return Ok(()) };
+        let registry = self.0.health.clone();
+        let health: HealthFn = Arc::new(move |service, addr| registry.get(&health_group(service), addr).is_up());
+        let rt = L4Runtime::start(&l4, health, fallback)?;
+        tracing::info!(services = l4.services.len(), backend = rt.backend, "L4 plane started");
+        let _ = self.0.runtime.set(rt);
+        Ok(())
+    }
+}
+
+struct StagedL4 {
+    plane: L4,
+    cfg: Option<L4Config>,
+}
+
+impl Staged for StagedL4 {
+    fn commit(self: Box<Self>) {
+        let inner = &self.plane.0;
+        let running = inner.started.load(std::sync::atomic::Ordering::Relaxed);
+        match (inner.runtime.get(), &self.cfg) {
+            (Some(rt), Some(l4)) => rt.update(l4),
+            (None, Some(l4)) if running && !l4.services.is_empty() => {
+                tracing::warn!("l4.services added to a running process: the L4 plane starts at the next start");
+            }
+            _ => {}
+        }
+        *self.plane.cfg() = self.cfg;
+    }
+}
+
+impl Plane for L4 {
+    fn name(&self) -> &'static str {
+        "l4"
+    }
+
+    /// The config crate has validated the section; nothing else can fail
+    /// before the interfaces are opened.
+    fn prepare(&self, config: &Arc<Config>, _cx: &Prepare<'_>) -> Result<Box<dyn Staged>, Vec<FieldError>> {
+        Ok(Box::new(StagedL4 { plane: self.clone(), cfg: config.l4.clone() }))
+    }
+
+    fn start(&self, how: Start) -> Result<(), PlaneError> {
+        self.0.started.store(true, std::sync::atomic::Ordering::Relaxed);
+        match how {
+            Start::Fresh => self.start_runtime(true).map_err(|e| PlaneError::new("l4", e)),
+            // The previous process gives the interfaces up when it drains.
+            Start::TakingOver => Ok(()),
+        }
+    }
+
+    /// After a takeover the previous process lets the interfaces go as it
+    /// starts draining: tries again for a few seconds before settling for
+    /// what `io` allows.
+    fn took_over(&self) {
+        let plane = self.clone();
+        let spawned = std::thread::Builder::new().name("l4-start".into()).spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let last = std::time::Instant::now() >= deadline;
+                match plane.start_runtime(last) {
+                    Ok(()) => return,
+                    Err(e) if last => {
+                        tracing::error!("l4: {e}; the L4 plane is not running");
+                        return;
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("l4: cannot start: {e}");
+        }
+    }
+
+    fn drain(&self) {
+        if let Some(rt) = self.0.runtime.get() {
+            rt.stop();
+            tracing::info!("L4 plane stopped");
+        }
+    }
+
+    fn metrics(&self, out: &mut Exposition) {
+        let Some(rt) = self.0.runtime.get() else { return };
+        let services = rt
+            .layout()
+            .into_iter()
+            .map(|(name, reals)| {
+                let group = health_group(&name);
+                let reals = reals.into_iter().map(|a| (a, self.0.health.get(&group, a).is_up())).collect();
+                (name, reals)
+            })
+            .collect();
+        render(out, &Scrape { workers: rt.stats(), services });
+    }
+
+    fn health_targets(&self, out: &mut Vec<HealthTarget>) {
+        let cfg = self.cfg();
+        for s in cfg.iter().flat_map(|l| &l.services) {
+            let group = health_group(&s.name);
+            for addr in s.real_servers.iter().filter_map(|r| r.address) {
+                let health = self.0.health.get(&group, addr);
+                out.push(HealthTarget { group: group.clone(), health, check: s.health_check.clone() });
+            }
+        }
+    }
+}
+
+/// The L4 plane's figures: every worker's counters, and the services'
+/// names and real servers (with health) in counter order.
+struct Scrape {
+    workers: Vec<WorkerStats>,
+    services: Vec<(String, Vec<(std::net::SocketAddr, bool)>)>,
+}
+
+/// A metric: name, type, help, and how to read it from what it is of.
+type Series<'a, T, V> = (&'a str, &'a str, &'a str, &'a dyn Fn(&T) -> V);
+
+fn render(o: &mut Exposition, l4: &Scrape) {
+    use gatehouse_l4::plane::ServiceCounters;
+    let per_service = |f: &dyn Fn(&ServiceCounters) -> u64, i: usize| -> u64 {
+        l4.workers.iter().filter_map(|w| w.counters.services.get(i)).map(f).sum()
+    };
+    let series: [Series<'_, ServiceCounters, u64>; 5] = [
+        ("gatehouse_l4_packets_total", "counter", "Packets from clients to each L4 service.", &|c| c.packets),
+        ("gatehouse_l4_bytes_total", "counter", "Bytes from clients to each L4 service.", &|c| c.bytes),
+        ("gatehouse_l4_sessions_total", "counter", "Sessions created per L4 service.", &|c| c.sessions_total),
+        ("gatehouse_l4_sessions_active", "gauge", "Sessions in the tables per L4 service.", &|c| c.sessions_active),
+        (
+            "gatehouse_l4_resets_total",
+            "counter",
+            "TCP resets sent for sessions of real servers that went down (on_server_down: reset).",
+            &|c| c.resets,
+        ),
+    ];
+    for (name, kind, help, f) in series {
+        o.header(name, kind, help);
+        for (i, (service, _)) in l4.services.iter().enumerate() {
+            o.sample(name, &[("service", service)], per_service(f, i));
+        }
+    }
+    let per_real = |f: fn(&ServiceCounters) -> &[u64], i: usize, j: usize| -> u64 {
+        l4.workers.iter().filter_map(|w| w.counters.services.get(i)).filter_map(|c| f(c).get(j)).sum()
+    };
+    type PerReal = fn(&ServiceCounters) -> &[u64];
+    let reals: [(&str, &str, &str, PerReal); 2] = [
+        ("gatehouse_l4_real_packets_total", "counter", "Packets sent to each real server.", |c| &c.per_real_packets),
+        ("gatehouse_l4_real_sessions_active", "gauge", "Sessions per real server.", |c| &c.per_real_active),
+    ];
+    for (name, kind, help, f) in reals {
+        o.header(name, kind, help);
+        for (i, (service, rs)) in l4.services.iter().enumerate() {
+            for (j, (addr, _)) in rs.iter().enumerate() {
+                o.sample(name, &[("service", service), ("real", &addr.to_string())], per_real(f, i, j));
+            }
+        }
+    }
+    o.header("gatehouse_l4_real_up", "gauge", "1 while a real server passes its health check.");
+    for (service, rs) in &l4.services {
+        for (addr, up) in rs {
+            o.sample("gatehouse_l4_real_up", &[("service", service), ("real", &addr.to_string())], u8::from(*up));
+        }
+    }
+    o.header("gatehouse_l4_drops_total", "counter", "Packets the L4 plane dropped, by reason.");
+    for d in gatehouse_l4::plane::Drop::all() {
+        let n: u64 = l4.workers.iter().map(|w| w.counters.dropped(d)).sum();
+        o.sample("gatehouse_l4_drops_total", &[("reason", d.name())], n);
+    }
+    let no_neighbour: u64 = l4.workers.iter().map(|w| w.io.no_neighbour).sum();
+    let no_route: u64 = l4.workers.iter().map(|w| w.io.no_route).sum();
+    let tx_full: u64 = l4.workers.iter().map(|w| w.io.tx_full).sum();
+    o.sample("gatehouse_l4_drops_total", &[("reason", "no_neighbour")], no_neighbour);
+    o.sample("gatehouse_l4_drops_total", &[("reason", "no_route")], no_route);
+    o.sample("gatehouse_l4_drops_total", &[("reason", "tx_ring_full")], tx_full);
+    let io: [Series<'_, WorkerStats, u64>; 3] = [
+        ("gatehouse_l4_rx_packets_total", "counter", "Frames the L4 plane received, per interface and queue.", &|w| {
+            w.io.rx_packets
+        }),
+        ("gatehouse_l4_tx_packets_total", "counter", "Frames the L4 plane sent, per interface and queue.", &|w| {
+            w.io.tx_packets
+        }),
+        (
+            "gatehouse_l4_answered_total",
+            "counter",
+            "ARP and neighbour-discovery answers sent for owned addresses.",
+            &|w| w.counters.answered,
+        ),
+    ];
+    for (name, kind, help, f) in io {
+        o.header(name, kind, help);
+        for w in &l4.workers {
+            o.sample(name, &[("interface", &w.interface), ("queue", &w.queue.to_string())], f(w));
+        }
+    }
+}

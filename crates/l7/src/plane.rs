@@ -1,0 +1,292 @@
+//! The L7 plane as the node sees it: each config compiled into a
+//! [`Snapshot`] (new listeners bound while preparing, so an address in use
+//! refuses the change), swapped in on commit, and the workers told which
+//! sockets to open and close.
+
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use gatehouse_config::{Config, FieldError, Protocol};
+use gatehouse_plane::health::HealthRegistry;
+use gatehouse_plane::listeners::Listeners;
+use gatehouse_plane::metrics::Exposition;
+use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Purpose, Staged, Start};
+use serde_json::{Map, Value, json};
+
+use crate::accesslog::AccessLog;
+use crate::filters::RateLimiters;
+use crate::metrics::{Metrics, ScrapeInput};
+use crate::snapshot::{BuildContext, Snapshot};
+use crate::upstream::ConnPool;
+use crate::worker::{ListenerCommand, ListenerKey, Shared, Worker, WorkerHandle, worker_main};
+
+/// Each worker's sockets, by listener.
+type WorkerSockets = Vec<Vec<(ListenerKey, TcpListener)>>;
+
+/// The L7 plane: listeners, TLS, HTTP routing and proxying.
+#[derive(Clone)]
+pub struct L7(Arc<Inner>);
+
+struct Inner {
+    shared: Arc<Shared>,
+    health: Arc<HealthRegistry>,
+    limiters: RateLimiters,
+    listeners: Arc<Listeners>,
+    workers: usize,
+    /// Each worker's command channel once started, or the sockets committed
+    /// before the workers started.
+    state: Mutex<Workers>,
+}
+
+enum Workers {
+    Waiting(WorkerSockets),
+    Running(Vec<WorkerHandle>),
+}
+
+impl L7 {
+    pub fn new(init: &Init<'_>) -> Result<L7, PlaneError> {
+        let access_log = AccessLog::start(&init.config.access_log.target)
+            .map_err(|e| PlaneError::at("l7", "access_log", e.to_string()))?;
+        let shared = Arc::new(Shared {
+            snapshot: ArcSwap::from_pointee(Snapshot::empty()),
+            access_log,
+            metrics: Metrics::new(init.workers),
+            draining: tokio::sync::watch::Sender::new(false),
+        });
+        Ok(L7(Arc::new(Inner {
+            shared,
+            health: init.health.clone(),
+            limiters: RateLimiters::default(),
+            listeners: init.listeners.clone(),
+            workers: init.workers,
+            state: Mutex::new(Workers::Waiting((0..init.workers).map(|_| Vec::new()).collect())),
+        })))
+    }
+
+    fn state(&self) -> MutexGuard<'_, Workers> {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One socket per worker for each key. All or nothing.
+    fn bind(&self, keys: &[ListenerKey]) -> Result<WorkerSockets, (ListenerKey, std::io::Error)> {
+        let mut per_worker: WorkerSockets = (0..self.0.workers).map(|_| Vec::new()).collect();
+        for key in keys {
+            for (w, sockets) in per_worker.iter_mut().enumerate() {
+                let s = self.0.listeners.bind(&key.0, key.1, w).map_err(|e| (key.clone(), e))?;
+                sockets.push((key.clone(), s));
+            }
+        }
+        Ok(per_worker)
+    }
+}
+
+/// A compiled config and the listener changes it brings.
+struct StagedL7 {
+    plane: L7,
+    snap: Snapshot,
+    /// New listeners' sockets, per worker.
+    opening: WorkerSockets,
+    closing: Vec<ListenerKey>,
+}
+
+fn keys(snap: &Snapshot) -> Vec<ListenerKey> {
+    snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect()
+}
+
+impl Staged for StagedL7 {
+    fn commit(self: Box<Self>) {
+        let StagedL7 { plane, snap, opening, closing } = *self;
+        let inner = &plane.0;
+        gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
+        {
+            let routes: Vec<&str> = snap.routes.iter().map(|r| &*r.name).collect();
+            let upstreams: Vec<&str> = snap.upstreams.iter().map(|u| &*u.name).collect();
+            let listeners: Vec<&str> = snap.listeners.iter().map(|l| &*l.name).collect();
+            inner.shared.metrics.retain(&routes, &upstreams, &listeners);
+        }
+        for l in snap.listeners.iter().filter(|l| opening.iter().flatten().any(|(k, _)| k.0 == l.name)) {
+            let scheme = if l.protocol == Protocol::Https { "https" } else { "http" };
+            tracing::info!(listener = %l.name, "listening on {scheme}://{}", l.address);
+        }
+        inner.shared.snapshot.store(Arc::new(snap));
+        for (w, sockets) in opening.iter().enumerate() {
+            for (key, socket) in sockets {
+                if let Err(e) = inner.listeners.record(&key.0, key.1, w, socket) {
+                    tracing::warn!(listener = %key.0, "cannot keep a socket for a takeover: {e}");
+                }
+            }
+        }
+        for (name, addr) in &closing {
+            inner.listeners.forget(name, *addr);
+            tracing::info!(listener = %name, "stopped listening on {addr}");
+        }
+        match &mut *plane.state() {
+            Workers::Waiting(pending) => {
+                for (w, sockets) in opening.into_iter().enumerate() {
+                    pending[w].retain(|(k, _)| !closing.contains(k));
+                    pending[w].extend(sockets);
+                }
+            }
+            Workers::Running(handles) => {
+                for (worker, sockets) in handles.iter().zip(opening) {
+                    for key in &closing {
+                        let _ = worker.send(ListenerCommand::Close(key.clone()));
+                    }
+                    for (key, socket) in sockets {
+                        let _ = worker.send(ListenerCommand::Open(key, socket));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Plane for L7 {
+    fn name(&self) -> &'static str {
+        "l7"
+    }
+
+    fn prepare(&self, config: &Arc<Config>, cx: &Prepare<'_>) -> Result<Box<dyn Staged>, Vec<FieldError>> {
+        let inner = &self.0;
+        let bx = BuildContext {
+            base_dir: cx.base_dir,
+            health: &inner.health,
+            limiters: &inner.limiters,
+            metrics: &inner.shared.metrics,
+            generate_certs: cx.purpose != Purpose::Check,
+        };
+        let snap = Snapshot::build(config.clone(), cx.version, &bx)?;
+        if cx.purpose != Purpose::Apply {
+            return Ok(Box::new(StagedL7 { plane: self.clone(), snap, opening: Vec::new(), closing: Vec::new() }));
+        }
+        let old = keys(&inner.shared.snapshot.load());
+        let new = keys(&snap);
+        let opening: Vec<ListenerKey> = new.iter().filter(|k| !old.contains(k)).cloned().collect();
+        let closing: Vec<ListenerKey> = old.iter().filter(|k| !new.contains(k)).cloned().collect();
+        let opening = self.bind(&opening).map_err(|(key, e)| {
+            let index = new.iter().position(|k| *k == key).unwrap_or(0);
+            vec![FieldError {
+                path: format!("listeners[{index}].address"),
+                message: format!("cannot bind {}: {e}", key.1),
+                line: None,
+            }]
+        })?;
+        Ok(Box::new(StagedL7 { plane: self.clone(), snap, opening, closing }))
+    }
+
+    fn start(&self, _how: Start) -> Result<(), PlaneError> {
+        let mut state = self.state();
+        let Workers::Waiting(pending) = &mut *state else { return Ok(()) };
+        let pending = std::mem::take(pending);
+        let mut handles = Vec::new();
+        for (id, sockets) in pending.into_iter().enumerate() {
+            let worker = Arc::new(Worker { id, shared: self.0.shared.clone(), conns: Arc::new(ConnPool::default()) });
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            for (key, socket) in sockets {
+                let _ = tx.send(ListenerCommand::Open(key, socket));
+            }
+            handles.push(tx);
+            std::thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || worker_main(worker, rx))
+                .map_err(|e| PlaneError::new("l7", format!("cannot start worker thread: {e}")))?;
+        }
+        *state = Workers::Running(handles);
+        Ok(())
+    }
+
+    fn drain(&self) {
+        let snap = self.0.shared.snapshot.load();
+        if let Workers::Running(handles) = &*self.state() {
+            for worker in handles {
+                for key in keys(&snap) {
+                    let _ = worker.send(ListenerCommand::Close(key));
+                }
+            }
+        }
+        self.0.shared.draining.send_replace(true);
+    }
+
+    fn in_progress(&self) -> u64 {
+        self.0.shared.metrics.connections_open()
+    }
+
+    fn metrics(&self, out: &mut Exposition) {
+        let snap = self.0.shared.snapshot.load();
+        let input = ScrapeInput {
+            endpoints: snap
+                .upstreams
+                .iter()
+                .flat_map(|u| {
+                    u.pool.endpoints.iter().map(move |e| (&*u.name, e.addr, e.health.is_up(), e.health.in_flight()))
+                })
+                .collect(),
+            certificates: snap.certificates.iter().map(|(n, t)| (n.as_str(), *t)).collect(),
+        };
+        self.0.shared.metrics.render(out, &input);
+    }
+
+    fn status(&self, out: &mut Map<String, Value>) {
+        let snap = self.0.shared.snapshot.load();
+        let open = self.0.shared.metrics.open_connections();
+        let listeners: Vec<Value> = snap
+            .listeners
+            .iter()
+            .map(|l| {
+                json!({
+                    "name": &*l.name,
+                    "address": l.address.to_string(),
+                    "protocol": if l.tls.is_some() { "https" } else { "http" },
+                    "connections_open": open.get(&*l.name).copied().unwrap_or(0),
+                })
+            })
+            .collect();
+        let upstreams: Vec<Value> = snap
+            .upstreams
+            .iter()
+            .map(|u| {
+                let endpoints: Vec<Value> = u
+                    .pool
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        json!({
+                            "address": e.addr.to_string(),
+                            "weight": e.weight,
+                            "healthy": e.health.is_up(),
+                            "in_flight": e.health.in_flight(),
+                        })
+                    })
+                    .collect();
+                json!({ "name": &*u.name, "endpoints": endpoints })
+            })
+            .collect();
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        let certificates: Vec<Value> = snap
+            .certificates
+            .iter()
+            .map(|(name, not_after)| {
+                json!({
+                    "name": name,
+                    "not_after": not_after,
+                    "expires_in_days": ((*not_after as f64 - now) / 86_400.0 * 10.0).round() / 10.0,
+                })
+            })
+            .collect();
+        out.insert("listeners".into(), Value::from(listeners));
+        out.insert("upstreams".into(), Value::from(upstreams));
+        out.insert("certificates".into(), Value::from(certificates));
+    }
+
+    fn health_targets(&self, out: &mut Vec<HealthTarget>) {
+        let snap = self.0.shared.snapshot.load();
+        for u in &snap.upstreams {
+            for ep in &u.pool.endpoints {
+                let check = u.pool.cfg.health_check.clone();
+                out.push(HealthTarget { group: u.name.to_string(), health: ep.health.clone(), check });
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The Gatehouse process. A [`Node`] owns the running config and its
+//! version, the store it comes from (the file, or etcd), the one path every
+//! change takes ([`Node::apply`]: SIGHUP, the admin API and etcd's watch),
+//! signals and the drain, the control socket a new binary takes the
+//! listening sockets over by, and the active health checks. The planes (L7,
+//! L4, ...) run under it as [`gatehouse_plane::Plane`]s; none of them
+//! knows another.
+//!
+//! The admin API talks to the node, never to a plane.
+//!
+//! `unsafe` is confined to `handover::fds` (owning descriptors received
+//! over the control socket).
+
+mod apply;
+pub mod handover;
+pub mod metrics;
+mod run;
+pub mod store;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use gatehouse_config::Config;
+use gatehouse_config::yaml::Node as Doc;
+use serde_json::{Map, Value, json};
+
+pub use apply::{ApplyError, Change, Expect, Written};
+pub use run::{AdminStart, MakePlanes, RunError, check, run};
+
+use gatehouse_plane::Plane;
+use gatehouse_plane::health::{HealthChecks, HealthRegistry};
+use gatehouse_plane::listeners::Listeners;
+use gatehouse_plane::metrics::Exposition;
+
+use crate::metrics::ProcessMetrics;
+use crate::store::{Store, Versions};
+
+/// The config in service.
+pub struct Running {
+    pub version: u64,
+    pub config: Arc<Config>,
+}
+
+/// The process.
+pub struct Node {
+    config_path: PathBuf,
+    base_dir: PathBuf,
+    running: ArcSwap<Running>,
+    control: Mutex<Control>,
+    planes: Vec<Arc<dyn Plane>>,
+    health: Arc<HealthRegistry>,
+    listeners: Arc<Listeners>,
+    store: Arc<dyn Store>,
+    pub metrics: ProcessMetrics,
+    /// The admin listener's socket (a duplicate), for a takeover.
+    admin_socket: Option<(SocketAddr, TcpListener)>,
+    /// Set when a new process has taken the sockets over: time to drain.
+    handed_over: tokio::sync::Notify,
+    /// Admin API writes take turns.
+    write_lock: tokio::sync::Mutex<()>,
+}
+
+/// What changes the config, behind [`Node::control`]: SIGHUP, the admin API
+/// and the store's watch take turns on it.
+pub struct Control {
+    checks: HealthChecks,
+    /// The running config as a document: what the admin API reads and edits.
+    pub doc: Doc,
+    /// The config file's document. The same as `doc` with the file store;
+    /// with etcd, `doc` is this with its resource lists taken from etcd.
+    pub local: Doc,
+    /// Each resource's version, by (list, name): the config version that last
+    /// changed it (with etcd: its mod revision).
+    pub versions: Versions,
+}
+
+/// The directory a config file's relative paths are relative to.
+pub fn base_dir(path: &Path) -> PathBuf {
+    path.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Node {
+    /// The config in service.
+    pub fn running(&self) -> Arc<Running> {
+        self.running.load_full()
+    }
+
+    /// The control state, even if a panic poisoned its lock.
+    pub fn control(&self) -> MutexGuard<'_, Control> {
+        self.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
+    }
+
+    /// The Prometheus exposition of the process and every plane.
+    pub fn scrape(&self) -> String {
+        let mut o = Exposition::default();
+        self.metrics.render(&mut o, self.running.load().version);
+        self.store.metrics(&mut o);
+        for p in &self.planes {
+            p.metrics(&mut o);
+        }
+        o.into_text()
+    }
+
+    /// `/status`: what is running, in one document.
+    pub fn status(&self) -> Value {
+        let now = SystemTime::now();
+        let started = self.metrics.started;
+        let mut m = Map::new();
+        m.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+        m.insert("store".into(), self.store.describe());
+        m.insert("started".into(), json!(unix_seconds(started).floor()));
+        let uptime = now.duration_since(started).map_or(0.0, |d| (d.as_secs_f64() * 10.0).round() / 10.0);
+        m.insert("uptime_seconds".into(), json!(uptime));
+        m.insert("workers".into(), json!(self.metrics.workers));
+        m.insert("config_version".into(), json!(self.running.load().version));
+        for p in &self.planes {
+            p.status(&mut m);
+        }
+        Value::Object(m)
+    }
+}

@@ -1,0 +1,341 @@
+//! `gatehouse run` and `gatehouse check`: start-up, the control loop on the
+//! main thread (SIGHUP reloads; SIGTERM or SIGINT drains; a takeover
+//! drains), and the control socket.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use gatehouse_config::yaml::Node as Doc;
+use gatehouse_config::{ConfigErrors, FieldError};
+
+use crate::apply::{prepare_planes, resource_versions};
+use crate::handover;
+use crate::metrics::ProcessMetrics;
+use crate::store::etcd::Etcd;
+use crate::store::{BoxFuture, FileStore, Store};
+use gatehouse_plane::health::{HealthChecks, HealthRegistry};
+use gatehouse_plane::listeners::{Listeners, bind_exclusive};
+use gatehouse_plane::resolve;
+use gatehouse_plane::{Init, Plane, PlaneError, Purpose, Start};
+
+use crate::{Control, Node, Running, base_dir};
+
+/// Builds the planes, once, from the config the process starts with.
+pub type MakePlanes<'a> = Box<dyn FnOnce(&Init<'_>) -> Result<Vec<Arc<dyn Plane>>, PlaneError> + 'a>;
+
+/// Starts the admin listener (from the `admin` crate, which the binary wires
+/// in) on the socket bound here (or handed over), and returns the server to
+/// run on the control thread.
+pub type AdminStart = Box<dyn FnOnce(Arc<Node>, TcpListener) -> Result<BoxFuture<'static, ()>, String>>;
+
+/// Why the process could not start.
+#[derive(Debug)]
+pub enum RunError {
+    /// The config file (or the store's resources merged into it) is invalid.
+    Config(ConfigErrors),
+    /// A plane could not start.
+    Plane(PlaneError),
+    /// Another Gatehouse serves this config.
+    AlreadyRunning { control_socket: std::path::PathBuf, config: std::path::PathBuf },
+    /// The running process did not hand its sockets over.
+    Takeover(String),
+    /// The host refused something the process needs.
+    Io { what: String, error: std::io::Error },
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Config(e) => write!(f, "{e}"),
+            RunError::Plane(e) => write!(f, "{e}"),
+            RunError::AlreadyRunning { control_socket, config } => write!(
+                f,
+                "another Gatehouse runs on this config ({}); to replace it without refusing connections: gatehouse run -c {} --takeover",
+                control_socket.display(),
+                config.display()
+            ),
+            RunError::Takeover(e) => f.write_str(e),
+            RunError::Io { what, error } => write!(f, "{what}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.into();
+    move |error| RunError::Io { what, error }
+}
+
+/// Reads and parses a config file into its document.
+pub(crate) fn read_document(path: &Path) -> Result<Doc, ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        file: path.to_path_buf(),
+        errors: vec![FieldError { path: String::new(), message: format!("cannot read: {e}"), line: None }],
+    })?;
+    gatehouse_config::parse_document(&text, path)
+}
+
+/// `gatehouse check`: everything `run` checks, without binding or writing.
+pub fn check(path: &Path, make_planes: MakePlanes<'_>) -> Result<(), RunError> {
+    let doc = read_document(path).map_err(RunError::Config)?;
+    let cfg = Arc::new(gatehouse_config::from_node(&doc, path).map_err(RunError::Config)?);
+    let init = Init {
+        config: &cfg,
+        workers: 1,
+        health: Arc::new(HealthRegistry::default()),
+        listeners: Arc::new(Listeners::default()),
+    };
+    let planes = make_planes(&init).map_err(RunError::Plane)?;
+    prepare_planes(&planes, &cfg, 0, &base_dir(path), Purpose::Check)
+        .map(|_| ())
+        .map_err(|errors| RunError::Config(ConfigErrors { file: path.to_path_buf(), errors }))
+}
+
+/// `gatehouse run`: starts every plane and runs the control loop until
+/// SIGTERM or SIGINT, or until a new process has taken over.
+pub fn run(
+    path: &Path,
+    takeover: bool,
+    make_planes: MakePlanes<'_>,
+    admin: Option<AdminStart>,
+) -> Result<(), RunError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io("cannot start the control runtime"))?;
+    // Signal handlers go in before any socket is bound: a SIGHUP sent as
+    // soon as the port answers must reload, not kill the process.
+    let signals = rt.block_on(async { Signals::install() }).map_err(io("cannot install signal handlers"))?;
+    // The file is read and decoded once; the worker count it sets is fixed
+    // for the life of the process and sizes the per-worker tables.
+    let local = read_document(path).map_err(RunError::Config)?;
+    let file_cfg = gatehouse_config::from_node(&local, path).map_err(RunError::Config)?;
+    let workers = match file_cfg.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let base = base_dir(path);
+    let data_dir = resolve(&base, &file_cfg.data_dir);
+    let store: Arc<dyn Store> = match &file_cfg.store {
+        gatehouse_config::Store::File => Arc::new(FileStore::new(path)),
+        gatehouse_config::Store::Etcd(cfg) => Arc::new(Etcd::new(cfg.clone(), &data_dir)),
+    };
+    rt.block_on(store.load());
+    let composed = store.compose(&local).map_err(|e| {
+        RunError::Config(ConfigErrors {
+            file: path.to_path_buf(),
+            errors: vec![FieldError { path: String::new(), message: e, line: None }],
+        })
+    })?;
+    let merged = composed.doc != local;
+    let cfg = if merged {
+        let cfg = gatehouse_config::from_node(&composed.doc, path).map_err(RunError::Config)?;
+        Arc::new(cfg)
+    } else {
+        Arc::new(file_cfg)
+    };
+
+    // The control socket: where a later binary takes this one's sockets over.
+    let control_path = handover::socket_path(&data_dir);
+    let (inherited, ready) = if takeover {
+        let (inherited, ready) = handover::take_over(&control_path).map_err(RunError::Takeover)?;
+        tracing::info!(sockets = inherited.leftover(), "took the listening sockets over from the running process");
+        (Some(inherited), Some(ready))
+    } else {
+        if std::os::unix::net::UnixStream::connect(&control_path).is_ok() {
+            return Err(RunError::AlreadyRunning { control_socket: control_path, config: path.to_path_buf() });
+        }
+        (None, None)
+    };
+    let listeners = Arc::new(Listeners::new(inherited));
+    let admin_socket = match &cfg.admin {
+        Some(a) => {
+            let socket = match listeners.take_admin(a.address) {
+                Some(s) => s,
+                None => bind_exclusive(a.address).map_err(io(format!("admin.address: cannot bind {}", a.address)))?,
+            };
+            Some((a.address, socket))
+        }
+        None => None,
+    };
+
+    let health = Arc::new(HealthRegistry::new(workers));
+    let init = Init { config: &cfg, workers, health: health.clone(), listeners: listeners.clone() };
+    let planes = make_planes(&init).map_err(RunError::Plane)?;
+    // Binds every worker's sockets before starting anything, so an address
+    // in use is reported at once.
+    let staged = prepare_planes(&planes, &cfg, 1, &base, Purpose::Apply).map_err(|errors| {
+        let errors = ConfigErrors { file: path.to_path_buf(), errors };
+        if merged {
+            let text = format!("the resources in the store do not make a valid config with this file:\n{errors}");
+            RunError::Config(ConfigErrors {
+                file: path.to_path_buf(),
+                errors: vec![FieldError { path: String::new(), message: text, line: None }],
+            })
+        } else {
+            RunError::Config(errors)
+        }
+    })?;
+    let versions = composed.versions.unwrap_or_else(|| resource_versions(&cfg, &cfg, 1, &Default::default()));
+    let node = Arc::new(Node {
+        config_path: path.to_path_buf(),
+        base_dir: base,
+        running: ArcSwap::from_pointee(Running { version: 1, config: cfg }),
+        control: Mutex::new(Control { checks: HealthChecks::default(), doc: composed.doc, local, versions }),
+        planes,
+        health,
+        listeners,
+        store,
+        metrics: ProcessMetrics::new(workers),
+        admin_socket: admin_socket.as_ref().and_then(|(a, s)| s.try_clone().ok().map(|s| (*a, s))),
+        handed_over: tokio::sync::Notify::new(),
+        write_lock: tokio::sync::Mutex::new(()),
+    });
+    for s in staged {
+        s.commit();
+    }
+    let left = node.listeners.close_inherited();
+    if left > 0 {
+        tracing::warn!(
+            sockets = left,
+            "sockets handed over but not in this config (or beyond this worker count) are closed"
+        );
+    }
+    let admin_server = match (admin_socket, admin) {
+        (Some((addr, socket)), Some(start)) => {
+            tracing::info!("admin listening on http://{addr}");
+            let server = start(node.clone(), socket)
+                .map_err(|e| RunError::Io { what: "admin.address".into(), error: std::io::Error::other(e) })?;
+            Some(server)
+        }
+        _ => None,
+    };
+    let how = if ready.is_some() { Start::TakingOver } else { Start::Fresh };
+    for p in &node.planes {
+        p.start(how).map_err(RunError::Plane)?;
+    }
+    tracing::info!(workers, config = %path.display(), "gatehouse started");
+
+    rt.block_on(async move {
+        let _admin = admin_server.map(|server| AbortOnDrop(tokio::spawn(server)));
+        node.reconcile_health(&mut node.control());
+        let _store_sync = node.store.clone().follow(node.clone()).map(|f| AbortOnDrop(tokio::spawn(f)));
+        // Only now, with every worker accepting, may the old process stop.
+        if let Some(ready) = ready {
+            if let Err(e) = handover::ready(ready) {
+                tracing::warn!("could not tell the previous process to stop: {e}");
+            }
+            for p in &node.planes {
+                p.took_over();
+            }
+        }
+        let _control_socket = match serve_control_socket(node.clone(), &control_path) {
+            Ok(task) => Some(AbortOnDrop(task)),
+            Err(e) => {
+                tracing::warn!("control socket {}: {e}; this process cannot be taken over", control_path.display());
+                None
+            }
+        };
+        control_loop(node, signals).await;
+    });
+    Ok(())
+}
+
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            hup: signal(SignalKind::hangup())?,
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn control_loop(node: Arc<Node>, mut signals: Signals) {
+    loop {
+        tokio::select! {
+            _ = node.handed_over.notified() => break,
+            _ = signals.hup.recv() => node.reload(),
+            _ = signals.term.recv() => break,
+            _ = signals.int.recv() => break,
+        }
+    }
+    drain(&node, &mut signals).await;
+}
+
+/// Every plane stops taking new work; returns when no work is left or
+/// `shutdown_timeout` has passed. A second signal stops at once.
+async fn drain(node: &Node, signals: &mut Signals) {
+    let deadline = tokio::time::Instant::now() + node.running.load().config.shutdown_timeout;
+    for p in &node.planes {
+        p.drain();
+    }
+    node.listeners.clear();
+    let in_progress = || node.planes.iter().map(|p| p.in_progress()).sum::<u64>();
+    tracing::info!(connections = in_progress(), "stopping: listeners closed, finishing requests in flight");
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = signals.term.recv() => break,
+            _ = signals.int.recv() => break,
+        }
+        let open = in_progress();
+        if open == 0 {
+            tracing::info!("stopped: all connections finished");
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(connections = open, "stopped: shutdown_timeout reached with connections still open");
+            return;
+        }
+    }
+    tracing::warn!("stopped at once on a second signal");
+}
+
+/// Serves the control socket: a `TAKEOVER` hands every listening socket to
+/// the asking process; its `READY` starts this one's drain.
+fn serve_control_socket(node: Arc<Node>, path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // A file left by a process that is gone (or the one being replaced,
+    // which no longer needs its path) is replaced.
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path)?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let admin = node.admin_socket.as_ref().map(|(a, s)| (*a, s));
+            match handover::hand_over(stream, node.listeners.registry(), admin).await {
+                Ok(true) => {
+                    tracing::info!("a new process took the listening sockets over; finishing requests in flight");
+                    node.handed_over.notify_one();
+                    return;
+                }
+                Ok(false) => tracing::warn!("a takeover did not complete; still serving"),
+                Err(e) => tracing::warn!("takeover failed: {e}; still serving"),
+            }
+        }
+    }))
+}

@@ -1,0 +1,135 @@
+//! Where the config lives: the config file alone ([`FileStore`]), or the
+//! file with its routes, upstreams and certificates kept in etcd and shared
+//! by every node ([`etcd::Etcd`]). Both sit behind [`Store`]; the node asks
+//! it for the document to run, and sends the admin API's writes through it.
+
+pub mod etcd;
+mod file;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use gatehouse_config::ConfigErrors;
+use gatehouse_config::yaml::Node as Doc;
+use serde_json::Value;
+
+pub use file::{FileStore, write_atomically};
+
+use crate::{Control, Node};
+use gatehouse_plane::metrics::Exposition;
+
+/// A future the store runs on the control thread.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Each resource's version, by (list, name).
+pub type Versions = HashMap<(&'static str, String), u64>;
+
+/// The document to run, and the versions the store gives its resources
+/// (`None`: the node numbers them by config version).
+pub struct Composed {
+    pub doc: Doc,
+    pub versions: Option<Versions>,
+}
+
+/// One resource change, checked against the whole resulting config, ready
+/// for the store.
+pub struct Planned {
+    pub kind: &'static str,
+    pub name: String,
+    /// The entry to store, or `None` to delete.
+    pub entry: Option<Value>,
+    /// The version the change was based on (0: the resource did not exist).
+    pub expected: u64,
+    pub existed: bool,
+    /// Where the entry is in its list in `doc` (not for a delete).
+    pub index: Option<usize>,
+    /// The running document the change was made to.
+    pub base: Doc,
+    /// The whole document with the change.
+    pub doc: Doc,
+}
+
+/// What a resource write came to.
+pub struct Committed {
+    /// The resource's new version (for a delete: the config version, or the
+    /// store's revision; see [`Store::version_name`]).
+    pub version: u64,
+}
+
+/// Why a write did not happen. Nothing changed in any case.
+#[derive(Debug)]
+pub enum WriteError {
+    /// There is no such resource.
+    NotFound(String),
+    /// The resource is not at the version the write expected, or the
+    /// running config cannot take it.
+    Conflict(String),
+    /// The request itself is wrong: (field path, message).
+    BadEntry { path: Option<String>, message: String },
+    /// The resulting config is invalid; `within` names the list and index of
+    /// the resource written, when it is in the document.
+    Invalid { errors: ConfigErrors, within: Option<(&'static str, usize)> },
+    /// The store cannot take writes now.
+    Unavailable(String),
+    /// The store failed to write.
+    Failed(String),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::NotFound(m) | WriteError::Conflict(m) | WriteError::Unavailable(m) | WriteError::Failed(m) => {
+                f.write_str(m)
+            }
+            WriteError::BadEntry { path: Some(p), message } => write!(f, "{p}: {message}"),
+            WriteError::BadEntry { path: None, message } => f.write_str(message),
+            WriteError::Invalid { errors, .. } => write!(f, "{errors}"),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+/// Where the config lives.
+pub trait Store: Send + Sync {
+    /// `file` or `etcd`.
+    fn kind(&self) -> &'static str;
+
+    /// What `/status` says about the store.
+    fn describe(&self) -> Value;
+
+    /// The store's series in `/metrics`.
+    fn metrics(&self, _out: &mut Exposition) {}
+
+    /// Reads what the store holds, once, before the first config.
+    fn load(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    /// The document to run, made from the config file's.
+    fn compose(&self, local: &Doc) -> Result<Composed, String>;
+
+    /// Whether the admin API may replace the whole document at once.
+    fn takes_documents(&self) -> bool;
+
+    /// Writes a whole document the node has accepted.
+    fn save(&self, doc: &Doc) -> Result<(), String>;
+
+    /// Name of what a delete reports as its version: `config_version` or
+    /// `revision`.
+    fn version_name(&self) -> &'static str;
+
+    /// A resource as the store holds it, and its version.
+    fn current(&self, control: &Control, kind: &'static str, name: &str) -> Option<(Value, u64)>;
+
+    /// Stores a planned change, then brings `node` in step with it.
+    fn commit<'a>(&'a self, node: &'a Node, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>>;
+
+    /// Keeps the node in step with the store for the life of the process
+    /// (etcd's watch); `None` when nothing changes behind the node's back.
+    fn follow(self: Arc<Self>, _node: Arc<Node>) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+}

@@ -1,0 +1,167 @@
+//! Listening sockets, for every plane that accepts connections: one
+//! SO_REUSEPORT socket per worker and address, taken from the previous
+//! process on a takeover when it had one, and recorded (a duplicate of
+//! each) for the next takeover.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Mutex, MutexGuard};
+
+use socket2::{Domain, Socket, Type};
+
+/// A listening socket's identity: (listener name, address, worker).
+pub type SocketKey = (String, SocketAddr, usize);
+
+/// Listening sockets received from the previous process.
+#[derive(Default)]
+pub struct Inherited {
+    sockets: HashMap<SocketKey, TcpListener>,
+    admin: Option<(SocketAddr, TcpListener)>,
+}
+
+impl Inherited {
+    /// A socket received for worker `worker` of listener `name` on `addr`.
+    pub fn insert(&mut self, name: String, addr: SocketAddr, worker: usize, socket: TcpListener) {
+        self.sockets.insert((name, addr, worker), socket);
+    }
+
+    /// The admin listener's socket, received.
+    pub fn set_admin(&mut self, addr: SocketAddr, socket: TcpListener) {
+        self.admin = Some((addr, socket));
+    }
+
+    /// The socket worker `worker` used for listener `name` on `addr`, if the
+    /// previous process had one.
+    pub fn take(&mut self, name: &str, addr: SocketAddr, worker: usize) -> Option<TcpListener> {
+        self.sockets.remove(&(name.to_string(), addr, worker))
+    }
+
+    pub fn take_admin(&mut self, addr: SocketAddr) -> Option<TcpListener> {
+        match self.admin.take() {
+            Some((a, l)) if a == addr => Some(l),
+            other => {
+                self.admin = other;
+                None
+            }
+        }
+    }
+
+    /// Sockets the new config does not use (closed when dropped).
+    pub fn leftover(&self) -> usize {
+        self.sockets.len() + usize::from(self.admin.is_some())
+    }
+}
+
+/// The old process's side: every listening socket this process holds (a
+/// duplicate of each worker's), ready to hand over.
+#[derive(Default)]
+pub struct Registry {
+    sockets: Vec<(SocketKey, TcpListener)>,
+}
+
+impl Registry {
+    pub fn add(&mut self, name: &str, addr: SocketAddr, worker: usize, socket: &TcpListener) -> std::io::Result<()> {
+        self.sockets.push(((name.to_string(), addr, worker), socket.try_clone()?));
+        Ok(())
+    }
+
+    /// Closes this process's duplicates (draining: the listening sockets must
+    /// close once the workers drop theirs, or handed over already).
+    pub fn clear(&mut self) {
+        self.sockets.clear();
+    }
+
+    pub fn remove(&mut self, name: &str, addr: SocketAddr) {
+        self.sockets.retain(|((n, a, _), _)| !(n == name && *a == addr));
+    }
+
+    /// A duplicate of every socket, with its (listener, address, worker).
+    pub fn duplicates(&self) -> std::io::Result<Vec<(SocketKey, TcpListener)>> {
+        self.sockets.iter().map(|(k, s)| Ok((k.clone(), s.try_clone()?))).collect()
+    }
+}
+
+/// The process's listening sockets.
+#[derive(Default)]
+pub struct Listeners {
+    /// What the previous process handed over and nothing has used yet.
+    inherited: Mutex<Option<Inherited>>,
+    /// Every socket in service, for the next takeover.
+    registry: Mutex<Registry>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Listeners {
+    /// With what a previous process handed over, if it did.
+    pub fn new(inherited: Option<Inherited>) -> Self {
+        Listeners { inherited: Mutex::new(inherited), registry: Mutex::new(Registry::default()) }
+    }
+
+    /// Worker `worker`'s socket for listener `name` on `addr`: the one the
+    /// previous process used, else a new one. Not yet recorded for handover
+    /// (see [`Listeners::record`]).
+    pub fn bind(&self, name: &str, addr: SocketAddr, worker: usize) -> std::io::Result<TcpListener> {
+        if let Some(s) = lock(&self.inherited).as_mut().and_then(|i| i.take(name, addr, worker)) {
+            return Ok(s);
+        }
+        bind_reuseport(addr)
+    }
+
+    /// Records a socket now in service, so a takeover hands it on.
+    pub fn record(&self, name: &str, addr: SocketAddr, worker: usize, socket: &TcpListener) -> std::io::Result<()> {
+        lock(&self.registry).add(name, addr, worker, socket)
+    }
+
+    /// Forgets the sockets of a listener that closed.
+    pub fn forget(&self, name: &str, addr: SocketAddr) {
+        lock(&self.registry).remove(name, addr);
+    }
+
+    /// Closes every recorded duplicate (the drain).
+    pub fn clear(&self) {
+        lock(&self.registry).clear();
+    }
+
+    pub fn take_admin(&self, addr: SocketAddr) -> Option<TcpListener> {
+        lock(&self.inherited).as_mut().and_then(|i| i.take_admin(addr))
+    }
+
+    /// Closes what was handed over but not used; returns how many.
+    pub fn close_inherited(&self) -> usize {
+        lock(&self.inherited).take().map_or(0, |i| i.leftover())
+    }
+
+    /// The sockets in service, for a takeover.
+    pub fn registry(&self) -> &Mutex<Registry> {
+        &self.registry
+    }
+}
+
+/// Binds a listening socket with SO_REUSEPORT, so every worker can bind its
+/// own on the same address.
+pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
+/// Binds a listening socket without SO_REUSEPORT (the admin listener: one
+/// process at a time; a takeover passes the socket itself).
+pub fn bind_exclusive(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
