@@ -211,7 +211,7 @@ fn render(o: &mut Exposition, l4: &Scrape) {
         }
     }
     o.header("gatehouse_l4_drops_total", "counter", "Packets the L4 plane dropped, by reason.");
-    for d in gatehouse_l4::plane::Drop::all() {
+    for d in gatehouse_l4::plane::DropReason::all() {
         let n: u64 = l4.workers.iter().map(|w| w.counters.dropped(d)).sum();
         o.sample("gatehouse_l4_drops_total", &[("reason", d.name())], n);
     }

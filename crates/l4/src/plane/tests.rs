@@ -1,0 +1,533 @@
+use std::net::{IpAddr, Ipv4Addr};
+
+use gatehouse_config::{L4Mode, L4Scheduler};
+
+use super::*;
+use crate::checksum;
+use crate::packet::{
+    self, Checks, ETHERTYPE_IPV4, Malformed, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, build,
+};
+
+const CLIENT: [u8; 4] = [10, 0, 0, 1];
+const VIP: [u8; 4] = [10, 0, 0, 100];
+const LOCAL: [u8; 4] = [10, 0, 9, 1];
+const MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xaa];
+const HOP: [u8; 6] = [2, 0, 0, 0, 0, 0xbb];
+
+fn service(mode: L4Mode, scheduler: L4Scheduler, proto: u8) -> Service {
+    Service {
+        name: "s".into(),
+        vip: VIP.into(),
+        port: 80,
+        proto,
+        mode,
+        scheduler,
+        gue_port: 6080,
+        reset_on_down: false,
+        reals: vec![
+            Real {
+                addr: Ipv4Addr::new(10, 0, 1, 1).into(),
+                port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 },
+                weight: 1,
+                up: true,
+            },
+            Real {
+                addr: Ipv4Addr::new(10, 0, 1, 2).into(),
+                port: if matches!(mode, L4Mode::Nat | L4Mode::Fnat) { 8080 } else { 80 },
+                weight: 3,
+                up: true,
+            },
+        ],
+        maglev: None,
+        timeouts: [10, 900, 30, 60],
+    }
+}
+
+fn tcp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, flags: u8) -> Vec<u8> {
+    let seg = build::tcp(sport, dport, flags, b"", |len| checksum::pseudo_v4(src, dst, PROTO_TCP, len as u16));
+    build::eth(ETHERTYPE_IPV4, &build::ipv4(src, dst, PROTO_TCP, &seg))
+}
+
+/// Runs one frame through the worker with 64 bytes of headroom.
+fn run(w: &mut Worker, plane: &Plane, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
+    let mut mem = vec![0u8; 64 + frame.len() + 64];
+    mem[64..64 + frame.len()].copy_from_slice(frame);
+    let mut bufs = [Buf { mem: &mut mem, head: 64, len: frame.len() }];
+    let mut verdicts = Vec::new();
+    w.process(plane, &mut bufs, &mut verdicts, now);
+    (verdicts[0], bufs[0].frame().to_vec())
+}
+
+fn flow(frame: &[u8]) -> crate::packet::Flow {
+    match packet::parse(frame, Checks::default()) {
+        Ok(packet::Frame::Ip(ip)) => ip.flow,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn nat_rewrites_both_ways_and_keeps_the_session() {
+    let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP)], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 1024, 1);
+    let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    assert_eq!(v, Verdict::Forward);
+    let f = flow(&out); // the parser checks every checksum
+    assert_eq!((f.src, f.sport), (IpAddr::from(CLIENT), 40000));
+    let real = f.dst;
+    assert_eq!(f.dport, 8080);
+    assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
+    // The same flow sticks to its server.
+    let (_, again) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH), 1);
+    assert_eq!(flow(&again).dst, real);
+    // The reply from the real server goes back as the VIP.
+    let real4 = match real {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => unreachable!(),
+    };
+    let (v, back) = run(&mut w, &plane, &tcp(real4, 8080, CLIENT, 40000, TCP_SYN | TCP_ACK), 2);
+    assert_eq!(v, Verdict::Forward);
+    let b = flow(&back);
+    assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+    assert_eq!(w.sessions(), 1);
+    assert_eq!(w.counters.services[0].sessions_total, 1);
+}
+
+#[test]
+fn fnat_uses_this_cores_ports_and_maps_replies_back() {
+    let plane =
+        Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Wrr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 4);
+    let mut w = Worker::new(&plane, 3, 1024, 1);
+    let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    assert_eq!(v, Verdict::Forward);
+    let f = flow(&out);
+    assert_eq!(f.src, IpAddr::from(LOCAL));
+    assert_eq!(f.sport % 4, 3, "a port of core 3");
+    let real4 = match f.dst {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => unreachable!(),
+    };
+    let (v, back) = run(&mut w, &plane, &tcp(real4, 8080, LOCAL, f.sport, TCP_SYN | TCP_ACK), 1);
+    assert_eq!(v, Verdict::Forward);
+    let b = flow(&back);
+    assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+    // An unknown local port is not a session.
+    let (v, _) = run(&mut w, &plane, &tcp(real4, 8080, LOCAL, f.sport + 4, TCP_ACK), 1);
+    assert_eq!(v, Verdict::Drop(DropReason::NoSession));
+}
+
+#[test]
+fn dr_changes_only_the_macs_and_tunnels_wrap_the_packet() {
+    let plane =
+        Plane::new(vec![service(L4Mode::Dr, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 1024, 1);
+    let syn = tcp(CLIENT, 40000, VIP, 80, TCP_SYN);
+    let (v, out) = run(&mut w, &plane, &syn, 0);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(&out[12..], &syn[12..]);
+    assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
+
+    for (mode, proto, extra) in [(L4Mode::Ipip, 4u8, 20usize), (L4Mode::Gue, PROTO_UDP, 28)] {
+        let plane =
+            Plane::new(vec![service(mode, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 1024, 1);
+        let (v, out) = run(&mut w, &plane, &syn, 0);
+        assert_eq!(v, Verdict::Forward);
+        assert_eq!(out.len(), syn.len() + extra);
+        assert_eq!(out[14 + 9], proto);
+        assert_eq!(&out[14 + 12..14 + 16], &LOCAL);
+        assert_eq!(&out[14 + extra..], &syn[14..], "the inner packet is unchanged");
+    }
+}
+
+#[test]
+fn what_cannot_be_served_is_dropped_and_counted() {
+    let mut svc = service(L4Mode::Nat, L4Scheduler::Wlc, PROTO_TCP);
+    let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 2, 1);
+    // A mid-stream segment without a session.
+    assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 1, VIP, 80, TCP_ACK), 0).0, Verdict::Drop(DropReason::NoSession));
+    // Malformed: truncated.
+    let syn = tcp(CLIENT, 2, VIP, 80, TCP_SYN);
+    assert_eq!(run(&mut w, &plane, &syn[..30], 0).0, Verdict::Drop(DropReason::Malformed(Malformed::Truncated)));
+    // A full table.
+    assert_eq!(run(&mut w, &plane, &syn, 0).0, Verdict::Forward);
+    assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 3, VIP, 80, TCP_SYN), 0).0, Verdict::Forward);
+    assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 4, VIP, 80, TCP_SYN), 0).0, Verdict::Drop(DropReason::TableFull));
+    // Not for a service: to the kernel.
+    assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 5, [10, 0, 0, 7], 22, TCP_SYN), 0).0, Verdict::Pass);
+    assert_eq!(w.counters.dropped(DropReason::NoSession), 1);
+    assert_eq!(w.counters.dropped(DropReason::TableFull), 1);
+    assert_eq!(w.counters.dropped(DropReason::Malformed(Malformed::Truncated)), 1);
+    // Every reason has its own slot.
+    let slots: std::collections::HashSet<usize> = DropReason::all().map(DropReason::index).collect();
+    assert_eq!(slots.len(), DROP_KINDS);
+    assert!(slots.iter().all(|&i| i < DROP_KINDS));
+    // No healthy server.
+    svc = service(L4Mode::Nat, L4Scheduler::Wrr, PROTO_TCP);
+    for r in &mut svc.reals {
+        r.up = false;
+    }
+    let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 16, 1);
+    assert_eq!(run(&mut w, &plane, &syn, 0).0, Verdict::Drop(DropReason::NoHealthyServer));
+}
+
+#[test]
+fn sessions_expire_by_state_and_free_their_ports() {
+    let plane =
+        Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 64, 1);
+    run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    assert_eq!(w.sessions(), 1);
+    // A SYN-only session times out after 10 ticks (the sweep runs per vector).
+    run(&mut w, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 5);
+    assert_eq!(w.sessions(), 1);
+    run(&mut w, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 11);
+    assert_eq!(w.sessions(), 0);
+    assert_eq!(w.counters.services[0].sessions_active, 0);
+    let free = w.ports[0].free.len();
+    assert_eq!(free, 65536 - 1024);
+}
+
+#[test]
+fn weights_split_new_sessions() {
+    let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Wrr, PROTO_TCP)], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 10_000, 1);
+    for port in 0..4000u16 {
+        run(&mut w, &plane, &tcp(CLIENT, 10_000 + port, VIP, 80, TCP_SYN), 0);
+    }
+    let per = &w.counters.services[0].per_real_active;
+    assert_eq!(per, &vec![1000, 3000]);
+}
+
+fn tcp6(src: [u8; 16], sport: u16, dst: [u8; 16], dport: u16, flags: u8) -> Vec<u8> {
+    let seg = build::tcp(sport, dport, flags, b"", |len| checksum::pseudo_v6(src, dst, PROTO_TCP, len as u32));
+    build::eth(crate::packet::ETHERTYPE_IPV6, &build::ipv6(src, dst, PROTO_TCP, &seg))
+}
+
+fn v6(last: u8) -> [u8; 16] {
+    let mut a = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    a[15] = last;
+    a
+}
+
+#[test]
+fn ipv6_services_in_nat_and_fnat() {
+    for mode in [L4Mode::Nat, L4Mode::Fnat] {
+        let mut svc = service(mode, L4Scheduler::Rr, PROTO_TCP);
+        svc.vip = IpAddr::from(v6(100));
+        for (i, r) in svc.reals.iter_mut().enumerate() {
+            r.addr = IpAddr::from(v6(10 + i as u8));
+        }
+        let local = IpAddr::from(v6(200));
+        let plane = Plane::new(vec![svc], vec![IpAddr::from(LOCAL), local], MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 1024, 1);
+        let (v, out) = run(&mut w, &plane, &tcp6(v6(1), 40000, v6(100), 80, TCP_SYN), 0);
+        assert_eq!(v, Verdict::Forward, "{mode:?}");
+        let f = flow(&out);
+        assert_eq!(f.dport, 8080);
+        let real = match f.dst {
+            IpAddr::V6(a) => a.octets(),
+            IpAddr::V4(_) => unreachable!(),
+        };
+        let (reply_dst, reply_port) = if mode == L4Mode::Fnat {
+            assert_eq!(f.src, local, "an IPv6 local address for IPv6 servers");
+            (v6(200), f.sport)
+        } else {
+            assert_eq!(f.src, IpAddr::from(v6(1)));
+            (v6(1), 40000)
+        };
+        let (v, back) = run(&mut w, &plane, &tcp6(real, 8080, reply_dst, reply_port, TCP_SYN | TCP_ACK), 1);
+        assert_eq!(v, Verdict::Forward, "{mode:?} reply");
+        let b = flow(&back);
+        assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(v6(100)), 80, IpAddr::from(v6(1)), 40000));
+        assert_eq!(w.sessions(), 1);
+    }
+    // An IPv6 VIP in front of IPv4 servers in NAT mode: no translation.
+    let mut svc = service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP);
+    svc.vip = IpAddr::from(v6(100));
+    let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 16, 1);
+    assert_eq!(run(&mut w, &plane, &tcp6(v6(1), 1, v6(100), 80, TCP_SYN), 0).0, Verdict::Drop(DropReason::Unsupported));
+    assert_eq!(w.sessions(), 0);
+}
+
+#[test]
+fn arp_and_neighbour_discovery_for_our_addresses_are_answered() {
+    let mut svc6 = service(L4Mode::Dr, L4Scheduler::Rr, PROTO_TCP);
+    svc6.vip = IpAddr::from(v6(100));
+    let plane = Plane::new(
+        vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP), svc6],
+        vec![IpAddr::from(LOCAL)],
+        MAC,
+        HOP,
+        1,
+    );
+    let mut w = Worker::new(&plane, 0, 16, 1);
+    let arp = |target: [u8; 4]| {
+        let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 9, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        a.extend_from_slice(&target);
+        build::eth(crate::packet::ETHERTYPE_ARP, &a)
+    };
+    for target in [VIP, LOCAL] {
+        let (v, out) = run(&mut w, &plane, &arp(target), 0);
+        assert_eq!(v, Verdict::Forward);
+        assert_eq!(&out[14 + 6..14 + 8], &[0, 2], "an ARP reply");
+        assert_eq!(&out[14 + 8..14 + 14], &MAC);
+    }
+    assert_eq!(run(&mut w, &plane, &arp([10, 0, 0, 55]), 0).0, Verdict::Pass, "not ours");
+    // A solicitation for the IPv6 VIP.
+    let snm = std::net::Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00, 0x100).octets();
+    let mut ns = vec![crate::neighbour::ND_SOLICIT, 0, 0, 0, 0, 0, 0, 0];
+    ns.extend_from_slice(&v6(100));
+    let c = !checksum::fold(checksum::add(
+        checksum::pseudo_v6(v6(1), snm, crate::packet::PROTO_ICMPV6, ns.len() as u32),
+        &ns,
+    ));
+    ns[2..4].copy_from_slice(&c.to_be_bytes());
+    let f = build::eth(crate::packet::ETHERTYPE_IPV6, &build::ipv6(v6(1), snm, crate::packet::PROTO_ICMPV6, &ns));
+    let (v, out) = run(&mut w, &plane, &f, 0);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(out.len(), crate::neighbour::ND_ADVERT_LEN);
+    assert_eq!(out[14 + 40], crate::neighbour::ND_ADVERT);
+    assert_eq!(w.counters.answered, 3);
+}
+
+/// An ICMPv4 error from `from` to `to`, quoting `quoted` (an IP packet's
+/// first bytes).
+fn icmp_error(from: [u8; 4], to: [u8; 4], kind: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
+    let mut m = vec![kind, code, 0, 0, 0, 0, 0x05, 0xdc];
+    m.extend_from_slice(quoted);
+    let c = checksum::checksum(&m);
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    build::eth(ETHERTYPE_IPV4, &build::ipv4(from, to, crate::packet::PROTO_ICMP, &m))
+}
+
+fn quoted(frame: &[u8]) -> crate::packet::Flow {
+    match packet::parse(frame, Checks::default()) {
+        Ok(packet::Frame::Ip(ip)) => packet::quoted(frame, &ip).expect("an error quoting a flow"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An error translated for the client: from the VIP, about the client's
+/// packet to the VIP.
+fn assert_back_at_the_client(out: &[u8]) {
+    let f = flow(out);
+    assert_eq!((f.src, f.dst), (IpAddr::from(VIP), IpAddr::from(CLIENT)));
+    let q = quoted(out);
+    assert_eq!((q.src, q.sport, q.dst, q.dport), (IpAddr::from(CLIENT), 40000, IpAddr::from(VIP), 80));
+}
+
+#[test]
+fn icmp_errors_go_back_to_where_their_packet_came_from() {
+    const ROUTER: [u8; 4] = [192, 0, 2, 1];
+    // NAT: a router on the client's side says the VIP's packet to the
+    // client was too big; the real server gets it, translated.
+    let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP)], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 64, 1);
+    let (_, to_real) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    let real = flow(&to_real).dst;
+    let real4 = match real {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => unreachable!(),
+    };
+    let sent = tcp(VIP, 80, CLIENT, 40000, TCP_ACK);
+    let (v, out) = run(&mut w, &plane, &icmp_error(ROUTER, VIP, 3, 4, &sent[14..14 + 28]), 1);
+    assert_eq!(v, Verdict::Forward);
+    let f = flow(&out); // outer and ICMP checksums verified by the parser
+    assert_eq!((f.src, f.dst), (IpAddr::from(ROUTER), real));
+    let q = quoted(&out);
+    assert_eq!((q.src, q.sport, q.dst, q.dport), (real, 8080, IpAddr::from(CLIENT), 40000));
+    assert_eq!(crate::checksum::checksum(&out[14 + 20 + 8..14 + 20 + 8 + 20]), 0, "the quoted header's checksum");
+    // NAT, server side: the real server says the client's port is
+    // unreachable; the client gets it as coming from the VIP.
+    let sent_to_real = tcp(CLIENT, 40000, real4, 8080, TCP_ACK);
+    let (v, out) = run(&mut w, &plane, &icmp_error(real4, CLIENT, 3, 3, &sent_to_real[14..14 + 28]), 1);
+    assert_eq!(v, Verdict::Forward);
+    assert_back_at_the_client(&out);
+    // An error about no session of ours is dropped, not forwarded.
+    let stranger = tcp(VIP, 80, [10, 0, 0, 99], 1, TCP_ACK);
+    assert_eq!(
+        run(&mut w, &plane, &icmp_error(ROUTER, VIP, 3, 4, &stranger[14..14 + 28]), 1).0,
+        Verdict::Drop(DropReason::NoSession)
+    );
+
+    // DR: the real server sent with the VIP as source; the error comes to
+    // the balancer and goes to that server unchanged (path MTU discovery).
+    let plane = Plane::new(vec![service(L4Mode::Dr, L4Scheduler::Rr, PROTO_TCP)], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 64, 1);
+    run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    let err = icmp_error(ROUTER, VIP, 3, 4, &sent[14..14 + 28]);
+    let (v, out) = run(&mut w, &plane, &err, 1);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!(&out[12..], &err[12..]);
+    assert_eq!(&out[..12], &[HOP, MAC].concat()[..]);
+
+    // FNAT, server side: the quoted packet left our local address.
+    let plane =
+        Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 64, 1);
+    let (_, to_real) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    let f = flow(&to_real);
+    let real4 = match f.dst {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => unreachable!(),
+    };
+    let sent_to_real = tcp(LOCAL, f.sport, real4, 8080, TCP_ACK);
+    let (v, out) = run(&mut w, &plane, &icmp_error(real4, LOCAL, 3, 3, &sent_to_real[14..14 + 28]), 1);
+    assert_eq!(v, Verdict::Forward);
+    assert_back_at_the_client(&out);
+}
+
+fn octets(a: IpAddr) -> [u8; 4] {
+    match a {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => unreachable!(),
+    }
+}
+
+#[test]
+fn a_syn_on_the_port_of_an_ending_connection_is_a_new_session() {
+    let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP)], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 1024, 1);
+    let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    let first = flow(&out).dst;
+    run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK), 0);
+    // A retransmitted SYN of a live connection keeps its session.
+    assert_eq!(flow(&run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0).1).dst, first);
+    run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_FIN | TCP_ACK), 1);
+    // Round robin: the new connection goes to the other server.
+    let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 2);
+    assert_eq!(v, Verdict::Forward);
+    assert_ne!(flow(&out).dst, first);
+    let c = &w.counters.services[0];
+    assert_eq!((c.sessions_total, c.sessions_active, w.sessions()), (2, 1, 1));
+}
+
+#[test]
+fn packets_of_a_new_flow_in_one_vector_make_one_session() {
+    let plane =
+        Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_UDP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 1024, 1);
+    let seg = build::udp(5000, 80, b"q", |len| checksum::pseudo_v4(CLIENT, VIP, PROTO_UDP, len as u16));
+    let frame = build::eth(ETHERTYPE_IPV4, &build::ipv4(CLIENT, VIP, PROTO_UDP, &seg));
+    let mut mems: Vec<Vec<u8>> = (0..8).map(|_| frame.clone()).collect();
+    let mut bufs: Vec<Buf<'_>> = mems.iter_mut().map(|m| Buf { len: m.len(), mem: m, head: 0 }).collect();
+    let mut verdicts = Vec::new();
+    w.process(&plane, &mut bufs, &mut verdicts, 0);
+    assert!(verdicts.iter().all(|v| *v == Verdict::Forward));
+    let flows: std::collections::HashSet<_> = bufs.iter().map(|b| flow(b.frame())).collect();
+    assert_eq!(flows.len(), 1, "one server, one local port: {flows:?}");
+    assert_eq!((w.sessions(), w.counters.services[0].sessions_total), (1, 1));
+}
+
+/// A NAT or FNAT TCP session to the first server, established.
+fn established(mode: L4Mode, reset: bool) -> (Plane, Worker, [u8; 4], crate::packet::Flow) {
+    let mut svc = service(mode, L4Scheduler::Rr, PROTO_TCP);
+    svc.reset_on_down = reset;
+    let plane = Plane::new(vec![svc], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 1024, 1);
+    let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    let to_real = flow(&out);
+    run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK), 0);
+    (plane, w, octets(to_real.dst), to_real)
+}
+
+/// The same plane with the given server's health.
+fn with_health(plane: &Plane, real: [u8; 4], up: bool) -> Plane {
+    let mut svc = service(plane.services[0].mode, L4Scheduler::Rr, PROTO_TCP);
+    svc.reset_on_down = plane.services[0].reset_on_down;
+    for r in &mut svc.reals {
+        if r.addr == IpAddr::from(real) {
+            r.up = up;
+        }
+    }
+    Plane::new(vec![svc], plane.local_addrs.clone(), MAC, HOP, 1)
+}
+
+#[test]
+fn sessions_of_a_server_that_went_down_are_kept_or_reset() {
+    // keep: the session goes on to its server.
+    let (plane, mut w, real, _) = established(L4Mode::Nat, false);
+    let down = with_health(&plane, real, false);
+    assert!(down.extends(&plane));
+    w.adopt(&down);
+    let (v, out) = run(&mut w, &down, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH), 1);
+    assert_eq!((v, flow(&out).dst), (Verdict::Forward, IpAddr::from(real)));
+
+    // reset: the client's next segment is answered with an RST from
+    // the VIP (SEQ = its ACK), and the session is gone.
+    for mode in [L4Mode::Nat, L4Mode::Fnat] {
+        let (plane, mut w, real, to_real) = established(mode, true);
+        let down = with_health(&plane, real, false);
+        w.adopt(&down);
+        let seg = tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH);
+        let (v, out) = run(&mut w, &down, &seg, 1);
+        assert_eq!(v, Verdict::Forward, "{mode:?}");
+        let f = flow(&out);
+        assert_eq!((f.src, f.sport, f.dst, f.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+        assert_eq!(out[14 + 33], TCP_RST);
+        assert_eq!(out[38..42], seg[42..46], "SEQ = the segment's ACK");
+        assert_eq!(out.len(), 14 + 40);
+        let c = &w.counters.services[0];
+        assert_eq!((c.resets, c.sessions_active, w.sessions()), (1, 0, 0), "{mode:?}");
+        // The connection is gone; a new one goes to the server that is up.
+        assert_eq!(run(&mut w, &down, &seg, 1).0, Verdict::Drop(DropReason::NoSession));
+        let (_, out) = run(&mut w, &down, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 1);
+        assert_ne!(flow(&out).dst, IpAddr::from(real));
+
+        // From the server's side, a packet of such a session gets the RST.
+        let (plane, mut w, real, to_real2) = established(mode, true);
+        assert_eq!(to_real, to_real2);
+        let down = with_health(&plane, real, false);
+        w.adopt(&down);
+        let reply = tcp(real, to_real.dport, octets(to_real.src), to_real.sport, TCP_ACK);
+        let (v, out) = run(&mut w, &down, &reply, 1);
+        assert_eq!(v, Verdict::Forward);
+        let f = flow(&out);
+        assert_eq!((f.src, f.dst, f.dport), (to_real.src, IpAddr::from(real), to_real.dport));
+        assert_eq!(out[14 + 33], TCP_RST);
+        assert_eq!(w.sessions(), 0);
+    }
+}
+
+#[test]
+fn maglev_picks_the_same_server_in_every_worker_and_picks_connections_up() {
+    let mut svc = service(L4Mode::Nat, L4Scheduler::Maglev, PROTO_TCP);
+    svc.reals.push(Real { addr: Ipv4Addr::new(10, 0, 1, 3).into(), port: 8080, weight: 1, up: true });
+    let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+    // Two workers with different table seeds (two processes, or two
+    // balancers behind ECMP) agree on every flow.
+    let mut a = Worker::new(&plane, 0, 4096, 1);
+    let mut b = Worker::new(&plane, 0, 4096, 99);
+    let mut used = std::collections::HashSet::new();
+    for port in 0..300u16 {
+        let syn = tcp(CLIENT, 20000 + port, VIP, 80, TCP_SYN);
+        let ra = flow(&run(&mut a, &plane, &syn, 0).1).dst;
+        let rb = flow(&run(&mut b, &plane, &syn, 0).1).dst;
+        assert_eq!(ra, rb);
+        used.insert(ra);
+    }
+    assert_eq!(used.len(), 3);
+    // A mid-connection segment the worker has no session for (it was
+    // set up elsewhere) goes where the SYN went.
+    let mut c = Worker::new(&plane, 0, 4096, 7);
+    for port in 0..300u16 {
+        let want = flow(&run(&mut a, &plane, &tcp(CLIENT, 20000 + port, VIP, 80, TCP_ACK), 1).1).dst;
+        let (v, out) = run(&mut c, &plane, &tcp(CLIENT, 20000 + port, VIP, 80, TCP_ACK | TCP_PSH), 1);
+        assert_eq!((v, flow(&out).dst), (Verdict::Forward, want));
+    }
+    // Picked up sessions hold the SYN timeout until their next packet.
+    run(&mut c, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 12);
+    for _ in 0..200 {
+        run(&mut c, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 12);
+    }
+    assert_eq!(c.sessions(), 0);
+    // An RST starts nothing; nor does FNAT (its source port is per process).
+    assert_eq!(run(&mut c, &plane, &tcp(CLIENT, 5, VIP, 80, TCP_RST), 13).0, Verdict::Drop(DropReason::NoSession));
+    let plane =
+        Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Maglev, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 64, 1);
+    assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 5, VIP, 80, TCP_ACK), 0).0, Verdict::Drop(DropReason::NoSession));
+}
