@@ -357,15 +357,29 @@ fn control_loop(shared: &Shared) {
 /// Puts the next hop's MAC into a forwarded frame. ARP answers and
 /// neighbour advertisements are already addressed to their asker.
 fn address_frame(frame: &mut [u8], hint: Option<IpAddr>, hops: &NextHops) -> Result<(), Miss> {
-    let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+    use gatehouse_l4::field::{ethernet, icmp, ipv4, ipv6};
+    use gatehouse_l4::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMPV6};
+    let l3 = ethernet::HEADER_LEN;
+    let ethertype = match frame.get(ethernet::ETHERTYPE..l3) {
+        Some(&[a, b]) => u16::from_be_bytes([a, b]),
+        _ => return Err(Miss::NoRoute),
+    };
+    let field = |at: usize, len: usize| frame.get(l3 + at..l3 + at + len);
     let dst = match ethertype {
-        0x0806 => return Ok(()),
-        0x0800 if frame.len() >= 34 => IpAddr::from(<[u8; 4]>::try_from(&frame[30..34]).unwrap_or_default()),
-        0x86dd if frame.len() >= 54 => {
-            if frame[20] == 58 && frame.get(54) == Some(&136) {
+        ETHERTYPE_ARP => return Ok(()),
+        ETHERTYPE_IPV4 => match field(ipv4::DST, 4).and_then(|b| <[u8; 4]>::try_from(b).ok()) {
+            Some(a) => IpAddr::from(a),
+            None => return Err(Miss::NoRoute),
+        },
+        ETHERTYPE_IPV6 => {
+            let advert = frame.get(l3 + ipv6::HEADER_LEN + icmp::TYPE) == Some(&gatehouse_l4::neighbour::ND_ADVERT);
+            if field(ipv6::NEXT_HEADER, 1) == Some(&[PROTO_ICMPV6]) && advert {
                 return Ok(());
             }
-            IpAddr::from(<[u8; 16]>::try_from(&frame[38..54]).unwrap_or_default())
+            match field(ipv6::DST, 16).and_then(|b| <[u8; 16]>::try_from(b).ok()) {
+                Some(a) => IpAddr::from(a),
+                None => return Err(Miss::NoRoute),
+            }
         }
         _ => return Err(Miss::NoRoute),
     };

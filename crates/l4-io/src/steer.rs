@@ -115,44 +115,58 @@ fn sync<const N: usize>(
 /// The program's choice, made in user space (AF_PACKET sees every frame):
 /// whether the plane wants `frame`.
 pub fn wants(frame: &[u8], w: &Wanted) -> bool {
-    let Some(ethertype) = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]])) else { return false };
-    let l3 = &frame[14..];
-    let v4 = |b: &[u8]| addr_key(IpAddr::from(<[u8; 4]>::try_from(b).unwrap_or_default()));
-    let v6 = |b: &[u8]| <[u8; 16]>::try_from(b).unwrap_or_default();
+    use gatehouse_l4::field::{arp, ethernet, icmp, ipv4, ipv6, nd, tcp};
+    use gatehouse_l4::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP};
+    let Some(ethertype) =
+        frame.get(ethernet::ETHERTYPE..ethernet::HEADER_LEN).map(|b| u16::from_be_bytes([b[0], b[1]]))
+    else {
+        return false;
+    };
+    let l3 = &frame[ethernet::HEADER_LEN..];
+    let v4 = |b: &[u8]| addr_key(IpAddr::from(<[u8; 4]>::try_from(&b[..4]).unwrap_or_default()));
+    let v6 = |b: &[u8]| <[u8; 16]>::try_from(&b[..16]).unwrap_or_default();
     let nat_reply = |src: [u8; 16], dst: &[u8; 16], proto: u8, l4: &[u8]| {
-        if !matches!(proto, 6 | 17) || l4.len() < 4 {
+        if !matches!(proto, PROTO_TCP | PROTO_UDP) || l4.len() < tcp::DST_PORT + 2 {
             return false;
         }
         let mut k = [0u8; 20];
         k[..16].copy_from_slice(&src);
-        k[16..18].copy_from_slice(&l4[..2]);
+        // TCP and UDP keep the source port at the same place.
+        k[16..18].copy_from_slice(&l4[tcp::SRC_PORT..tcp::SRC_PORT + 2]);
         k[18] = proto;
         w.reals.contains(&k) && !w.host.contains(dst)
     };
     match ethertype {
-        0x0806 => l3.len() >= 28 && l3[6..8] == [0, 1] && w.owned.contains(&v4(&l3[24..28])),
-        0x0800 if l3.len() >= 20 => {
-            let dst = v4(&l3[16..20]);
-            if w.owned.contains(&dst) {
-                return true;
-            }
-            let ihl = usize::from(l3[0] & 0x0f) * 4;
-            let first_fragment = l3[6] & 0x1f == 0 && l3[7] == 0;
-            first_fragment
-                && (20..=60).contains(&ihl)
-                && l3.len() > ihl
-                && nat_reply(v4(&l3[12..16]), &dst, l3[9], &l3[ihl..])
+        ETHERTYPE_ARP => {
+            l3.len() >= arp::LEN
+                && l3[arp::OPER..arp::SENDER_MAC] == [0, 1]
+                && w.owned.contains(&v4(&l3[arp::TARGET_IP..]))
         }
-        0x86dd if l3.len() >= 40 => {
-            let dst = v6(&l3[24..40]);
+        ETHERTYPE_IPV4 if l3.len() >= ipv4::MIN_HEADER_LEN => {
+            let dst = v4(&l3[ipv4::DST..]);
             if w.owned.contains(&dst) {
                 return true;
             }
-            let l4 = &l3[40..];
-            if l3[6] == 58 {
-                return l4.len() >= 24 && l4[0] == 135 && w.owned.contains(&v6(&l4[8..24]));
+            let ihl = usize::from(l3[ipv4::VER_IHL] & 0x0f) * 4;
+            let frag = &l3[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2];
+            let first_fragment = frag[0] & 0x1f == 0 && frag[1] == 0;
+            first_fragment
+                && (ipv4::MIN_HEADER_LEN..=60).contains(&ihl)
+                && l3.len() > ihl
+                && nat_reply(v4(&l3[ipv4::SRC..]), &dst, l3[ipv4::PROTOCOL], &l3[ihl..])
+        }
+        ETHERTYPE_IPV6 if l3.len() >= ipv6::HEADER_LEN => {
+            let dst = v6(&l3[ipv6::DST..]);
+            if w.owned.contains(&dst) {
+                return true;
             }
-            nat_reply(v6(&l3[8..24]), &dst, l3[6], l4)
+            let l4 = &l3[ipv6::HEADER_LEN..];
+            if l3[ipv6::NEXT_HEADER] == PROTO_ICMPV6 {
+                return l4.len() >= nd::OPTIONS
+                    && l4[icmp::TYPE] == gatehouse_l4::neighbour::ND_SOLICIT
+                    && w.owned.contains(&v6(&l4[nd::TARGET..]));
+            }
+            nat_reply(v6(&l3[ipv6::SRC..]), &dst, l3[ipv6::NEXT_HEADER], l4)
         }
         _ => false,
     }

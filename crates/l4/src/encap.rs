@@ -12,6 +12,7 @@
 use std::net::IpAddr;
 
 use crate::checksum;
+use crate::field::{ethernet, ipv4, udp};
 use crate::packet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_UDP};
 
 const PROTO_IPIP: u8 = 4;
@@ -64,27 +65,33 @@ pub fn encapsulate(
     let inner_proto = if inner_v4 { PROTO_IPIP } else { PROTO_IPV6_IN };
     let (proto, extra) = match tunnel {
         Tunnel::Ipip => (inner_proto, 0),
-        Tunnel::Gue { .. } => (PROTO_UDP, 8),
+        Tunnel::Gue { .. } => (PROTO_UDP, udp::HEADER_LEN),
+    };
+    // The inner packet's DSCP and ECN carry over: IPv4's second byte, or
+    // the traffic class across IPv6's first two.
+    let class = match inner {
+        [_, tos, ..] if inner_v4 => *tos,
+        [a, b, ..] => (u16::from_be_bytes([*a, *b]) >> 4) as u8,
+        _ => 0,
     };
     out.clear();
-    out.extend_from_slice(&frame[..12]);
+    out.extend_from_slice(&frame[..ethernet::ADDRS_LEN]);
     match (outer.src, outer.dst) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let total = 20 + extra + inner.len();
+            let total = ipv4::MIN_HEADER_LEN + extra + inner.len();
             let total = u16::try_from(total).map_err(|_| EncapError::TooLong)?;
             out.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
             let ip_at = out.len();
-            // The inner IPv4 packet's DSCP/ECN and DF carry over.
-            let tos = if inner_v4 { inner[1] } else { (u16::from_be_bytes([inner[0], inner[1]]) >> 4) as u8 };
-            let df = if inner_v4 { inner[6] & 0x40 } else { 0 };
-            out.extend_from_slice(&[0x45, tos]);
+            // An inner IPv4 packet's DF carries over too.
+            let df = if inner_v4 { inner.get(ipv4::FLAGS_FRAG).map_or(0, |f| f & 0x40) } else { 0 };
+            out.extend_from_slice(&[0x45, class]);
             out.extend_from_slice(&total.to_be_bytes());
             out.extend_from_slice(&outer.id.to_be_bytes());
             out.extend_from_slice(&[df, 0, outer.ttl, proto, 0, 0]);
             out.extend_from_slice(&src.octets());
             out.extend_from_slice(&dst.octets());
-            let c = checksum::checksum(&out[ip_at..ip_at + 20]);
-            out[ip_at + 10..ip_at + 12].copy_from_slice(&c.to_be_bytes());
+            let c = checksum::checksum(&out[ip_at..ip_at + ipv4::MIN_HEADER_LEN]);
+            out[ip_at + ipv4::CHECKSUM..][..2].copy_from_slice(&c.to_be_bytes());
             if let Tunnel::Gue { port } = tunnel {
                 // Over IPv4 the UDP checksum may be zero (none): the inner
                 // packet has its own.
@@ -94,15 +101,14 @@ pub fn encapsulate(
         (IpAddr::V6(src), IpAddr::V6(dst)) => {
             let payload = u16::try_from(extra + inner.len()).map_err(|_| EncapError::TooLong)?;
             out.extend_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
-            let tc = if inner_v4 { inner[1] } else { (u16::from_be_bytes([inner[0], inner[1]]) >> 4) as u8 };
-            out.extend_from_slice(&[0x60 | (tc >> 4), tc << 4, 0, 0]);
+            out.extend_from_slice(&[0x60 | (class >> 4), class << 4, 0, 0]);
             out.extend_from_slice(&payload.to_be_bytes());
             out.extend_from_slice(&[proto, outer.ttl]);
             out.extend_from_slice(&src.octets());
             out.extend_from_slice(&dst.octets());
             if let Tunnel::Gue { port } = tunnel {
                 // Over IPv6 the UDP checksum is required.
-                let udp_len = 8 + inner.len();
+                let udp_len = udp::HEADER_LEN + inner.len();
                 let sport = gue_source_port(outer.flow_hash);
                 let mut sum = checksum::pseudo_v6(src.octets(), dst.octets(), PROTO_UDP, udp_len as u32);
                 sum += u64::from(sport) + u64::from(port) + udp_len as u64;
@@ -127,7 +133,7 @@ fn gue_source_port(hash: u32) -> u16 {
 fn udp_header(out: &mut Vec<u8>, hash: u32, port: u16, inner_len: usize, sum: u16) {
     out.extend_from_slice(&gue_source_port(hash).to_be_bytes());
     out.extend_from_slice(&port.to_be_bytes());
-    out.extend_from_slice(&((8 + inner_len) as u16).to_be_bytes());
+    out.extend_from_slice(&((udp::HEADER_LEN + inner_len) as u16).to_be_bytes());
     out.extend_from_slice(&sum.to_be_bytes());
 }
 

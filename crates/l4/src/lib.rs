@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod checksum;
 pub mod encap;
+pub mod field;
 mod fuzz;
 pub mod neighbour;
 pub mod packet;

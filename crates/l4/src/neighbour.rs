@@ -5,6 +5,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::checksum;
+use crate::field::{arp, ethernet, icmp, ipv6, nd};
 use crate::packet::{ETHERTYPE_IPV6, Ip, PROTO_ICMPV6};
 
 /// ICMPv6 neighbour solicitation and advertisement.
@@ -14,69 +15,71 @@ pub const ND_ADVERT: u8 = 136;
 /// Turns the ARP request in `frame` (for `ip`, which we own) into our reply.
 /// `frame` holds Ethernet + ARP at `arp_at`.
 pub fn arp_reply(frame: &mut [u8], arp_at: usize, ip: Ipv4Addr, mac: [u8; 6]) -> bool {
-    if frame.len() < arp_at + 28 {
+    if frame.len() < arp_at + arp::LEN {
         return false;
     }
-    let requester_mac: [u8; 6] = frame[6..12].try_into().unwrap_or([0; 6]);
-    let a = arp_at;
-    let sender_mac: [u8; 6] = frame[a + 8..a + 14].try_into().unwrap_or(requester_mac);
-    let sender_ip: [u8; 4] = frame[a + 14..a + 18].try_into().unwrap_or([0; 4]);
-    frame[0..6].copy_from_slice(&requester_mac);
-    frame[6..12].copy_from_slice(&mac);
-    frame[a + 6..a + 8].copy_from_slice(&2u16.to_be_bytes());
-    frame[a + 8..a + 14].copy_from_slice(&mac);
-    frame[a + 14..a + 18].copy_from_slice(&ip.octets());
-    frame[a + 18..a + 24].copy_from_slice(&sender_mac);
-    frame[a + 24..a + 28].copy_from_slice(&sender_ip);
+    let a = &mut frame[arp_at..arp_at + arp::LEN];
+    let sender_mac: [u8; 6] = a[arp::SENDER_MAC..arp::SENDER_IP].try_into().unwrap_or([0; 6]);
+    let sender_ip: [u8; 4] = a[arp::SENDER_IP..arp::TARGET_MAC].try_into().unwrap_or([0; 4]);
+    a[arp::OPER..arp::SENDER_MAC].copy_from_slice(&2u16.to_be_bytes());
+    a[arp::SENDER_MAC..arp::SENDER_IP].copy_from_slice(&mac);
+    a[arp::SENDER_IP..arp::TARGET_MAC].copy_from_slice(&ip.octets());
+    a[arp::TARGET_MAC..arp::TARGET_IP].copy_from_slice(&sender_mac);
+    a[arp::TARGET_IP..arp::LEN].copy_from_slice(&sender_ip);
+    let requester_mac: [u8; 6] = frame[ethernet::SRC..ethernet::ETHERTYPE].try_into().unwrap_or([0; 6]);
+    crate::rewrite::set_macs(frame, requester_mac, mac);
     true
 }
 
 /// The target address of a neighbour solicitation (`ip` is its parse).
 pub fn solicited_target(frame: &[u8], ip: &Ip) -> Option<Ipv6Addr> {
-    let t = frame.get(ip.l4 + 8..ip.l4 + 24)?;
+    let t = frame.get(ip.l4 + nd::TARGET..ip.l4 + nd::OPTIONS)?;
     <[u8; 16]>::try_from(t).ok().map(Ipv6Addr::from)
 }
 
 /// Length of the advertisement frame written by [`nd_advert`].
-pub const ND_ADVERT_LEN: usize = 14 + 40 + 32;
+pub const ND_ADVERT_LEN: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + ND_ADVERT_BODY;
+
+/// The advertisement's ICMPv6 message: header, target, one option of 8 bytes.
+const ND_ADVERT_BODY: usize = nd::OPTIONS + 8;
 
 /// Writes into `out` (at least [`ND_ADVERT_LEN`] bytes) the neighbour
 /// advertisement answering the solicitation in `frame` for `target`, which we
 /// own. Returns the frame length.
 pub fn nd_advert(frame: &[u8], ip: &Ip, target: Ipv6Addr, mac: [u8; 6], out: &mut [u8]) -> Option<usize> {
-    if out.len() < ND_ADVERT_LEN || frame.len() < ip.l3 + 40 {
+    if out.len() < ND_ADVERT_LEN || frame.len() < ip.l3 + ipv6::HEADER_LEN {
         return None;
     }
-    let requester_mac: [u8; 6] = frame[6..12].try_into().ok()?;
-    let src: [u8; 16] = frame[ip.l3 + 8..ip.l3 + 24].try_into().ok()?;
+    let requester_mac: [u8; 6] = frame[ethernet::SRC..ethernet::ETHERTYPE].try_into().ok()?;
+    let src: [u8; 16] = frame[ip.l3 + ipv6::SRC..ip.l3 + ipv6::DST].try_into().ok()?;
     // An unspecified source (duplicate address detection): answer all nodes.
     let (dst, solicited) =
         if src == [0; 16] { (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets(), false) } else { (src, true) };
     let o = &mut out[..ND_ADVERT_LEN];
-    o[0..6].copy_from_slice(&requester_mac);
-    o[6..12].copy_from_slice(&mac);
-    o[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
-    let h = 14;
-    o[h..h + 4].copy_from_slice(&[0x60, 0, 0, 0]);
-    o[h + 4..h + 6].copy_from_slice(&32u16.to_be_bytes());
-    o[h + 6] = PROTO_ICMPV6;
-    o[h + 7] = 255;
-    o[h + 8..h + 24].copy_from_slice(&target.octets());
-    o[h + 24..h + 40].copy_from_slice(&dst);
-    let m = h + 40;
-    o[m] = ND_ADVERT;
-    o[m + 1] = 0;
-    o[m + 2..m + 4].copy_from_slice(&[0, 0]);
+    o[ethernet::DST..ethernet::SRC].copy_from_slice(&requester_mac);
+    o[ethernet::SRC..ethernet::ETHERTYPE].copy_from_slice(&mac);
+    o[ethernet::ETHERTYPE..ethernet::HEADER_LEN].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+    let h = &mut o[ethernet::HEADER_LEN..][..ipv6::HEADER_LEN];
+    h[ipv6::VER_TC_FLOW..ipv6::PAYLOAD_LEN].copy_from_slice(&[0x60, 0, 0, 0]);
+    h[ipv6::PAYLOAD_LEN..ipv6::NEXT_HEADER].copy_from_slice(&(ND_ADVERT_BODY as u16).to_be_bytes());
+    h[ipv6::NEXT_HEADER] = PROTO_ICMPV6;
+    h[ipv6::HOP_LIMIT] = 255;
+    h[ipv6::SRC..ipv6::DST].copy_from_slice(&target.octets());
+    h[ipv6::DST..].copy_from_slice(&dst);
+    let m = &mut o[ethernet::HEADER_LEN + ipv6::HEADER_LEN..];
+    m[icmp::TYPE] = ND_ADVERT;
+    m[icmp::CODE] = 0;
+    m[icmp::CHECKSUM..icmp::CHECKSUM + 2].copy_from_slice(&[0, 0]);
     // Flags: solicited (when answering a node) and override.
-    o[m + 4..m + 8].copy_from_slice(&[if solicited { 0x60 } else { 0x20 }, 0, 0, 0]);
-    o[m + 8..m + 24].copy_from_slice(&target.octets());
-    // Option: target link-layer address.
-    o[m + 24] = 2;
-    o[m + 25] = 1;
-    o[m + 26..m + 32].copy_from_slice(&mac);
-    let sum = checksum::pseudo_v6(target.octets(), dst, PROTO_ICMPV6, 32);
-    let c = !checksum::fold(checksum::add(sum, &o[m..m + 32]));
-    o[m + 2..m + 4].copy_from_slice(&c.to_be_bytes());
+    m[nd::FLAGS..nd::TARGET].copy_from_slice(&[if solicited { 0x60 } else { 0x20 }, 0, 0, 0]);
+    m[nd::TARGET..nd::OPTIONS].copy_from_slice(&target.octets());
+    // Option: target link-layer address (type 2, length 1 unit of 8 bytes).
+    m[nd::OPTIONS] = 2;
+    m[nd::OPTIONS + 1] = 1;
+    m[nd::OPTIONS + 2..ND_ADVERT_BODY].copy_from_slice(&mac);
+    let sum = checksum::pseudo_v6(target.octets(), dst, PROTO_ICMPV6, ND_ADVERT_BODY as u32);
+    let c = !checksum::fold(checksum::add(sum, &m[..ND_ADVERT_BODY]));
+    m[icmp::CHECKSUM..icmp::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
     Some(ND_ADVERT_LEN)
 }
 

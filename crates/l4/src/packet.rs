@@ -10,8 +10,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::checksum;
+use crate::field::{arp, ethernet, icmp, ipv4, ipv6, tcp, udp};
 
-pub const ETH_HEADER: usize = 14;
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
 pub const ETHERTYPE_IPV6: u16 = 0x86dd;
 pub const ETHERTYPE_ARP: u16 = 0x0806;
@@ -213,8 +213,8 @@ fn byte(b: &[u8], at: usize) -> Result<u8, Malformed> {
 /// The destination MAC, source MAC and the ethertype after an optional
 /// 802.1Q tag; and where the payload starts.
 pub fn ethernet(frame: &[u8]) -> Result<([u8; 6], [u8; 6], u16, usize), Malformed> {
-    let dst = bytes::<6>(frame, 0)?;
-    let src = bytes::<6>(frame, 6)?;
+    let dst = bytes::<6>(frame, ethernet::DST)?;
+    let src = bytes::<6>(frame, ethernet::SRC)?;
     let (ethertype, off) = ethertype(frame)?;
     Ok((dst, src, ethertype, off))
 }
@@ -222,11 +222,12 @@ pub fn ethernet(frame: &[u8]) -> Result<([u8; 6], [u8; 6], u16, usize), Malforme
 /// The ethertype after an optional 802.1Q tag, and where the payload starts.
 #[inline(always)]
 fn ethertype(frame: &[u8]) -> Result<(u16, usize), Malformed> {
-    let ethertype = be16(frame, 12)?;
+    let ethertype = be16(frame, ethernet::ETHERTYPE)?;
     if ethertype == ETHERTYPE_VLAN {
-        return Ok((be16(frame, 16)?, ETH_HEADER + 4));
+        let inner = be16(frame, ethernet::ETHERTYPE + ethernet::VLAN_TAG_LEN)?;
+        return Ok((inner, ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN));
     }
-    Ok((ethertype, ETH_HEADER))
+    Ok((ethertype, ethernet::HEADER_LEN))
 }
 
 /// Parses a frame.
@@ -256,19 +257,23 @@ pub fn parse_into(frame: &[u8], checks: Checks, ip: &mut Ip) -> Result<Parsed, M
 
 fn arp(frame: &[u8], off: usize) -> Result<Arp, Malformed> {
     let b = frame.get(off..).ok_or(Malformed::Truncated)?;
-    if b.len() < 28 {
+    if b.len() < arp::LEN {
         return Err(Malformed::Truncated);
     }
     // Ethernet (1), IPv4 (0x0800), 6-byte and 4-byte addresses.
-    if be16(b, 0)? != 1 || be16(b, 2)? != ETHERTYPE_IPV4 || b[4] != 6 || b[5] != 4 {
+    if be16(b, arp::HW_TYPE)? != 1
+        || be16(b, arp::PROTO_TYPE)? != ETHERTYPE_IPV4
+        || b[arp::HW_LEN] != 6
+        || b[arp::PROTO_LEN] != 4
+    {
         return Err(Malformed::BadArp);
     }
     Ok(Arp {
-        op: be16(b, 6)?,
-        sender_mac: bytes(b, 8)?,
-        sender_ip: Ipv4Addr::from(bytes::<4>(b, 14)?),
-        target_mac: bytes(b, 18)?,
-        target_ip: Ipv4Addr::from(bytes::<4>(b, 24)?),
+        op: be16(b, arp::OPER)?,
+        sender_mac: bytes(b, arp::SENDER_MAC)?,
+        sender_ip: Ipv4Addr::from(bytes::<4>(b, arp::SENDER_IP)?),
+        target_mac: bytes(b, arp::TARGET_MAC)?,
+        target_ip: Ipv4Addr::from(bytes::<4>(b, arp::TARGET_IP)?),
     })
 }
 
@@ -278,7 +283,7 @@ fn arp(frame: &[u8], off: usize) -> Result<Arp, Malformed> {
 pub fn quoted(frame: &[u8], ip: &Ip) -> Option<Flow> {
     let end = frame.get(..ip.end)?;
     ip.icmp.filter(|i| i.quoted)?;
-    quoted_flow(end, ip.l4 + 8, ip.flow.proto)
+    quoted_flow(end, ip.l4 + icmp::HEADER_LEN, ip.flow.proto)
 }
 
 /// The flow of the packet an ICMP error quotes at `inner` (its IP header
@@ -302,18 +307,18 @@ fn quoted_flow(frame: &[u8], inner: usize, proto: u8) -> Option<Flow> {
 #[inline(always)]
 fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> Result<bool, Malformed> {
     let b = frame.get(off..).ok_or(Malformed::Truncated)?;
-    let first = byte(b, 0)?;
+    let first = byte(b, ipv4::VER_IHL)?;
     if first >> 4 != 4 {
         return Err(Malformed::BadVersion);
     }
     let ihl = usize::from(first & 0x0f) * 4;
-    if ihl < 20 {
+    if ihl < ipv4::MIN_HEADER_LEN {
         return Err(Malformed::BadHeaderLength);
     }
     if b.len() < ihl {
-        return Err(if b.len() < 20 { Malformed::Truncated } else { Malformed::BadHeaderLength });
+        return Err(if b.len() < ipv4::MIN_HEADER_LEN { Malformed::Truncated } else { Malformed::BadHeaderLength });
     }
-    let total = usize::from(be16(b, 2)?);
+    let total = usize::from(be16(b, ipv4::TOTAL_LEN)?);
     let end = if quoted {
         b.len()
     } else {
@@ -321,8 +326,8 @@ fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
             return Err(Malformed::BadTotalLength);
         }
         // Twenty bytes without options: a sum the compiler unrolls.
-        let sum = match b.first_chunk::<20>() {
-            Some(h) if ihl == 20 => checksum::sum_ne(h),
+        let sum = match b.first_chunk::<{ ipv4::MIN_HEADER_LEN }>() {
+            Some(h) if ihl == ipv4::MIN_HEADER_LEN => checksum::sum_ne(h),
             _ => checksum::sum_ne(&b[..ihl]),
         };
         if checksum::fold(sum) != 0xffff {
@@ -330,21 +335,21 @@ fn ipv4(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
         }
         total
     };
-    let frag = be16(b, 6)?;
+    let frag = be16(b, ipv4::FLAGS_FRAG)?;
     // More fragments, or a non-zero offset: a fragment.
     if frag & 0x3fff != 0 {
         return Err(Malformed::Fragment);
     }
-    let src = Ipv4Addr::from(bytes::<4>(b, 12)?);
-    let dst = Ipv4Addr::from(bytes::<4>(b, 16)?);
-    let proto = b[9];
+    let src = Ipv4Addr::from(bytes::<4>(b, ipv4::SRC)?);
+    let dst = Ipv4Addr::from(bytes::<4>(b, ipv4::DST)?);
+    let proto = b[ipv4::PROTOCOL];
     let pseudo = checksum::sum_ne(&src.octets()) + checksum::sum_ne(&dst.octets());
     transport(
         frame,
         off,
         off + ihl,
         off + end,
-        b[8],
+        b[ipv4::TTL],
         proto,
         IpAddr::V4(src),
         IpAddr::V4(dst),
@@ -366,33 +371,33 @@ const MAX_EXTENSIONS: usize = 8;
 #[inline(never)]
 fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> Result<bool, Malformed> {
     let b = frame.get(off..).ok_or(Malformed::Truncated)?;
-    if b.len() < 40 {
+    if b.len() < ipv6::HEADER_LEN {
         return Err(Malformed::Truncated);
     }
-    if b[0] >> 4 != 6 {
+    if b[ipv6::VER_TC_FLOW] >> 4 != 6 {
         return Err(Malformed::BadVersion);
     }
-    let payload = usize::from(be16(b, 4)?);
+    let payload = usize::from(be16(b, ipv6::PAYLOAD_LEN)?);
     let end = if quoted {
         b.len()
     } else {
-        if 40 + payload > b.len() {
+        if ipv6::HEADER_LEN + payload > b.len() {
             return Err(Malformed::BadTotalLength);
         }
-        40 + payload
+        ipv6::HEADER_LEN + payload
     };
-    let src = Ipv6Addr::from(bytes::<16>(b, 8)?);
-    let dst = Ipv6Addr::from(bytes::<16>(b, 24)?);
-    let mut next = b[6];
-    let mut at = 40;
+    let src = Ipv6Addr::from(bytes::<16>(b, ipv6::SRC)?);
+    let dst = Ipv6Addr::from(bytes::<16>(b, ipv6::DST)?);
+    let mut next = b[ipv6::NEXT_HEADER];
+    let mut at = ipv6::HEADER_LEN;
     for _ in 0..=MAX_EXTENSIONS {
         match next {
             EXT_HOP_BY_HOP | EXT_ROUTING | EXT_DEST_OPTS => {
-                let len = (usize::from(byte(b, at + 1)?) + 1) * 8;
+                let len = (usize::from(byte(b, at + ipv6::ext::LEN)?) + 1) * 8;
                 if at + len > end {
                     return Err(Malformed::BadExtensionHeader);
                 }
-                next = b[at];
+                next = b[at + ipv6::ext::NEXT_HEADER];
                 at += len;
             }
             EXT_FRAGMENT => return Err(Malformed::Fragment),
@@ -403,7 +408,7 @@ fn ipv6(frame: &[u8], off: usize, checks: Checks, quoted: bool, ip: &mut Ip) -> 
                     off,
                     off + at,
                     off + end,
-                    b[7],
+                    b[ipv6::HOP_LIMIT],
                     next,
                     IpAddr::V6(src),
                     IpAddr::V6(dst),
@@ -447,16 +452,17 @@ fn transport(
     *ip = Ip { l3, l4, end, ttl, flow: Flow { proto, src, dst, sport: 0, dport: 0 }, tcp_flags: 0, icmp: None };
     match proto {
         PROTO_TCP => {
-            ip.flow.sport = be16(seg, 0)?;
-            ip.flow.dport = be16(seg, 2)?;
+            ip.flow.sport = be16(seg, tcp::SRC_PORT)?;
+            ip.flow.dport = be16(seg, tcp::DST_PORT)?;
             if quoted {
                 return Ok(true);
             }
-            let doff = usize::from(byte(seg, 12)? >> 4) * 4;
-            if doff < 20 || doff > seg.len() {
-                return Err(if seg.len() < 20 { Malformed::Truncated } else { Malformed::BadTcpHeader });
+            let doff = usize::from(byte(seg, tcp::DATA_OFF)? >> 4) * 4;
+            if doff < tcp::MIN_HEADER_LEN || doff > seg.len() {
+                let short = seg.len() < tcp::MIN_HEADER_LEN;
+                return Err(if short { Malformed::Truncated } else { Malformed::BadTcpHeader });
             }
-            let flags = seg[13] & 0x3f;
+            let flags = seg[tcp::FLAGS] & 0x3f;
             let bad = flags & (TCP_SYN | TCP_FIN) == (TCP_SYN | TCP_FIN)
                 || flags & (TCP_SYN | TCP_RST) == (TCP_SYN | TCP_RST)
                 || flags == 0
@@ -470,17 +476,17 @@ fn transport(
             ip.tcp_flags = flags;
         }
         PROTO_UDP => {
-            ip.flow.sport = be16(seg, 0)?;
-            ip.flow.dport = be16(seg, 2)?;
+            ip.flow.sport = be16(seg, udp::SRC_PORT)?;
+            ip.flow.dport = be16(seg, udp::DST_PORT)?;
             if quoted {
                 return Ok(true);
             }
-            let len = usize::from(be16(seg, 4)?);
-            if len < 8 || len != seg.len() {
+            let len = usize::from(be16(seg, udp::LENGTH)?);
+            if len < udp::HEADER_LEN || len != seg.len() {
                 return Err(Malformed::BadUdpLength);
             }
             // Zero means "no checksum" over IPv4; IPv6 requires one.
-            let sum = be16(seg, 6)?;
+            let sum = be16(seg, udp::CHECKSUM)?;
             let optional = src.is_ipv4() && sum == 0;
             if verify && !optional && !sum_ok(true) {
                 return Err(Malformed::BadL4Checksum);
@@ -490,12 +496,12 @@ fn transport(
             if proto == PROTO_ICMP && src.is_ipv6() || proto == PROTO_ICMPV6 && src.is_ipv4() {
                 return Ok(false);
             }
-            let kind = byte(seg, 0)?;
-            let code = byte(seg, 1)?;
+            let kind = byte(seg, icmp::TYPE)?;
+            let code = byte(seg, icmp::CODE)?;
             if quoted {
                 return Ok(true);
             }
-            if seg.len() < 8 {
+            if seg.len() < icmp::HEADER_LEN {
                 return Err(Malformed::Truncated);
             }
             // ICMPv4 sums the message alone; ICMPv6 adds the pseudo-header.
@@ -504,8 +510,8 @@ fn transport(
             }
             let is_error = if proto == PROTO_ICMP { matches!(kind, 3 | 11 | 12) } else { (1..=4).contains(&kind) };
             let is_echo = if proto == PROTO_ICMP { matches!(kind, 0 | 8) } else { matches!(kind, 128 | 129) };
-            let quoted = is_error && quoted_flow(&frame[..end], l4 + 8, proto).is_some();
-            let ident = if is_echo { be16(seg, 4)? } else { 0 };
+            let quoted = is_error && quoted_flow(&frame[..end], l4 + icmp::HEADER_LEN, proto).is_some();
+            let ident = if is_echo { be16(seg, icmp::IDENT)? } else { 0 };
             ip.icmp = Some(Icmp { kind, code, ident, quoted });
             if is_echo {
                 ip.flow.sport = ident;
@@ -533,11 +539,11 @@ pub mod build {
     pub fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, l4: &[u8]) -> Vec<u8> {
         let total = (20 + l4.len()) as u16;
         let mut h = vec![0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, proto, 0, 0];
-        h[2..4].copy_from_slice(&total.to_be_bytes());
+        h[ipv4::TOTAL_LEN..][..2].copy_from_slice(&total.to_be_bytes());
         h.extend_from_slice(&src);
         h.extend_from_slice(&dst);
         let c = checksum::checksum(&h);
-        h[10..12].copy_from_slice(&c.to_be_bytes());
+        h[ipv4::CHECKSUM..][..2].copy_from_slice(&c.to_be_bytes());
         h.extend_from_slice(l4);
         h
     }
@@ -583,7 +589,7 @@ pub mod build {
         s.extend_from_slice(&[0, 0, 0, 0]);
         s.extend_from_slice(data);
         let c = !checksum::fold(checksum::add(pseudo(s.len()), &s));
-        s[16..18].copy_from_slice(&c.to_be_bytes());
+        s[tcp::CHECKSUM..][..2].copy_from_slice(&c.to_be_bytes());
         s
     }
 
@@ -595,7 +601,7 @@ pub mod build {
         s.extend_from_slice(&[0, 0]);
         s.extend_from_slice(data);
         let c = !checksum::fold(checksum::add(pseudo(s.len()), &s));
-        s[6..8].copy_from_slice(&c.to_be_bytes());
+        s[udp::CHECKSUM..][..2].copy_from_slice(&c.to_be_bytes());
         s
     }
 

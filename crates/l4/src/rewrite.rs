@@ -5,13 +5,14 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::checksum::{self, update, update16};
+use crate::field::{ethernet, icmp, ipv4, ipv6, tcp, udp};
 use crate::packet::{Ip, PROTO_ICMP, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, build};
 
 /// Where a transport protocol keeps its checksum, relative to its header.
 fn l4_checksum_at(proto: u8) -> Option<usize> {
     match proto {
-        PROTO_TCP => Some(16),
-        PROTO_UDP => Some(6),
+        PROTO_TCP => Some(tcp::CHECKSUM),
+        PROTO_UDP => Some(udp::CHECKSUM),
         _ => None,
     }
 }
@@ -42,19 +43,19 @@ fn adjust_l4(frame: &mut [u8], ip: &Ip, old: &[u8], new: &[u8]) {
 
 /// Sets the IPv4 source (`src`) or destination address.
 pub fn set_ipv4_addr(frame: &mut [u8], ip: &Ip, src: bool, new: Ipv4Addr) {
-    let at = ip.l3 + if src { 12 } else { 16 };
+    let at = ip.l3 + if src { ipv4::SRC } else { ipv4::DST };
     let old: [u8; 4] = [frame[at], frame[at + 1], frame[at + 2], frame[at + 3]];
     let new = new.octets();
     frame[at..at + 4].copy_from_slice(&new);
-    let hc = get16(frame, ip.l3 + 10);
-    put16(frame, ip.l3 + 10, update(hc, &old, &new));
+    let hc = get16(frame, ip.l3 + ipv4::CHECKSUM);
+    put16(frame, ip.l3 + ipv4::CHECKSUM, update(hc, &old, &new));
     adjust_l4(frame, ip, &old, &new);
 }
 
 /// Sets the IPv6 source (`src`) or destination address (IPv6 has no header
 /// checksum; the transport one covers the addresses).
 pub fn set_ipv6_addr(frame: &mut [u8], ip: &Ip, src: bool, new: Ipv6Addr) {
-    let at = ip.l3 + if src { 8 } else { 24 };
+    let at = ip.l3 + if src { ipv6::SRC } else { ipv6::DST };
     let mut old = [0u8; 16];
     old.copy_from_slice(&frame[at..at + 16]);
     let new = new.octets();
@@ -66,14 +67,15 @@ pub fn set_ipv6_addr(frame: &mut [u8], ip: &Ip, src: bool, new: Ipv6Addr) {
 /// the identifier (NAT treats it as the port).
 pub fn set_port(frame: &mut [u8], ip: &Ip, src: bool, new: u16) {
     if ip.flow.proto == PROTO_ICMP {
-        let at = ip.l4 + 4;
+        let at = ip.l4 + icmp::IDENT;
         let old = get16(frame, at);
         put16(frame, at, new);
-        let hc = get16(frame, ip.l4 + 2);
-        put16(frame, ip.l4 + 2, update16(hc, old, new));
+        let hc = get16(frame, ip.l4 + icmp::CHECKSUM);
+        put16(frame, ip.l4 + icmp::CHECKSUM, update16(hc, old, new));
         return;
     }
-    let at = ip.l4 + if src { 0 } else { 2 };
+    // TCP and UDP keep their ports at the same places.
+    let at = ip.l4 + if src { tcp::SRC_PORT } else { tcp::DST_PORT };
     let old = get16(frame, at);
     put16(frame, at, new);
     adjust_l4(frame, ip, &old.to_be_bytes(), &new.to_be_bytes());
@@ -82,9 +84,9 @@ pub fn set_port(frame: &mut [u8], ip: &Ip, src: bool, new: u16) {
 /// Sets the Ethernet destination and source addresses.
 pub fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) {
     // Every frame the plane parsed has its Ethernet header.
-    if let Some(h) = frame.first_chunk_mut::<12>() {
-        h[..6].copy_from_slice(&dst);
-        h[6..].copy_from_slice(&src);
+    if let Some(h) = frame.first_chunk_mut::<{ ethernet::ADDRS_LEN }>() {
+        h[ethernet::DST..ethernet::SRC].copy_from_slice(&dst);
+        h[ethernet::SRC..].copy_from_slice(&src);
     }
 }
 
@@ -92,7 +94,7 @@ pub fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) {
 /// (the packet must be dropped, and an ICMP time exceeded may be sent).
 pub fn decrement_ttl(frame: &mut [u8], ip: &Ip) -> bool {
     let v4 = ip.flow.src.is_ipv4();
-    let at = ip.l3 + if v4 { 8 } else { 7 };
+    let at = ip.l3 + if v4 { ipv4::TTL } else { ipv6::HOP_LIMIT };
     let ttl = frame[at];
     if ttl <= 1 {
         return false;
@@ -102,8 +104,8 @@ pub fn decrement_ttl(frame: &mut [u8], ip: &Ip) -> bool {
         // TTL is the high byte of the word it shares with the protocol.
         let old = u16::from_be_bytes([ttl, frame[at + 1]]);
         let new = u16::from_be_bytes([ttl - 1, frame[at + 1]]);
-        let hc = get16(frame, ip.l3 + 10);
-        put16(frame, ip.l3 + 10, update16(hc, old, new));
+        let hc = get16(frame, ip.l3 + ipv4::CHECKSUM);
+        put16(frame, ip.l3 + ipv4::CHECKSUM, update16(hc, old, new));
     }
     true
 }
@@ -116,12 +118,15 @@ pub fn decrement_ttl(frame: &mut [u8], ip: &Ip) -> bool {
 /// frame untouched) when the TTL runs out.
 pub fn nat_v4(frame: &mut [u8], ip: &Ip, src: Option<(Ipv4Addr, u16)>, dst: Option<(Ipv4Addr, u16)>) -> bool {
     let (l3, l4) = (ip.l3, ip.l4);
-    if l4 < l3 + 20 || l4 > frame.len() {
+    if l4 < l3 + ipv4::MIN_HEADER_LEN || l4 > frame.len() {
         return false;
     }
     let (head, seg) = frame.split_at_mut(l4);
-    let (Some(h), Some(ports)) = (head[l3..].first_chunk_mut::<20>(), seg.first_chunk_mut::<4>()) else { return false };
-    let ttl = h[8];
+    let (Some(h), Some(ports)) = (head[l3..].first_chunk_mut::<{ ipv4::MIN_HEADER_LEN }>(), seg.first_chunk_mut::<4>())
+    else {
+        return false;
+    };
+    let ttl = h[ipv4::TTL];
     if ttl <= 1 {
         return false;
     }
@@ -130,21 +135,24 @@ pub fn nat_v4(frame: &mut [u8], ip: &Ip, src: Option<(Ipv4Addr, u16)>, dst: Opti
     // way: ones'-complement sums do not depend on the byte order they are
     // taken in (RFC 1071, 2(B)), so no word is byte-swapped.
     let word = |b: [u8; 2]| u64::from(u16::from_ne_bytes(b));
-    let mut ip_delta = word([!ttl, !h[9]]) + word([ttl - 1, h[9]]);
+    // TTL is the high byte of the word it shares with the protocol.
+    let proto = h[ipv4::PROTOCOL];
+    let mut ip_delta = word([!ttl, !proto]) + word([ttl - 1, proto]);
     let mut l4_delta = 0u64;
-    h[8] = ttl - 1;
+    h[ipv4::TTL] = ttl - 1;
     if let Some((addr, port)) = src {
-        let (ip_d, l4_d) = replace_endpoint::<12, 0>(h, ports, addr, port);
+        let (ip_d, l4_d) = replace_endpoint::<{ ipv4::SRC }, { tcp::SRC_PORT }>(h, ports, addr, port);
         ip_delta += ip_d;
         l4_delta += l4_d;
     }
     if let Some((addr, port)) = dst {
-        let (ip_d, l4_d) = replace_endpoint::<16, 2>(h, ports, addr, port);
+        let (ip_d, l4_d) = replace_endpoint::<{ ipv4::DST }, { tcp::DST_PORT }>(h, ports, addr, port);
         ip_delta += ip_d;
         l4_delta += l4_d;
     }
-    let hc = word([!h[10], !h[11]]);
-    h[10..12].copy_from_slice(&(!checksum::fold(hc + ip_delta)).to_ne_bytes());
+    const SUM: usize = ipv4::CHECKSUM;
+    let hc = word([!h[SUM], !h[SUM + 1]]);
+    h[SUM..SUM + 2].copy_from_slice(&(!checksum::fold(hc + ip_delta)).to_ne_bytes());
     if let Some(at) = l4_checksum_at(ip.flow.proto)
         && let Some(sum) = seg.get_mut(at..at + 2)
     {
@@ -168,7 +176,7 @@ pub fn nat_v4(frame: &mut [u8], ip: &Ip, src: Option<(Ipv4Addr, u16)>, dst: Opti
 /// order, as [`nat_v4`] sums them). Offsets as constants: no bounds checks.
 #[inline(always)]
 fn replace_endpoint<const A: usize, const P: usize>(
-    h: &mut [u8; 20],
+    h: &mut [u8; ipv4::MIN_HEADER_LEN],
     ports: &mut [u8; 4],
     addr: Ipv4Addr,
     port: u16,
@@ -189,14 +197,13 @@ fn replace_endpoint<const A: usize, const P: usize>(
 /// segment with ACK, `<SEQ=SEG.ACK><CTL=RST>`; otherwise
 /// `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`. `None` for anything but TCP.
 pub fn tcp_reset(frame: &mut [u8], ip: &Ip) -> Option<usize> {
-    if ip.flow.proto != PROTO_TCP || ip.end < ip.l4 + 20 || frame.len() < ip.end {
+    if ip.flow.proto != PROTO_TCP || ip.end < ip.l4 + tcp::MIN_HEADER_LEN || frame.len() < ip.end {
         return None;
     }
-    let t = ip.l4;
-    let seq = u32::from_be_bytes([frame[t + 4], frame[t + 5], frame[t + 6], frame[t + 7]]);
-    let ack = u32::from_be_bytes([frame[t + 8], frame[t + 9], frame[t + 10], frame[t + 11]]);
-    let flags = frame[t + 13];
-    let data = ip.end.saturating_sub(t + usize::from(frame[t + 12] >> 4) * 4);
+    let seg = &frame[ip.l4..ip.end];
+    let be32 = |at: usize| u32::from_be_bytes([seg[at], seg[at + 1], seg[at + 2], seg[at + 3]]);
+    let (seq, ack, flags) = (be32(tcp::SEQ), be32(tcp::ACK), seg[tcp::FLAGS]);
+    let data = seg.len().saturating_sub(usize::from(seg[tcp::DATA_OFF] >> 4) * 4);
     let (r_seq, r_ack, r_flags) = if flags & TCP_ACK != 0 {
         (ack, 0, TCP_RST)
     } else {
@@ -230,10 +237,9 @@ pub fn tcp_reset(frame: &mut [u8], ip: &Ip) -> Option<usize> {
     };
     let end = ip.l3 + packet.len();
     frame.get_mut(ip.l3..end)?.copy_from_slice(&packet);
-    let mut macs = [0u8; 12];
-    macs[..6].copy_from_slice(&frame[6..12]);
-    macs[6..].copy_from_slice(&frame[0..6]);
-    frame[..12].copy_from_slice(&macs);
+    let (dst, src) = (frame.get(ethernet::DST..)?.first_chunk()?, frame.get(ethernet::SRC..)?.first_chunk()?);
+    let (dst, src) = (*dst, *src);
+    set_macs(frame, src, dst);
     Some(end)
 }
 

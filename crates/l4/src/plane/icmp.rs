@@ -8,6 +8,7 @@ use gatehouse_config::L4Mode;
 
 use super::worker::Family;
 use super::{Buf, DropReason, Endpoint, Plane, Verdict, Worker};
+use crate::field::{icmp, ipv4, tcp};
 use crate::packet::{self, Ip};
 use crate::rewrite;
 use crate::session::{Key, REVERSE};
@@ -121,7 +122,7 @@ fn icmp_translate(
         IpAddr::V6(_) => None,
     };
     let l3 = ip.l3;
-    for (at, a) in [(l3 + 12, outer_src), (l3 + 16, outer_dst)] {
+    for (at, a) in [(l3 + ipv4::SRC, outer_src), (l3 + ipv4::DST, outer_dst)] {
         if let Some(a) = a {
             let Some(o) = v4(a) else { return false };
             frame[at..at + 4].copy_from_slice(&o);
@@ -130,30 +131,33 @@ fn icmp_translate(
     if !rewrite::decrement_ttl(frame, ip) {
         return false;
     }
-    let ihl = usize::from(frame[l3] & 0x0f) * 4;
-    frame[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
-    let c = crate::checksum::checksum(&frame[l3..l3 + ihl]);
-    frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-    // The quoted packet: its IP header right after the 8-byte ICMP header.
-    let q = ip.l4 + 8;
-    let Some(&first) = frame.get(q) else { return false };
+    // A header's checksum, recomputed over `range` with its field at `at`.
+    let resum = |frame: &mut [u8], at: usize, range: std::ops::Range<usize>| {
+        frame[at..at + 2].copy_from_slice(&[0, 0]);
+        let c = crate::checksum::checksum(&frame[range]);
+        frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    };
+    let ihl = usize::from(frame[l3 + ipv4::VER_IHL] & 0x0f) * 4;
+    resum(frame, l3 + ipv4::CHECKSUM, l3..l3 + ihl);
+    // The quoted packet: its IP header right after the ICMP header, then at
+    // least its ports (the same places in TCP and UDP).
+    let q = ip.l4 + icmp::HEADER_LEN;
+    let Some(&first) = frame.get(q + ipv4::VER_IHL) else { return false };
     let qihl = usize::from(first & 0x0f) * 4;
-    if qihl < 20 || frame.len() < q + qihl + 4 || ip.end < q + qihl + 4 {
+    let ports_end = q + qihl + tcp::DST_PORT + 2;
+    if qihl < ipv4::MIN_HEADER_LEN || frame.len() < ports_end || ip.end < ports_end {
         return false;
     }
-    for (at, port_at, change) in [(q + 12, q + qihl, inner_src), (q + 16, q + qihl + 2, inner_dst)] {
+    let quoted =
+        [(q + ipv4::SRC, q + qihl + tcp::SRC_PORT, inner_src), (q + ipv4::DST, q + qihl + tcp::DST_PORT, inner_dst)];
+    for (at, port_at, change) in quoted {
         if let Some((a, p)) = change {
             let Some(o) = v4(a) else { return false };
             frame[at..at + 4].copy_from_slice(&o);
             frame[port_at..port_at + 2].copy_from_slice(&p.to_be_bytes());
         }
     }
-    frame[q + 10..q + 12].copy_from_slice(&[0, 0]);
-    let c = crate::checksum::checksum(&frame[q..q + qihl]);
-    frame[q + 10..q + 12].copy_from_slice(&c.to_be_bytes());
-    let m = ip.l4;
-    frame[m + 2..m + 4].copy_from_slice(&[0, 0]);
-    let c = crate::checksum::checksum(&frame[m..ip.end]);
-    frame[m + 2..m + 4].copy_from_slice(&c.to_be_bytes());
+    resum(frame, q + ipv4::CHECKSUM, q..q + qihl);
+    resum(frame, ip.l4 + icmp::CHECKSUM, ip.l4..ip.end);
     true
 }
