@@ -8,13 +8,12 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use crate::completion::Completion;
 use crate::h1client::H1Body;
-use crate::proxy::Completion;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::upstream::UpstreamBody;
+use crate::{BoxError, ClientBodyError};
 
 /// The body of a response to a client, whatever produced it. An enum
 /// rather than a boxed trait object: no allocation per response.
@@ -30,7 +29,7 @@ pub enum AnyBody {
 impl AnyBody {
     /// An HTTP/1.1 upstream's response fields, when they were left for
     /// Gatehouse's own server to write as they came.
-    pub fn raw_head(&self) -> Option<&crate::h1client::ResponseHead> {
+    pub fn raw_head(&self) -> Option<&crate::h1::response::ResponseHead> {
         match self {
             AnyBody::H1(b) => b.raw_head(),
             _ => None,
@@ -67,18 +66,6 @@ impl Body for AnyBody {
     }
 }
 
-/// Raised when a request body passes `max_body_bytes`.
-#[derive(Debug)]
-pub struct BodyTooLarge;
-
-impl std::fmt::Display for BodyTooLarge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("request body over the configured limit")
-    }
-}
-
-impl std::error::Error for BodyTooLarge {}
-
 /// A client's request body on its way upstream: enforces the size limit,
 /// counts bytes, and replays a first frame that was read ahead.
 pub struct RequestBody {
@@ -92,10 +79,10 @@ impl RequestBody {
     /// Reads the first frame before anything goes upstream, so a body that
     /// is malformed from its first byte (a bad chunk size) or already too
     /// large is refused with nothing sent.
-    pub async fn read_ahead(mut inner: Incoming, limit: u64, seen: Arc<AtomicU64>) -> Result<Self, BoxError> {
+    pub async fn read_ahead(mut inner: Incoming, limit: u64, seen: Arc<AtomicU64>) -> Result<Self, ClientBodyError> {
         let first = match inner.frame().await {
             None => None,
-            Some(Err(e)) => return Err(Box::new(e)),
+            Some(Err(e)) => return Err(ClientBodyError::Read(e)),
             Some(Ok(frame)) => Some(frame),
         };
         let body = RequestBody { first: None, inner, limit, seen };
@@ -106,11 +93,11 @@ impl RequestBody {
         Ok(RequestBody { first, ..body })
     }
 
-    fn count(&self, frame: Frame<Bytes>) -> Result<Frame<Bytes>, BoxError> {
+    fn count(&self, frame: Frame<Bytes>) -> Result<Frame<Bytes>, ClientBodyError> {
         if let Some(data) = frame.data_ref() {
             let total = self.seen.fetch_add(data.len() as u64, Ordering::Relaxed) + data.len() as u64;
             if total > self.limit {
-                return Err(Box::new(BodyTooLarge));
+                return Err(ClientBodyError::TooLarge);
             }
         }
         Ok(frame)
@@ -119,15 +106,18 @@ impl RequestBody {
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = BoxError;
+    type Error = ClientBodyError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         if let Some(f) = self.first.take() {
             return Poll::Ready(Some(Ok(f)));
         }
         match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
             None => Poll::Ready(None),
-            Some(Err(e)) => Poll::Ready(Some(Err(Box::new(e)))),
+            Some(Err(e)) => Poll::Ready(Some(Err(ClientBodyError::Read(e)))),
             Some(Ok(frame)) => Poll::Ready(Some(self.count(frame))),
         }
     }
@@ -164,7 +154,7 @@ impl ResponseBody {
         ResponseBody { inner, sent: 0, completion: Some(completion) }
     }
 
-    pub fn raw_head(&self) -> Option<&crate::h1client::ResponseHead> {
+    pub fn raw_head(&self) -> Option<&crate::h1::response::ResponseHead> {
         self.inner.raw_head()
     }
 
@@ -225,6 +215,6 @@ pub fn empty() -> AnyBody {
 }
 
 /// An empty request body for an upstream (a zero-sized box: no allocation).
-pub fn empty_upstream() -> UnsyncBoxBody<Bytes, BoxError> {
+pub fn empty_upstream() -> UpstreamBody {
     http_body_util::Empty::new().map_err(|never| match never {}).boxed_unsync()
 }

@@ -30,9 +30,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::accesslog::{LogRecord, reason};
+use crate::context::Worker;
 use crate::deadline::{expired, set_deadline};
 use crate::h1::response_status;
-use crate::worker::Worker;
 
 /// Flags the head scanner raises for the next request.
 pub const FLAG_CL_AND_TE: u8 = 1;

@@ -8,8 +8,11 @@
 
 pub mod accesslog;
 pub mod body;
+pub mod completion;
 pub mod conn;
+pub mod context;
 mod deadline;
+pub mod error;
 pub mod filters;
 pub mod h1;
 pub mod h1client;
@@ -23,4 +26,5 @@ pub mod tls;
 pub mod upstream;
 pub mod worker;
 
+pub use error::{BoxError, ClientBodyError};
 pub use plane::L7;

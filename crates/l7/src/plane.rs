@@ -16,11 +16,12 @@ use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Purpose, S
 use serde_json::{Map, Value, json};
 
 use crate::accesslog::AccessLog;
+use crate::context::{Shared, Worker};
 use crate::filters::RateLimiters;
 use crate::metrics::{Metrics, ScrapeInput};
 use crate::snapshot::{BuildContext, Snapshot};
 use crate::upstream::ConnPool;
-use crate::worker::{ListenerCommand, ListenerKey, Shared, Worker, WorkerHandle, worker_main};
+use crate::worker::{ListenerCommand, ListenerKey, WorkerHandle, worker_main};
 
 /// Each worker's sockets, by listener.
 type WorkerSockets = Vec<Vec<(ListenerKey, TcpListener)>>;

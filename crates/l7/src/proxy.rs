@@ -5,10 +5,9 @@
 //! code and the access log's reason code in one place.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
@@ -16,19 +15,22 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
 use hyper_util::rt::TokioIo;
 
-use crate::accesslog::{LogRecord, reason};
-use crate::body::{AnyBody, BodyTooLarge, RequestBody, ResponseBody, empty, empty_upstream, full};
+use crate::ClientBodyError;
+use crate::accesslog::reason;
+use crate::body::{AnyBody, RequestBody, ResponseBody, empty, empty_upstream, full};
+use crate::completion::{Completion, Exchange};
 use crate::conn::ConnState;
+use crate::h1::response::{ResponseFraming, ResponseHead};
 use crate::h1::{
     HOP_CONNECTION, HOP_KEEP_ALIVE, HOP_PROXY_CONNECTION, HOP_TE, HOP_TRAILER, HOP_TRANSFER_ENCODING, HOP_UPGRADE,
     KEEP_ALIVE, PROXY_CONNECTION, connection_listed_name, connection_tokens, hop_by_hop_bit,
 };
-use crate::h1client::{self, ExchangeError, H1Body, H1Conn, Outgoing, ResponseFraming, ResponseHead};
+use crate::h1client::{self, ExchangeError, H1Body, Outgoing};
 use crate::router::normalize_host;
 use crate::snapshot::{Action, CompiledUpstream, DirectAnswer, Snapshot};
+use crate::upstream::H1Conn;
 use crate::upstream::{ConnectError, KeepIdle, PoolEndpoint, Sender, UpstreamBody, UpstreamPool, connect};
 use gatehouse_config::UpstreamProtocol;
-use gatehouse_plane::health::EndpointHealth;
 use hyper::client::conn::http2;
 
 /// Why a request was answered by Gatehouse itself rather than an upstream.
@@ -102,90 +104,6 @@ impl Refusal {
     }
 }
 
-/// What is known about a request as it goes; becomes its log line.
-struct Exchange {
-    /// Whether an access log line will be written: what only the log needs
-    /// (times, names) is recorded only then.
-    logging: bool,
-    start: Instant,
-    time: Option<SystemTime>,
-    method: String,
-    path: String,
-    protocol: &'static str,
-    host: String,
-    route: Option<Arc<str>>,
-    upstream: Option<Arc<str>>,
-    endpoint: Option<(SocketAddr, Arc<EndpointHealth>)>,
-    upstream_start: Option<Instant>,
-    upstream_elapsed: Option<Duration>,
-    /// Indexes into the request's snapshot, for the metrics.
-    route_idx: Option<usize>,
-    pool_idx: Option<usize>,
-    bytes_in: Option<Arc<AtomicU64>>,
-    reason: &'static str,
-}
-
-/// Finishes an exchange when its response body ends or is dropped.
-pub struct Completion {
-    ex: Exchange,
-    status: u16,
-    conn: Arc<ConnState>,
-    snap: Arc<Snapshot>,
-}
-
-impl Completion {
-    pub fn upstream_aborted(&mut self) {
-        self.ex.reason = reason::UPSTREAM_ABORTED;
-    }
-
-    pub fn finish(mut self, bytes_out: u64, complete: bool) {
-        self.conn.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if let Some((_, h)) = &self.ex.endpoint {
-            h.request_ended(self.conn.worker.id);
-        }
-        if !complete && self.ex.reason == reason::OK {
-            self.ex.reason = reason::CLIENT_ABORTED;
-        }
-        let c = &self.conn;
-        let elapsed = self.ex.start.elapsed();
-        let worker = c.worker.id;
-        match self.ex.route_idx.and_then(|i| self.snap.routes.get(i)) {
-            Some(r) => r.metrics.record(worker, self.status, elapsed),
-            None => c.worker.shared.metrics.unrouted.record(worker, self.status, elapsed),
-        }
-        if let (Some(d), Some(u)) =
-            (self.ex.upstream_elapsed, self.ex.pool_idx.and_then(|i| self.snap.upstreams.get(i)))
-        {
-            u.metrics.record(worker, d);
-        }
-        let log = &c.worker.shared.access_log;
-        if !log.is_on() {
-            return;
-        }
-        let ex = self.ex;
-        log.send(LogRecord {
-            time: ex.time.unwrap_or_else(SystemTime::now),
-            client: c.client,
-            listener: c.listener_name.clone(),
-            method: ex.method,
-            host: ex.host,
-            path: ex.path,
-            protocol: ex.protocol,
-            status: self.status,
-            bytes_in: ex.bytes_in.map_or(0, |b| b.load(Ordering::Relaxed)),
-            bytes_out,
-            duration_ms: elapsed.as_secs_f64() * 1000.0,
-            upstream_ms: ex.upstream_elapsed.map(|d| d.as_secs_f64() * 1000.0),
-            route: ex.route,
-            upstream: ex.upstream,
-            endpoint: ex.endpoint.map(|(a, _)| a),
-            tls_version: c.tls.map(|t| t.0),
-            tls_cipher: c.tls.map(|t| t.1),
-            reason: ex.reason,
-        });
-    }
-}
-
 fn protocol_name(v: Version) -> &'static str {
     match v {
         Version::HTTP_09 => "HTTP/0.9",
@@ -196,15 +114,31 @@ fn protocol_name(v: Version) -> &'static str {
     }
 }
 
-/// A client's request body: none (a request Gatehouse's own HTTP/1.1
-/// server read, which takes only bodiless requests), or hyper's.
+/// A client's request body.
 pub enum ClientBody {
-    Empty,
+    /// None: what Gatehouse's own HTTP/1.1 server reads (it takes only
+    /// bodiless requests).
+    None,
     Hyper(Incoming),
 }
 
+/// Who writes the response head to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadWriter {
+    /// Gatehouse's own HTTP/1.1 server. It writes an HTTP/1.1 upstream's
+    /// fields as they arrived, so they are not made into a header map:
+    /// the response body carries them ([`ResponseBody::raw_head`]).
+    Own,
+    /// hyper's server, from the response's header map.
+    Hyper,
+}
+
 /// The entry point for every request of every client.
-pub async fn handle(req: Request<ClientBody>, conn: Arc<ConnState>) -> Result<Response<ResponseBody>, Infallible> {
+pub async fn handle(
+    req: Request<ClientBody>,
+    conn: Arc<ConnState>,
+    writer: HeadWriter,
+) -> Result<Response<ResponseBody>, Infallible> {
     conn.in_flight.fetch_add(1, Ordering::Relaxed);
     conn.requests.fetch_add(1, Ordering::Relaxed);
     let snap = conn.worker.shared.snapshot.load_full();
@@ -229,7 +163,7 @@ pub async fn handle(req: Request<ClientBody>, conn: Arc<ConnState>) -> Result<Re
         bytes_in: None,
         reason: reason::OK,
     };
-    let resp = match process(req, &snap, &conn, &mut ex).await {
+    let resp = match process(req, &snap, &conn, &mut ex, writer).await {
         Ok(resp) => resp,
         Err(refusal) => {
             ex.reason = refusal.reason();
@@ -253,6 +187,7 @@ async fn process(
     snap: &Snapshot,
     conn: &Arc<ConnState>,
     ex: &mut Exchange,
+    writer: HeadWriter,
 ) -> Result<Response<AnyBody>, Refusal> {
     if conn.head_flags.swap(0, Ordering::Relaxed) != 0 {
         return Err(Refusal::BadRequest(reason::AMBIGUOUS_LENGTH));
@@ -305,9 +240,7 @@ async fn process(
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let hash = pool.pool.request_hash(req.headers(), ip);
     let (mut parts, body) = req.into_parts();
-    // A request Gatehouse's own server read gets the upstream's response
-    // fields as they came; hyper needs a header map.
-    let raw_fields = matches!(body, ClientBody::Empty);
+    let raw_fields = writer == HeadWriter::Own;
     let body: UpstreamBody = match body {
         ClientBody::Hyper(body) if !body.is_end_stream() => {
             let seen = Arc::new(AtomicU64::new(0));
@@ -315,8 +248,8 @@ async fn process(
             let read = RequestBody::read_ahead(body, max_body, seen);
             match tokio::time::timeout(snap.http.client_header_timeout, read).await {
                 Err(_) => return Err(Refusal::ClientTimeout),
-                Ok(Err(e)) if e.is::<BodyTooLarge>() => return Err(Refusal::BodyTooLarge),
-                Ok(Err(_)) => return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR)),
+                Ok(Err(ClientBodyError::TooLarge)) => return Err(Refusal::BodyTooLarge),
+                Ok(Err(ClientBodyError::Read(_))) => return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR)),
                 Ok(Ok(b)) => b.boxed_unsync(),
             }
         }
@@ -559,8 +492,10 @@ async fn exchange_h1(
                 sent_at = Instant::now();
             }
             Err(ExchangeError::Timeout) => return Err(Refusal::UpstreamTimeout),
-            Err(ExchangeError::ClientBody(e)) if e.is::<BodyTooLarge>() => return Err(Refusal::BodyTooLarge),
-            Err(ExchangeError::ClientBody(_)) => return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR)),
+            Err(ExchangeError::ClientBody(ClientBodyError::TooLarge)) => return Err(Refusal::BodyTooLarge),
+            Err(ExchangeError::ClientBody(ClientBodyError::Read(_))) => {
+                return Err(Refusal::BadRequest(reason::CLIENT_BODY_ERROR));
+            }
             Err(e) => {
                 tracing::debug!(upstream = %pool.cfg.name, endpoint = %ep.addr, "upstream exchange failed: {e:?}");
                 return Err(Refusal::UpstreamError);
@@ -588,7 +523,10 @@ async fn exchange_h2(
                 let Some(unsent) = e.take_message().filter(|_| stale_retries <= 2) else {
                     let err = e.into_error();
                     tracing::debug!(upstream = %pool.cfg.name, endpoint = %ep.addr, "upstream exchange failed: {err:?}");
-                    let too_large = std::error::Error::source(&err).is_some_and(|s| s.is::<BodyTooLarge>());
+                    // hyper's HTTP/2 client carries the body's error as its source.
+                    let too_large = std::error::Error::source(&err)
+                        .and_then(|s| s.downcast_ref::<ClientBodyError>())
+                        .is_some_and(|e| matches!(e, ClientBodyError::TooLarge));
                     return Err(if too_large { Refusal::BodyTooLarge } else { Refusal::UpstreamError });
                 };
                 request = unsent;
@@ -651,7 +589,7 @@ fn relay_response(
                 Some(head)
             } else {
                 *resp.headers_mut() = head.header_map();
-                head.return_fields(&mut h1);
+                h1.fields = head.take_fields();
                 None
             };
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {

@@ -12,9 +12,10 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use gatehouse_balance::hash::hash64;
 use gatehouse_balance::maglev::DEFAULT_TABLE_SIZE;
 use gatehouse_balance::{Backends, LeastConnections, MaglevTable, RoundRobin, SmoothWeighted};
@@ -25,9 +26,10 @@ use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustc_hash::FxHashMap;
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
-use crate::body::BoxError;
-use crate::h1client::H1Conn;
+use crate::ClientBodyError;
+use crate::h1::{Span, UPSTREAM_READ_CHUNK};
 use gatehouse_plane::health::{EndpointHealth, HealthRegistry, now_ms};
 
 pub struct PoolEndpoint {
@@ -140,7 +142,71 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
     })
 }
 
-pub type UpstreamBody = UnsyncBoxBody<Bytes, BoxError>;
+pub type UpstreamBody = UnsyncBoxBody<Bytes, ClientBodyError>;
+
+/// An open HTTP/1.1 connection to an upstream endpoint.
+pub struct H1Conn {
+    pub(crate) io: TcpStream,
+    /// Bytes read but not consumed yet.
+    pub(crate) buf: BytesMut,
+    pub addr: SocketAddr,
+    /// Has carried an exchange before (a failure may be a stale close).
+    pub reused: bool,
+    /// The response timer, kept for the connection's life and re-armed
+    /// lazily: an exchange only moves a deadline, so the timer wheel is
+    /// touched about once per timeout period, not once per request.
+    pub(crate) timer: Pin<Box<Sleep>>,
+    /// Span list for response heads, lent to each [`ResponseHead`] and
+    /// given back, so parsing a head allocates nothing.
+    pub(crate) fields: Vec<Span>,
+}
+
+impl H1Conn {
+    pub fn new(io: TcpStream, addr: SocketAddr) -> Self {
+        let timer = Box::pin(tokio::time::sleep(Duration::from_secs(24 * 3600)));
+        H1Conn {
+            io,
+            buf: BytesMut::with_capacity(UPSTREAM_READ_CHUNK),
+            addr,
+            reused: false,
+            timer,
+            fields: Vec::with_capacity(16),
+        }
+    }
+
+    /// Whether an idle connection can take a request: the reactor has seen
+    /// nothing on it (an upstream that closed it, or sent stray bytes, made
+    /// it readable). No system call.
+    pub fn idle_usable(&self) -> bool {
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        self.buf.is_empty() && self.io.poll_read_ready(&mut cx).is_pending()
+    }
+
+    /// Frees an empty read buffer: the next read takes a new one. The
+    /// pool's sweep calls this for every connection it finds idle, so a
+    /// pool that grew to a burst's size holds sockets, not 16 KiB buffers,
+    /// while connections in steady use keep theirs (a buffer freed at every
+    /// release cost about 400 instructions per request: the response head
+    /// still shares it then, so the next read had to allocate).
+    pub fn shed_buffer(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > 0 {
+            self.buf = BytesMut::new();
+        }
+    }
+
+    /// Reads more bytes into the buffer; Ok(0) at end of stream.
+    pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(UPSTREAM_READ_CHUNK);
+        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
+    }
+
+    pub fn into_parts(self) -> (TcpStream, BytesMut) {
+        (self.io, self.buf)
+    }
+}
 
 /// A connection that can carry a request to an endpoint.
 pub enum Sender {

@@ -10,38 +10,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::accesslog::AccessLog;
 use crate::conn::{ClientIo, ConnState};
+use crate::context::Worker;
 use crate::h1server::{Rewound, Served};
 use crate::metrics::{HandshakeResult, Metrics};
-use crate::snapshot::Snapshot;
-use crate::upstream::ConnPool;
-
-/// What every worker shares: the live snapshot and the state that outlives it.
-pub struct Shared {
-    pub snapshot: ArcSwap<Snapshot>,
-    pub access_log: AccessLog,
-    /// Counters, per worker (open connections among them, for the drain).
-    pub metrics: Metrics,
-    /// Set once when the process drains: every connection finishes what it
-    /// is doing and closes.
-    pub draining: tokio::sync::watch::Sender<bool>,
-}
-
-/// One worker thread's state: what a connection on it can reach.
-pub struct Worker {
-    pub id: usize,
-    pub shared: Arc<Shared>,
-    /// Idle upstream connections of this worker.
-    pub conns: Arc<ConnPool>,
-}
+use crate::proxy::{self, ClientBody, HeadWriter};
 
 /// A listener's identity for sockets: a name moved to another address is a
 /// new socket; a protocol or TLS change is not (it is read per connection).
@@ -233,7 +212,7 @@ where
     // stream), and the proxy's future is kilobytes, so each move was a
     // large memcpy; a box moves as one pointer.
     let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        Box::pin(crate::proxy::handle(req.map(crate::proxy::ClientBody::Hyper), state.clone()))
+        Box::pin(proxy::handle(req.map(ClientBody::Hyper), state.clone(), HeadWriter::Hyper))
     });
     let max_header_list = u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX);
     match alpn_h2 {

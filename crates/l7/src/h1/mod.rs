@@ -1,7 +1,41 @@
-//! Small HTTP/1 helpers shared by the I/O wrapper, the proxy, the upstream
-//! client and health checks.
+//! The HTTP/1 codec, without I/O: request heads (what Gatehouse's own
+//! server takes), response heads (from upstreams, strict as a proxy's parser
+//! must be), chunked framing, and writing heads and fields. The server's and
+//! the client's I/O loops (`h1server`, `h1client`) sit on top; every parser
+//! here is tested on every prefix of its inputs and on mutated inputs.
+//!
+//! Beside them, the field rules both directions share: hop-by-hop fields and
+//! Connection options.
+
+pub mod chunked;
+pub mod request;
+pub mod response;
+pub mod write;
 
 use http::header::HeaderName;
+
+/// (name start, name end, value start, value end) of one header field in a
+/// head's bytes: fields stay where they arrived, and are copied out only
+/// when a header map needs them.
+pub type Span = (u32, u32, u32, u32);
+
+/// How a message body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the sender closes the connection (responses only).
+    Close,
+}
+
+/// Bytes read from a client at a time: request heads are small, and a
+/// connection keeps this buffer while it idles.
+pub const CLIENT_READ_CHUNK: usize = 8 * 1024;
+/// Bytes read from an upstream at a time: response bodies, a TLS record's
+/// worth for the client side.
+pub const UPSTREAM_READ_CHUNK: usize = 16 * 1024;
 
 /// The status code of an HTTP/1.x response head at the start of `buf`
 /// (`HTTP/1.1 200 ...`), or `None` if `buf` does not start with one.
@@ -73,16 +107,6 @@ pub fn connection_listed_name(token: &[u8]) -> Option<HeaderName> {
     if is_connection_option(token) { None } else { HeaderName::from_bytes(token).ok() }
 }
 
-/// Writes a chunk-size line (`1a2b\r\n`, lowercase hex) for a chunk of
-/// `len` bytes.
-pub fn put_chunk_size(out: &mut Vec<u8>, len: usize) {
-    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1);
-    for i in (0..digits).rev() {
-        out.push(b"0123456789abcdef"[(len >> (i * 4)) & 0xf]);
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,15 +141,6 @@ mod tests {
                 .collect();
         assert_eq!(bits, [1, 2, 4, 8, 16, 32, 64], "one bit each, the seven of RFC 9110 and the old two");
         assert_eq!(hop_by_hop_bit(&header::CONTENT_LENGTH), 0);
-    }
-
-    #[test]
-    fn chunk_sizes_are_lowercase_hex() {
-        for (len, text) in [(0usize, "0"), (1, "1"), (15, "f"), (16, "10"), (0x1a2b, "1a2b")] {
-            let mut out = Vec::new();
-            put_chunk_size(&mut out, len);
-            assert_eq!(out, format!("{text}\r\n").into_bytes());
-        }
     }
 
     #[test]
