@@ -109,12 +109,6 @@ pub async fn config(req: Request<Incoming>, node: &Node) -> Response<Body> {
                 Ok(p) => p,
                 Err(r) => return r,
             };
-            if !node.store().takes_documents() {
-                return error(
-                    StatusCode::CONFLICT,
-                    "with store: etcd, change routes, upstreams and certificates one by one",
-                );
-            }
             let body = match read_json(req).await {
                 Ok(Value::Object(m)) => Value::Object(m),
                 Ok(_) => return error(StatusCode::BAD_REQUEST, "expected a JSON object: the whole config"),

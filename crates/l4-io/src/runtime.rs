@@ -149,19 +149,53 @@ enum Backend {
     Packet(crate::packet_socket::PacketSocket),
 }
 
+/// Why the L4 plane could not start.
+#[derive(Debug)]
+pub struct StartError {
+    /// The config field at fault (`l4.interfaces[0]`), when one is.
+    pub path: Option<String>,
+    pub message: String,
+}
+
+impl StartError {
+    fn at(path: String, message: String) -> Self {
+        StartError { path: Some(path), message }
+    }
+
+    fn host(message: String) -> Self {
+        StartError { path: None, message }
+    }
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(p) => write!(f, "{p}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
 impl L4Runtime {
     /// Opens every interface of `cfg` and starts the workers. With
     /// `fallback` false, `io: auto` does not settle for AF_PACKET when
     /// AF_XDP fails (a process being taken over may still hold the XDP
     /// program: the caller tries again).
-    pub fn start(cfg: &L4, health: HealthFn, fallback: bool) -> Result<L4Runtime, String> {
+    pub fn start(cfg: &L4, health: HealthFn, fallback: bool) -> Result<L4Runtime, StartError> {
         let mut ports = Vec::new();
         let mut backends: Vec<(usize, u32, Backend)> = Vec::new();
         let mut backend_name = "af_xdp";
         let w = wanted(cfg);
         for (pi, name) in cfg.interfaces.iter().enumerate() {
-            let ifindex: u32 = sys(name, "ifindex")?.parse().map_err(|_| format!("interface {name}: no index"))?;
-            let mac = parse_mac(&sys(name, "address")?).ok_or_else(|| format!("interface {name}: no MAC address"))?;
+            let at = || format!("l4.interfaces[{pi}]");
+            let ifindex: u32 = sys(name, "ifindex")
+                .and_then(|i| i.parse().map_err(|_| format!("interface {name}: no index")))
+                .map_err(|e| StartError::at(at(), e))?;
+            let mac = sys(name, "address")
+                .and_then(|a| parse_mac(&a).ok_or_else(|| format!("interface {name}: no MAC address")))
+                .map_err(|e| StartError::at(at(), e))?;
             let mut steering = None;
             let mut sockets = Vec::new();
             if cfg.io != L4Io::AfPacket {
@@ -173,13 +207,13 @@ impl L4Runtime {
                     Err(e) if cfg.io == L4Io::Auto && fallback => {
                         tracing::warn!(interface = %name, "AF_XDP unavailable ({e}); falling back to AF_PACKET");
                     }
-                    Err(e) => return Err(format!("l4.interfaces[{pi}] ({name}): AF_XDP: {e}")),
+                    Err(e) => return Err(StartError::at(at(), format!("({name}) AF_XDP: {e}"))),
                 }
             }
             let queues = if sockets.is_empty() {
                 backend_name = "af_packet";
                 let s = crate::packet_socket::PacketSocket::open(ifindex)
-                    .map_err(|e| format!("l4.interfaces[{pi}] ({name}): AF_PACKET: {e}"))?;
+                    .map_err(|e| StartError::at(at(), format!("({name}) AF_PACKET: {e}")))?;
                 backends.push((pi, 0, Backend::Packet(s)));
                 1
             } else {
@@ -223,7 +257,7 @@ impl L4Runtime {
                 std::thread::Builder::new()
                     .name(format!("l4-{}-{q}", port.name))
                     .spawn(move || worker_loop(&shared, &port, q, slot, backend, capacity))
-                    .map_err(|e| format!("cannot start an L4 worker: {e}"))?,
+                    .map_err(|e| StartError::host(format!("cannot start an L4 worker: {e}")))?,
             );
         }
         let control = shared.clone();
@@ -231,7 +265,7 @@ impl L4Runtime {
             std::thread::Builder::new()
                 .name("l4-control".into())
                 .spawn(move || control_loop(&control))
-                .map_err(|e| format!("cannot start the L4 control thread: {e}"))?,
+                .map_err(|e| StartError::host(format!("cannot start the L4 control thread: {e}")))?,
         );
         Ok(L4Runtime { shared, threads: Mutex::new(threads), backend: backend_name })
     }

@@ -11,7 +11,7 @@ use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::metrics::Exposition;
 use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Staged, Start};
 
-use crate::runtime::{HealthFn, L4Runtime, WorkerStats};
+use crate::runtime::{HealthFn, L4Runtime, StartError, WorkerStats};
 
 /// The health-registry group of an L4 service's real servers.
 fn health_group(service: &str) -> String {
@@ -47,7 +47,7 @@ impl L4 {
 
     /// Starts the runtime if the config has services (once; later configs
     /// go to [`L4Runtime::update`]). `fallback` as for [`L4Runtime::start`].
-    fn start_runtime(&self, fallback: bool) -> Result<(), String> {
+    fn start_runtime(&self, fallback: bool) -> Result<(), StartError> {
         let Some(l4) = self.cfg().clone().filter(|l| !l.services.is_empty()) else { return Ok(()) };
         let registry = self.0.health.clone();
         let health: HealthFn = Arc::new(move |service, addr| registry.get(&health_group(service), addr).is_up());
@@ -92,7 +92,9 @@ impl Plane for L4 {
     fn start(&self, how: Start) -> Result<(), PlaneError> {
         self.0.started.store(true, std::sync::atomic::Ordering::Relaxed);
         match how {
-            Start::Fresh => self.start_runtime(true).map_err(|e| PlaneError::new("l4", e)),
+            Start::Fresh => {
+                self.start_runtime(true).map_err(|e| PlaneError { plane: "l4", path: e.path, message: e.message })
+            }
             // The previous process gives the interfaces up when it drains.
             Start::TakingOver => Ok(()),
         }

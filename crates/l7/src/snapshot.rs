@@ -93,7 +93,7 @@ impl Snapshot {
         let certs = match load_certificates(&cfg.certificates, cx.base_dir, &cx.data_dir(&cfg), cx.generate_certs) {
             Ok(c) => c,
             Err(errs) => {
-                errors.extend(errs.into_iter().map(|(p, m)| field_error(p, m)));
+                errors.extend(errs);
                 Vec::new()
             }
         };

@@ -26,7 +26,7 @@ use boring::ssl::{
 };
 use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, SubjectAlternativeName};
 use boring::x509::{X509, X509NameBuilder};
-use gatehouse_config::{Certificate, ListenerTls, TlsVersion};
+use gatehouse_config::{Certificate, FieldError, ListenerTls, TlsVersion};
 use gatehouse_keyops::{Engine, KeyMethod, Provider, RsaKey, RsaProvider};
 
 /// A certificate and key loaded from disk, checked to belong together.
@@ -45,18 +45,20 @@ pub struct LoadedCert {
 }
 
 /// Loads (or for `self_signed`, generates on first use) every certificate.
-/// Errors are `(field path, message)` pairs. `generate` is false for
-/// `gatehouse check`, which must not write files.
+/// Every problem is an error at its field (`certificates[2].key`).
+/// `generate` is false for `gatehouse check`, which must not write files.
 pub fn load_certificates(
     certs: &[Certificate],
     base_dir: &Path,
     data_dir: &Path,
     generate: bool,
-) -> Result<Vec<LoadedCert>, Vec<(String, String)>> {
+) -> Result<Vec<LoadedCert>, Vec<FieldError>> {
     let mut out = Vec::new();
     let mut errors = Vec::new();
     for (i, c) in certs.iter().enumerate() {
         let path = |field: &str| format!("certificates[{i}].{field}");
+        let mut error =
+            |field: &str, message: String| errors.push(FieldError { path: path(field), message, line: None });
         let (cert_file, key_file) = if c.self_signed {
             let cert_file = data_dir.join(format!("{}.crt", c.name));
             let key_file = data_dir.join(format!("{}.key", c.name));
@@ -65,10 +67,8 @@ pub fn load_certificates(
                     continue; // made at start-up; nothing to check yet
                 }
                 if let Err(e) = write_self_signed(&c.sni, &cert_file, &key_file) {
-                    errors.push((
-                        path("self_signed"),
-                        format!("cannot create a self-signed certificate in {}: {e}", data_dir.display()),
-                    ));
+                    let why = format!("cannot create a self-signed certificate in {}: {e}", data_dir.display());
+                    error("self_signed", why);
                     continue;
                 }
             }
@@ -81,13 +81,13 @@ pub fn load_certificates(
             Ok((chain, key)) => {
                 let is_ecdsa = key.id() == Id::EC;
                 if !is_ecdsa && key.id() != Id::RSA {
-                    errors.push((path("key"), "expected an RSA or ECDSA private key".into()));
+                    error("key", "expected an RSA or ECDSA private key".into());
                     continue;
                 }
                 let provider = match key_provider(c, &key, is_ecdsa) {
                     Ok(p) => p,
                     Err(msg) => {
-                        errors.push((path("key_provider"), msg));
+                        error("key_provider", msg);
                         continue;
                     }
                 };
@@ -102,7 +102,7 @@ pub fn load_certificates(
                     provider,
                 });
             }
-            Err((field, msg)) => errors.push((path(field), msg)),
+            Err((field, msg)) => error(field, msg),
         }
     }
     if errors.is_empty() { Ok(out) } else { Err(errors) }
@@ -498,8 +498,8 @@ mod tests {
             ..Default::default()
         }];
         let errs = load_certificates(&certs, &dir, &dir, false).err().expect("refused");
-        assert_eq!(errs[0].0, "certificates[0].key");
-        assert!(errs[0].1.contains("does not belong"), "{}", errs[0].1);
+        assert_eq!(errs[0].path, "certificates[0].key");
+        assert!(errs[0].message.contains("does not belong"), "{}", errs[0].message);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -9,7 +9,7 @@ use gatehouse_config::yaml::Node as Doc;
 use gatehouse_config::{Config, ConfigErrors, FieldError, doc};
 use serde_json::{Map, Value};
 
-use crate::store::{Planned, Versions, WriteError};
+use crate::store::{Planned, StoreError, Versions, WriteError};
 use crate::{Control, Node, Running};
 use gatehouse_plane::{HealthTarget, Prepare, Purpose, Staged};
 
@@ -20,14 +20,14 @@ pub enum ApplyError {
     /// listener that cannot bind).
     Invalid(ConfigErrors),
     /// The store could not write it.
-    Store(String),
+    Store(StoreError),
 }
 
 impl std::fmt::Display for ApplyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ApplyError::Invalid(e) => write!(f, "{e}"),
-            ApplyError::Store(e) => f.write_str(e),
+            ApplyError::Store(e) => write!(f, "{e}"),
         }
     }
 }
@@ -39,7 +39,7 @@ impl ApplyError {
     pub(crate) fn into_write_error(self, within: Option<(&'static str, usize)>) -> WriteError {
         match self {
             ApplyError::Invalid(errors) => WriteError::Invalid { errors, within },
-            ApplyError::Store(m) => WriteError::Failed(m),
+            ApplyError::Store(e) => WriteError::Failed(e.to_string()),
         }
     }
 }
@@ -258,9 +258,7 @@ impl Node {
     /// back to the store. Returns the new config version.
     pub async fn replace_document(&self, doc: Doc, expect: Expect) -> Result<u64, WriteError> {
         if !self.store.takes_documents() {
-            return Err(WriteError::Conflict(
-                "with store: etcd, change routes, upstreams and certificates one by one".into(),
-            ));
+            return Err(WriteError::Conflict(StoreError::WholeDocuments.to_string()));
         }
         let _turn = self.write_lock.lock().await;
         let mut control = self.control();

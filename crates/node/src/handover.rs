@@ -52,10 +52,30 @@ fn io_err(e: nix::Error) -> std::io::Error {
     std::io::Error::from_raw_os_error(e as i32)
 }
 
+/// Why a takeover failed: at which step, and what went wrong there.
+#[derive(Debug)]
+pub struct TakeoverError {
+    pub socket: PathBuf,
+    pub step: &'static str,
+    pub cause: String,
+}
+
+impl std::fmt::Display for TakeoverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "takeover via {}: {}: {}", self.socket.display(), self.step, self.cause)
+    }
+}
+
+impl std::error::Error for TakeoverError {}
+
 /// The new process's side: asks the running one for its sockets. Returns
 /// them and the connection on which to say `READY`.
-pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), String> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| format!("takeover via {}: {what}: {e}", path.display());
+pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), TakeoverError> {
+    let fail = |step: &'static str, e: &dyn std::fmt::Display| TakeoverError {
+        socket: path.to_path_buf(),
+        step,
+        cause: e.to_string(),
+    };
     let mut s = UnixStream::connect(path).map_err(|e| fail("no running Gatehouse answers", &e))?;
     s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| fail("socket", &e))?;
     s.write_all(b"TAKEOVER\n").map_err(|e| fail("send", &e))?;

@@ -41,7 +41,7 @@ pub enum RunError {
     /// Another Gatehouse serves this config.
     AlreadyRunning { control_socket: std::path::PathBuf, config: std::path::PathBuf },
     /// The running process did not hand its sockets over.
-    Takeover(String),
+    Takeover(handover::TakeoverError),
     /// The host refused something the process needs.
     Io { what: String, error: std::io::Error },
 }
@@ -57,7 +57,7 @@ impl std::fmt::Display for RunError {
                 control_socket.display(),
                 config.display()
             ),
-            RunError::Takeover(e) => f.write_str(e),
+            RunError::Takeover(e) => write!(f, "{e}"),
             RunError::Io { what, error } => write!(f, "{what}: {error}"),
         }
     }
@@ -128,7 +128,7 @@ pub fn run(
     let composed = store.compose(&local).map_err(|e| {
         RunError::Config(ConfigErrors {
             file: path.to_path_buf(),
-            errors: vec![FieldError { path: String::new(), message: e, line: None }],
+            errors: vec![FieldError { path: String::new(), message: e.to_string(), line: None }],
         })
     })?;
     let merged = composed.doc != local;

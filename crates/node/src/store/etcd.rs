@@ -25,7 +25,7 @@ use gatehouse_config::yaml::Node as Doc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{BoxFuture, Committed, Composed, Planned, Store, Versions, WriteError, write_atomically};
+use super::{BoxFuture, Committed, Composed, Planned, Store, StoreError, Versions, WriteError, write_atomically};
 use crate::{Control, Node};
 use gatehouse_plane::metrics::Exposition;
 
@@ -393,20 +393,21 @@ impl Store for Etcd {
         })
     }
 
-    fn compose(&self, local: &Doc) -> Result<Composed, String> {
+    fn compose(&self, local: &Doc) -> Result<Composed, StoreError> {
         if !self.loaded.load(Ordering::Relaxed) {
             return Ok(Composed { doc: local.clone(), versions: None });
         }
         let mirror = lock(&self.mirror).clone();
-        Ok(Composed { doc: mirror.merged_into(local)?, versions: Some(mirror.versions()) })
+        let doc = mirror.merged_into(local).map_err(StoreError::Merge)?;
+        Ok(Composed { doc, versions: Some(mirror.versions()) })
     }
 
     fn takes_documents(&self) -> bool {
         false
     }
 
-    fn save(&self, _doc: &Doc) -> Result<(), String> {
-        Err("with store: etcd, change routes, upstreams and certificates one by one".into())
+    fn save(&self, _doc: &Doc) -> Result<(), StoreError> {
+        Err(StoreError::WholeDocuments)
     }
 
     fn version_name(&self) -> &'static str {

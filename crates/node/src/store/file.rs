@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use gatehouse_config::yaml::Node as Doc;
 use serde_json::{Value, json};
 
-use super::{BoxFuture, Committed, Composed, Planned, Store, WriteError};
+use super::{BoxFuture, Committed, Composed, Planned, Store, StoreError, WriteError};
 use crate::{Control, Node, base_dir};
 
 pub struct FileStore {
@@ -28,7 +28,7 @@ impl Store for FileStore {
         json!({ "type": "file", "path": self.path.display().to_string() })
     }
 
-    fn compose(&self, local: &Doc) -> Result<Composed, String> {
+    fn compose(&self, local: &Doc) -> Result<Composed, StoreError> {
         Ok(Composed { doc: local.clone(), versions: None })
     }
 
@@ -36,9 +36,9 @@ impl Store for FileStore {
         true
     }
 
-    fn save(&self, doc: &Doc) -> Result<(), String> {
+    fn save(&self, doc: &Doc) -> Result<(), StoreError> {
         write_atomically(&self.path, &gatehouse_config::doc::emit(doc))
-            .map_err(|e| format!("{}: cannot write the config: {e}", self.path.display()))
+            .map_err(|error| StoreError::Write { path: self.path.clone(), error })
     }
 
     fn version_name(&self) -> &'static str {

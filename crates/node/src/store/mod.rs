@@ -58,6 +58,32 @@ pub struct Committed {
     pub version: u64,
 }
 
+/// Why the store could not give or take a whole document.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The store's resources do not fit the config file's document (a
+    /// resource list that is not a list).
+    Merge(String),
+    /// The file could not be written.
+    Write { path: std::path::PathBuf, error: std::io::Error },
+    /// This store keeps resources one by one, not whole documents.
+    WholeDocuments,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Merge(m) => f.write_str(m),
+            StoreError::Write { path, error } => write!(f, "{}: cannot write the config: {error}", path.display()),
+            StoreError::WholeDocuments => {
+                f.write_str("with store: etcd, change routes, upstreams and certificates one by one")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
 /// Why a write did not happen. Nothing changed in any case.
 #[derive(Debug)]
 pub enum WriteError {
@@ -109,13 +135,13 @@ pub trait Store: Send + Sync {
     }
 
     /// The document to run, made from the config file's.
-    fn compose(&self, local: &Doc) -> Result<Composed, String>;
+    fn compose(&self, local: &Doc) -> Result<Composed, StoreError>;
 
     /// Whether the admin API may replace the whole document at once.
     fn takes_documents(&self) -> bool;
 
     /// Writes a whole document the node has accepted.
-    fn save(&self, doc: &Doc) -> Result<(), String>;
+    fn save(&self, doc: &Doc) -> Result<(), StoreError>;
 
     /// Name of what a delete reports as its version: `config_version` or
     /// `revision`.
