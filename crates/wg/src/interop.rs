@@ -1,0 +1,124 @@
+//! This crate against boringtun's `Tunn`, in memory, each side starting
+//! the handshake, with and without a pre-shared key: the handshake
+//! completes and data crosses both ways.
+
+use boringtun::noise::{Tunn, TunnResult};
+use boringtun::x25519;
+
+use crate::crypto::StaticSecret;
+use crate::handshake::{self, Identity, PeerKey};
+use crate::messages::{self, Message};
+use crate::transport::Keypair;
+
+/// A minimal IPv4 packet (boringtun reads its header to find the length
+/// and the inner source) of `payload` bytes.
+fn ipv4_packet(payload: usize) -> Vec<u8> {
+    let total = 20 + payload;
+    let mut p = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1];
+    p.extend((0..payload).map(|i| i as u8));
+    p
+}
+
+fn now() -> [u8; 12] {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    handshake::tai64n(since)
+}
+
+fn network(r: TunnResult<'_>) -> Vec<u8> {
+    match r {
+        TunnResult::WriteToNetwork(b) => b.to_vec(),
+        other => panic!("expected a datagram, got {other:?}"),
+    }
+}
+
+fn tunnel(r: TunnResult<'_>) -> Vec<u8> {
+    match r {
+        TunnResult::WriteToTunnelV4(b, _) => b.to_vec(),
+        other => panic!("expected a packet, got {other:?}"),
+    }
+}
+
+struct Sides {
+    me: Identity,
+    peer: PeerKey,
+    bt: Tunn,
+}
+
+fn sides(psk: Option<[u8; 32]>) -> Sides {
+    let mut rng = rand_core::OsRng;
+    let bt_secret = x25519::StaticSecret::random_from_rng(rand_core::OsRng);
+    let bt_public = x25519::PublicKey::from(&bt_secret);
+    let me = Identity::new(StaticSecret::random(&mut rng));
+    let bt = Tunn::new(bt_secret, x25519::PublicKey::from(*me.public()), psk, None, 1, None);
+    Sides { peer: PeerKey::new(bt_public.to_bytes(), psk), me, bt }
+}
+
+/// Data both ways over an established session.
+fn exchange_data(s: &mut Sides, keys: &mut Keypair) {
+    let mut buf = vec![0u8; 2048];
+    let mut wire = Vec::new();
+    let mut plain = Vec::new();
+    for len in [0usize, 1, 100, 1400] {
+        let packet = ipv4_packet(len);
+        keys.seal(&packet, &mut wire).expect("seals");
+        assert_eq!(tunnel(s.bt.decapsulate(None, &wire, &mut buf)), packet, "boringtun opens ours");
+        let theirs = network(s.bt.encapsulate(&packet, &mut buf));
+        let Ok(Message::Transport { receiver, counter, sealed }) = messages::parse(&theirs) else {
+            panic!("a transport message")
+        };
+        assert_eq!(receiver, keys.local);
+        keys.open(counter, sealed, &mut plain).expect("we open boringtun's");
+        assert_eq!(&plain[..packet.len()], &packet[..]);
+        assert!(plain[packet.len()..].iter().all(|b| *b == 0), "only zero padding after the packet");
+    }
+}
+
+#[test]
+fn boringtun_initiates_and_we_respond() {
+    for psk in [None, Some([5u8; 32])] {
+        let mut s = sides(psk);
+        let mut rng = rand_core::OsRng;
+        let mut buf = vec![0u8; 2048];
+        let init = network(s.bt.format_handshake_initiation(&mut buf, false));
+        let Ok(Message::Initiation(init)) = messages::parse(&init) else { panic!("an initiation") };
+        let got = handshake::receive_initiation(&s.me, init).expect("opens");
+        assert_eq!(&got.peer_public, s.peer.public());
+        let (resp, session) = handshake::respond(got, &s.peer, 77, None, &mut rng).expect("responds");
+        let mut keys = Keypair::from(session);
+        // boringtun confirms the session with a keepalive.
+        let keepalive = network(s.bt.decapsulate(None, &resp, &mut buf));
+        let Ok(Message::Transport { receiver, counter, sealed }) = messages::parse(&keepalive) else {
+            panic!("a keepalive")
+        };
+        assert_eq!(receiver, 77);
+        let mut plain = Vec::new();
+        keys.open(counter, sealed, &mut plain).expect("opens");
+        assert!(plain.is_empty());
+        exchange_data(&mut s, &mut keys);
+    }
+}
+
+#[test]
+fn we_initiate_and_boringtun_responds() {
+    for psk in [None, Some([6u8; 32])] {
+        let mut s = sides(psk);
+        let mut rng = rand_core::OsRng;
+        let mut buf = vec![0u8; 2048];
+        let (init, state) = handshake::initiate(&s.me, &s.peer, 9, now(), None, &mut rng).expect("initiates");
+        let resp = network(s.bt.decapsulate(None, &init, &mut buf));
+        let Ok(Message::Response(resp)) = messages::parse(&resp) else { panic!("a response") };
+        let session = handshake::receive_response(&s.me, &state, &s.peer, resp).expect("completes");
+        let mut keys = Keypair::from(session);
+        exchange_data(&mut s, &mut keys);
+    }
+}
+
+#[test]
+fn a_stranger_gets_nothing_from_boringtun() {
+    let mut s = sides(None);
+    let mut rng = rand_core::OsRng;
+    let stranger = Identity::new(StaticSecret::random(&mut rng));
+    let mut buf = vec![0u8; 2048];
+    let (init, _) = handshake::initiate(&stranger, &s.peer, 9, now(), None, &mut rng).expect("initiates");
+    assert!(matches!(s.bt.decapsulate(None, &init, &mut buf), TunnResult::Err(_)));
+}
