@@ -2,8 +2,16 @@
 //! the handshake, with and without a pre-shared key: the handshake
 //! completes and data crosses both ways.
 
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::noise::{Tunn, TunnResult};
 use boringtun::x25519;
+
+use crate::cookie::{CookieChecker, CookieJar};
+use crate::messages::{initiation, response};
 
 use crate::crypto::StaticSecret;
 use crate::handshake::{self, Identity, PeerKey};
@@ -121,4 +129,51 @@ fn a_stranger_gets_nothing_from_boringtun() {
     let mut buf = vec![0u8; 2048];
     let (init, _) = handshake::initiate(&stranger, &s.peer, 9, now(), None, &mut rng).expect("initiates");
     assert!(matches!(s.bt.decapsulate(None, &init, &mut buf), TunnResult::Err(_)));
+}
+
+#[test]
+fn boringtun_under_load_gets_our_cookie_back_in_mac2() {
+    let mut rng = rand_core::OsRng;
+    let bt_secret = x25519::StaticSecret::random_from_rng(rand_core::OsRng);
+    let bt_public = x25519::PublicKey::from(&bt_secret);
+    let me = Identity::new(StaticSecret::random(&mut rng));
+    // A limit of zero: every handshake message needs a valid mac2.
+    let limiter = Arc::new(RateLimiter::new(&bt_public, 0));
+    let mut bt = Tunn::new(bt_secret, x25519::PublicKey::from(*me.public()), None, None, 1, Some(limiter));
+    let peer = PeerKey::new(bt_public.to_bytes(), None);
+    let from = IpAddr::from([192, 0, 2, 1]);
+    let mut buf = vec![0u8; 2048];
+    let mut jar = CookieJar::default();
+    let (init, _) = handshake::initiate(&me, &peer, 3, now(), None, &mut rng).expect("initiates");
+    jar.sent(&init, initiation::MAC1);
+    let reply = network(bt.decapsulate(Some(from), &init, &mut buf));
+    let Ok(Message::CookieReply(reply)) = messages::parse(&reply) else { panic!("a cookie reply") };
+    assert_eq!(messages::cookie_receiver(reply), 3);
+    let t = Instant::now();
+    jar.receive(reply, &peer, t).expect("our jar opens boringtun's cookie");
+    let (init, state) = handshake::initiate(&me, &peer, 4, now(), jar.cookie(t), &mut rng).expect("initiates");
+    let resp = network(bt.decapsulate(Some(from), &init, &mut buf));
+    let Ok(Message::Response(resp)) = messages::parse(&resp) else { panic!("a response once mac2 is right") };
+    handshake::receive_response(&me, &state, &peer, resp).expect("completes");
+}
+
+#[test]
+fn we_under_load_make_boringtun_prove_its_address() {
+    let mut rng = rand_core::OsRng;
+    let mut s = sides(None);
+    let src: SocketAddr = "198.51.100.9:40000".parse().expect("addr");
+    let t = Instant::now();
+    let mut checker = CookieChecker::new(&s.me, t, &mut rng);
+    let mut buf = vec![0u8; 2048];
+    let init = network(s.bt.format_handshake_initiation(&mut buf, false));
+    assert!(!checker.mac2_ok(&init, initiation::MAC1, src, t, &mut rng));
+    let sender = messages::sender(&init);
+    let reply = checker.reply(&init, initiation::MAC1, sender, src, t, &mut rng);
+    assert!(matches!(s.bt.decapsulate(None, &reply, &mut buf), TunnResult::Done), "boringtun takes the cookie");
+    let again = network(s.bt.format_handshake_initiation(&mut buf, true));
+    assert!(checker.mac2_ok(&again, initiation::MAC1, src, t, &mut rng), "its retry carries a valid mac2");
+    let Ok(Message::Initiation(again)) = messages::parse(&again) else { panic!("an initiation") };
+    let got = handshake::receive_initiation(&s.me, again).expect("opens");
+    let (resp, _) = handshake::respond(got, &s.peer, 8, None, &mut rng).expect("responds");
+    assert_eq!(resp.len(), response::LEN);
 }

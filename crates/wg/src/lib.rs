@@ -5,6 +5,8 @@
 //! - [`messages`]: the four message types by field, and the parser that
 //!   sorts a datagram (or refuses it);
 //! - [`handshake`]: Noise_IKpsk2, step by step;
+//! - [`cookie`]: cookie replies and mac2, what a responder under load asks
+//!   for before doing any Diffie-Hellman work;
 //! - [`transport`]: sealing and opening data with a session's keys, behind
 //!   an RFC 6479 replay window.
 //!
@@ -13,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cookie;
 pub mod crypto;
 pub mod handshake;
 pub mod messages;
