@@ -1,6 +1,7 @@
 //! WireGuard, sans I/O: bytes and the time in, bytes out. No sockets, no
 //! clock, no `unsafe`.
 //!
+//! - [`allowed_ips`]: cryptokey routing, longest prefix first;
 //! - [`crypto`]: the protocol's primitives, secrets zeroed on drop;
 //! - [`messages`]: the four message types by field, and the parser that
 //!   sorts a datagram (or refuses it);
@@ -15,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod allowed_ips;
 pub mod cookie;
 pub mod crypto;
 pub mod handshake;

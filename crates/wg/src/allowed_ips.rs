@@ -1,0 +1,243 @@
+//! Cryptokey routing (whitepaper section 2): each peer owns a set of IP
+//! prefixes. Sending, the longest prefix holding a packet's destination
+//! picks the peer; receiving, a decrypted packet is accepted only if the
+//! longest prefix holding its source belongs to the peer it came from.
+//!
+//! A table per address family keeps one hash map per prefix length in use,
+//! longest first: a lookup probes only the lengths configured (a handful in
+//! practice: /32, /24, /0), each one hash probe.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// A prefix longer than its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadPrefix;
+
+/// One family's prefixes: (length, map from masked address to owner),
+/// longest length first.
+struct Table<P> {
+    bits: u8,
+    by_len: Vec<(u8, HashMap<u128, P>)>,
+}
+
+impl<P: Copy + Eq> Table<P> {
+    fn new(bits: u8) -> Self {
+        Table { bits, by_len: Vec::new() }
+    }
+
+    fn mask(&self, addr: u128, len: u8) -> u128 {
+        let shift = u32::from(self.bits - len);
+        if len == 0 { 0 } else { addr >> shift << shift }
+    }
+
+    fn insert(&mut self, addr: u128, len: u8, peer: P) -> Result<(), BadPrefix> {
+        if len > self.bits {
+            return Err(BadPrefix);
+        }
+        let key = self.mask(addr, len);
+        let at = match self.by_len.iter().position(|(l, _)| *l <= len) {
+            Some(i) if self.by_len[i].0 == len => i,
+            Some(i) => {
+                self.by_len.insert(i, (len, HashMap::new()));
+                i
+            }
+            None => {
+                self.by_len.push((len, HashMap::new()));
+                self.by_len.len() - 1
+            }
+        };
+        self.by_len[at].1.insert(key, peer);
+        Ok(())
+    }
+
+    fn lookup(&self, addr: u128) -> Option<P> {
+        self.by_len.iter().find_map(|(len, map)| map.get(&self.mask(addr, *len)).copied())
+    }
+
+    fn remove(&mut self, addr: u128, len: u8) {
+        let key = self.mask(addr, len.min(self.bits));
+        for (l, map) in &mut self.by_len {
+            if *l == len {
+                map.remove(&key);
+            }
+        }
+        self.by_len.retain(|(_, m)| !m.is_empty());
+    }
+
+    fn remove_peer(&mut self, peer: P) {
+        for (_, map) in &mut self.by_len {
+            map.retain(|_, p| *p != peer);
+        }
+        self.by_len.retain(|(_, m)| !m.is_empty());
+    }
+
+    fn of(&self, peer: P) -> impl Iterator<Item = (u128, u8)> + '_ {
+        self.by_len
+            .iter()
+            .flat_map(move |(len, map)| map.iter().filter(move |(_, p)| **p == peer).map(|(a, _)| (*a, *len)))
+    }
+}
+
+/// Every peer's prefixes, both families.
+pub struct AllowedIps<P> {
+    v4: Table<P>,
+    v6: Table<P>,
+}
+
+impl<P: Copy + Eq> Default for AllowedIps<P> {
+    fn default() -> Self {
+        AllowedIps { v4: Table::new(32), v6: Table::new(128) }
+    }
+}
+
+impl<P: Copy + Eq> AllowedIps<P> {
+    /// Gives `net/len` to `peer` (taking it from any peer that had it).
+    pub fn insert(&mut self, net: IpAddr, len: u8, peer: P) -> Result<(), BadPrefix> {
+        match net {
+            IpAddr::V4(a) => self.v4.insert(u128::from(u32::from(a)), len, peer),
+            IpAddr::V6(a) => self.v6.insert(u128::from(a), len, peer),
+        }
+    }
+
+    /// Takes `net/len` away from whoever has it.
+    pub fn remove(&mut self, net: IpAddr, len: u8) {
+        match net {
+            IpAddr::V4(a) => self.v4.remove(u128::from(u32::from(a)), len),
+            IpAddr::V6(a) => self.v6.remove(u128::from(a), len),
+        }
+    }
+
+    /// Takes every prefix away from `peer`.
+    pub fn remove_peer(&mut self, peer: P) {
+        self.v4.remove_peer(peer);
+        self.v6.remove_peer(peer);
+    }
+
+    /// The peer owning the longest prefix that holds `addr`.
+    pub fn lookup(&self, addr: IpAddr) -> Option<P> {
+        match addr {
+            IpAddr::V4(a) => self.v4.lookup(u128::from(u32::from(a))),
+            IpAddr::V6(a) => self.v6.lookup(u128::from(a)),
+        }
+    }
+
+    /// `peer`'s prefixes (for `wg show`).
+    pub fn of(&self, peer: P) -> Vec<(IpAddr, u8)> {
+        let v4 = self.v4.of(peer).map(|(a, l)| (IpAddr::from(std::net::Ipv4Addr::from(a as u32)), l));
+        let v6 = self.v6.of(peer).map(|(a, l)| (IpAddr::from(std::net::Ipv6Addr::from(a)), l));
+        v4.chain(v6).collect()
+    }
+}
+
+/// The source and destination of an IP packet (IPv4 or IPv6), if it has a
+/// whole header.
+pub fn packet_addresses(packet: &[u8]) -> Option<(IpAddr, IpAddr)> {
+    match packet.first()? >> 4 {
+        4 => {
+            let h: &[u8; 20] = packet.get(..20)?.try_into().ok()?;
+            let src: [u8; 4] = h[12..16].try_into().ok()?;
+            let dst: [u8; 4] = h[16..20].try_into().ok()?;
+            Some((IpAddr::from(src), IpAddr::from(dst)))
+        }
+        6 => {
+            let h: &[u8; 40] = packet.get(..40)?.try_into().ok()?;
+            let src: [u8; 16] = h[8..24].try_into().ok()?;
+            let dst: [u8; 16] = h[24..40].try_into().ok()?;
+            Some((IpAddr::from(src), IpAddr::from(dst)))
+        }
+        _ => None,
+    }
+}
+
+/// The length an IP packet's header says it has (the rest of a decrypted
+/// packet is padding), if it has a whole header.
+pub fn packet_len(packet: &[u8]) -> Option<usize> {
+    match packet.first()? >> 4 {
+        4 => Some(usize::from(u16::from_be_bytes([*packet.get(2)?, *packet.get(3)?]))),
+        6 => Some(40 + usize::from(u16::from_be_bytes([*packet.get(4)?, *packet.get(5)?]))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("address")
+    }
+
+    #[test]
+    fn the_longest_prefix_wins_and_sets_move_between_peers() {
+        let mut t = AllowedIps::default();
+        t.insert(ip("10.0.0.0"), 8, 1).expect("ok");
+        t.insert(ip("10.1.0.0"), 16, 2).expect("ok");
+        t.insert(ip("10.1.2.3"), 32, 3).expect("ok");
+        t.insert(ip("0.0.0.0"), 0, 4).expect("ok");
+        t.insert(ip("fd00::"), 8, 5).expect("ok");
+        assert_eq!(t.lookup(ip("10.9.9.9")), Some(1));
+        assert_eq!(t.lookup(ip("10.1.9.9")), Some(2));
+        assert_eq!(t.lookup(ip("10.1.2.3")), Some(3));
+        assert_eq!(t.lookup(ip("192.0.2.1")), Some(4));
+        assert_eq!(t.lookup(ip("fd12::1")), Some(5));
+        assert_eq!(t.lookup(ip("2001:db8::1")), None, "no ::/0");
+        t.insert(ip("10.1.255.255"), 16, 6).expect("host bits are masked off");
+        assert_eq!(t.lookup(ip("10.1.9.9")), Some(6));
+        t.remove_peer(6);
+        assert_eq!(t.lookup(ip("10.1.9.9")), Some(1));
+        t.remove(ip("0.0.0.0"), 0);
+        assert_eq!(t.lookup(ip("192.0.2.1")), None);
+        assert_eq!(t.of(3), vec![(ip("10.1.2.3"), 32)]);
+        assert_eq!(t.insert(ip("10.0.0.0"), 33, 7), Err(BadPrefix));
+    }
+
+    #[test]
+    fn lookups_agree_with_a_linear_scan() {
+        let mut rng = fastrand::Rng::with_seed(21);
+        let mut t = AllowedIps::default();
+        let mut list: Vec<(u32, u8, u16)> = Vec::new();
+        for peer in 0..300u16 {
+            let len = [0u8, 8, 12, 16, 20, 24, 28, 32][rng.usize(..8)];
+            // Few distinct top bytes, so prefixes nest and overlap.
+            let addr = (u32::from(rng.u8(..4)) << 24) | rng.u32(..(1 << 24));
+            t.insert(IpAddr::from(std::net::Ipv4Addr::from(addr)), len, peer).expect("ok");
+            let masked = if len == 0 { 0 } else { addr >> (32 - len) << (32 - len) };
+            list.retain(|(a, l, _)| !(*a == masked && *l == len));
+            list.push((masked, len, peer));
+        }
+        for _ in 0..20_000 {
+            let addr = (u32::from(rng.u8(..5)) << 24) | rng.u32(..(1 << 24));
+            let want = list
+                .iter()
+                .filter(|(a, l, _)| *l == 0 || addr >> (32 - l) == a >> (32 - l))
+                .max_by_key(|(_, l, _)| *l)
+                .map(|(_, _, p)| *p);
+            assert_eq!(t.lookup(IpAddr::from(std::net::Ipv4Addr::from(addr))), want, "{addr:#x}");
+        }
+    }
+
+    #[test]
+    fn packet_headers_give_their_addresses_and_length() {
+        let mut v4 = vec![0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1];
+        v4.extend([0; 8 + 4]);
+        assert_eq!(packet_addresses(&v4), Some((ip("10.0.0.2"), ip("10.0.0.1"))));
+        assert_eq!(packet_len(&v4), Some(28), "the padding is not the packet's");
+        let mut v6 = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
+        v6.extend(ip_bytes("fd00::2"));
+        v6.extend(ip_bytes("fd00::1"));
+        v6.extend([0; 8]);
+        assert_eq!(packet_addresses(&v6), Some((ip("fd00::2"), ip("fd00::1"))));
+        assert_eq!(packet_len(&v6), Some(48));
+        assert_eq!(packet_addresses(&v4[..19]), None);
+        assert_eq!(packet_addresses(&[0x50; 40]), None);
+        assert_eq!(packet_len(&[]), None);
+    }
+
+    fn ip_bytes(s: &str) -> [u8; 16] {
+        match ip(s) {
+            IpAddr::V6(a) => a.octets(),
+            IpAddr::V4(_) => [0; 16],
+        }
+    }
+}
