@@ -177,3 +177,53 @@ fn we_under_load_make_boringtun_prove_its_address() {
     let (resp, _) = handshake::respond(got, &s.peer, 8, None, &mut rng).expect("responds");
     assert_eq!(resp.len(), response::LEN);
 }
+
+/// An IPv4 packet between the tunnel addresses used below.
+fn inner(src: [u8; 4], dst: [u8; 4], payload: usize) -> Vec<u8> {
+    let total = 20 + payload;
+    let mut p = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 17, 0, 0];
+    p.extend(src);
+    p.extend(dst);
+    p.extend((0..payload).map(|i| (i * 7) as u8));
+    p
+}
+
+#[test]
+fn our_device_and_boringtun_each_start_and_carry_data() {
+    use crate::device::{Device, Received, Transmit};
+    let bt_addr: SocketAddr = "192.0.2.20:51820".parse().expect("addr");
+    let our_addr: SocketAddr = "192.0.2.10:51820".parse().expect("addr");
+    for we_start in [true, false] {
+        let t = Instant::now();
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let bt_secret = x25519::StaticSecret::random_from_rng(rand_core::OsRng);
+        let bt_public = x25519::PublicKey::from(&bt_secret);
+        let mut dev = Device::new(StaticSecret::random(&mut rand_core::OsRng), t, rand_core::OsRng);
+        let mut bt = Tunn::new(bt_secret, x25519::PublicKey::from(*dev.public()), Some([1; 32]), None, 7, None);
+        let allowed = [(IpAddr::from([10, 9, 0, 2]), 32)];
+        let id = dev.add_peer(bt_public.to_bytes(), Some([1; 32]), Some(bt_addr), None, &allowed).expect("peer");
+        let mut buf = vec![0u8; 2048];
+        let mut out: Vec<Transmit> = Vec::new();
+        let ours = inner([10, 9, 0, 1], [10, 9, 0, 2], 300);
+        let mut packet = Vec::new();
+        if we_start {
+            dev.send(&ours, t, wall, &mut out).expect("queued");
+            let resp = network(bt.decapsulate(Some(our_addr.ip()), &out[0].datagram, &mut buf));
+            out.clear();
+            assert_eq!(dev.receive(&resp, bt_addr, t, wall, &mut out, &mut packet), Received::Control);
+            assert_eq!(tunnel(bt.decapsulate(None, &out[0].datagram, &mut buf)), ours, "the queued packet");
+        } else {
+            let init = network(bt.format_handshake_initiation(&mut buf, false));
+            assert_eq!(dev.receive(&init, bt_addr, t, wall, &mut out, &mut packet), Received::Control);
+            let keepalive = network(bt.decapsulate(None, &out[0].datagram, &mut buf));
+            out.clear();
+            assert_eq!(dev.receive(&keepalive, bt_addr, t, wall, &mut out, &mut packet), Received::Control);
+            dev.send(&ours, t, wall, &mut out).expect("sent");
+            assert_eq!(tunnel(bt.decapsulate(None, &out[0].datagram, &mut buf)), ours);
+        }
+        let theirs = inner([10, 9, 0, 2], [10, 9, 0, 1], 1000);
+        let datagram = network(bt.encapsulate(&theirs, &mut buf));
+        assert_eq!(dev.receive(&datagram, bt_addr, t, wall, &mut out, &mut packet), Received::Packet(id));
+        assert_eq!(packet, theirs, "padding cut off");
+    }
+}

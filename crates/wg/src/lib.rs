@@ -8,6 +8,8 @@
 //! - [`handshake`]: Noise_IKpsk2, step by step;
 //! - [`cookie`]: cookie replies and mac2, what a responder under load asks
 //!   for before doing any Diffie-Hellman work;
+//! - [`device`]: an interface: peers, session indexes, the handshake and
+//!   transport rules and the protocol's timers;
 //! - [`transport`]: sealing and opening data with a session's keys, behind
 //!   an RFC 6479 replay window.
 //!
@@ -19,6 +21,7 @@
 pub mod allowed_ips;
 pub mod cookie;
 pub mod crypto;
+pub mod device;
 pub mod handshake;
 pub mod messages;
 pub mod transport;

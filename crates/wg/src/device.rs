@@ -1,0 +1,870 @@
+//! A WireGuard interface without I/O: peers, the index of sessions, the
+//! handshake and transport rules, and the protocol's timers (whitepaper
+//! section 6). The caller gives it packets from the tunnel, datagrams from
+//! the network with their source, and the time; it gives back datagrams to
+//! send and packets for the tunnel.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use crate::allowed_ips::{AllowedIps, BadPrefix, packet_addresses, packet_len};
+use crate::cookie::{CookieChecker, CookieJar};
+use crate::crypto::{KEY_LEN, StaticSecret};
+use crate::handshake::{self, HandshakeError, Identity, Initiated, PeerKey, TIMESTAMP_LEN};
+use crate::messages::{self, Malformed, Message, initiation, response};
+use crate::transport::{Keypair, REKEY_AFTER_MESSAGES, TransportError};
+
+pub const REKEY_AFTER_TIME: Duration = Duration::from_secs(120);
+pub const REJECT_AFTER_TIME: Duration = Duration::from_secs(180);
+pub const REKEY_ATTEMPT_TIME: Duration = Duration::from_secs(90);
+pub const REKEY_TIMEOUT: Duration = Duration::from_secs(5);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Initiations from one peer closer together than this are dropped.
+pub const INITIATION_MIN_INTERVAL: Duration = Duration::from_millis(20);
+/// Packets kept per peer while its handshake runs.
+pub const QUEUE_LEN: usize = 256;
+
+/// A peer's number in its device.
+pub type PeerId = usize;
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    pub to: SocketAddr,
+    pub datagram: Vec<u8>,
+}
+
+/// Why a datagram or a packet was dropped (each is counted by the caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drop {
+    Malformed(Malformed),
+    /// A handshake message that did not open or whose mac1 is wrong.
+    Handshake(HandshakeError),
+    /// An initiation from a key that is no peer of ours.
+    UnknownPeer,
+    /// An initiation whose timestamp is not newer than the last one.
+    ReplayedInitiation,
+    /// Initiations from one peer too close together.
+    Flood,
+    /// A message for an index we do not have (or no longer have).
+    UnknownIndex,
+    Transport(TransportError),
+    /// A session past its time.
+    Expired,
+    /// A decrypted packet whose source is not the peer's (allowed IPs).
+    NotAllowedSource,
+    /// A decrypted packet that is not IPv4 or IPv6.
+    NotIp,
+    /// A packet to send whose destination no peer has.
+    NoRoute,
+    /// A peer with no endpoint to send to.
+    NoEndpoint,
+    /// A packet waiting for a handshake that did not come in time.
+    HandshakeTimeout,
+}
+
+/// What a received datagram came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Received {
+    /// A packet for the tunnel, in the buffer given, from this peer.
+    Packet(PeerId),
+    /// A handshake, cookie or keepalive: handled (replies, if any, queued).
+    Control,
+    Dropped(Drop),
+}
+
+struct Timed {
+    keys: Keypair,
+    born: Instant,
+}
+
+struct Peer {
+    key: PeerKey,
+    endpoint: Option<SocketAddr>,
+    persistent_keepalive: Option<Duration>,
+    /// A handshake we started: its state, when it was first and last sent.
+    initiated: Option<(Initiated, Instant, Instant)>,
+    last_timestamp: Option<[u8; TIMESTAMP_LEN]>,
+    last_initiation: Option<Instant>,
+    previous: Option<Timed>,
+    current: Option<Timed>,
+    /// A responder's keys, until the initiator's first data confirms them.
+    next: Option<Timed>,
+    cookies: CookieJar,
+    queue: VecDeque<Vec<u8>>,
+    last_sent: Option<Instant>,
+    /// Data sent and nothing heard since: a new handshake is due then.
+    new_handshake_at: Option<Instant>,
+    /// Data received and nothing sent since: a keepalive is due then.
+    keepalive_at: Option<Instant>,
+    last_handshake: Option<Instant>,
+}
+
+/// A slot a local index points to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Handshake,
+    Keys,
+}
+
+/// A WireGuard interface.
+pub struct Device<R: rand_core::CryptoRngCore> {
+    me: Identity,
+    peers: Vec<Option<Peer>>,
+    by_key: HashMap<[u8; KEY_LEN], PeerId>,
+    allowed: AllowedIps<PeerId>,
+    indexes: HashMap<u32, (PeerId, Slot)>,
+    checker: CookieChecker,
+    under_load: bool,
+    rng: R,
+}
+
+impl<R: rand_core::CryptoRngCore> Device<R> {
+    pub fn new(secret: StaticSecret, now: Instant, mut rng: R) -> Self {
+        let me = Identity::new(secret);
+        let checker = CookieChecker::new(&me, now, &mut rng);
+        Device {
+            me,
+            peers: Vec::new(),
+            by_key: HashMap::new(),
+            allowed: AllowedIps::default(),
+            indexes: HashMap::new(),
+            checker,
+            under_load: false,
+            rng,
+        }
+    }
+
+    pub fn public(&self) -> &[u8; KEY_LEN] {
+        self.me.public()
+    }
+
+    /// Whether handshake messages must carry a valid mac2 (the caller
+    /// decides from its handshake rate).
+    pub fn set_under_load(&mut self, on: bool) {
+        self.under_load = on;
+    }
+
+    pub fn add_peer(
+        &mut self,
+        public: [u8; KEY_LEN],
+        psk: Option<[u8; KEY_LEN]>,
+        endpoint: Option<SocketAddr>,
+        persistent_keepalive: Option<u16>,
+        allowed: &[(IpAddr, u8)],
+    ) -> Result<PeerId, BadPrefix> {
+        let id = self.peers.iter().position(Option::is_none).unwrap_or(self.peers.len());
+        for (net, len) in allowed {
+            self.allowed.insert(*net, *len, id)?;
+        }
+        let peer = Peer {
+            key: PeerKey::new(public, psk),
+            endpoint,
+            persistent_keepalive: persistent_keepalive.filter(|s| *s > 0).map(|s| Duration::from_secs(u64::from(s))),
+            initiated: None,
+            last_timestamp: None,
+            last_initiation: None,
+            previous: None,
+            current: None,
+            next: None,
+            cookies: CookieJar::default(),
+            queue: VecDeque::new(),
+            last_sent: None,
+            new_handshake_at: None,
+            keepalive_at: None,
+            last_handshake: None,
+        };
+        if id == self.peers.len() {
+            self.peers.push(Some(peer));
+        } else {
+            self.peers[id] = Some(peer);
+        }
+        self.by_key.insert(public, id);
+        Ok(id)
+    }
+
+    pub fn remove_peer(&mut self, id: PeerId) {
+        if let Some(Some(p)) = self.peers.get_mut(id).map(Option::take) {
+            self.by_key.remove(p.key.public());
+        }
+        self.allowed.remove_peer(id);
+        self.indexes.retain(|_, (p, _)| *p != id);
+    }
+
+    /// The peer's endpoint as last authenticated (it follows roaming).
+    pub fn endpoint(&self, id: PeerId) -> Option<SocketAddr> {
+        self.peers.get(id)?.as_ref()?.endpoint
+    }
+
+    /// When the peer's last handshake completed.
+    pub fn last_handshake(&self, id: PeerId) -> Option<Instant> {
+        self.peers.get(id)?.as_ref()?.last_handshake
+    }
+
+    fn new_index(&mut self, peer: PeerId, slot: Slot) -> u32 {
+        loop {
+            let i = self.rng.next_u32();
+            if i != 0 && !self.indexes.contains_key(&i) {
+                self.indexes.insert(i, (peer, slot));
+                return i;
+            }
+        }
+    }
+
+    /// Starts (or restarts) a handshake with `id`.
+    fn initiate(&mut self, id: PeerId, now: Instant, wall: Duration, out: &mut Vec<Transmit>) -> Result<(), Drop> {
+        let index = self.new_index(id, Slot::Handshake);
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Err(Drop::NoRoute) };
+        let Some(to) = peer.endpoint else {
+            self.indexes.remove(&index);
+            return Err(Drop::NoEndpoint);
+        };
+        let cookie = peer.cookies.cookie(now).copied();
+        let made =
+            handshake::initiate(&self.me, &peer.key, index, handshake::tai64n(wall), cookie.as_ref(), &mut self.rng);
+        let (msg, state) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                self.indexes.remove(&index);
+                return Err(Drop::Handshake(e));
+            }
+        };
+        peer.cookies.sent(&msg, initiation::MAC1);
+        let first = match peer.initiated.take() {
+            Some((old, first, _)) => {
+                self.indexes.remove(&old.sender);
+                first
+            }
+            None => now,
+        };
+        peer.initiated = Some((state, first, now));
+        peer.last_sent = Some(now);
+        out.push(Transmit { to, datagram: msg.to_vec() });
+        Ok(())
+    }
+
+    /// Seals `packet` to whichever peer owns its destination; starts a
+    /// handshake when there is no usable session (the packet waits).
+    /// `wall` is the time since the Unix epoch, for handshake timestamps.
+    pub fn send(&mut self, packet: &[u8], now: Instant, wall: Duration, out: &mut Vec<Transmit>) -> Result<(), Drop> {
+        let (_, dst) = packet_addresses(packet).ok_or(Drop::NotIp)?;
+        let id = self.allowed.lookup(dst).ok_or(Drop::NoRoute)?;
+        self.send_to(id, packet, now, wall, out)
+    }
+
+    fn send_to(
+        &mut self,
+        id: PeerId,
+        packet: &[u8],
+        now: Instant,
+        wall: Duration,
+        out: &mut Vec<Transmit>,
+    ) -> Result<(), Drop> {
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Err(Drop::NoRoute) };
+        let to = peer.endpoint.ok_or(Drop::NoEndpoint)?;
+        let usable = peer.current.as_ref().is_some_and(|c| now.saturating_duration_since(c.born) < REJECT_AFTER_TIME);
+        if !usable {
+            if peer.queue.len() >= QUEUE_LEN {
+                peer.queue.pop_front();
+            }
+            peer.queue.push_back(packet.to_vec());
+            if peer.initiated.is_none() {
+                self.initiate(id, now, wall, out)?;
+            }
+            return Ok(());
+        }
+        let mut datagram = Vec::with_capacity(packet.len() + 48);
+        let Some(cur) = peer.current.as_mut() else { return Err(Drop::Expired) };
+        cur.keys.seal(packet, &mut datagram).map_err(Drop::Transport)?;
+        let rekey = cur.keys.initiator
+            && (now.saturating_duration_since(cur.born) >= REKEY_AFTER_TIME || cur.keys.sent() >= REKEY_AFTER_MESSAGES);
+        peer.last_sent = Some(now);
+        peer.keepalive_at = None;
+        if !packet.is_empty() && peer.new_handshake_at.is_none() {
+            peer.new_handshake_at = Some(now + KEEPALIVE_TIMEOUT + REKEY_TIMEOUT);
+        }
+        out.push(Transmit { to, datagram });
+        if rekey && peer.initiated.is_none() {
+            // The packet went on the old keys; the next ones come.
+            let _ = self.initiate(id, now, wall, out);
+        }
+        Ok(())
+    }
+
+    /// Sends what waited for a session.
+    fn flush(&mut self, id: PeerId, now: Instant, wall: Duration, out: &mut Vec<Transmit>) {
+        let queued: Vec<Vec<u8>> =
+            self.peers.get_mut(id).and_then(Option::as_mut).map(|p| p.queue.drain(..).collect()).unwrap_or_default();
+        for packet in queued {
+            let _ = self.send_to(id, &packet, now, wall, out);
+        }
+    }
+
+    /// Handles a datagram from `src`. A packet for the tunnel goes into
+    /// `packet` (its padding cut off).
+    pub fn receive(
+        &mut self,
+        datagram: &[u8],
+        src: SocketAddr,
+        now: Instant,
+        wall: Duration,
+        out: &mut Vec<Transmit>,
+        packet: &mut Vec<u8>,
+    ) -> Received {
+        let msg = match messages::parse(datagram) {
+            Ok(m) => m,
+            Err(e) => return Received::Dropped(Drop::Malformed(e)),
+        };
+        match msg {
+            Message::Initiation(m) => self.on_initiation(m, src, now, out),
+            Message::Response(m) => self.on_response(m, src, now, wall, out),
+            Message::CookieReply(m) => {
+                let Some(&(id, Slot::Handshake)) = self.indexes.get(&messages::cookie_receiver(m)) else {
+                    return Received::Dropped(Drop::UnknownIndex);
+                };
+                let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
+                    return Received::Dropped(Drop::UnknownIndex);
+                };
+                match peer.cookies.receive(m, &peer.key, now) {
+                    Ok(()) => Received::Control,
+                    Err(_) => Received::Dropped(Drop::Handshake(HandshakeError::Decrypt)),
+                }
+            }
+            Message::Transport { receiver, counter, sealed } => {
+                self.on_transport(receiver, counter, sealed, src, now, wall, out, packet)
+            }
+        }
+    }
+
+    /// The checks before any Diffie-Hellman work on a handshake message:
+    /// mac1 must be ours, and under load mac2 must carry our cookie for
+    /// `src` (else the sender gets a cookie reply). `Some`: the message
+    /// stops here, with this outcome.
+    fn screen(
+        &mut self,
+        m: &[u8],
+        mac1_at: usize,
+        src: SocketAddr,
+        now: Instant,
+        out: &mut Vec<Transmit>,
+    ) -> Option<Received> {
+        let (before, mac1) = (&m[..mac1_at], &m[mac1_at..mac1_at + crate::crypto::MAC_LEN]);
+        if !self.me.mac1_ok(before, mac1) {
+            return Some(Received::Dropped(Drop::Handshake(HandshakeError::Mac1)));
+        }
+        if !self.under_load || self.checker.mac2_ok(m, mac1_at, src, now, &mut self.rng) {
+            return None;
+        }
+        let reply = self.checker.reply(m, mac1_at, messages::sender(m), src, now, &mut self.rng);
+        out.push(Transmit { to: src, datagram: reply.to_vec() });
+        Some(Received::Control)
+    }
+
+    fn on_initiation(
+        &mut self,
+        m: &[u8; initiation::LEN],
+        src: SocketAddr,
+        now: Instant,
+        out: &mut Vec<Transmit>,
+    ) -> Received {
+        if let Some(stop) = self.screen(m, initiation::MAC1, src, now, out) {
+            return stop;
+        }
+        let got = match handshake::receive_initiation(&self.me, m) {
+            Ok(g) => g,
+            Err(e) => return Received::Dropped(Drop::Handshake(e)),
+        };
+        let Some(&id) = self.by_key.get(&got.peer_public) else { return Received::Dropped(Drop::UnknownPeer) };
+        let index = self.new_index(id, Slot::Keys);
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
+            return Received::Dropped(Drop::UnknownPeer);
+        };
+        if peer.last_timestamp.is_some_and(|t| got.timestamp <= t) {
+            self.indexes.remove(&index);
+            return Received::Dropped(Drop::ReplayedInitiation);
+        }
+        if peer.last_initiation.is_some_and(|t| now.saturating_duration_since(t) < INITIATION_MIN_INTERVAL) {
+            self.indexes.remove(&index);
+            return Received::Dropped(Drop::Flood);
+        }
+        peer.last_timestamp = Some(got.timestamp);
+        peer.last_initiation = Some(now);
+        let cookie = peer.cookies.cookie(now).copied();
+        let (msg, session) = match handshake::respond(got, &peer.key, index, cookie.as_ref(), &mut self.rng) {
+            Ok(r) => r,
+            Err(e) => {
+                self.indexes.remove(&index);
+                return Received::Dropped(Drop::Handshake(e));
+            }
+        };
+        peer.endpoint = Some(src);
+        if let Some(old) = peer.next.replace(Timed { keys: session.into(), born: now }) {
+            self.indexes.remove(&old.keys.local);
+        }
+        peer.last_sent = Some(now);
+        out.push(Transmit { to: src, datagram: msg.to_vec() });
+        Received::Control
+    }
+
+    fn on_response(
+        &mut self,
+        m: &[u8; response::LEN],
+        src: SocketAddr,
+        now: Instant,
+        wall: Duration,
+        out: &mut Vec<Transmit>,
+    ) -> Received {
+        if let Some(stop) = self.screen(m, response::MAC1, src, now, out) {
+            return stop;
+        }
+        let receiver = messages::response_receiver(m);
+        let Some(&(id, Slot::Handshake)) = self.indexes.get(&receiver) else {
+            return Received::Dropped(Drop::UnknownIndex);
+        };
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
+            return Received::Dropped(Drop::UnknownIndex);
+        };
+        let Some((state, _, _)) = peer.initiated.as_ref() else { return Received::Dropped(Drop::UnknownIndex) };
+        let session = match handshake::receive_response(&self.me, state, &peer.key, m) {
+            Ok(s) => s,
+            Err(e) => return Received::Dropped(Drop::Handshake(e)),
+        };
+        peer.initiated = None;
+        peer.endpoint = Some(src);
+        peer.last_handshake = Some(now);
+        peer.new_handshake_at = None;
+        self.indexes.insert(receiver, (id, Slot::Keys));
+        let retired = peer.previous.take();
+        peer.previous = peer.current.replace(Timed { keys: session.into(), born: now });
+        if let Some(old) = retired {
+            self.indexes.remove(&old.keys.local);
+        }
+        let waiting = !peer.queue.is_empty();
+        self.flush(id, now, wall, out);
+        if !waiting {
+            // Confirms the session to the responder, which may not send
+            // on it before hearing from us.
+            let _ = self.send_to(id, &[], now, wall, out);
+        }
+        Received::Control
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_transport(
+        &mut self,
+        receiver: u32,
+        counter: u64,
+        sealed: &[u8],
+        src: SocketAddr,
+        now: Instant,
+        wall: Duration,
+        out: &mut Vec<Transmit>,
+        packet: &mut Vec<u8>,
+    ) -> Received {
+        let Some(&(id, Slot::Keys)) = self.indexes.get(&receiver) else {
+            return Received::Dropped(Drop::UnknownIndex);
+        };
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
+            return Received::Dropped(Drop::UnknownIndex);
+        };
+        let slot = [&mut peer.current, &mut peer.next, &mut peer.previous]
+            .into_iter()
+            .position(|s| s.as_ref().is_some_and(|t| t.keys.local == receiver));
+        let timed = match slot {
+            Some(0) => peer.current.as_mut(),
+            Some(1) => peer.next.as_mut(),
+            Some(_) => peer.previous.as_mut(),
+            None => None,
+        };
+        let Some(timed) = timed else { return Received::Dropped(Drop::UnknownIndex) };
+        if now.saturating_duration_since(timed.born) >= REJECT_AFTER_TIME {
+            return Received::Dropped(Drop::Expired);
+        }
+        if let Err(e) = timed.keys.open(counter, sealed, packet) {
+            return Received::Dropped(Drop::Transport(e));
+        }
+        let initiator_age = timed.keys.initiator.then(|| now.saturating_duration_since(timed.born));
+        peer.endpoint = Some(src);
+        peer.new_handshake_at = None;
+        if slot == Some(1) {
+            // The initiator used the new keys: they become current.
+            let retired = peer.previous.take();
+            peer.previous = peer.current.take();
+            peer.current = peer.next.take();
+            peer.last_handshake = Some(now);
+            if let Some(old) = retired {
+                self.indexes.remove(&old.keys.local);
+            }
+            self.flush(id, now, wall, out);
+        }
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Received::Control };
+        // The initiator renews keys that near their end on the receive side too.
+        let renew = initiator_age.is_some_and(|a| a >= REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT);
+        if packet.is_empty() {
+            if renew && peer.initiated.is_none() {
+                let _ = self.initiate(id, now, wall, out);
+            }
+            return Received::Control;
+        }
+        let Some((inner_src, _)) = packet_addresses(packet) else { return Received::Dropped(Drop::NotIp) };
+        if self.allowed.lookup(inner_src) != Some(id) {
+            return Received::Dropped(Drop::NotAllowedSource);
+        }
+        if let Some(len) = packet_len(packet).filter(|l| *l <= packet.len()) {
+            packet.truncate(len);
+        }
+        if peer.keepalive_at.is_none() {
+            peer.keepalive_at = Some(now + KEEPALIVE_TIMEOUT);
+        }
+        if renew && peer.initiated.is_none() {
+            let _ = self.initiate(id, now, wall, out);
+        }
+        Received::Packet(id)
+    }
+
+    /// Runs every peer's timers: handshake retries and giving up,
+    /// keepalives, a new handshake when data goes unanswered, and zeroing
+    /// keys long unused. Call it at least every second or so.
+    pub fn tick(&mut self, now: Instant, wall: Duration, out: &mut Vec<Transmit>) -> Vec<(PeerId, Drop)> {
+        let mut dropped = Vec::new();
+        for id in 0..self.peers.len() {
+            let Some(peer) = self.peers[id].as_mut() else { continue };
+            let since = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t));
+            // Handshake retries, with jitter, until REKEY_ATTEMPT_TIME.
+            if let Some((_, first, last)) = &peer.initiated {
+                let (first, last) = (*first, *last);
+                if now.saturating_duration_since(first) >= REKEY_ATTEMPT_TIME {
+                    if let Some((state, _, _)) = peer.initiated.take() {
+                        self.indexes.remove(&state.sender);
+                    }
+                    for _ in peer.queue.drain(..) {
+                        dropped.push((id, Drop::HandshakeTimeout));
+                    }
+                    continue;
+                }
+                let jitter = Duration::from_millis(u64::from(self.rng.next_u32() % 334));
+                if now.saturating_duration_since(last) >= REKEY_TIMEOUT + jitter {
+                    let _ = self.initiate(id, now, wall, out);
+                }
+                continue;
+            }
+            let Some(peer) = self.peers[id].as_mut() else { continue };
+            // Keys long unused are forgotten (zeroed as they drop).
+            if since(peer.last_handshake).is_some_and(|d| d >= REJECT_AFTER_TIME * 3) {
+                for t in [peer.previous.take(), peer.current.take(), peer.next.take()].into_iter().flatten() {
+                    self.indexes.remove(&t.keys.local);
+                }
+                peer.last_handshake = None;
+                continue;
+            }
+            let has_keys = peer.current.is_some();
+            // Data sent and nothing heard back: a new handshake.
+            if peer.new_handshake_at.is_some_and(|t| now >= t) {
+                peer.new_handshake_at = None;
+                let _ = self.initiate(id, now, wall, out);
+                continue;
+            }
+            // Data received and nothing sent back for a while, or the
+            // persistent keepalive's interval: a keepalive.
+            let passive = peer.keepalive_at.is_some_and(|t| now >= t);
+            let persistent = peer.persistent_keepalive.is_some_and(|k| since(peer.last_sent).is_none_or(|d| d >= k));
+            if has_keys && (passive || persistent) {
+                let _ = self.send_to(id, &[], now, wall, out);
+            }
+        }
+        dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_core::OsRng;
+
+    const A_ADDR: &str = "192.0.2.1:51820";
+    const B_ADDR: &str = "192.0.2.2:51820";
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("address")
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("address")
+    }
+
+    /// An IPv4 packet from `src` to `dst` with `payload` bytes.
+    fn packet(src: [u8; 4], dst: [u8; 4], payload: usize) -> Vec<u8> {
+        let total = 20 + payload;
+        let mut p = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 17, 0, 0];
+        p.extend(src);
+        p.extend(dst);
+        p.extend((0..payload).map(|i| i as u8));
+        p
+    }
+
+    struct Pair {
+        a: Device<OsRng>,
+        b: Device<OsRng>,
+        /// a's id for b, b's id for a.
+        ab: PeerId,
+        ba: PeerId,
+        t0: Instant,
+    }
+
+    /// a (10.0.0.1) and b (10.0.0.2), each knowing the other's endpoint.
+    fn pair(psk: Option<[u8; 32]>, keepalive: Option<u16>) -> Pair {
+        let t0 = Instant::now();
+        let mut a = Device::new(StaticSecret::random(&mut OsRng), t0, OsRng);
+        let mut b = Device::new(StaticSecret::random(&mut OsRng), t0, OsRng);
+        let ab = a.add_peer(*b.public(), psk, Some(addr(B_ADDR)), keepalive, &[(ip("10.0.0.2"), 32)]).expect("ok");
+        let ba = b.add_peer(*a.public(), psk, Some(addr(A_ADDR)), None, &[(ip("10.0.0.1"), 32)]).expect("ok");
+        Pair { a, b, ab, ba, t0 }
+    }
+
+    fn wall(p: &Pair, now: Instant) -> Duration {
+        Duration::from_secs(1_700_000_000) + now.duration_since(p.t0)
+    }
+
+    /// Delivers `out` (from a when `from_a`) to the other side; returns what
+    /// it sent back and the packets it got.
+    fn deliver(p: &mut Pair, from_a: bool, out: Vec<Transmit>, now: Instant) -> (Vec<Transmit>, Vec<Vec<u8>>) {
+        let w = wall(p, now);
+        let (dev, src) = if from_a { (&mut p.b, addr(A_ADDR)) } else { (&mut p.a, addr(B_ADDR)) };
+        let mut replies = Vec::new();
+        let mut got = Vec::new();
+        for t in out {
+            let mut buf = Vec::new();
+            if let Received::Packet(_) = dev.receive(&t.datagram, src, now, w, &mut replies, &mut buf) {
+                got.push(buf);
+            }
+        }
+        (replies, got)
+    }
+
+    /// a sends one packet to b, the handshake runs, the packet arrives.
+    fn establish(p: &mut Pair) {
+        let now = p.t0;
+        let mut out = Vec::new();
+        let data = packet([10, 0, 0, 1], [10, 0, 0, 2], 10);
+        p.a.send(&data, now, wall(p, now), &mut out).expect("queued");
+        assert_eq!(out.len(), 1, "an initiation");
+        assert_eq!(out[0].datagram[0], messages::INITIATION);
+        let (resp, _) = deliver(p, true, out, now);
+        assert_eq!(resp[0].datagram[0], messages::RESPONSE);
+        let (flushed, _) = deliver(p, false, resp, now);
+        let (_, got) = deliver(p, true, flushed, now);
+        assert_eq!(got, vec![data], "the queued packet arrives");
+    }
+
+    #[test]
+    fn a_queued_packet_crosses_once_the_handshake_completes_and_data_flows_back() {
+        for psk in [None, Some([4u8; 32])] {
+            let mut p = pair(psk, None);
+            establish(&mut p);
+            let now = p.t0 + Duration::from_secs(1);
+            let back = packet([10, 0, 0, 2], [10, 0, 0, 1], 100);
+            let mut out = Vec::new();
+            p.b.send(&back, now, wall(&p, now), &mut out).expect("sent");
+            assert_eq!(out[0].datagram[0], messages::TRANSPORT, "b's keys are confirmed");
+            let (_, got) = deliver(&mut p, false, out, now);
+            assert_eq!(got, vec![back]);
+            assert!(p.a.last_handshake(p.ab).is_some() && p.b.last_handshake(p.ba).is_some());
+        }
+    }
+
+    #[test]
+    fn a_lost_initiation_is_retried_then_given_up_and_its_packets_dropped() {
+        let mut p = pair(None, None);
+        let mut out = Vec::new();
+        let data = packet([10, 0, 0, 1], [10, 0, 0, 2], 1);
+        p.a.send(&data, p.t0, wall(&p, p.t0), &mut out).expect("queued");
+        assert_eq!(out.len(), 1);
+        out.clear();
+        let soon = p.t0 + Duration::from_secs(4);
+        assert!(p.a.tick(soon, wall(&p, soon), &mut out).is_empty());
+        assert!(out.is_empty(), "not before REKEY_TIMEOUT");
+        let retry = p.t0 + Duration::from_millis(5_400);
+        p.a.tick(retry, wall(&p, retry), &mut out);
+        assert_eq!(out.len(), 1, "retried after 5 s and jitter");
+        let mut t = retry;
+        let mut dropped = Vec::new();
+        while t < p.t0 + REKEY_ATTEMPT_TIME + Duration::from_secs(1) {
+            t += Duration::from_secs(1);
+            dropped.extend(p.a.tick(t, wall(&p, t), &mut out));
+        }
+        assert_eq!(dropped, vec![(p.ab, Drop::HandshakeTimeout)]);
+        assert!((15..=19).contains(&out.len()), "about one retry each 5 s: {}", out.len());
+    }
+
+    #[test]
+    fn keepalives_passive_and_persistent() {
+        let mut p = pair(None, Some(25));
+        establish(&mut p);
+        // b got data and sent nothing: a keepalive after KEEPALIVE_TIMEOUT.
+        let mut out = Vec::new();
+        let t = p.t0 + Duration::from_secs(9);
+        p.b.tick(t, wall(&p, t), &mut out);
+        assert!(out.is_empty());
+        let t = p.t0 + KEEPALIVE_TIMEOUT;
+        p.b.tick(t, wall(&p, t), &mut out);
+        assert_eq!(out.len(), 1, "a passive keepalive");
+        let (_, got) = deliver(&mut p, false, std::mem::take(&mut out), t);
+        assert!(got.is_empty(), "a keepalive is not a packet");
+        // a has a persistent keepalive of 25 s.
+        let t = p.t0 + Duration::from_secs(25);
+        p.a.tick(t, wall(&p, t), &mut out);
+        assert_eq!(out.len(), 1, "a persistent keepalive");
+        assert_eq!(out[0].datagram.len(), messages::transport::MIN_LEN);
+    }
+
+    #[test]
+    fn unanswered_data_starts_a_new_handshake() {
+        let mut p = pair(None, None);
+        establish(&mut p);
+        // b answers the first packet: nothing is due on a.
+        let t0 = p.t0;
+        let mut out = Vec::new();
+        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 1), t0, wall(&p, t0), &mut out).expect("sent");
+        deliver(&mut p, false, out, t0);
+        let t = p.t0 + Duration::from_secs(2);
+        let mut out = Vec::new();
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 5), t, wall(&p, t), &mut out).expect("sent");
+        out.clear();
+        let t2 = t + KEEPALIVE_TIMEOUT + REKEY_TIMEOUT;
+        p.a.tick(t2 - Duration::from_secs(1), wall(&p, t2), &mut out);
+        assert!(out.is_empty());
+        p.a.tick(t2, wall(&p, t2), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].datagram[0], messages::INITIATION);
+    }
+
+    #[test]
+    fn the_initiator_rekeys_after_two_minutes_and_sessions_overlap() {
+        let mut p = pair(None, None);
+        establish(&mut p);
+        let t = p.t0 + REKEY_AFTER_TIME;
+        let mut out = Vec::new();
+        let data = packet([10, 0, 0, 1], [10, 0, 0, 2], 5);
+        p.a.send(&data, t, wall(&p, t), &mut out).expect("sent");
+        assert_eq!(out.iter().map(|o| o.datagram[0]).collect::<Vec<_>>(), [messages::TRANSPORT, messages::INITIATION]);
+        let (resp, got) = deliver(&mut p, true, out, t);
+        assert_eq!(got, vec![data.clone()], "the old session still carries data");
+        let (flushed, _) = deliver(&mut p, false, resp, t);
+        // a confirms the new session with a keepalive; then both use it.
+        let (_, got) = deliver(&mut p, true, flushed, t);
+        assert!(got.is_empty());
+        let later = t + Duration::from_secs(100);
+        let mut out = Vec::new();
+        p.a.send(&data, later, wall(&p, later), &mut out).expect("sent");
+        assert_eq!(out.len(), 1, "no rekey: the keys are new");
+        let (_, got) = deliver(&mut p, true, out, later);
+        assert_eq!(got.len(), 1);
+    }
+
+    #[test]
+    fn expired_keys_are_not_used_and_old_ones_are_forgotten() {
+        let mut p = pair(None, None);
+        establish(&mut p);
+        let t = p.t0 + REJECT_AFTER_TIME;
+        let mut out = Vec::new();
+        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 5), t, wall(&p, t), &mut out).expect("queued");
+        assert_eq!(out[0].datagram[0], messages::INITIATION, "b may not send on 180 s old keys");
+        let mut p2 = pair(None, None);
+        establish(&mut p2);
+        let t = p2.t0 + REJECT_AFTER_TIME * 3;
+        let mut out = Vec::new();
+        p2.a.tick(t, wall(&p2, t), &mut out);
+        let peer = p2.a.peers[p2.ab].as_ref().expect("peer");
+        assert!(peer.current.is_none() && peer.previous.is_none(), "zeroed after 540 s");
+        assert!(p2.a.indexes.is_empty(), "and their indexes gone");
+    }
+
+    #[test]
+    fn replays_floods_strangers_and_spoofed_sources_are_dropped() {
+        let mut p = pair(None, None);
+        let mut out = Vec::new();
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, wall(&p, p.t0), &mut out).expect("queued");
+        let init = out[0].datagram.clone();
+        let t0 = p.t0;
+        let (resp, _) = deliver(&mut p, true, out, t0);
+        assert_eq!(resp.len(), 1);
+        let w = wall(&p, p.t0);
+        let mut sink = Vec::new();
+        let replay = p.b.receive(&init, addr(A_ADDR), p.t0 + Duration::from_secs(1), w, &mut sink, &mut Vec::new());
+        assert_eq!(replay, Received::Dropped(Drop::ReplayedInitiation));
+        // A second, newer initiation within 20 ms is a flood.
+        let mut out = Vec::new();
+        let t = p.t0 + Duration::from_millis(5_500);
+        p.a.tick(t, wall(&p, t), &mut out);
+        let again = out[0].datagram.clone();
+        let early = p.t0 + Duration::from_millis(10);
+        assert_eq!(
+            p.b.receive(&again, addr(A_ADDR), early, wall(&p, t), &mut sink, &mut Vec::new()),
+            Received::Dropped(Drop::Flood)
+        );
+        // A stranger's initiation opens but names no peer.
+        let mut s = Device::new(StaticSecret::random(&mut OsRng), p.t0, OsRng);
+        let sb = s.add_peer(*p.b.public(), None, Some(addr(B_ADDR)), None, &[(ip("10.0.0.2"), 32)]).expect("ok");
+        let mut out = Vec::new();
+        s.send(&packet([10, 0, 0, 9], [10, 0, 0, 2], 1), p.t0, w, &mut out).expect("queued");
+        let _ = sb;
+        assert_eq!(
+            p.b.receive(&out[0].datagram, addr("192.0.2.9:1"), p.t0, w, &mut sink, &mut Vec::new()),
+            Received::Dropped(Drop::UnknownPeer)
+        );
+        // Established, a packet whose inner source is not a's is dropped.
+        let mut p = pair(None, None);
+        establish(&mut p);
+        let mut out = Vec::new();
+        let mut wire = Vec::new();
+        if let Some(c) = p.a.peers[p.ab].as_mut().and_then(|x| x.current.as_mut()) {
+            c.keys.seal(&packet([10, 0, 0, 7], [10, 0, 0, 2], 3), &mut wire).expect("seal");
+        }
+        out.push(Transmit { to: addr(B_ADDR), datagram: wire });
+        let w = wall(&p, p.t0);
+        assert_eq!(
+            p.b.receive(&out[0].datagram, addr(A_ADDR), p.t0, w, &mut sink, &mut Vec::new()),
+            Received::Dropped(Drop::NotAllowedSource)
+        );
+        let junk = [4u8, 0, 0, 0, 1, 2, 3];
+        assert_eq!(
+            p.b.receive(&junk, addr(A_ADDR), p.t0, w, &mut sink, &mut Vec::new()),
+            Received::Dropped(Drop::Malformed(Malformed::BadLength))
+        );
+    }
+
+    #[test]
+    fn the_endpoint_follows_a_roaming_peer() {
+        let mut p = pair(None, None);
+        establish(&mut p);
+        let moved = addr("203.0.113.5:40000");
+        let mut out = Vec::new();
+        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 4), p.t0, wall(&p, p.t0), &mut out).expect("sent");
+        let w = wall(&p, p.t0);
+        let got = p.a.receive(&out[0].datagram, moved, p.t0, w, &mut Vec::new(), &mut Vec::new());
+        assert_eq!(got, Received::Packet(p.ab));
+        assert_eq!(p.a.endpoint(p.ab), Some(moved));
+        let mut out = Vec::new();
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 4), p.t0, w, &mut out).expect("sent");
+        assert_eq!(out[0].to, moved, "replies go where the peer is now");
+    }
+
+    #[test]
+    fn under_load_the_initiator_must_prove_its_address_first() {
+        let mut p = pair(None, None);
+        p.b.set_under_load(true);
+        let mut out = Vec::new();
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, wall(&p, p.t0), &mut out).expect("queued");
+        let t0 = p.t0;
+        let (reply, _) = deliver(&mut p, true, out, t0);
+        assert_eq!(reply[0].datagram[0], messages::COOKIE_REPLY);
+        let (nothing, _) = deliver(&mut p, false, reply, t0);
+        assert!(nothing.is_empty());
+        let t = p.t0 + Duration::from_millis(5_400);
+        let mut out = Vec::new();
+        p.a.tick(t, wall(&p, t), &mut out);
+        let (resp, _) = deliver(&mut p, true, out, t);
+        assert_eq!(resp[0].datagram[0], messages::RESPONSE, "the retry's mac2 carries the cookie");
+    }
+}
