@@ -13,6 +13,7 @@ use crate::cookie::{CookieChecker, CookieJar};
 use crate::crypto::{KEY_LEN, StaticSecret};
 use crate::handshake::{self, HandshakeError, Identity, Initiated, PeerKey, TIMESTAMP_LEN};
 use crate::messages::{self, Malformed, Message, initiation, response};
+use crate::ratelimit::HandshakeLimiter;
 use crate::transport::{Keypair, REKEY_AFTER_MESSAGES, TransportError};
 
 pub const REKEY_AFTER_TIME: Duration = Duration::from_secs(120);
@@ -47,6 +48,8 @@ pub enum Drop {
     ReplayedInitiation,
     /// Initiations from one peer too close together.
     Flood,
+    /// Under load, a source sending handshakes faster than its share.
+    RateLimited,
     /// A message for an index we do not have (or no longer have).
     UnknownIndex,
     Transport(TransportError),
@@ -116,6 +119,8 @@ pub struct Device<R: rand_core::CryptoRngCore> {
     allowed: AllowedIps<PeerId>,
     indexes: HashMap<u32, (PeerId, Slot)>,
     checker: CookieChecker,
+    limiter: HandshakeLimiter,
+    /// Load as the caller sees it (its queues), on top of the rate.
     under_load: bool,
     rng: R,
 }
@@ -131,6 +136,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             allowed: AllowedIps::default(),
             indexes: HashMap::new(),
             checker,
+            limiter: HandshakeLimiter::new(now),
             under_load: false,
             rng,
         }
@@ -140,8 +146,10 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         self.me.public()
     }
 
-    /// Whether handshake messages must carry a valid mac2 (the caller
-    /// decides from its handshake rate).
+    /// Whether handshake messages must carry a valid mac2 whatever their
+    /// rate (the caller's queues are backing up). Above
+    /// [`crate::ratelimit::UNDER_LOAD_PER_SECOND`] handshake messages a
+    /// second the device is under load by itself.
     pub fn set_under_load(&mut self, on: bool) {
         self.under_load = on;
     }
@@ -338,9 +346,9 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     }
 
     /// The checks before any Diffie-Hellman work on a handshake message:
-    /// mac1 must be ours, and under load mac2 must carry our cookie for
-    /// `src` (else the sender gets a cookie reply). `Some`: the message
-    /// stops here, with this outcome.
+    /// mac1 must be ours; under load mac2 must carry our cookie for `src`
+    /// (else the sender gets a cookie reply), and the source must be within
+    /// its rate. `Some`: the message stops here, with this outcome.
     fn screen(
         &mut self,
         m: &[u8],
@@ -353,12 +361,19 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         if !self.me.mac1_ok(before, mac1) {
             return Some(Received::Dropped(Drop::Handshake(HandshakeError::Mac1)));
         }
-        if !self.under_load || self.checker.mac2_ok(m, mac1_at, src, now, &mut self.rng) {
+        self.limiter.count(now);
+        if !self.under_load && !self.limiter.under_load() {
             return None;
         }
-        let reply = self.checker.reply(m, mac1_at, messages::sender(m), src, now, &mut self.rng);
-        out.push(Transmit { to: src, datagram: reply.to_vec() });
-        Some(Received::Control)
+        if !self.checker.mac2_ok(m, mac1_at, src, now, &mut self.rng) {
+            let reply = self.checker.reply(m, mac1_at, messages::sender(m), src, now, &mut self.rng);
+            out.push(Transmit { to: src, datagram: reply.to_vec() });
+            return Some(Received::Control);
+        }
+        if !self.limiter.admit(src.ip(), now) {
+            return Some(Received::Dropped(Drop::RateLimited));
+        }
+        None
     }
 
     fn on_initiation(
@@ -864,7 +879,34 @@ mod tests {
         let t = p.t0 + Duration::from_millis(5_400);
         let mut out = Vec::new();
         p.a.tick(t, wall(&p, t), &mut out);
+        let retry = out.clone();
         let (resp, _) = deliver(&mut p, true, out, t);
         assert_eq!(resp[0].datagram[0], messages::RESPONSE, "the retry's mac2 carries the cookie");
+        // The same source, proven, but sending faster than its share.
+        let outcomes: Vec<Received> = (0..10)
+            .map(|_| p.b.receive(&retry[0].datagram, addr(A_ADDR), t, wall(&p, t), &mut Vec::new(), &mut Vec::new()))
+            .collect();
+        assert_eq!(
+            outcomes.iter().filter(|r| **r == Received::Dropped(Drop::RateLimited)).count(),
+            10 - (crate::ratelimit::PER_SOURCE_BURST as usize - 1),
+            "{outcomes:?}"
+        );
+    }
+
+    #[test]
+    fn a_handshake_storm_puts_the_device_under_load_by_itself() {
+        let mut p = pair(None, None);
+        let mut out = Vec::new();
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, wall(&p, p.t0), &mut out).expect("queued");
+        let init = out[0].datagram.clone();
+        let w = wall(&p, p.t0);
+        let mut replies = Vec::new();
+        for _ in 0..=crate::ratelimit::UNDER_LOAD_PER_SECOND {
+            p.b.receive(&init, addr("198.51.100.1:9"), p.t0, w, &mut replies, &mut Vec::new());
+        }
+        replies.clear();
+        p.b.receive(&init, addr("198.51.100.1:9"), p.t0, w, &mut replies, &mut Vec::new());
+        assert_eq!(replies.len(), 1);
+        assert_eq!(replies[0].datagram[0], messages::COOKIE_REPLY, "a cookie, not a response");
     }
 }

@@ -10,6 +10,7 @@
 //!   for before doing any Diffie-Hellman work;
 //! - [`device`]: an interface: peers, session indexes, the handshake and
 //!   transport rules and the protocol's timers;
+//! - [`ratelimit`]: handshakes per source under load, and load itself;
 //! - [`transport`]: sealing and opening data with a session's keys, behind
 //!   an RFC 6479 replay window.
 //!
@@ -24,6 +25,7 @@ pub mod crypto;
 pub mod device;
 pub mod handshake;
 pub mod messages;
+pub mod ratelimit;
 pub mod transport;
 
 #[cfg(test)]
