@@ -11,6 +11,7 @@
 //! - [`device`]: an interface: peers, session indexes, the handshake and
 //!   transport rules and the protocol's timers;
 //! - [`ratelimit`]: handshakes per source under load, and load itself;
+//! - [`uapi`]: the text protocol `wg` speaks to userspace implementations;
 //! - [`transport`]: sealing and opening data with a session's keys, behind
 //!   an RFC 6479 replay window.
 //!
@@ -27,6 +28,7 @@ pub mod handshake;
 pub mod messages;
 pub mod ratelimit;
 pub mod transport;
+pub mod uapi;
 
 #[cfg(test)]
 mod interop;
