@@ -1,6 +1,7 @@
-//! Multi-buffer RSA: eight private-key operations at once, one per 64-bit lane
-//! of an AVX-512 register, with radix 2^52 limbs and the IFMA instructions
-//! (`vpmadd52luq`/`vpmadd52huq`).
+//! Multi-buffer crypto on AVX-512: RSA, eight private-key operations at
+//! once, one per 64-bit lane, with radix 2^52 limbs and the IFMA
+//! instructions (`vpmadd52luq`/`vpmadd52huq`); and ChaCha20 across sixteen
+//! packets at once ([`chacha`]).
 //!
 //! The private operation uses the CRT, fixed-window exponentiation with
 //! constant-time table reads and almost Montgomery multiplication; every result
@@ -22,6 +23,7 @@
 compile_error!("gatehouse-mbx needs x86_64 (AVX-512 IFMA); other targets use the BoringSSL provider");
 
 mod bn;
+pub mod chacha;
 mod engine;
 mod ifma;
 mod rsa;
