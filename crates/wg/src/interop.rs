@@ -227,3 +227,44 @@ fn our_device_and_boringtun_each_start_and_carry_data() {
         assert_eq!(packet, theirs, "padding cut off");
     }
 }
+
+#[test]
+fn our_rekey_after_two_minutes_is_taken_by_boringtun() {
+    use crate::device::{Device, REKEY_AFTER_TIME, Received, Transmit};
+    let bt_addr: SocketAddr = "192.0.2.20:51820".parse().expect("addr");
+    let t = Instant::now();
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let bt_secret = x25519::StaticSecret::random_from_rng(rand_core::OsRng);
+    let bt_public = x25519::PublicKey::from(&bt_secret);
+    let mut dev = Device::new(StaticSecret::random(&mut rand_core::OsRng), t, rand_core::OsRng);
+    let mut bt = Tunn::new(bt_secret, x25519::PublicKey::from(*dev.public()), None, None, 3, None);
+    let id = dev.add_peer(bt_public.to_bytes(), None, Some(bt_addr), None, &[(IpAddr::from([10, 9, 0, 2]), 32)]);
+    let id = id.expect("peer");
+    let mut buf = vec![0u8; 2048];
+    let mut out: Vec<Transmit> = Vec::new();
+    let mut packet = Vec::new();
+    let ours = inner([10, 9, 0, 1], [10, 9, 0, 2], 64);
+    dev.send(&ours, t, wall, &mut out).expect("queued");
+    let resp = network(bt.decapsulate(None, &out[0].datagram, &mut buf));
+    out.clear();
+    dev.receive(&resp, bt_addr, t, wall, &mut out, &mut packet);
+    assert_eq!(tunnel(bt.decapsulate(None, &out[0].datagram, &mut buf)), ours);
+    let first = dev.last_handshake(id);
+    // Two minutes on: the packet still goes on the old keys, and a new
+    // handshake starts beside it.
+    let (later, later_wall) = (t + REKEY_AFTER_TIME, wall + REKEY_AFTER_TIME);
+    out.clear();
+    dev.send(&ours, later, later_wall, &mut out).expect("sent");
+    assert_eq!(out.len(), 2);
+    assert_eq!(tunnel(bt.decapsulate(None, &out[0].datagram, &mut buf)), ours);
+    let resp = network(bt.decapsulate(None, &out[1].datagram, &mut buf));
+    let mut confirm = Vec::new();
+    assert_eq!(dev.receive(&resp, bt_addr, later, later_wall, &mut confirm, &mut packet), Received::Control);
+    assert!(dev.last_handshake(id) > first, "a new session");
+    // Our keepalive confirms it to boringtun, and its data still reaches us.
+    assert!(matches!(bt.decapsulate(None, &confirm[0].datagram, &mut buf), TunnResult::Done));
+    let theirs = inner([10, 9, 0, 2], [10, 9, 0, 1], 64);
+    let datagram = network(bt.encapsulate(&theirs, &mut buf));
+    assert_eq!(dev.receive(&datagram, bt_addr, later, later_wall, &mut out, &mut packet), Received::Packet(id));
+    assert_eq!(packet, theirs);
+}
