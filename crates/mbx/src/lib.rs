@@ -1,7 +1,7 @@
 //! Multi-buffer crypto on AVX-512: RSA, eight private-key operations at
 //! once, one per 64-bit lane, with radix 2^52 limbs and the IFMA
 //! instructions (`vpmadd52luq`/`vpmadd52huq`); and ChaCha20 across sixteen
-//! packets at once ([`chacha`]).
+//! packets at once ([`chacha`]) and Poly1305 across eight ([`poly1305`]).
 //!
 //! The private operation uses the CRT, fixed-window exponentiation with
 //! constant-time table reads and almost Montgomery multiplication; every result
@@ -26,6 +26,7 @@ mod bn;
 pub mod chacha;
 mod engine;
 mod ifma;
+pub mod poly1305;
 mod rsa;
 
 pub use engine::{Fault, available};
