@@ -1,7 +1,8 @@
 //! Multi-buffer crypto on AVX-512: RSA, eight private-key operations at
 //! once, one per 64-bit lane, with radix 2^52 limbs and the IFMA
 //! instructions (`vpmadd52luq`/`vpmadd52huq`); and ChaCha20 across sixteen
-//! packets at once ([`chacha`]) and Poly1305 across eight ([`poly1305`]).
+//! packets at once ([`chacha`]) and Poly1305 across eight ([`poly1305`]),
+//! together the ChaCha20-Poly1305 AEAD as WireGuard uses it ([`aead`]).
 //!
 //! The private operation uses the CRT, fixed-window exponentiation with
 //! constant-time table reads and almost Montgomery multiplication; every result
@@ -22,6 +23,7 @@
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("gatehouse-mbx needs x86_64 (AVX-512 IFMA); other targets use the BoringSSL provider");
 
+pub mod aead;
 mod bn;
 pub mod chacha;
 mod engine;

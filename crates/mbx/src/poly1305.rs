@@ -21,10 +21,58 @@ pub const POLY_LANES: usize = 8;
 const MASK44: u64 = (1 << 44) - 1;
 const MASK42: u64 = (1 << 42) - 1;
 
-/// One message to authenticate with its one-time key.
+/// What a tag covers.
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// A message as it is (RFC 8439 section 2.5).
+    Raw(&'a [u8]),
+    /// The AEAD's MAC data (section 2.8): the associated data and the
+    /// ciphertext, each zero-padded to 16 bytes, then both lengths.
+    Aead { aad: &'a [u8], ct: &'a [u8] },
+}
+
+impl Input<'_> {
+    fn blocks(&self) -> usize {
+        match self {
+            Input::Raw(m) => m.len().div_ceil(16),
+            Input::Aead { aad, ct } => aad.len().div_ceil(16) + ct.len().div_ceil(16) + 1,
+        }
+    }
+
+    /// Block `i` as limbs, or `None` past the end.
+    fn block(&self, i: usize) -> Option<[u64; 3]> {
+        match *self {
+            Input::Raw(m) => block_limbs(m, i),
+            Input::Aead { aad, ct } => {
+                let (a, c) = (aad.len().div_ceil(16), ct.len().div_ceil(16));
+                let padded = |seg: &[u8], k: usize| {
+                    let chunk = &seg[k * 16..seg.len().min(k * 16 + 16)];
+                    let mut b = [0u8; 16];
+                    b[..chunk.len()].copy_from_slice(chunk);
+                    b
+                };
+                let b = if i < a {
+                    padded(aad, i)
+                } else if i < a + c {
+                    padded(ct, i - a)
+                } else if i == a + c {
+                    let mut b = [0u8; 16];
+                    b[..8].copy_from_slice(&(aad.len() as u64).to_le_bytes());
+                    b[8..].copy_from_slice(&(ct.len() as u64).to_le_bytes());
+                    b
+                } else {
+                    return None;
+                };
+                Some(limbs_of(&b, 1))
+            }
+        }
+    }
+}
+
+/// One tag to compute with its one-time key.
 pub struct PolyJob<'a> {
     pub key: &'a [u8; 32],
-    pub msg: &'a [u8],
+    pub input: Input<'a>,
     pub tag: &'a mut [u8; 16],
 }
 
@@ -52,9 +100,15 @@ fn block_limbs(msg: &[u8], i: usize) -> Option<[u64; 3]> {
     let mut b = [0u8; 17];
     b[..chunk.len()].copy_from_slice(chunk);
     b[chunk.len()] = 1;
+    let mut block = [0u8; 16];
+    block.copy_from_slice(&b[..16]);
+    Some(limbs_of(&block, u64::from(b[16])))
+}
+
+/// A 16-byte block and the bit above it (2^128) as limbs.
+fn limbs_of(b: &[u8; 16], top: u64) -> [u64; 3] {
     let (lo, hi) = (le64(&b[0..8]), le64(&b[8..16]));
-    let top = u64::from(b[16]);
-    Some([lo & MASK44, ((lo >> 44) | (hi << 20)) & MASK44, (hi >> 24) | (top << 40)])
+    [lo & MASK44, ((lo >> 44) | (hi << 20)) & MASK44, (hi >> 24) | (top << 40)]
 }
 
 /// h·r mod p (partly reduced: limbs below 2^44, 2^44 + 1, 2^42).
@@ -112,12 +166,12 @@ fn finish(h: [u64; 3], key: &[u8; 32]) -> [u8; 16] {
     value.wrapping_add(s).to_le_bytes()
 }
 
-/// One message, portable.
-pub fn tag_portable(key: &[u8; 32], msg: &[u8]) -> [u8; 16] {
+/// One tag, portable.
+pub fn tag_portable(key: &[u8; 32], input: Input<'_>) -> [u8; 16] {
     let r = r_limbs(key);
     let mut h = [0u64; 3];
     let mut i = 0;
-    while let Some(n) = block_limbs(msg, i) {
+    while let Some(n) = input.block(i) {
         h = mul_portable([h[0] + n[0], h[1] + n[1], h[2] + n[2]], r);
         i += 1;
     }
@@ -143,7 +197,7 @@ pub fn poly1305_batch(jobs: &mut [PolyJob<'_>]) {
         }
     }
     for job in rest {
-        *job.tag = tag_portable(job.key, job.msg);
+        *job.tag = tag_portable(job.key, job.input);
     }
 }
 
@@ -168,12 +222,12 @@ fn tags8(jobs: &mut [PolyJob<'_>]) {
     let mask42 = _mm512_set1_epi64(MASK42 as i64);
     let zero = _mm512_setzero_si512();
     let mut h = [zero; 3];
-    let blocks = jobs.iter().map(|j| j.msg.len().div_ceil(16)).max().unwrap_or(0);
+    let blocks = jobs.iter().map(|j| j.input.blocks()).max().unwrap_or(0);
     for i in 0..blocks {
         let mut n = [[0u64; POLY_LANES]; 3];
         let mut active: u8 = 0;
         for (j, job) in jobs.iter().enumerate() {
-            if let Some(b) = block_limbs(job.msg, i) {
+            if let Some(b) = job.input.block(i) {
                 active |= 1 << j;
                 for k in 0..3 {
                     n[k][j] = b[k];
@@ -257,12 +311,10 @@ mod tests {
             0x80, 0x8a, 0xfb, 0x0d, 0xb2, 0xfd, 0x4a, 0xbf, 0xf6, 0xaf, 0x41, 0x49, 0xf5, 0x1b,
         ];
         let want = [0xa8, 0x06, 0x1d, 0xc1, 0x30, 0x51, 0x36, 0xc6, 0xc2, 0x2b, 0x8b, 0xaf, 0x0c, 0x01, 0x27, 0xa9];
-        assert_eq!(tag_portable(&key, b"Cryptographic Forum Research Group"), want);
+        let msg = Input::Raw(b"Cryptographic Forum Research Group");
+        assert_eq!(tag_portable(&key, msg), want);
         let mut tags = [[0u8; 16]; 9];
-        let mut jobs: Vec<PolyJob<'_>> = tags
-            .iter_mut()
-            .map(|t| PolyJob { key: &key, msg: b"Cryptographic Forum Research Group", tag: t })
-            .collect();
+        let mut jobs: Vec<PolyJob<'_>> = tags.iter_mut().map(|t| PolyJob { key: &key, input: msg, tag: t }).collect();
         poly1305_batch(&mut jobs);
         assert!(tags.iter().all(|t| *t == want));
     }
@@ -286,13 +338,16 @@ mod tests {
                 })
                 .collect();
             let mut tags = vec![[0u8; 16]; n];
-            let mut jobs: Vec<PolyJob<'_>> =
-                tags.iter_mut().enumerate().map(|(i, t)| PolyJob { key: &keys[i], msg: &msgs[i], tag: t }).collect();
+            let mut jobs: Vec<PolyJob<'_>> = tags
+                .iter_mut()
+                .enumerate()
+                .map(|(i, t)| PolyJob { key: &keys[i], input: Input::Raw(&msgs[i]), tag: t })
+                .collect();
             poly1305_batch(&mut jobs);
             for i in 0..n {
                 let want = reference(&keys[i], &msgs[i]);
                 assert_eq!(tags[i], want, "round {round}, job {i}, {} bytes", msgs[i].len());
-                assert_eq!(tag_portable(&keys[i], &msgs[i]), want);
+                assert_eq!(tag_portable(&keys[i], Input::Raw(&msgs[i])), want);
             }
         }
     }
