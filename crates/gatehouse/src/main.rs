@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use gatehouse_plane::{Init, Plane, PlaneError};
 
 mod bench_tls;
+mod bench_wg;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -60,6 +61,20 @@ enum Bench {
         /// RSA sizes to measure (ECDSA P-256 is always measured).
         #[arg(long, value_delimiter = ',', default_values_t = [2048u32, 3072, 4096])]
         rsa: Vec<u32>,
+    },
+    /// WireGuard's packet AEAD on one core: the batched engine against
+    /// BoringSSL, per packet size and batch size. Ends with one line each:
+    /// `wgcrypto engine=mb size=64 batch=16 pps=N`.
+    WgCrypto {
+        /// Seconds per engine, size and batch.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// Packet sizes (bytes of plaintext).
+        #[arg(long, value_delimiter = ',', default_values_t = [64usize, 128, 256, 512, 1420])]
+        sizes: Vec<usize>,
+        /// Packets per batch.
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 4, 16, 64])]
+        batches: Vec<usize>,
     },
     /// The L4 pipeline fed from memory on one core: new sessions/s, Mpps of
     /// established flows, bytes per session. One line per case:
@@ -162,6 +177,33 @@ fn main() -> ExitCode {
         Command::Version => {
             println!("gatehouse {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
+        }
+        Command::Bench { what: Bench::WgCrypto { seconds, sizes, batches } } => {
+            let time = std::time::Duration::from_secs_f64(seconds.max(0.05));
+            eprintln!(
+                "gatehouse bench wg-crypto: {seconds}s per case, one thread; AVX-512 {}, IFMA {}",
+                if gatehouse_mbx::chacha::avx512_available() { "present" } else { "absent (portable ChaCha20)" },
+                if gatehouse_mbx::poly1305::ifma_available() { "present" } else { "absent (portable Poly1305)" },
+            );
+            let rows = bench_wg::run(time, &sizes, &batches, |r| {
+                let gbps = r.pps * r.size as f64 * 8.0 / 1e9;
+                eprintln!(
+                    "  {:>6} size {:>5} batch {:>3}: {:>12.0} packets/s {:>7.2} Gbit/s",
+                    r.engine, r.size, r.batch, r.pps, gbps
+                )
+            });
+            match rows {
+                Ok(rows) => {
+                    for r in &rows {
+                        println!("{r}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("gatehouse bench wg-crypto: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Bench { what: Bench::Keyops { seconds, rsa } } => {
             let time = std::time::Duration::from_secs_f64(seconds.max(0.1));
