@@ -138,6 +138,37 @@ fn vec_to_lanes(v: __m512i) -> [u32; 16] {
     unsafe { core::mem::transmute::<__m512i, [u32; 16]>(v) }
 }
 
+/// Word-major to lane-major: `x[w]` holds word `w` of sixteen blocks; the
+/// result's vector `j` is block `j`, its words in order (its bytes in
+/// memory order). Interleaves 32-bit, then 64-bit elements within each
+/// 128-bit chunk, then moves the chunks.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn transpose(x: &[__m512i; 16]) -> [__m512i; 16] {
+    let a: [__m512i; 16] = std::array::from_fn(|i| {
+        let (p, q) = (x[i & !1], x[i | 1]);
+        if i % 2 == 0 { _mm512_unpacklo_epi32(p, q) } else { _mm512_unpackhi_epi32(p, q) }
+    });
+    // b[4g + m], chunk L: words 4g..4g+3 of block 4L + m.
+    let b: [__m512i; 16] = std::array::from_fn(|i| {
+        let (g, m) = (i / 4, i % 4);
+        let (p, q) = (a[4 * g + (m >> 1)], a[4 * g + 2 + (m >> 1)]);
+        if m % 2 == 0 { _mm512_unpacklo_epi64(p, q) } else { _mm512_unpackhi_epi64(p, q) }
+    });
+    let mut out = [_mm512_setzero_si512(); 16];
+    for m in 0..4 {
+        let c0 = _mm512_shuffle_i32x4::<0x88>(b[m], b[4 + m]);
+        let c1 = _mm512_shuffle_i32x4::<0xdd>(b[m], b[4 + m]);
+        let d0 = _mm512_shuffle_i32x4::<0x88>(b[8 + m], b[12 + m]);
+        let d1 = _mm512_shuffle_i32x4::<0xdd>(b[8 + m], b[12 + m]);
+        out[m] = _mm512_shuffle_i32x4::<0x88>(c0, d0);
+        out[4 + m] = _mm512_shuffle_i32x4::<0x88>(c1, d1);
+        out[8 + m] = _mm512_shuffle_i32x4::<0xdd>(c0, d0);
+        out[12 + m] = _mm512_shuffle_i32x4::<0xdd>(c1, d1);
+    }
+    out
+}
+
 /// Sixteen jobs, one per lane: state word `w` of every lane in vector `w`.
 #[target_feature(enable = "avx512f")]
 fn xor16(jobs: &mut [ChaChaJob<'_>]) {
@@ -145,7 +176,6 @@ fn xor16(jobs: &mut [ChaChaJob<'_>]) {
     let mut s: [__m512i; 16] = std::array::from_fn(|w| lanes_to_vec(std::array::from_fn(|j| states[j][w])));
     let blocks = jobs.iter().map(|j| j.data.len().div_ceil(64)).max().unwrap_or(0);
     let one = _mm512_set1_epi32(1);
-    let mut out = [[0u32; 16]; 16];
     for b in 0..blocks {
         let mut x = s;
         for _ in 0..10 {
@@ -159,13 +189,22 @@ fn xor16(jobs: &mut [ChaChaJob<'_>]) {
             qr(&mut x, 3, 4, 9, 14);
         }
         for w in 0..16 {
-            out[w] = vec_to_lanes(_mm512_add_epi32(x[w], s[w]));
+            x[w] = _mm512_add_epi32(x[w], s[w]);
         }
-        for (j, job) in jobs.iter_mut().enumerate() {
+        let blocks16 = transpose(&x);
+        for (job, ks) in jobs.iter_mut().zip(blocks16) {
             let Some(chunk) = job.data.get_mut(b * 64..) else { continue };
-            for (w, bytes) in chunk.chunks_mut(4).take(16).enumerate() {
-                for (d, k) in bytes.iter_mut().zip(out[w][j].to_le_bytes()) {
-                    *d ^= k;
+            if let Some(whole) = chunk.first_chunk_mut::<64>() {
+                let p = whole.as_mut_ptr().cast::<__m512i>();
+                // SAFETY: `whole` is 64 writable bytes; the unaligned load
+                // and store read and write exactly those.
+                unsafe { _mm512_storeu_si512(p, _mm512_xor_si512(_mm512_loadu_si512(p), ks)) };
+            } else {
+                let ks: [u32; 16] = vec_to_lanes(ks);
+                for (w, bytes) in chunk.chunks_mut(4).enumerate() {
+                    for (d, k) in bytes.iter_mut().zip(ks[w].to_le_bytes()) {
+                        *d ^= k;
+                    }
                 }
             }
         }

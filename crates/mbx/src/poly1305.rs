@@ -39,6 +39,19 @@ impl Input<'_> {
         }
     }
 
+    /// Block `i` when it is 16 bytes of the data as they are (with 2^128
+    /// added): the common case, which the kernel loads with a gather.
+    fn whole(&self, i: usize) -> Option<&[u8; 16]> {
+        let (seg, k) = match *self {
+            Input::Raw(m) => (m, i),
+            Input::Aead { aad, ct } => {
+                let a = aad.len().div_ceil(16);
+                if i < a { (aad, i) } else { (ct, i - a) }
+            }
+        };
+        seg.get(k * 16..)?.first_chunk::<16>()
+    }
+
     /// Block `i` as limbs, or `None` past the end.
     fn block(&self, i: usize) -> Option<[u64; 3]> {
         match *self {
@@ -223,18 +236,47 @@ fn tags8(jobs: &mut [PolyJob<'_>]) {
     let zero = _mm512_setzero_si512();
     let mut h = [zero; 3];
     let blocks = jobs.iter().map(|j| j.input.blocks()).max().unwrap_or(0);
+    let hibit = _mm512_set1_epi64(1 << 40);
     for i in 0..blocks {
+        // Whole blocks by address (one gather each for their low and high
+        // halves); padded and length blocks as limbs, made one by one.
+        let mut addr = [0u64; POLY_LANES];
+        let mut whole: u8 = 0;
         let mut n = [[0u64; POLY_LANES]; 3];
-        let mut active: u8 = 0;
+        let mut made: u8 = 0;
         for (j, job) in jobs.iter().enumerate() {
-            if let Some(b) = job.input.block(i) {
-                active |= 1 << j;
+            if let Some(b) = job.input.whole(i) {
+                addr[j] = b.as_ptr() as u64;
+                whole |= 1 << j;
+            } else if let Some(b) = job.input.block(i) {
+                made |= 1 << j;
                 for k in 0..3 {
                     n[k][j] = b[k];
                 }
             }
         }
-        let a: [__m512i; 3] = std::array::from_fn(|k| _mm512_add_epi64(h[k], to_vec(n[k])));
+        let active = whole | made;
+        let at = to_vec(addr);
+        // SAFETY: each lane gathered (`whole`) holds the address of 16
+        // readable bytes of its job's input, borrowed for this call; the
+        // masked-off lanes read nothing.
+        let (lo, hi) = unsafe {
+            (
+                _mm512_mask_i64gather_epi64::<1>(zero, whole, at, core::ptr::null()),
+                _mm512_mask_i64gather_epi64::<1>(
+                    zero,
+                    whole,
+                    _mm512_add_epi64(at, _mm512_set1_epi64(8)),
+                    core::ptr::null(),
+                ),
+            )
+        };
+        let g0 = _mm512_and_si512(lo, mask44);
+        let g1 = _mm512_and_si512(_mm512_or_si512(_mm512_srli_epi64::<44>(lo), _mm512_slli_epi64::<20>(hi)), mask44);
+        let g2 = _mm512_or_si512(_mm512_srli_epi64::<24>(hi), hibit);
+        let nv: [__m512i; 3] = [g0, g1, g2];
+        let a: [__m512i; 3] =
+            std::array::from_fn(|k| _mm512_add_epi64(h[k], _mm512_mask_blend_epi64(made, nv[k], to_vec(n[k]))));
         // Partial sums of the 52-bit product halves at each 44-bit weight:
         // lo halves stay, hi halves (weight 2^52 = 2^44 * 2^8) move one
         // limb up, shifted by 8; what passes limb 2 comes back times 20.
