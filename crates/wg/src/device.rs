@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::allowed_ips::{AllowedIps, BadPrefix, packet_addresses, packet_len};
-use crate::cookie::{CookieChecker, CookieJar};
+use crate::cookie::{CookieChecker, CookieError, CookieJar};
 use crate::crypto::{KEY_LEN, StaticSecret};
 use crate::handshake::{self, HandshakeError, Identity, Initiated, PeerKey, TIMESTAMP_LEN};
 use crate::messages::{self, Malformed, Message, initiation, response};
@@ -38,10 +38,12 @@ pub struct Transmit {
 
 /// Why a datagram or a packet was dropped (each is counted by the caller).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Drop {
+pub enum DropReason {
     Malformed(Malformed),
     /// A handshake message that did not open or whose mac1 is wrong.
     Handshake(HandshakeError),
+    /// A cookie reply we did not ask for, or that did not open.
+    Cookie(CookieError),
     /// An initiation from a key that is no peer of ours.
     UnknownPeer,
     /// An initiation whose timestamp is not newer than the last one.
@@ -74,7 +76,7 @@ pub enum Received {
     Packet(PeerId),
     /// A handshake, cookie or keepalive: handled (replies, if any, queued).
     Control,
-    Dropped(Drop),
+    Dropped(DropReason),
 }
 
 struct Timed {
@@ -122,11 +124,15 @@ pub struct Device<R: rand_core::CryptoRngCore> {
     limiter: HandshakeLimiter,
     /// Load as the caller sees it (its queues), on top of the rate.
     under_load: bool,
+    /// A monotonic instant and the wall-clock time then, for timestamps.
+    clock: (Instant, Duration),
     rng: R,
 }
 
 impl<R: rand_core::CryptoRngCore> Device<R> {
-    pub fn new(secret: StaticSecret, now: Instant, mut rng: R) -> Self {
+    /// `wall` is the time since the Unix epoch at `now`: handshake
+    /// timestamps count from it with the monotonic `now` the caller gives.
+    pub fn new(secret: StaticSecret, now: Instant, wall: Duration, mut rng: R) -> Self {
         let me = Identity::new(secret);
         let checker = CookieChecker::new(&me, now, &mut rng);
         Device {
@@ -138,8 +144,14 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             checker,
             limiter: HandshakeLimiter::new(now),
             under_load: false,
+            clock: (now, wall),
             rng,
         }
+    }
+
+    /// The time since the Unix epoch at `now`.
+    fn wall(&self, now: Instant) -> Duration {
+        self.clock.1 + now.saturating_duration_since(self.clock.0)
     }
 
     pub fn public(&self) -> &[u8; KEY_LEN] {
@@ -221,21 +233,21 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     }
 
     /// Starts (or restarts) a handshake with `id`.
-    fn initiate(&mut self, id: PeerId, now: Instant, wall: Duration, out: &mut Vec<Transmit>) -> Result<(), Drop> {
+    fn initiate(&mut self, id: PeerId, now: Instant, out: &mut Vec<Transmit>) -> Result<(), DropReason> {
         let index = self.new_index(id, Slot::Handshake);
-        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Err(Drop::NoRoute) };
+        let timestamp = handshake::tai64n(self.wall(now));
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Err(DropReason::NoRoute) };
         let Some(to) = peer.endpoint else {
             self.indexes.remove(&index);
-            return Err(Drop::NoEndpoint);
+            return Err(DropReason::NoEndpoint);
         };
         let cookie = peer.cookies.cookie(now).copied();
-        let made =
-            handshake::initiate(&self.me, &peer.key, index, handshake::tai64n(wall), cookie.as_ref(), &mut self.rng);
+        let made = handshake::initiate(&self.me, &peer.key, index, timestamp, cookie.as_ref(), &mut self.rng);
         let (msg, state) = match made {
             Ok(m) => m,
             Err(e) => {
                 self.indexes.remove(&index);
-                return Err(Drop::Handshake(e));
+                return Err(DropReason::Handshake(e));
             }
         };
         peer.cookies.sent(&msg, initiation::MAC1);
@@ -254,23 +266,15 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
 
     /// Seals `packet` to whichever peer owns its destination; starts a
     /// handshake when there is no usable session (the packet waits).
-    /// `wall` is the time since the Unix epoch, for handshake timestamps.
-    pub fn send(&mut self, packet: &[u8], now: Instant, wall: Duration, out: &mut Vec<Transmit>) -> Result<(), Drop> {
-        let (_, dst) = packet_addresses(packet).ok_or(Drop::NotIp)?;
-        let id = self.allowed.lookup(dst).ok_or(Drop::NoRoute)?;
-        self.send_to(id, packet, now, wall, out)
+    pub fn send(&mut self, packet: &[u8], now: Instant, out: &mut Vec<Transmit>) -> Result<(), DropReason> {
+        let (_, dst) = packet_addresses(packet).ok_or(DropReason::NotIp)?;
+        let id = self.allowed.lookup(dst).ok_or(DropReason::NoRoute)?;
+        self.send_to(id, packet, now, out)
     }
 
-    fn send_to(
-        &mut self,
-        id: PeerId,
-        packet: &[u8],
-        now: Instant,
-        wall: Duration,
-        out: &mut Vec<Transmit>,
-    ) -> Result<(), Drop> {
-        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Err(Drop::NoRoute) };
-        let to = peer.endpoint.ok_or(Drop::NoEndpoint)?;
+    fn send_to(&mut self, id: PeerId, packet: &[u8], now: Instant, out: &mut Vec<Transmit>) -> Result<(), DropReason> {
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Err(DropReason::NoRoute) };
+        let to = peer.endpoint.ok_or(DropReason::NoEndpoint)?;
         let usable = peer.current.as_ref().is_some_and(|c| now.saturating_duration_since(c.born) < REJECT_AFTER_TIME);
         if !usable {
             if peer.queue.len() >= QUEUE_LEN {
@@ -278,13 +282,13 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             }
             peer.queue.push_back(packet.to_vec());
             if peer.initiated.is_none() {
-                self.initiate(id, now, wall, out)?;
+                self.initiate(id, now, out)?;
             }
             return Ok(());
         }
         let mut datagram = Vec::with_capacity(packet.len() + 48);
-        let Some(cur) = peer.current.as_mut() else { return Err(Drop::Expired) };
-        cur.keys.seal(packet, &mut datagram).map_err(Drop::Transport)?;
+        let Some(cur) = peer.current.as_mut() else { return Err(DropReason::Expired) };
+        cur.keys.seal(packet, &mut datagram).map_err(DropReason::Transport)?;
         let rekey = cur.keys.initiator
             && (now.saturating_duration_since(cur.born) >= REKEY_AFTER_TIME || cur.keys.sent() >= REKEY_AFTER_MESSAGES);
         peer.last_sent = Some(now);
@@ -295,17 +299,17 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         out.push(Transmit { to, datagram });
         if rekey && peer.initiated.is_none() {
             // The packet went on the old keys; the next ones come.
-            let _ = self.initiate(id, now, wall, out);
+            let _ = self.initiate(id, now, out);
         }
         Ok(())
     }
 
     /// Sends what waited for a session.
-    fn flush(&mut self, id: PeerId, now: Instant, wall: Duration, out: &mut Vec<Transmit>) {
+    fn flush(&mut self, id: PeerId, now: Instant, out: &mut Vec<Transmit>) {
         let queued: Vec<Vec<u8>> =
             self.peers.get_mut(id).and_then(Option::as_mut).map(|p| p.queue.drain(..).collect()).unwrap_or_default();
         for packet in queued {
-            let _ = self.send_to(id, &packet, now, wall, out);
+            let _ = self.send_to(id, &packet, now, out);
         }
     }
 
@@ -316,31 +320,30 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         datagram: &[u8],
         src: SocketAddr,
         now: Instant,
-        wall: Duration,
         out: &mut Vec<Transmit>,
         packet: &mut Vec<u8>,
     ) -> Received {
         let msg = match messages::parse(datagram) {
             Ok(m) => m,
-            Err(e) => return Received::Dropped(Drop::Malformed(e)),
+            Err(e) => return Received::Dropped(DropReason::Malformed(e)),
         };
         match msg {
             Message::Initiation(m) => self.on_initiation(m, src, now, out),
-            Message::Response(m) => self.on_response(m, src, now, wall, out),
+            Message::Response(m) => self.on_response(m, src, now, out),
             Message::CookieReply(m) => {
                 let Some(&(id, Slot::Handshake)) = self.indexes.get(&messages::cookie_receiver(m)) else {
-                    return Received::Dropped(Drop::UnknownIndex);
+                    return Received::Dropped(DropReason::UnknownIndex);
                 };
                 let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
-                    return Received::Dropped(Drop::UnknownIndex);
+                    return Received::Dropped(DropReason::UnknownIndex);
                 };
                 match peer.cookies.receive(m, &peer.key, now) {
                     Ok(()) => Received::Control,
-                    Err(_) => Received::Dropped(Drop::Handshake(HandshakeError::Decrypt)),
+                    Err(e) => Received::Dropped(DropReason::Cookie(e)),
                 }
             }
             Message::Transport { receiver, counter, sealed } => {
-                self.on_transport(receiver, counter, sealed, src, now, wall, out, packet)
+                self.on_transport(receiver, counter, sealed, src, now, out, packet)
             }
         }
     }
@@ -359,7 +362,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     ) -> Option<Received> {
         let (before, mac1) = (&m[..mac1_at], &m[mac1_at..mac1_at + crate::crypto::MAC_LEN]);
         if !self.me.mac1_ok(before, mac1) {
-            return Some(Received::Dropped(Drop::Handshake(HandshakeError::Mac1)));
+            return Some(Received::Dropped(DropReason::Handshake(HandshakeError::Mac1)));
         }
         self.limiter.count(now);
         if !self.under_load && !self.limiter.under_load() {
@@ -371,7 +374,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             return Some(Received::Control);
         }
         if !self.limiter.admit(src.ip(), now) {
-            return Some(Received::Dropped(Drop::RateLimited));
+            return Some(Received::Dropped(DropReason::RateLimited));
         }
         None
     }
@@ -388,20 +391,20 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         }
         let got = match handshake::receive_initiation(&self.me, m) {
             Ok(g) => g,
-            Err(e) => return Received::Dropped(Drop::Handshake(e)),
+            Err(e) => return Received::Dropped(DropReason::Handshake(e)),
         };
-        let Some(&id) = self.by_key.get(&got.peer_public) else { return Received::Dropped(Drop::UnknownPeer) };
+        let Some(&id) = self.by_key.get(&got.peer_public) else { return Received::Dropped(DropReason::UnknownPeer) };
         let index = self.new_index(id, Slot::Keys);
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
-            return Received::Dropped(Drop::UnknownPeer);
+            return Received::Dropped(DropReason::UnknownPeer);
         };
         if peer.last_timestamp.is_some_and(|t| got.timestamp <= t) {
             self.indexes.remove(&index);
-            return Received::Dropped(Drop::ReplayedInitiation);
+            return Received::Dropped(DropReason::ReplayedInitiation);
         }
         if peer.last_initiation.is_some_and(|t| now.saturating_duration_since(t) < INITIATION_MIN_INTERVAL) {
             self.indexes.remove(&index);
-            return Received::Dropped(Drop::Flood);
+            return Received::Dropped(DropReason::Flood);
         }
         peer.last_timestamp = Some(got.timestamp);
         peer.last_initiation = Some(now);
@@ -410,7 +413,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             Ok(r) => r,
             Err(e) => {
                 self.indexes.remove(&index);
-                return Received::Dropped(Drop::Handshake(e));
+                return Received::Dropped(DropReason::Handshake(e));
             }
         };
         peer.endpoint = Some(src);
@@ -427,7 +430,6 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         m: &[u8; response::LEN],
         src: SocketAddr,
         now: Instant,
-        wall: Duration,
         out: &mut Vec<Transmit>,
     ) -> Received {
         if let Some(stop) = self.screen(m, response::MAC1, src, now, out) {
@@ -435,15 +437,15 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         }
         let receiver = messages::response_receiver(m);
         let Some(&(id, Slot::Handshake)) = self.indexes.get(&receiver) else {
-            return Received::Dropped(Drop::UnknownIndex);
+            return Received::Dropped(DropReason::UnknownIndex);
         };
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
-            return Received::Dropped(Drop::UnknownIndex);
+            return Received::Dropped(DropReason::UnknownIndex);
         };
-        let Some((state, _, _)) = peer.initiated.as_ref() else { return Received::Dropped(Drop::UnknownIndex) };
+        let Some((state, _, _)) = peer.initiated.as_ref() else { return Received::Dropped(DropReason::UnknownIndex) };
         let session = match handshake::receive_response(&self.me, state, &peer.key, m) {
             Ok(s) => s,
-            Err(e) => return Received::Dropped(Drop::Handshake(e)),
+            Err(e) => return Received::Dropped(DropReason::Handshake(e)),
         };
         peer.initiated = None;
         peer.endpoint = Some(src);
@@ -456,11 +458,11 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             self.indexes.remove(&old.keys.local);
         }
         let waiting = !peer.queue.is_empty();
-        self.flush(id, now, wall, out);
+        self.flush(id, now, out);
         if !waiting {
             // Confirms the session to the responder, which may not send
             // on it before hearing from us.
-            let _ = self.send_to(id, &[], now, wall, out);
+            let _ = self.send_to(id, &[], now, out);
         }
         Received::Control
     }
@@ -473,15 +475,14 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         sealed: &[u8],
         src: SocketAddr,
         now: Instant,
-        wall: Duration,
         out: &mut Vec<Transmit>,
         packet: &mut Vec<u8>,
     ) -> Received {
         let Some(&(id, Slot::Keys)) = self.indexes.get(&receiver) else {
-            return Received::Dropped(Drop::UnknownIndex);
+            return Received::Dropped(DropReason::UnknownIndex);
         };
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
-            return Received::Dropped(Drop::UnknownIndex);
+            return Received::Dropped(DropReason::UnknownIndex);
         };
         let slot = [&mut peer.current, &mut peer.next, &mut peer.previous]
             .into_iter()
@@ -492,12 +493,12 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             Some(_) => peer.previous.as_mut(),
             None => None,
         };
-        let Some(timed) = timed else { return Received::Dropped(Drop::UnknownIndex) };
+        let Some(timed) = timed else { return Received::Dropped(DropReason::UnknownIndex) };
         if now.saturating_duration_since(timed.born) >= REJECT_AFTER_TIME {
-            return Received::Dropped(Drop::Expired);
+            return Received::Dropped(DropReason::Expired);
         }
         if let Err(e) = timed.keys.open(counter, sealed, packet) {
-            return Received::Dropped(Drop::Transport(e));
+            return Received::Dropped(DropReason::Transport(e));
         }
         let initiator_age = timed.keys.initiator.then(|| now.saturating_duration_since(timed.born));
         peer.endpoint = Some(src);
@@ -511,20 +512,20 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             if let Some(old) = retired {
                 self.indexes.remove(&old.keys.local);
             }
-            self.flush(id, now, wall, out);
+            self.flush(id, now, out);
         }
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Received::Control };
         // The initiator renews keys that near their end on the receive side too.
         let renew = initiator_age.is_some_and(|a| a >= REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT);
         if packet.is_empty() {
             if renew && peer.initiated.is_none() {
-                let _ = self.initiate(id, now, wall, out);
+                let _ = self.initiate(id, now, out);
             }
             return Received::Control;
         }
-        let Some((inner_src, _)) = packet_addresses(packet) else { return Received::Dropped(Drop::NotIp) };
+        let Some((inner_src, _)) = packet_addresses(packet) else { return Received::Dropped(DropReason::NotIp) };
         if self.allowed.lookup(inner_src) != Some(id) {
-            return Received::Dropped(Drop::NotAllowedSource);
+            return Received::Dropped(DropReason::NotAllowedSource);
         }
         if let Some(len) = packet_len(packet).filter(|l| *l <= packet.len()) {
             packet.truncate(len);
@@ -533,7 +534,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             peer.keepalive_at = Some(now + KEEPALIVE_TIMEOUT);
         }
         if renew && peer.initiated.is_none() {
-            let _ = self.initiate(id, now, wall, out);
+            let _ = self.initiate(id, now, out);
         }
         Received::Packet(id)
     }
@@ -541,7 +542,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     /// Runs every peer's timers: handshake retries and giving up,
     /// keepalives, a new handshake when data goes unanswered, and zeroing
     /// keys long unused. Call it at least every second or so.
-    pub fn tick(&mut self, now: Instant, wall: Duration, out: &mut Vec<Transmit>) -> Vec<(PeerId, Drop)> {
+    pub fn tick(&mut self, now: Instant, out: &mut Vec<Transmit>) -> Vec<(PeerId, DropReason)> {
         let mut dropped = Vec::new();
         for id in 0..self.peers.len() {
             let Some(peer) = self.peers[id].as_mut() else { continue };
@@ -554,13 +555,13 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
                         self.indexes.remove(&state.sender);
                     }
                     for _ in peer.queue.drain(..) {
-                        dropped.push((id, Drop::HandshakeTimeout));
+                        dropped.push((id, DropReason::HandshakeTimeout));
                     }
                     continue;
                 }
                 let jitter = Duration::from_millis(u64::from(self.rng.next_u32() % 334));
                 if now.saturating_duration_since(last) >= REKEY_TIMEOUT + jitter {
-                    let _ = self.initiate(id, now, wall, out);
+                    let _ = self.initiate(id, now, out);
                 }
                 continue;
             }
@@ -577,7 +578,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             // Data sent and nothing heard back: a new handshake.
             if peer.new_handshake_at.is_some_and(|t| now >= t) {
                 peer.new_handshake_at = None;
-                let _ = self.initiate(id, now, wall, out);
+                let _ = self.initiate(id, now, out);
                 continue;
             }
             // Data received and nothing sent back for a while, or the
@@ -585,7 +586,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             let passive = peer.keepalive_at.is_some_and(|t| now >= t);
             let persistent = peer.persistent_keepalive.is_some_and(|k| since(peer.last_sent).is_none_or(|d| d >= k));
             if has_keys && (passive || persistent) {
-                let _ = self.send_to(id, &[], now, wall, out);
+                let _ = self.send_to(id, &[], now, out);
             }
         }
         dropped
@@ -599,6 +600,8 @@ mod tests {
 
     const A_ADDR: &str = "192.0.2.1:51820";
     const B_ADDR: &str = "192.0.2.2:51820";
+    /// The wall-clock time at the start of every test.
+    const EPOCH: Duration = Duration::from_secs(1_700_000_000);
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().expect("address")
@@ -630,27 +633,22 @@ mod tests {
     /// a (10.0.0.1) and b (10.0.0.2), each knowing the other's endpoint.
     fn pair(psk: Option<[u8; 32]>, keepalive: Option<u16>) -> Pair {
         let t0 = Instant::now();
-        let mut a = Device::new(StaticSecret::random(&mut OsRng), t0, OsRng);
-        let mut b = Device::new(StaticSecret::random(&mut OsRng), t0, OsRng);
+        let mut a = Device::new(StaticSecret::random(&mut OsRng), t0, EPOCH, OsRng);
+        let mut b = Device::new(StaticSecret::random(&mut OsRng), t0, EPOCH, OsRng);
         let ab = a.add_peer(*b.public(), psk, Some(addr(B_ADDR)), keepalive, &[(ip("10.0.0.2"), 32)]).expect("ok");
         let ba = b.add_peer(*a.public(), psk, Some(addr(A_ADDR)), None, &[(ip("10.0.0.1"), 32)]).expect("ok");
         Pair { a, b, ab, ba, t0 }
     }
 
-    fn wall(p: &Pair, now: Instant) -> Duration {
-        Duration::from_secs(1_700_000_000) + now.duration_since(p.t0)
-    }
-
     /// Delivers `out` (from a when `from_a`) to the other side; returns what
     /// it sent back and the packets it got.
     fn deliver(p: &mut Pair, from_a: bool, out: Vec<Transmit>, now: Instant) -> (Vec<Transmit>, Vec<Vec<u8>>) {
-        let w = wall(p, now);
         let (dev, src) = if from_a { (&mut p.b, addr(A_ADDR)) } else { (&mut p.a, addr(B_ADDR)) };
         let mut replies = Vec::new();
         let mut got = Vec::new();
         for t in out {
             let mut buf = Vec::new();
-            if let Received::Packet(_) = dev.receive(&t.datagram, src, now, w, &mut replies, &mut buf) {
+            if let Received::Packet(_) = dev.receive(&t.datagram, src, now, &mut replies, &mut buf) {
                 got.push(buf);
             }
         }
@@ -662,7 +660,7 @@ mod tests {
         let now = p.t0;
         let mut out = Vec::new();
         let data = packet([10, 0, 0, 1], [10, 0, 0, 2], 10);
-        p.a.send(&data, now, wall(p, now), &mut out).expect("queued");
+        p.a.send(&data, now, &mut out).expect("queued");
         assert_eq!(out.len(), 1, "an initiation");
         assert_eq!(out[0].datagram[0], messages::INITIATION);
         let (resp, _) = deliver(p, true, out, now);
@@ -680,7 +678,7 @@ mod tests {
             let now = p.t0 + Duration::from_secs(1);
             let back = packet([10, 0, 0, 2], [10, 0, 0, 1], 100);
             let mut out = Vec::new();
-            p.b.send(&back, now, wall(&p, now), &mut out).expect("sent");
+            p.b.send(&back, now, &mut out).expect("sent");
             assert_eq!(out[0].datagram[0], messages::TRANSPORT, "b's keys are confirmed");
             let (_, got) = deliver(&mut p, false, out, now);
             assert_eq!(got, vec![back]);
@@ -693,22 +691,22 @@ mod tests {
         let mut p = pair(None, None);
         let mut out = Vec::new();
         let data = packet([10, 0, 0, 1], [10, 0, 0, 2], 1);
-        p.a.send(&data, p.t0, wall(&p, p.t0), &mut out).expect("queued");
+        p.a.send(&data, p.t0, &mut out).expect("queued");
         assert_eq!(out.len(), 1);
         out.clear();
         let soon = p.t0 + Duration::from_secs(4);
-        assert!(p.a.tick(soon, wall(&p, soon), &mut out).is_empty());
+        assert!(p.a.tick(soon, &mut out).is_empty());
         assert!(out.is_empty(), "not before REKEY_TIMEOUT");
         let retry = p.t0 + Duration::from_millis(5_400);
-        p.a.tick(retry, wall(&p, retry), &mut out);
+        p.a.tick(retry, &mut out);
         assert_eq!(out.len(), 1, "retried after 5 s and jitter");
         let mut t = retry;
         let mut dropped = Vec::new();
         while t < p.t0 + REKEY_ATTEMPT_TIME + Duration::from_secs(1) {
             t += Duration::from_secs(1);
-            dropped.extend(p.a.tick(t, wall(&p, t), &mut out));
+            dropped.extend(p.a.tick(t, &mut out));
         }
-        assert_eq!(dropped, vec![(p.ab, Drop::HandshakeTimeout)]);
+        assert_eq!(dropped, vec![(p.ab, DropReason::HandshakeTimeout)]);
         assert!((15..=19).contains(&out.len()), "about one retry each 5 s: {}", out.len());
     }
 
@@ -719,16 +717,16 @@ mod tests {
         // b got data and sent nothing: a keepalive after KEEPALIVE_TIMEOUT.
         let mut out = Vec::new();
         let t = p.t0 + Duration::from_secs(9);
-        p.b.tick(t, wall(&p, t), &mut out);
+        p.b.tick(t, &mut out);
         assert!(out.is_empty());
         let t = p.t0 + KEEPALIVE_TIMEOUT;
-        p.b.tick(t, wall(&p, t), &mut out);
+        p.b.tick(t, &mut out);
         assert_eq!(out.len(), 1, "a passive keepalive");
         let (_, got) = deliver(&mut p, false, std::mem::take(&mut out), t);
         assert!(got.is_empty(), "a keepalive is not a packet");
         // a has a persistent keepalive of 25 s.
         let t = p.t0 + Duration::from_secs(25);
-        p.a.tick(t, wall(&p, t), &mut out);
+        p.a.tick(t, &mut out);
         assert_eq!(out.len(), 1, "a persistent keepalive");
         assert_eq!(out[0].datagram.len(), messages::transport::MIN_LEN);
     }
@@ -740,16 +738,16 @@ mod tests {
         // b answers the first packet: nothing is due on a.
         let t0 = p.t0;
         let mut out = Vec::new();
-        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 1), t0, wall(&p, t0), &mut out).expect("sent");
+        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 1), t0, &mut out).expect("sent");
         deliver(&mut p, false, out, t0);
         let t = p.t0 + Duration::from_secs(2);
         let mut out = Vec::new();
-        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 5), t, wall(&p, t), &mut out).expect("sent");
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 5), t, &mut out).expect("sent");
         out.clear();
         let t2 = t + KEEPALIVE_TIMEOUT + REKEY_TIMEOUT;
-        p.a.tick(t2 - Duration::from_secs(1), wall(&p, t2), &mut out);
+        p.a.tick(t2 - Duration::from_secs(1), &mut out);
         assert!(out.is_empty());
-        p.a.tick(t2, wall(&p, t2), &mut out);
+        p.a.tick(t2, &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].datagram[0], messages::INITIATION);
     }
@@ -761,7 +759,7 @@ mod tests {
         let t = p.t0 + REKEY_AFTER_TIME;
         let mut out = Vec::new();
         let data = packet([10, 0, 0, 1], [10, 0, 0, 2], 5);
-        p.a.send(&data, t, wall(&p, t), &mut out).expect("sent");
+        p.a.send(&data, t, &mut out).expect("sent");
         assert_eq!(out.iter().map(|o| o.datagram[0]).collect::<Vec<_>>(), [messages::TRANSPORT, messages::INITIATION]);
         let (resp, got) = deliver(&mut p, true, out, t);
         assert_eq!(got, vec![data.clone()], "the old session still carries data");
@@ -771,7 +769,7 @@ mod tests {
         assert!(got.is_empty());
         let later = t + Duration::from_secs(100);
         let mut out = Vec::new();
-        p.a.send(&data, later, wall(&p, later), &mut out).expect("sent");
+        p.a.send(&data, later, &mut out).expect("sent");
         assert_eq!(out.len(), 1, "no rekey: the keys are new");
         let (_, got) = deliver(&mut p, true, out, later);
         assert_eq!(got.len(), 1);
@@ -783,13 +781,13 @@ mod tests {
         establish(&mut p);
         let t = p.t0 + REJECT_AFTER_TIME;
         let mut out = Vec::new();
-        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 5), t, wall(&p, t), &mut out).expect("queued");
+        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 5), t, &mut out).expect("queued");
         assert_eq!(out[0].datagram[0], messages::INITIATION, "b may not send on 180 s old keys");
         let mut p2 = pair(None, None);
         establish(&mut p2);
         let t = p2.t0 + REJECT_AFTER_TIME * 3;
         let mut out = Vec::new();
-        p2.a.tick(t, wall(&p2, t), &mut out);
+        p2.a.tick(t, &mut out);
         let peer = p2.a.peers[p2.ab].as_ref().expect("peer");
         assert!(peer.current.is_none() && peer.previous.is_none(), "zeroed after 540 s");
         assert!(p2.a.indexes.is_empty(), "and their indexes gone");
@@ -799,34 +797,33 @@ mod tests {
     fn replays_floods_strangers_and_spoofed_sources_are_dropped() {
         let mut p = pair(None, None);
         let mut out = Vec::new();
-        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, wall(&p, p.t0), &mut out).expect("queued");
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, &mut out).expect("queued");
         let init = out[0].datagram.clone();
         let t0 = p.t0;
         let (resp, _) = deliver(&mut p, true, out, t0);
         assert_eq!(resp.len(), 1);
-        let w = wall(&p, p.t0);
         let mut sink = Vec::new();
-        let replay = p.b.receive(&init, addr(A_ADDR), p.t0 + Duration::from_secs(1), w, &mut sink, &mut Vec::new());
-        assert_eq!(replay, Received::Dropped(Drop::ReplayedInitiation));
+        let replay = p.b.receive(&init, addr(A_ADDR), p.t0 + Duration::from_secs(1), &mut sink, &mut Vec::new());
+        assert_eq!(replay, Received::Dropped(DropReason::ReplayedInitiation));
         // A second, newer initiation within 20 ms is a flood.
         let mut out = Vec::new();
         let t = p.t0 + Duration::from_millis(5_500);
-        p.a.tick(t, wall(&p, t), &mut out);
+        p.a.tick(t, &mut out);
         let again = out[0].datagram.clone();
         let early = p.t0 + Duration::from_millis(10);
         assert_eq!(
-            p.b.receive(&again, addr(A_ADDR), early, wall(&p, t), &mut sink, &mut Vec::new()),
-            Received::Dropped(Drop::Flood)
+            p.b.receive(&again, addr(A_ADDR), early, &mut sink, &mut Vec::new()),
+            Received::Dropped(DropReason::Flood)
         );
         // A stranger's initiation opens but names no peer.
-        let mut s = Device::new(StaticSecret::random(&mut OsRng), p.t0, OsRng);
+        let mut s = Device::new(StaticSecret::random(&mut OsRng), p.t0, EPOCH, OsRng);
         let sb = s.add_peer(*p.b.public(), None, Some(addr(B_ADDR)), None, &[(ip("10.0.0.2"), 32)]).expect("ok");
         let mut out = Vec::new();
-        s.send(&packet([10, 0, 0, 9], [10, 0, 0, 2], 1), p.t0, w, &mut out).expect("queued");
+        s.send(&packet([10, 0, 0, 9], [10, 0, 0, 2], 1), p.t0, &mut out).expect("queued");
         let _ = sb;
         assert_eq!(
-            p.b.receive(&out[0].datagram, addr("192.0.2.9:1"), p.t0, w, &mut sink, &mut Vec::new()),
-            Received::Dropped(Drop::UnknownPeer)
+            p.b.receive(&out[0].datagram, addr("192.0.2.9:1"), p.t0, &mut sink, &mut Vec::new()),
+            Received::Dropped(DropReason::UnknownPeer)
         );
         // Established, a packet whose inner source is not a's is dropped.
         let mut p = pair(None, None);
@@ -837,15 +834,14 @@ mod tests {
             c.keys.seal(&packet([10, 0, 0, 7], [10, 0, 0, 2], 3), &mut wire).expect("seal");
         }
         out.push(Transmit { to: addr(B_ADDR), datagram: wire });
-        let w = wall(&p, p.t0);
         assert_eq!(
-            p.b.receive(&out[0].datagram, addr(A_ADDR), p.t0, w, &mut sink, &mut Vec::new()),
-            Received::Dropped(Drop::NotAllowedSource)
+            p.b.receive(&out[0].datagram, addr(A_ADDR), p.t0, &mut sink, &mut Vec::new()),
+            Received::Dropped(DropReason::NotAllowedSource)
         );
         let junk = [4u8, 0, 0, 0, 1, 2, 3];
         assert_eq!(
-            p.b.receive(&junk, addr(A_ADDR), p.t0, w, &mut sink, &mut Vec::new()),
-            Received::Dropped(Drop::Malformed(Malformed::BadLength))
+            p.b.receive(&junk, addr(A_ADDR), p.t0, &mut sink, &mut Vec::new()),
+            Received::Dropped(DropReason::Malformed(Malformed::BadLength))
         );
     }
 
@@ -855,13 +851,12 @@ mod tests {
         establish(&mut p);
         let moved = addr("203.0.113.5:40000");
         let mut out = Vec::new();
-        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 4), p.t0, wall(&p, p.t0), &mut out).expect("sent");
-        let w = wall(&p, p.t0);
-        let got = p.a.receive(&out[0].datagram, moved, p.t0, w, &mut Vec::new(), &mut Vec::new());
+        p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 4), p.t0, &mut out).expect("sent");
+        let got = p.a.receive(&out[0].datagram, moved, p.t0, &mut Vec::new(), &mut Vec::new());
         assert_eq!(got, Received::Packet(p.ab));
         assert_eq!(p.a.endpoint(p.ab), Some(moved));
         let mut out = Vec::new();
-        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 4), p.t0, w, &mut out).expect("sent");
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 4), p.t0, &mut out).expect("sent");
         assert_eq!(out[0].to, moved, "replies go where the peer is now");
     }
 
@@ -870,7 +865,7 @@ mod tests {
         let mut p = pair(None, None);
         p.b.set_under_load(true);
         let mut out = Vec::new();
-        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, wall(&p, p.t0), &mut out).expect("queued");
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, &mut out).expect("queued");
         let t0 = p.t0;
         let (reply, _) = deliver(&mut p, true, out, t0);
         assert_eq!(reply[0].datagram[0], messages::COOKIE_REPLY);
@@ -878,16 +873,16 @@ mod tests {
         assert!(nothing.is_empty());
         let t = p.t0 + Duration::from_millis(5_400);
         let mut out = Vec::new();
-        p.a.tick(t, wall(&p, t), &mut out);
+        p.a.tick(t, &mut out);
         let retry = out.clone();
         let (resp, _) = deliver(&mut p, true, out, t);
         assert_eq!(resp[0].datagram[0], messages::RESPONSE, "the retry's mac2 carries the cookie");
         // The same source, proven, but sending faster than its share.
         let outcomes: Vec<Received> = (0..10)
-            .map(|_| p.b.receive(&retry[0].datagram, addr(A_ADDR), t, wall(&p, t), &mut Vec::new(), &mut Vec::new()))
+            .map(|_| p.b.receive(&retry[0].datagram, addr(A_ADDR), t, &mut Vec::new(), &mut Vec::new()))
             .collect();
         assert_eq!(
-            outcomes.iter().filter(|r| **r == Received::Dropped(Drop::RateLimited)).count(),
+            outcomes.iter().filter(|r| **r == Received::Dropped(DropReason::RateLimited)).count(),
             10 - (crate::ratelimit::PER_SOURCE_BURST as usize - 1),
             "{outcomes:?}"
         );
@@ -897,15 +892,14 @@ mod tests {
     fn a_handshake_storm_puts_the_device_under_load_by_itself() {
         let mut p = pair(None, None);
         let mut out = Vec::new();
-        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, wall(&p, p.t0), &mut out).expect("queued");
+        p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 1), p.t0, &mut out).expect("queued");
         let init = out[0].datagram.clone();
-        let w = wall(&p, p.t0);
         let mut replies = Vec::new();
         for _ in 0..=crate::ratelimit::UNDER_LOAD_PER_SECOND {
-            p.b.receive(&init, addr("198.51.100.1:9"), p.t0, w, &mut replies, &mut Vec::new());
+            p.b.receive(&init, addr("198.51.100.1:9"), p.t0, &mut replies, &mut Vec::new());
         }
         replies.clear();
-        p.b.receive(&init, addr("198.51.100.1:9"), p.t0, w, &mut replies, &mut Vec::new());
+        p.b.receive(&init, addr("198.51.100.1:9"), p.t0, &mut replies, &mut Vec::new());
         assert_eq!(replies.len(), 1);
         assert_eq!(replies[0].datagram[0], messages::COOKIE_REPLY, "a cookie, not a response");
     }

@@ -198,7 +198,7 @@ fn our_device_and_boringtun_each_start_and_carry_data() {
         let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let bt_secret = x25519::StaticSecret::random_from_rng(rand_core::OsRng);
         let bt_public = x25519::PublicKey::from(&bt_secret);
-        let mut dev = Device::new(StaticSecret::random(&mut rand_core::OsRng), t, rand_core::OsRng);
+        let mut dev = Device::new(StaticSecret::random(&mut rand_core::OsRng), t, wall, rand_core::OsRng);
         let mut bt = Tunn::new(bt_secret, x25519::PublicKey::from(*dev.public()), Some([1; 32]), None, 7, None);
         let allowed = [(IpAddr::from([10, 9, 0, 2]), 32)];
         let id = dev.add_peer(bt_public.to_bytes(), Some([1; 32]), Some(bt_addr), None, &allowed).expect("peer");
@@ -207,23 +207,23 @@ fn our_device_and_boringtun_each_start_and_carry_data() {
         let ours = inner([10, 9, 0, 1], [10, 9, 0, 2], 300);
         let mut packet = Vec::new();
         if we_start {
-            dev.send(&ours, t, wall, &mut out).expect("queued");
+            dev.send(&ours, t, &mut out).expect("queued");
             let resp = network(bt.decapsulate(Some(our_addr.ip()), &out[0].datagram, &mut buf));
             out.clear();
-            assert_eq!(dev.receive(&resp, bt_addr, t, wall, &mut out, &mut packet), Received::Control);
+            assert_eq!(dev.receive(&resp, bt_addr, t, &mut out, &mut packet), Received::Control);
             assert_eq!(tunnel(bt.decapsulate(None, &out[0].datagram, &mut buf)), ours, "the queued packet");
         } else {
             let init = network(bt.format_handshake_initiation(&mut buf, false));
-            assert_eq!(dev.receive(&init, bt_addr, t, wall, &mut out, &mut packet), Received::Control);
+            assert_eq!(dev.receive(&init, bt_addr, t, &mut out, &mut packet), Received::Control);
             let keepalive = network(bt.decapsulate(None, &out[0].datagram, &mut buf));
             out.clear();
-            assert_eq!(dev.receive(&keepalive, bt_addr, t, wall, &mut out, &mut packet), Received::Control);
-            dev.send(&ours, t, wall, &mut out).expect("sent");
+            assert_eq!(dev.receive(&keepalive, bt_addr, t, &mut out, &mut packet), Received::Control);
+            dev.send(&ours, t, &mut out).expect("sent");
             assert_eq!(tunnel(bt.decapsulate(None, &out[0].datagram, &mut buf)), ours);
         }
         let theirs = inner([10, 9, 0, 2], [10, 9, 0, 1], 1000);
         let datagram = network(bt.encapsulate(&theirs, &mut buf));
-        assert_eq!(dev.receive(&datagram, bt_addr, t, wall, &mut out, &mut packet), Received::Packet(id));
+        assert_eq!(dev.receive(&datagram, bt_addr, t, &mut out, &mut packet), Received::Packet(id));
         assert_eq!(packet, theirs, "padding cut off");
     }
 }
@@ -236,7 +236,7 @@ fn our_rekey_after_two_minutes_is_taken_by_boringtun() {
     let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let bt_secret = x25519::StaticSecret::random_from_rng(rand_core::OsRng);
     let bt_public = x25519::PublicKey::from(&bt_secret);
-    let mut dev = Device::new(StaticSecret::random(&mut rand_core::OsRng), t, rand_core::OsRng);
+    let mut dev = Device::new(StaticSecret::random(&mut rand_core::OsRng), t, wall, rand_core::OsRng);
     let mut bt = Tunn::new(bt_secret, x25519::PublicKey::from(*dev.public()), None, None, 3, None);
     let id = dev.add_peer(bt_public.to_bytes(), None, Some(bt_addr), None, &[(IpAddr::from([10, 9, 0, 2]), 32)]);
     let id = id.expect("peer");
@@ -244,27 +244,27 @@ fn our_rekey_after_two_minutes_is_taken_by_boringtun() {
     let mut out: Vec<Transmit> = Vec::new();
     let mut packet = Vec::new();
     let ours = inner([10, 9, 0, 1], [10, 9, 0, 2], 64);
-    dev.send(&ours, t, wall, &mut out).expect("queued");
+    dev.send(&ours, t, &mut out).expect("queued");
     let resp = network(bt.decapsulate(None, &out[0].datagram, &mut buf));
     out.clear();
-    dev.receive(&resp, bt_addr, t, wall, &mut out, &mut packet);
+    dev.receive(&resp, bt_addr, t, &mut out, &mut packet);
     assert_eq!(tunnel(bt.decapsulate(None, &out[0].datagram, &mut buf)), ours);
     let first = dev.last_handshake(id);
     // Two minutes on: the packet still goes on the old keys, and a new
     // handshake starts beside it.
-    let (later, later_wall) = (t + REKEY_AFTER_TIME, wall + REKEY_AFTER_TIME);
+    let later = t + REKEY_AFTER_TIME;
     out.clear();
-    dev.send(&ours, later, later_wall, &mut out).expect("sent");
+    dev.send(&ours, later, &mut out).expect("sent");
     assert_eq!(out.len(), 2);
     assert_eq!(tunnel(bt.decapsulate(None, &out[0].datagram, &mut buf)), ours);
     let resp = network(bt.decapsulate(None, &out[1].datagram, &mut buf));
     let mut confirm = Vec::new();
-    assert_eq!(dev.receive(&resp, bt_addr, later, later_wall, &mut confirm, &mut packet), Received::Control);
+    assert_eq!(dev.receive(&resp, bt_addr, later, &mut confirm, &mut packet), Received::Control);
     assert!(dev.last_handshake(id) > first, "a new session");
     // Our keepalive confirms it to boringtun, and its data still reaches us.
     assert!(matches!(bt.decapsulate(None, &confirm[0].datagram, &mut buf), TunnResult::Done));
     let theirs = inner([10, 9, 0, 2], [10, 9, 0, 1], 64);
     let datagram = network(bt.encapsulate(&theirs, &mut buf));
-    assert_eq!(dev.receive(&datagram, bt_addr, later, later_wall, &mut out, &mut packet), Received::Packet(id));
+    assert_eq!(dev.receive(&datagram, bt_addr, later, &mut out, &mut packet), Received::Packet(id));
     assert_eq!(packet, theirs);
 }
