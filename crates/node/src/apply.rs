@@ -328,7 +328,7 @@ impl Node {
                 expected: current.as_ref().map_or(0, |c| c.1),
                 existed: current.is_some(),
                 index,
-                base: control.doc.clone(),
+                base_version: self.running.load().version,
                 doc: new_doc,
             }
         };

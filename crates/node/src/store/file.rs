@@ -57,7 +57,7 @@ impl Store for FileStore {
         Box::pin(async move {
             let mut control = node.control();
             // Writes take turns, but a SIGHUP may have come in between.
-            if control.doc != plan.base {
+            if node.running().version != plan.base_version {
                 return Err(WriteError::Conflict(format!(
                     "{}/{} could not be written: the config changed meanwhile; retry",
                     plan.kind, plan.name

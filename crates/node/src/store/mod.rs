@@ -45,8 +45,8 @@ pub struct Planned {
     pub existed: bool,
     /// Where the entry is in its list in `doc` (not for a delete).
     pub index: Option<usize>,
-    /// The running document the change was made to.
-    pub base: Doc,
+    /// The config version the change was made to.
+    pub base_version: u64,
     /// The whole document with the change.
     pub doc: Doc,
 }
