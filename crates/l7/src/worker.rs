@@ -34,15 +34,6 @@ pub enum ListenerCommand {
 
 pub type WorkerHandle = tokio::sync::mpsc::UnboundedSender<ListenerCommand>;
 
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 pub fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::UnboundedReceiver<ListenerCommand>) {
     // A worker about to park has no other ready work: that is when queued
     // private-key operations run without waiting for their batch to fill.
@@ -59,7 +50,7 @@ pub fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::Unbound
     };
     rt.block_on(async move {
         let batch_timer = tokio::spawn(gatehouse_keyops::batcher::run_timer());
-        let _stop_timer = AbortOnDrop(batch_timer);
+        let _stop_timer = tokio_util::task::AbortOnDropHandle::new(batch_timer);
         let mut accepting: HashMap<ListenerKey, tokio::task::JoinHandle<()>> = HashMap::new();
         // Close upstream connections that idled out.
         let mut sweep = tokio::time::interval(Duration::from_secs(5));

@@ -10,6 +10,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use gatehouse_config::yaml::Node as Doc;
 use gatehouse_config::{ConfigErrors, FieldError};
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::apply::{prepare_planes, resource_versions};
 use crate::handover;
@@ -221,9 +222,9 @@ pub fn run(
     tracing::info!(workers, config = %path.display(), "gatehouse started");
 
     rt.block_on(async move {
-        let _admin = admin_server.map(|server| AbortOnDrop(tokio::spawn(server)));
+        let _admin = admin_server.map(|server| AbortOnDropHandle::new(tokio::spawn(server)));
         node.reconcile_health(&mut node.control());
-        let _store_sync = node.store.clone().follow(node.clone()).map(|f| AbortOnDrop(tokio::spawn(f)));
+        let _store_sync = node.store.clone().follow(node.clone()).map(|f| AbortOnDropHandle::new(tokio::spawn(f)));
         // Only now, with every worker accepting, may the old process stop.
         if let Some(ready) = ready {
             if let Err(e) = handover::ready(ready) {
@@ -234,7 +235,7 @@ pub fn run(
             }
         }
         let _control_socket = match serve_control_socket(node.clone(), &control_path) {
-            Ok(task) => Some(AbortOnDrop(task)),
+            Ok(task) => Some(AbortOnDropHandle::new(task)),
             Err(e) => {
                 tracing::warn!("control socket {}: {e}; this process cannot be taken over", control_path.display());
                 None
@@ -259,15 +260,6 @@ impl Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
         })
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

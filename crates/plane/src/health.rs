@@ -210,14 +210,17 @@ pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> 
     }
 }
 
-/// The status code of the HTTP/1.x status line at the start of `buf`.
-fn status_code(buf: &[u8]) -> Option<u16> {
+/// The status code of an HTTP/1.x response head at the start of `buf`
+/// (`HTTP/1.1 200 ...`), or `None` if `buf` does not start with one. The
+/// one parser of status lines: health probes here, and the L7 plane's
+/// client-side I/O.
+pub fn status_code(buf: &[u8]) -> Option<u16> {
     let (minor, rest) = buf.strip_prefix(b"HTTP/1.")?.split_first()?;
     let digits = rest.strip_prefix(b" ")?.get(..3)?;
     if !minor.is_ascii_digit() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    Some(digits.iter().fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0')))
 }
 
 /// Runs the active check of one endpoint until the task is aborted.

@@ -37,16 +37,7 @@ pub const CLIENT_READ_CHUNK: usize = 8 * 1024;
 /// worth for the client side.
 pub const UPSTREAM_READ_CHUNK: usize = 16 * 1024;
 
-/// The status code of an HTTP/1.x response head at the start of `buf`
-/// (`HTTP/1.1 200 ...`), or `None` if `buf` does not start with one.
-pub fn response_status(buf: &[u8]) -> Option<u16> {
-    let rest = buf.strip_prefix(b"HTTP/1.")?;
-    let code = rest.get(2..5)?;
-    if rest.get(1) != Some(&b' ') || !code.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(code.iter().fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0')))
-}
+pub use gatehouse_plane::health::status_code as response_status;
 
 pub static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 pub static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
