@@ -269,4 +269,76 @@ l4:
             assert!(errs.contains(want), "missing {want:?} in:\n{errs}");
         }
     }
+
+    #[test]
+    fn the_wireguard_plane_decodes_and_is_checked() {
+        let good = r#"
+wireguard:
+  interfaces:
+    - name: wg0
+      private_key: yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=
+      listen_port: 51820
+      addresses: [10.9.0.1/24, "fd00:9::1/64"]
+      peers:
+        - name: site-b
+          public_key: xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=
+          preshared_key: FpCyhws9cxwWoV4xELtfJvjJN+zQVRPISllRWgeopVE=
+          endpoint: "vpn.example.com:51820"
+          allowed_ips: [10.9.0.2/32, 192.168.2.0/24]
+          persistent_keepalive: 25
+        - public_key: TrMvSoP4jYQlY6RIzBgbssQqY3vxI2Pi+y71lOWWXX0=
+          endpoint: "[2001:db8::2]:51820"
+          persistent_keepalive: 30s
+    - name: wg1
+      private_key_file: keys/wg1.key
+      listen_port: 51821
+"#;
+        let c = from_str(good, Path::new("wg.yaml")).expect("valid");
+        let wg = c.wireguard.expect("wireguard");
+        let i = &wg.interfaces[0];
+        assert_eq!(i.mtu, 1420);
+        assert_eq!(i.addresses[0], InterfaceAddress { addr: "10.9.0.1".parse().expect("ip"), prefix: 24 });
+        assert_eq!(i.peers[0].persistent_keepalive, Some(std::time::Duration::from_secs(25)));
+        assert_eq!(i.peers[1].persistent_keepalive, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(i.peers[1].name, "TrMvSoP4");
+        assert_eq!(i.peers[0].allowed_ips[1].to_string(), "192.168.2.0/24");
+        assert_eq!(wg.interfaces[1].private_key, KeySource::File("keys/wg1.key".into()));
+        // Keys never show in debug output.
+        let shown = format!("{wg:?}");
+        assert!(!shown.contains("yAnz5TF") && !shown.contains("FpCyhws"), "{shown}");
+
+        let bad = r#"
+wireguard:
+  interfaces:
+    - name: wg0/x
+      private_key: not-a-key
+      mtu: 100
+      peers:
+        - name: a
+          public_key: xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=
+          endpoint: "nowhere"
+          allowed_ips: [10.0.0.0/8]
+        - name: b
+          public_key: xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=
+          allowed_ips: [10.0.0.0/8]
+          persistent_keepalive: 70000
+    - name: wg1
+      listen_port: 51820
+"#;
+        let errs = from_str(bad, Path::new("wg.yaml")).expect_err("invalid").to_string();
+        for want in [
+            "wireguard.interfaces[0].private_key: expected a WireGuard key",
+            "wireguard.interfaces[0].name: \"wg0/x\" is not an interface name",
+            "wireguard.interfaces[0].mtu: expected a number from 576 to 65455",
+            "wireguard.interfaces[0].peers[0].endpoint: expected host:port",
+            "wireguard.interfaces[0].peers[1].public_key: is another peer's",
+            "wireguard.interfaces[0].peers[1].allowed_ips[0]: 10.0.0.0/8 is already peer \"a\"'s",
+            "wireguard.interfaces[0].peers[1].persistent_keepalive: expected whole seconds",
+            "wireguard.interfaces[1].private_key: is required",
+            "wireguard.interfaces[1].listen_port: 51820 is another interface's port",
+        ] {
+            assert!(errs.contains(want), "missing {want:?} in:\n{errs}");
+        }
+        assert!(!errs.contains("not-a-key"), "a secret is echoed:\n{errs}");
+    }
 }

@@ -14,6 +14,9 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
     if let Some(l4) = &c.l4 {
         ctx.with_field("l4", |ctx| l4_plane(l4, ctx));
     }
+    if let Some(wg) = &c.wireguard {
+        ctx.with_field("wireguard", |ctx| wireguard(wg, ctx));
+    }
     ctx.with_field("http", |ctx| {
         if c.http.max_header_bytes < 1024 {
             ctx.error_at("max_header_bytes", None, "must be at least 1024");
@@ -459,5 +462,85 @@ fn l4_service(l4: &L4, s: &L4Service, seen: &mut HashSet<(std::net::SocketAddr, 
                 );
             }
         }
+    }
+}
+
+/// Whether `name` can be a network interface's name.
+fn interface_name_ok(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 15 && name != "." && name != ".." && !name.contains(['/', ':']) && !name.contains(char::is_whitespace)
+}
+
+/// Whether `text` is `host:port` or `[v6]:port` with a non-zero port.
+pub fn endpoint_ok(text: &str) -> bool {
+    let Some((host, port)) = text.rsplit_once(':') else { return false };
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p != 0);
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => !host.is_empty() && !host.contains([':', '[', ']', '/']) && !host.contains(char::is_whitespace),
+    };
+    port_ok && host_ok
+}
+
+fn wireguard(wg: &WireGuard, ctx: &mut Ctx) {
+    ctx.with_field("interfaces", |ctx| {
+        unique_names(wg.interfaces.iter().map(|i| i.name.as_str()), ctx, "interface");
+        let mut ports = HashSet::new();
+        for (i, w) in wg.interfaces.iter().enumerate() {
+            ctx.with_index(i, |ctx| {
+                if !w.name.is_empty() && !interface_name_ok(&w.name) {
+                    ctx.error_at("name", None, format!("{:?} is not an interface name (1 to 15 bytes, no '/', ':' or spaces)", w.name));
+                }
+                if w.listen_port != 0 && !ports.insert(w.listen_port) {
+                    ctx.error_at("listen_port", None, format!("{} is another interface's port", w.listen_port));
+                }
+                if !(576..=65_455).contains(&w.mtu) {
+                    ctx.error_at("mtu", None, "expected a number from 576 to 65455");
+                } else if w.mtu < 1280 && w.addresses.iter().any(|a| a.addr.is_ipv6()) {
+                    ctx.error_at("mtu", None, "must be at least 1280 with an IPv6 address (IPv6's minimum)");
+                }
+                if let KeySource::File(f) = &w.private_key
+                    && f.is_empty()
+                {
+                    ctx.error_at("private_key_file", None, "expected a file path");
+                }
+                for (j, a) in w.addresses.iter().enumerate() {
+                    if a.addr.is_unspecified() || a.addr.is_multicast() {
+                        ctx.with_field("addresses", |ctx| {
+                            ctx.error_at(&format!("[{j}]"), None, format!("{}/{} is not an interface address", a.addr, a.prefix))
+                        });
+                    }
+                }
+                ctx.with_field("peers", |ctx| wg_peers(w, ctx));
+            });
+        }
+    });
+}
+
+fn wg_peers(w: &WgInterface, ctx: &mut Ctx) {
+    unique_names(w.peers.iter().map(|p| p.name.as_str()), ctx, "peer");
+    let mut keys = HashSet::new();
+    // Cryptokey routing: a prefix leads to one peer.
+    let mut prefixes: std::collections::HashMap<ipnet::IpNet, &str> = std::collections::HashMap::new();
+    for (j, p) in w.peers.iter().enumerate() {
+        ctx.with_index(j, |ctx| {
+            if !keys.insert(p.public_key) {
+                ctx.error_at("public_key", None, "is another peer's of this interface");
+            }
+            if p.public_key.0 == [0; 32] {
+                ctx.error_at("public_key", None, "is all zeroes: not a public key");
+            }
+            if let Some(e) = &p.endpoint
+                && !endpoint_ok(e)
+            {
+                ctx.error_at("endpoint", None, format!("expected host:port or IP:port ([IPv6]:port), found {e:?}"));
+            }
+            for (k, net) in p.allowed_ips.iter().enumerate() {
+                if let Some(other) = prefixes.insert(*net, &p.name).filter(|o| *o != p.name) {
+                    ctx.with_field("allowed_ips", |ctx| {
+                        ctx.error_at(&format!("[{k}]"), None, format!("{net} is already peer {other:?}'s"))
+                    });
+                }
+            }
+        });
     }
 }

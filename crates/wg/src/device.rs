@@ -72,11 +72,45 @@ pub enum DropReason {
 /// What a received datagram came to.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Received {
-    /// A packet for the tunnel, in the buffer given, from this peer.
-    Packet(PeerId),
+    /// A packet for the tunnel from this peer: the first `len` bytes of
+    /// the opened data (the rest is padding).
+    Packet {
+        peer: PeerId,
+        len: usize,
+    },
     /// A handshake, cookie or keepalive: handled (replies, if any, queued).
     Control,
     Dropped(DropReason),
+}
+
+/// A packet the caller seals (in a batch with others): the datagram is
+/// `header`, the packet padded to [`crate::transport::padded_len`], and
+/// the tag of ChaCha20-Poly1305 under `key` with `counter` over the padded
+/// packet.
+pub struct SealPlan {
+    pub peer: PeerId,
+    pub to: SocketAddr,
+    pub header: [u8; crate::messages::transport::DATA],
+    pub key: crate::crypto::Key,
+    pub counter: u64,
+}
+
+/// A transport message the caller opens (in a batch with others), then
+/// hands back to [`Device::finish_open`].
+pub struct OpenPlan {
+    pub peer: PeerId,
+    /// The local index it came to.
+    pub local: u32,
+    pub key: crate::crypto::Key,
+    pub counter: u64,
+}
+
+/// What the first look at a received datagram came to.
+pub enum Inbound {
+    /// Transport data: to be opened by the caller.
+    Open(OpenPlan),
+    /// Everything else: handled, or dropped.
+    Done(Received),
 }
 
 struct Timed {
@@ -272,7 +306,29 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         self.send_to(id, packet, now, out)
     }
 
-    fn send_to(&mut self, id: PeerId, packet: &[u8], now: Instant, out: &mut Vec<Transmit>) -> Result<(), DropReason> {
+    /// Like [`Device::send`], but the packet is sealed by the caller:
+    /// `Ok(None)` when it waits for a handshake (kept here), `Ok(Some)`
+    /// with what sealing it needs.
+    pub fn plan_seal(
+        &mut self,
+        packet: &[u8],
+        now: Instant,
+        out: &mut Vec<Transmit>,
+    ) -> Result<Option<SealPlan>, DropReason> {
+        let (_, dst) = packet_addresses(packet).ok_or(DropReason::NotIp)?;
+        let id = self.allowed.lookup(dst).ok_or(DropReason::NoRoute)?;
+        self.reserve(id, packet, now, out)
+    }
+
+    /// Sends on the current session, or queues `packet` and starts a
+    /// handshake when there is none usable.
+    fn reserve(
+        &mut self,
+        id: PeerId,
+        packet: &[u8],
+        now: Instant,
+        out: &mut Vec<Transmit>,
+    ) -> Result<Option<SealPlan>, DropReason> {
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Err(DropReason::NoRoute) };
         let to = peer.endpoint.ok_or(DropReason::NoEndpoint)?;
         let usable = peer.current.as_ref().is_some_and(|c| now.saturating_duration_since(c.born) < REJECT_AFTER_TIME);
@@ -284,11 +340,17 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             if peer.initiated.is_none() {
                 self.initiate(id, now, out)?;
             }
-            return Ok(());
+            return Ok(None);
         }
-        let mut datagram = Vec::with_capacity(packet.len() + 48);
         let Some(cur) = peer.current.as_mut() else { return Err(DropReason::Expired) };
-        cur.keys.seal(packet, &mut datagram).map_err(DropReason::Transport)?;
+        let counter = cur.keys.reserve().map_err(DropReason::Transport)?;
+        let plan = SealPlan {
+            peer: id,
+            to,
+            header: crate::transport::header(cur.keys.remote, counter),
+            key: cur.keys.send_key().clone(),
+            counter,
+        };
         let rekey = cur.keys.initiator
             && (now.saturating_duration_since(cur.born) >= REKEY_AFTER_TIME || cur.keys.sent() >= REKEY_AFTER_MESSAGES);
         peer.last_sent = Some(now);
@@ -296,12 +358,23 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         if !packet.is_empty() && peer.new_handshake_at.is_none() {
             peer.new_handshake_at = Some(now + KEEPALIVE_TIMEOUT + REKEY_TIMEOUT);
         }
-        out.push(Transmit { to, datagram });
         if rekey && peer.initiated.is_none() {
-            // The packet went on the old keys; the next ones come.
+            // This packet goes on the old keys; the next ones come.
             let _ = self.initiate(id, now, out);
         }
-        Ok(())
+        Ok(Some(plan))
+    }
+
+    /// Seals here, one packet at a time (queued packets, keepalives).
+    fn send_to(&mut self, id: PeerId, packet: &[u8], now: Instant, out: &mut Vec<Transmit>) -> Result<(), DropReason> {
+        let mut handshakes = Vec::new();
+        let plan = self.reserve(id, packet, now, &mut handshakes);
+        if let Ok(Some(plan)) = &plan {
+            out.push(Transmit { to: plan.to, datagram: seal_one(plan, packet) });
+        }
+        // A rekey's initiation goes after the packet it was started by.
+        out.append(&mut handshakes);
+        plan.map(|_| ())
     }
 
     /// Sends what waited for a session.
@@ -323,28 +396,54 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         out: &mut Vec<Transmit>,
         packet: &mut Vec<u8>,
     ) -> Received {
+        let plan = match self.plan_open(datagram, src, now, out) {
+            Inbound::Done(r) => return r,
+            Inbound::Open(plan) => plan,
+        };
+        packet.clear();
+        packet.extend_from_slice(&datagram[crate::messages::transport::DATA..]);
+        if crate::crypto::open(&plan.key, plan.counter, packet, &[]).is_err() {
+            return Received::Dropped(DropReason::Transport(TransportError::Decrypt));
+        }
+        packet.truncate(packet.len() - crate::crypto::TAG_LEN);
+        let r = self.finish_open(&plan, packet, src, now, out);
+        if let Received::Packet { len, .. } = r {
+            packet.truncate(len);
+        }
+        r
+    }
+
+    /// The first look at a datagram from `src`: handshake and cookie
+    /// messages are handled here; transport data is checked (index, age,
+    /// replay) and handed back to be opened.
+    pub fn plan_open(&mut self, datagram: &[u8], src: SocketAddr, now: Instant, out: &mut Vec<Transmit>) -> Inbound {
         let msg = match messages::parse(datagram) {
             Ok(m) => m,
-            Err(e) => return Received::Dropped(DropReason::Malformed(e)),
+            Err(e) => return Inbound::Done(Received::Dropped(DropReason::Malformed(e))),
         };
-        match msg {
+        Inbound::Done(match msg {
+            Message::Transport { receiver, counter, .. } => {
+                return match self.transport_keys(receiver, counter, now) {
+                    Ok((peer, key)) => Inbound::Open(OpenPlan { peer, local: receiver, key, counter }),
+                    Err(d) => Inbound::Done(Received::Dropped(d)),
+                };
+            }
             Message::Initiation(m) => self.on_initiation(m, src, now, out),
             Message::Response(m) => self.on_response(m, src, now, out),
-            Message::CookieReply(m) => {
-                let Some(&(id, Slot::Handshake)) = self.indexes.get(&messages::cookie_receiver(m)) else {
-                    return Received::Dropped(DropReason::UnknownIndex);
-                };
-                let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
-                    return Received::Dropped(DropReason::UnknownIndex);
-                };
-                match peer.cookies.receive(m, &peer.key, now) {
-                    Ok(()) => Received::Control,
-                    Err(e) => Received::Dropped(DropReason::Cookie(e)),
-                }
-            }
-            Message::Transport { receiver, counter, sealed } => {
-                self.on_transport(receiver, counter, sealed, src, now, out, packet)
-            }
+            Message::CookieReply(m) => self.on_cookie_reply(m, now),
+        })
+    }
+
+    fn on_cookie_reply(&mut self, m: &[u8; messages::cookie_reply::LEN], now: Instant) -> Received {
+        let Some(&(id, Slot::Handshake)) = self.indexes.get(&messages::cookie_receiver(m)) else {
+            return Received::Dropped(DropReason::UnknownIndex);
+        };
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
+            return Received::Dropped(DropReason::UnknownIndex);
+        };
+        match peer.cookies.receive(m, &peer.key, now) {
+            Ok(()) => Received::Control,
+            Err(e) => Received::Dropped(DropReason::Cookie(e)),
         }
     }
 
@@ -467,43 +566,71 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         Received::Control
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn on_transport(
+    /// The keypair a transport message names, if it may be opened now.
+    fn keypair(&mut self, local: u32) -> Result<(PeerId, usize), DropReason> {
+        let Some(&(id, Slot::Keys)) = self.indexes.get(&local) else { return Err(DropReason::UnknownIndex) };
+        let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Err(DropReason::UnknownIndex) };
+        let slot = [&peer.current, &peer.next, &peer.previous]
+            .into_iter()
+            .position(|s| s.as_ref().is_some_and(|t| t.keys.local == local))
+            .ok_or(DropReason::UnknownIndex)?;
+        Ok((id, slot))
+    }
+
+    fn timed(&mut self, id: PeerId, slot: usize) -> Option<&mut Timed> {
+        let peer = self.peers.get_mut(id)?.as_mut()?;
+        match slot {
+            0 => peer.current.as_mut(),
+            1 => peer.next.as_mut(),
+            _ => peer.previous.as_mut(),
+        }
+    }
+
+    fn transport_keys(
         &mut self,
-        receiver: u32,
+        local: u32,
         counter: u64,
-        sealed: &[u8],
+        now: Instant,
+    ) -> Result<(PeerId, crate::crypto::Key), DropReason> {
+        let (id, slot) = self.keypair(local)?;
+        let timed = self.timed(id, slot).ok_or(DropReason::UnknownIndex)?;
+        if now.saturating_duration_since(timed.born) >= REJECT_AFTER_TIME {
+            return Err(DropReason::Expired);
+        }
+        if !timed.keys.check(counter) {
+            return Err(DropReason::Transport(TransportError::Replay));
+        }
+        Ok((id, timed.keys.recv_key().clone()))
+    }
+
+    /// After the caller opened `plan`'s message (`plain`: the padded
+    /// packet): the replay window, the session and timer rules, roaming,
+    /// and the inner source's check against the peer's allowed IPs.
+    pub fn finish_open(
+        &mut self,
+        plan: &OpenPlan,
+        plain: &[u8],
         src: SocketAddr,
         now: Instant,
         out: &mut Vec<Transmit>,
-        packet: &mut Vec<u8>,
     ) -> Received {
-        let Some(&(id, Slot::Keys)) = self.indexes.get(&receiver) else {
-            return Received::Dropped(DropReason::UnknownIndex);
+        // The keys may have changed while the message was being opened.
+        let (id, slot) = match self.keypair(plan.local) {
+            Ok(k) if k.0 == plan.peer => k,
+            Ok(_) => return Received::Dropped(DropReason::UnknownIndex),
+            Err(d) => return Received::Dropped(d),
         };
+        let Some(timed) = self.timed(id, slot) else { return Received::Dropped(DropReason::UnknownIndex) };
+        if !timed.keys.accept(plan.counter) {
+            return Received::Dropped(DropReason::Transport(TransportError::Replay));
+        }
+        let initiator_age = timed.keys.initiator.then(|| now.saturating_duration_since(timed.born));
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
             return Received::Dropped(DropReason::UnknownIndex);
         };
-        let slot = [&mut peer.current, &mut peer.next, &mut peer.previous]
-            .into_iter()
-            .position(|s| s.as_ref().is_some_and(|t| t.keys.local == receiver));
-        let timed = match slot {
-            Some(0) => peer.current.as_mut(),
-            Some(1) => peer.next.as_mut(),
-            Some(_) => peer.previous.as_mut(),
-            None => None,
-        };
-        let Some(timed) = timed else { return Received::Dropped(DropReason::UnknownIndex) };
-        if now.saturating_duration_since(timed.born) >= REJECT_AFTER_TIME {
-            return Received::Dropped(DropReason::Expired);
-        }
-        if let Err(e) = timed.keys.open(counter, sealed, packet) {
-            return Received::Dropped(DropReason::Transport(e));
-        }
-        let initiator_age = timed.keys.initiator.then(|| now.saturating_duration_since(timed.born));
         peer.endpoint = Some(src);
         peer.new_handshake_at = None;
-        if slot == Some(1) {
+        if slot == 1 {
             // The initiator used the new keys: they become current.
             let retired = peer.previous.take();
             peer.previous = peer.current.take();
@@ -517,26 +644,24 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else { return Received::Control };
         // The initiator renews keys that near their end on the receive side too.
         let renew = initiator_age.is_some_and(|a| a >= REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT);
-        if packet.is_empty() {
+        if plain.is_empty() {
             if renew && peer.initiated.is_none() {
                 let _ = self.initiate(id, now, out);
             }
             return Received::Control;
         }
-        let Some((inner_src, _)) = packet_addresses(packet) else { return Received::Dropped(DropReason::NotIp) };
+        let Some((inner_src, _)) = packet_addresses(plain) else { return Received::Dropped(DropReason::NotIp) };
         if self.allowed.lookup(inner_src) != Some(id) {
             return Received::Dropped(DropReason::NotAllowedSource);
         }
-        if let Some(len) = packet_len(packet).filter(|l| *l <= packet.len()) {
-            packet.truncate(len);
-        }
+        let len = packet_len(plain).filter(|l| *l <= plain.len()).unwrap_or(plain.len());
         if peer.keepalive_at.is_none() {
             peer.keepalive_at = Some(now + KEEPALIVE_TIMEOUT);
         }
         if renew && peer.initiated.is_none() {
             let _ = self.initiate(id, now, out);
         }
-        Received::Packet(id)
+        Received::Packet { peer: id, len }
     }
 
     /// Runs every peer's timers: handshake retries and giving up,
@@ -591,6 +716,17 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         }
         dropped
     }
+}
+
+/// A transport message for `packet` sealed by `plan`, one at a time.
+pub fn seal_one(plan: &SealPlan, packet: &[u8]) -> Vec<u8> {
+    use crate::messages::transport::DATA;
+    let mut d = Vec::with_capacity(DATA + crate::transport::padded_len(packet.len()) + crate::crypto::TAG_LEN);
+    d.extend_from_slice(&plan.header);
+    d.extend_from_slice(packet);
+    d.resize(DATA + crate::transport::padded_len(packet.len()) + crate::crypto::TAG_LEN, 0);
+    crate::crypto::seal_fixed(&plan.key, plan.counter, &mut d[DATA..], &[]);
+    d
 }
 
 #[cfg(test)]
@@ -648,7 +784,7 @@ mod tests {
         let mut got = Vec::new();
         for t in out {
             let mut buf = Vec::new();
-            if let Received::Packet(_) = dev.receive(&t.datagram, src, now, &mut replies, &mut buf) {
+            if let Received::Packet { .. } = dev.receive(&t.datagram, src, now, &mut replies, &mut buf) {
                 got.push(buf);
             }
         }
@@ -853,7 +989,7 @@ mod tests {
         let mut out = Vec::new();
         p.b.send(&packet([10, 0, 0, 2], [10, 0, 0, 1], 4), p.t0, &mut out).expect("sent");
         let got = p.a.receive(&out[0].datagram, moved, p.t0, &mut Vec::new(), &mut Vec::new());
-        assert_eq!(got, Received::Packet(p.ab));
+        assert!(matches!(got, Received::Packet { peer, .. } if peer == p.ab), "{got:?}");
         assert_eq!(p.a.endpoint(p.ab), Some(moved));
         let mut out = Vec::new();
         p.a.send(&packet([10, 0, 0, 1], [10, 0, 0, 2], 4), p.t0, &mut out).expect("sent");
@@ -902,5 +1038,51 @@ mod tests {
         p.b.receive(&init, addr("198.51.100.1:9"), p.t0, &mut replies, &mut Vec::new());
         assert_eq!(replies.len(), 1);
         assert_eq!(replies[0].datagram[0], messages::COOKIE_REPLY, "a cookie, not a response");
+    }
+
+    #[test]
+    fn planned_batches_seal_and_open_and_a_copy_opened_twice_counts_once() {
+        let mut p = pair(None, None);
+        establish(&mut p);
+        let now = p.t0 + Duration::from_millis(5);
+        let mut out = Vec::new();
+        // Plans first, all of them, then sealing: as a worker batches.
+        let packets: Vec<Vec<u8>> = (0..5).map(|i| packet([10, 0, 0, 1], [10, 0, 0, 2], i * 37)).collect();
+        let plans: Vec<SealPlan> =
+            packets.iter().map(|d| p.a.plan_seal(d, now, &mut out).expect("routed").expect("a session")).collect();
+        assert!(out.is_empty(), "no handshake is due");
+        let counters: Vec<u64> = plans.iter().map(|pl| pl.counter).collect();
+        assert!(counters.windows(2).all(|w| w[1] == w[0] + 1), "{counters:?}");
+        let datagrams: Vec<Vec<u8>> = plans.iter().zip(&packets).map(|(pl, d)| seal_one(pl, d)).collect();
+        // b plans every datagram, the last one twice (a duplicate in one batch).
+        let mut inbound: Vec<&Vec<u8>> = datagrams.iter().collect();
+        inbound.push(&datagrams[4]);
+        let opened: Vec<OpenPlan> = inbound
+            .iter()
+            .map(|d| match p.b.plan_open(d, addr(A_ADDR), now, &mut out) {
+                Inbound::Open(o) => o,
+                Inbound::Done(r) => panic!("not opened: {r:?}"),
+            })
+            .collect();
+        let mut got = Vec::new();
+        for (plan, d) in opened.iter().zip(&inbound) {
+            let mut buf = d[crate::messages::transport::DATA..].to_vec();
+            crate::crypto::open(&plan.key, plan.counter, &mut buf, &[]).expect("opens");
+            buf.truncate(buf.len() - crate::crypto::TAG_LEN);
+            got.push(p.b.finish_open(plan, &buf, addr(A_ADDR), now, &mut out));
+        }
+        for (i, r) in got[..5].iter().enumerate() {
+            assert_eq!(*r, Received::Packet { peer: p.ba, len: packets[i].len() });
+        }
+        assert_eq!(got[5], Received::Dropped(DropReason::Transport(TransportError::Replay)));
+        // A plan whose keys were forgotten meanwhile is dropped, not opened.
+        let late = p.a.plan_seal(&packets[0], now, &mut out).expect("routed").expect("a session");
+        let d = seal_one(&late, &packets[0]);
+        let Inbound::Open(plan) = p.b.plan_open(&d, addr(A_ADDR), now, &mut out) else { panic!("opens") };
+        p.b.remove_peer(p.ba);
+        assert_eq!(
+            p.b.finish_open(&plan, &packets[0], addr(A_ADDR), now, &mut out),
+            Received::Dropped(DropReason::UnknownIndex)
+        );
     }
 }

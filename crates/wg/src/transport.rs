@@ -104,27 +104,63 @@ impl From<Session> for Keypair {
     }
 }
 
+/// The first 16 bytes of a transport message: type, receiver, counter.
+pub fn header(receiver: u32, counter: u64) -> [u8; transport::DATA] {
+    let mut h = [0u8; transport::DATA];
+    h[0] = messages::TRANSPORT;
+    h[transport::RECEIVER..transport::COUNTER].copy_from_slice(&receiver.to_le_bytes());
+    h[transport::COUNTER..].copy_from_slice(&counter.to_le_bytes());
+    h
+}
+
+/// The length a packet is padded to before sealing: a multiple of 16.
+pub fn padded_len(packet: usize) -> usize {
+    packet.next_multiple_of(16)
+}
+
 impl Keypair {
     /// Messages sent so far.
     pub fn sent(&self) -> u64 {
         self.next_send
     }
 
-    /// Seals an IP packet (empty: a keepalive) into a transport message in
-    /// `out` (cleared first), padded to a multiple of 16 bytes.
-    pub fn seal(&mut self, packet: &[u8], out: &mut Vec<u8>) -> Result<(), TransportError> {
+    /// Takes the next sending counter, for a packet sealed by the caller
+    /// with [`Keypair::send_key`].
+    pub fn reserve(&mut self) -> Result<u64, TransportError> {
         if self.next_send >= REJECT_AFTER_MESSAGES {
             return Err(TransportError::Exhausted);
         }
-        let counter = self.next_send;
         self.next_send += 1;
+        Ok(self.next_send - 1)
+    }
+
+    pub fn send_key(&self) -> &Key {
+        &self.send
+    }
+
+    pub fn recv_key(&self) -> &Key {
+        &self.recv
+    }
+
+    /// Whether `counter` may still be accepted (before opening).
+    pub fn check(&self, counter: u64) -> bool {
+        self.replay.check(counter)
+    }
+
+    /// Records the counter of a packet that opened; false if it was a
+    /// replay after all (two copies opened at once).
+    pub fn accept(&mut self, counter: u64) -> bool {
+        self.replay.accept(counter)
+    }
+
+    /// Seals an IP packet (empty: a keepalive) into a transport message in
+    /// `out` (cleared first), padded to a multiple of 16 bytes.
+    pub fn seal(&mut self, packet: &[u8], out: &mut Vec<u8>) -> Result<(), TransportError> {
+        let counter = self.reserve()?;
         out.clear();
-        out.extend_from_slice(&[messages::TRANSPORT, 0, 0, 0]);
-        out.extend_from_slice(&self.remote.to_le_bytes());
-        out.extend_from_slice(&counter.to_le_bytes());
-        let padded = packet.len().next_multiple_of(16);
+        out.extend_from_slice(&header(self.remote, counter));
         out.extend_from_slice(packet);
-        out.resize(transport::DATA + padded + TAG_LEN, 0);
+        out.resize(transport::DATA + padded_len(packet.len()) + TAG_LEN, 0);
         crypto::seal_fixed(&self.send, counter, &mut out[transport::DATA..], &[]);
         Ok(())
     }

@@ -3,6 +3,7 @@
 
 mod http;
 mod l4;
+mod wg;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use ipnet::IpNet;
 
 pub use http::*;
 pub use l4::*;
+pub use wg::*;
 
 use crate::decode::{Ctx, Decode, MapReader, decode_enum};
 use crate::yaml::Node;
@@ -37,6 +39,8 @@ pub struct Config {
     pub store: Store,
     /// The L4 packet load balancer; off when absent.
     pub l4: Option<L4>,
+    /// The WireGuard VPN plane; off when absent.
+    pub wireguard: Option<WireGuard>,
     pub listeners: Vec<Listener>,
     pub certificates: Vec<Certificate>,
     pub upstreams: Vec<Upstream>,
@@ -55,6 +59,7 @@ impl Default for Config {
             admin: None,
             store: Store::File,
             l4: None,
+            wireguard: None,
             listeners: Vec::new(),
             certificates: Vec::new(),
             upstreams: Vec::new(),
@@ -212,6 +217,7 @@ impl Decode for Config {
             admin: m.opt(ctx, "admin"),
             store: m.or(ctx, "store", Store::File),
             l4: m.opt(ctx, "l4"),
+            wireguard: m.opt(ctx, "wireguard"),
             listeners: m.or(ctx, "listeners", Vec::new()),
             certificates: m.or(ctx, "certificates", Vec::new()),
             upstreams: m.or(ctx, "upstreams", Vec::new()),
