@@ -26,6 +26,10 @@ need etcdctl etcd-client
 [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || want_pkgs+=(libclang-dev)
 # A real NGINX is the backend of the upstream-pool test (and of the benchmarks).
 need nginx nginx
+# The WireGuard tests: wg against Gatehouse's UAPI, ping and iperf3 through tunnels.
+need wg wireguard-tools
+need ping iputils-ping
+need iperf3 iperf3
 if [ "${1:-}" = "--bench" ]; then
   need haproxy haproxy
 fi
@@ -37,7 +41,8 @@ if [ ${#want_pkgs[@]} -gt 0 ]; then
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq "${want_pkgs[@]}" >/dev/null
+  # No recommends: wireguard-tools would pull a kernel image for its module.
+  apt-get install -y -qq --no-install-recommends "${want_pkgs[@]}" >/dev/null
 fi
 
 # Rust: edition 2024 needs 1.85+, the workspace needs 1.89+.
@@ -60,4 +65,11 @@ gobin="$(go env GOPATH)/bin"
 if [ ! -x "$gobin/h2spec" ]; then
   GOFLAGS=-mod=mod go install github.com/summerwind/h2spec/cmd/h2spec@latest >/dev/null 2>&1 \
     || echo "warning: h2spec could not be installed; its test will be skipped" >&2
+fi
+
+# wireguard-go, the peer of the WireGuard interop tests, from the Go module proxy
+# (its module is golang.zx2c4.com/wireguard; the binary is named wireguard).
+if [ ! -x "$gobin/wireguard" ]; then
+  GOFLAGS=-mod=mod go install golang.zx2c4.com/wireguard@v0.0.0-20260522210424-ecfc5a8d5446 >/dev/null 2>&1 \
+    || { echo "wireguard-go could not be installed from the Go module proxy" >&2; exit 1; }
 fi

@@ -467,7 +467,12 @@ fn l4_service(l4: &L4, s: &L4Service, seen: &mut HashSet<(std::net::SocketAddr, 
 
 /// Whether `name` can be a network interface's name.
 fn interface_name_ok(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 15 && name != "." && name != ".." && !name.contains(['/', ':']) && !name.contains(char::is_whitespace)
+    !name.is_empty()
+        && name.len() <= 15
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', ':'])
+        && !name.contains(char::is_whitespace)
 }
 
 /// Whether `text` is `host:port` or `[v6]:port` with a non-zero port.
@@ -488,7 +493,11 @@ fn wireguard(wg: &WireGuard, ctx: &mut Ctx) {
         for (i, w) in wg.interfaces.iter().enumerate() {
             ctx.with_index(i, |ctx| {
                 if !w.name.is_empty() && !interface_name_ok(&w.name) {
-                    ctx.error_at("name", None, format!("{:?} is not an interface name (1 to 15 bytes, no '/', ':' or spaces)", w.name));
+                    ctx.error_at(
+                        "name",
+                        None,
+                        format!("{:?} is not an interface name (1 to 15 bytes, no '/', ':' or spaces)", w.name),
+                    );
                 }
                 if w.listen_port != 0 && !ports.insert(w.listen_port) {
                     ctx.error_at("listen_port", None, format!("{} is another interface's port", w.listen_port));
@@ -506,7 +515,11 @@ fn wireguard(wg: &WireGuard, ctx: &mut Ctx) {
                 for (j, a) in w.addresses.iter().enumerate() {
                     if a.addr.is_unspecified() || a.addr.is_multicast() {
                         ctx.with_field("addresses", |ctx| {
-                            ctx.error_at(&format!("[{j}]"), None, format!("{}/{} is not an interface address", a.addr, a.prefix))
+                            ctx.error_at(
+                                &format!("[{j}]"),
+                                None,
+                                format!("{}/{} is not an interface address", a.addr, a.prefix),
+                            )
                         });
                     }
                 }
@@ -525,9 +538,6 @@ fn wg_peers(w: &WgInterface, ctx: &mut Ctx) {
         ctx.with_index(j, |ctx| {
             if !keys.insert(p.public_key) {
                 ctx.error_at("public_key", None, "is another peer's of this interface");
-            }
-            if p.public_key.0 == [0; 32] {
-                ctx.error_at("public_key", None, "is all zeroes: not a public key");
             }
             if let Some(e) = &p.endpoint
                 && !endpoint_ok(e)

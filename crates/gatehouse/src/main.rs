@@ -424,7 +424,11 @@ fn main() -> ExitCode {
 
 /// The planes of this binary, peers under the node.
 fn planes(init: &Init<'_>) -> Result<Vec<Arc<dyn Plane>>, PlaneError> {
-    Ok(vec![Arc::new(gatehouse_l7::L7::new(init)?), Arc::new(gatehouse_l4_io::L4::new(init))])
+    Ok(vec![
+        Arc::new(gatehouse_l7::L7::new(init)?),
+        Arc::new(gatehouse_l4_io::L4::new(init)),
+        Arc::new(gatehouse_wg_io::WireGuard::new(init)),
+    ])
 }
 
 /// Raises the soft limit on open files to the hard limit, as HAProxy does

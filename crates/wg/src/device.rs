@@ -69,6 +69,62 @@ pub enum DropReason {
     HandshakeTimeout,
 }
 
+impl DropReason {
+    /// Every reason's label, for counters kept by label.
+    pub const NAMES: [&'static str; 22] = [
+        "short",
+        "unknown_type",
+        "reserved_bytes",
+        "bad_length",
+        "bad_mac1",
+        "handshake_decrypt",
+        "weak_key",
+        "unknown_receiver",
+        "cookie_unexpected",
+        "cookie_decrypt",
+        "unknown_peer",
+        "replayed_initiation",
+        "initiation_flood",
+        "rate_limited",
+        "unknown_index",
+        "decrypt",
+        "replay",
+        "keys_exhausted",
+        "expired",
+        "not_allowed_source",
+        "not_ip",
+        "no_route",
+    ];
+
+    /// The label for metrics (one of [`DropReason::NAMES`], or one of the
+    /// two sending-side reasons `no_endpoint` and `handshake_timeout`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed(m) => m.name(),
+            DropReason::Handshake(HandshakeError::Mac1) => "bad_mac1",
+            DropReason::Handshake(HandshakeError::Decrypt) => "handshake_decrypt",
+            DropReason::Handshake(HandshakeError::WeakKey) => "weak_key",
+            DropReason::Handshake(HandshakeError::UnknownReceiver) => "unknown_receiver",
+            DropReason::Cookie(CookieError::Unexpected) => "cookie_unexpected",
+            DropReason::Cookie(CookieError::Decrypt) => "cookie_decrypt",
+            DropReason::UnknownPeer => "unknown_peer",
+            DropReason::ReplayedInitiation => "replayed_initiation",
+            DropReason::Flood => "initiation_flood",
+            DropReason::RateLimited => "rate_limited",
+            DropReason::UnknownIndex => "unknown_index",
+            DropReason::Transport(TransportError::Decrypt) => "decrypt",
+            DropReason::Transport(TransportError::Replay) => "replay",
+            DropReason::Transport(TransportError::Exhausted) => "keys_exhausted",
+            DropReason::Expired => "expired",
+            DropReason::NotAllowedSource => "not_allowed_source",
+            DropReason::NotIp => "not_ip",
+            DropReason::NoRoute => "no_route",
+            DropReason::NoEndpoint => "no_endpoint",
+            DropReason::HandshakeTimeout => "handshake_timeout",
+        }
+    }
+}
+
 /// What a received datagram came to.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Received {
@@ -138,6 +194,35 @@ struct Peer {
     /// Data received and nothing sent since: a keepalive is due then.
     keepalive_at: Option<Instant>,
     last_handshake: Option<Instant>,
+    stats: PeerStats,
+}
+
+/// A peer's traffic, as `wg show` and the metrics report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Transport datagrams sent and their bytes (headers included).
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Transport datagrams received that opened, and their bytes.
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Handshakes completed (either side starting).
+    pub handshakes: u64,
+    /// Initiations sent (first tries and retries).
+    pub initiations: u64,
+}
+
+/// What the device knows of a peer, for `wg show` and `/status`.
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    pub public: [u8; KEY_LEN],
+    pub psk: Option<[u8; KEY_LEN]>,
+    pub endpoint: Option<SocketAddr>,
+    pub persistent_keepalive: u16,
+    pub allowed_ips: Vec<(IpAddr, u8)>,
+    /// Since the Unix epoch, when the last handshake completed.
+    pub last_handshake: Option<Duration>,
+    pub stats: PeerStats,
 }
 
 /// A slot a local index points to.
@@ -228,6 +313,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             new_handshake_at: None,
             keepalive_at: None,
             last_handshake: None,
+            stats: PeerStats::default(),
         };
         if id == self.peers.len() {
             self.peers.push(Some(peer));
@@ -244,6 +330,65 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         }
         self.allowed.remove_peer(id);
         self.indexes.retain(|_, (p, _)| *p != id);
+    }
+
+    pub fn peer_by_key(&self, public: &[u8; KEY_LEN]) -> Option<PeerId> {
+        self.by_key.get(public).copied()
+    }
+
+    /// Every peer's id.
+    pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.peers.iter().enumerate().filter(|(_, p)| p.is_some()).map(|(i, _)| i)
+    }
+
+    pub fn peer_info(&self, id: PeerId) -> Option<PeerInfo> {
+        let p = self.peers.get(id)?.as_ref()?;
+        Some(PeerInfo {
+            public: *p.key.public(),
+            psk: p.key.psk().copied(),
+            endpoint: p.endpoint,
+            persistent_keepalive: p.persistent_keepalive.map_or(0, |d| d.as_secs() as u16),
+            allowed_ips: self.allowed.of(id),
+            last_handshake: p.last_handshake.map(|t| self.wall(t)),
+            stats: p.stats,
+        })
+    }
+
+    /// Sets where the peer is reached (a configured or resolved endpoint;
+    /// authenticated packets from elsewhere move it again).
+    pub fn set_endpoint(&mut self, id: PeerId, endpoint: SocketAddr) {
+        if let Some(p) = self.peers.get_mut(id).and_then(Option::as_mut) {
+            p.endpoint = Some(endpoint);
+        }
+    }
+
+    /// Seconds; 0 or `None` turns it off.
+    pub fn set_persistent_keepalive(&mut self, id: PeerId, seconds: Option<u16>) {
+        if let Some(p) = self.peers.get_mut(id).and_then(Option::as_mut) {
+            p.persistent_keepalive = seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(u64::from(s)));
+        }
+    }
+
+    /// Takes effect from the next handshake.
+    pub fn set_psk(&mut self, id: PeerId, psk: Option<[u8; KEY_LEN]>) {
+        if let Some(p) = self.peers.get_mut(id).and_then(Option::as_mut) {
+            p.key.set_psk(psk);
+        }
+    }
+
+    /// Adds prefixes to the peer's allowed IPs, after removing the ones it
+    /// had if `replace`. A prefix another peer had moves to this one.
+    pub fn set_allowed_ips(&mut self, id: PeerId, replace: bool, allowed: &[(IpAddr, u8)]) -> Result<(), BadPrefix> {
+        if self.peers.get(id).and_then(Option::as_ref).is_none() {
+            return Ok(());
+        }
+        if replace {
+            self.allowed.remove_peer(id);
+        }
+        for (net, len) in allowed {
+            self.allowed.insert(*net, *len, id)?;
+        }
+        Ok(())
     }
 
     /// The peer's endpoint as last authenticated (it follows roaming).
@@ -294,6 +439,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         };
         peer.initiated = Some((state, first, now));
         peer.last_sent = Some(now);
+        peer.stats.initiations += 1;
         out.push(Transmit { to, datagram: msg.to_vec() });
         Ok(())
     }
@@ -355,6 +501,9 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             && (now.saturating_duration_since(cur.born) >= REKEY_AFTER_TIME || cur.keys.sent() >= REKEY_AFTER_MESSAGES);
         peer.last_sent = Some(now);
         peer.keepalive_at = None;
+        peer.stats.tx_packets += 1;
+        peer.stats.tx_bytes +=
+            (crate::transport::padded_len(packet.len()) + crate::messages::transport::MIN_LEN) as u64;
         if !packet.is_empty() && peer.new_handshake_at.is_none() {
             peer.new_handshake_at = Some(now + KEEPALIVE_TIMEOUT + REKEY_TIMEOUT);
         }
@@ -549,6 +698,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         peer.initiated = None;
         peer.endpoint = Some(src);
         peer.last_handshake = Some(now);
+        peer.stats.handshakes += 1;
         peer.new_handshake_at = None;
         self.indexes.insert(receiver, (id, Slot::Keys));
         let retired = peer.previous.take();
@@ -630,12 +780,15 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         };
         peer.endpoint = Some(src);
         peer.new_handshake_at = None;
+        peer.stats.rx_packets += 1;
+        peer.stats.rx_bytes += (plain.len() + crate::messages::transport::MIN_LEN) as u64;
         if slot == 1 {
             // The initiator used the new keys: they become current.
             let retired = peer.previous.take();
             peer.previous = peer.current.take();
             peer.current = peer.next.take();
             peer.last_handshake = Some(now);
+            peer.stats.handshakes += 1;
             if let Some(old) = retired {
                 self.indexes.remove(&old.keys.local);
             }

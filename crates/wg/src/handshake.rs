@@ -92,6 +92,15 @@ impl PeerKey {
     pub fn cookie_key(&self) -> &[u8; KEY_LEN] {
         &self.cookie_key
     }
+
+    /// The pre-shared key, if one is set (not all zeros).
+    pub fn psk(&self) -> Option<&[u8; KEY_LEN]> {
+        (self.psk.0 != [0; KEY_LEN]).then_some(&self.psk.0)
+    }
+
+    pub fn set_psk(&mut self, psk: Option<[u8; KEY_LEN]>) {
+        self.psk = Key(psk.unwrap_or([0; KEY_LEN]));
+    }
 }
 
 /// Why a handshake message was refused.

@@ -59,6 +59,10 @@ const KEY_EXPECTED: &str = "a WireGuard key (32 bytes in base64, as `wg genkey` 
 impl Decode for WgPublicKey {
     fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
         match node.scalar().and_then(decode_key) {
+            Some(k) if *k == [0; 32] => {
+                ctx.error(Some(node.line), "is all zeroes: not a public key");
+                None
+            }
             Some(k) => Some(WgPublicKey(*k)),
             None => {
                 ctx.error(Some(node.line), format!("expected {KEY_EXPECTED}"));
@@ -94,10 +98,15 @@ impl Decode for InterfaceAddress {
         let text = node.scalar().unwrap_or("");
         let parsed = match text.parse::<IpNet>() {
             Ok(n) => Some(InterfaceAddress { addr: n.addr(), prefix: n.prefix_len() }),
-            Err(_) => text.parse::<IpAddr>().ok().map(|a| InterfaceAddress { addr: a, prefix: IpNet::from(a).prefix_len() }),
+            Err(_) => {
+                text.parse::<IpAddr>().ok().map(|a| InterfaceAddress { addr: a, prefix: IpNet::from(a).prefix_len() })
+            }
         };
         if parsed.is_none() {
-            ctx.error(Some(node.line), format!("expected an address with a prefix length such as 10.0.0.1/24, found {text:?}"));
+            ctx.error(
+                Some(node.line),
+                format!("expected an address with a prefix length such as 10.0.0.1/24, found {text:?}"),
+            );
         }
         parsed
     }

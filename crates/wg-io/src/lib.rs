@@ -1,0 +1,16 @@
+//! The WireGuard plane: [`gatehouse_wg`]'s sans-IO device on real
+//! interfaces. Per interface, one worker per TUN queue with its own
+//! `SO_REUSEPORT` socket moves packets in batches and seals and opens them
+//! with [`gatehouse_mbx::aead`] across packets; a control thread answers
+//! handshakes and runs the timers; the UAPI socket serves wireguard-tools.
+//!
+//! `unsafe` is confined to [`sys`] (TUN, `recvmmsg`/`sendmmsg`, `poll`).
+
+pub mod interface;
+pub mod netlink;
+pub mod plane;
+pub mod sys;
+pub mod uapi_server;
+pub mod worker;
+
+pub use plane::WireGuard;

@@ -1,0 +1,141 @@
+//! The interface's setup through rtnetlink, as `ip` would do it: the link
+//! up with its MTU, its addresses, and routes into the tunnel for the
+//! peers' allowed IPs. Each request is acknowledged or its error returned.
+
+use std::io::{self, Read};
+use std::net::IpAddr;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_NEWADDR: u16 = 20;
+const RTM_DELADDR: u16 = 21;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_DELROUTE: u16 = 25;
+const NLMSG_ERROR: u16 = 2;
+const IFLA_MTU: u16 = 4;
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RT_TABLE_MAIN: u8 = 254;
+/// Routes this plane adds carry this protocol number ("static").
+const RTPROT_STATIC: u8 = 4;
+const RT_SCOPE_UNIVERSE: u8 = 0;
+const RT_SCOPE_LINK: u8 = 253;
+const RTN_UNICAST: u8 = 1;
+
+/// One request under construction: header, fixed part, attributes.
+struct Msg(Vec<u8>);
+
+impl Msg {
+    fn new(kind: u16, flags: i32) -> Msg {
+        let mut b = Vec::with_capacity(64);
+        b.extend_from_slice(&0u32.to_ne_bytes()); // length, set at the end
+        b.extend_from_slice(&kind.to_ne_bytes());
+        b.extend_from_slice(&((flags | libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16).to_ne_bytes());
+        b.extend_from_slice(&1u32.to_ne_bytes()); // sequence
+        b.extend_from_slice(&0u32.to_ne_bytes()); // port: the kernel's
+        Msg(b)
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> &mut Msg {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+
+    fn attr(&mut self, kind: u16, value: &[u8]) -> &mut Msg {
+        let len = 4 + value.len();
+        self.0.extend_from_slice(&(len as u16).to_ne_bytes());
+        self.0.extend_from_slice(&kind.to_ne_bytes());
+        self.0.extend_from_slice(value);
+        self.0.resize(self.0.len().next_multiple_of(4), 0);
+        self
+    }
+
+    /// Sends it and waits for the kernel's acknowledgement.
+    fn send(&mut self) -> io::Result<()> {
+        let len = self.0.len() as u32;
+        self.0[..4].copy_from_slice(&len.to_ne_bytes());
+        let mut sock =
+            Socket::new(Domain::from(libc::AF_NETLINK), Type::RAW, Some(Protocol::from(libc::NETLINK_ROUTE)))?;
+        sock.send(&self.0)?;
+        let mut buf = [0u8; 4096];
+        let n = sock.read(&mut buf)?;
+        if n >= 20 && u16::from_ne_bytes([buf[4], buf[5]]) == NLMSG_ERROR {
+            let code = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
+            return if code == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(-code)) };
+        }
+        Err(io::Error::other("netlink: no acknowledgement"))
+    }
+}
+
+fn family(a: IpAddr) -> u8 {
+    if a.is_ipv4() { libc::AF_INET as u8 } else { libc::AF_INET6 as u8 }
+}
+
+fn octets(a: IpAddr) -> Vec<u8> {
+    match a {
+        IpAddr::V4(v) => v.octets().to_vec(),
+        IpAddr::V6(v) => v.octets().to_vec(),
+    }
+}
+
+/// The interface's index.
+pub fn ifindex(name: &str) -> io::Result<u32> {
+    nix::net::if_::if_nametoindex(name).map_err(io::Error::from)
+}
+
+/// Sets the MTU and brings the link up.
+pub fn link_up(index: u32, mtu: u32) -> io::Result<()> {
+    let up = libc::IFF_UP as u32;
+    // ifinfomsg: family, pad, type, index, flags, change.
+    let mut info = Vec::with_capacity(16);
+    info.extend_from_slice(&[0, 0, 0, 0]);
+    info.extend_from_slice(&(index as i32).to_ne_bytes());
+    info.extend_from_slice(&up.to_ne_bytes());
+    info.extend_from_slice(&up.to_ne_bytes());
+    Msg::new(RTM_NEWLINK, 0).put(&info).attr(IFLA_MTU, &mtu.to_ne_bytes()).send()
+}
+
+fn address(kind: u16, flags: i32, index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
+    // ifaddrmsg: family, prefix length, flags, scope, index.
+    let mut m = vec![family(addr), prefix, 0, RT_SCOPE_UNIVERSE];
+    m.extend_from_slice(&index.to_ne_bytes());
+    let a = octets(addr);
+    Msg::new(kind, flags).put(&m).attr(IFA_LOCAL, &a).attr(IFA_ADDRESS, &a).send()
+}
+
+/// Gives the interface `addr/prefix` (replacing it if present).
+pub fn add_address(index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
+    address(RTM_NEWADDR, libc::NLM_F_CREATE | libc::NLM_F_REPLACE, index, addr, prefix)
+}
+
+/// Takes `addr/prefix` off the interface; an address already gone is no error.
+pub fn del_address(index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
+    match address(RTM_DELADDR, 0, index, addr, prefix) {
+        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(()),
+        r => r,
+    }
+}
+
+fn route(kind: u16, flags: i32, index: u32, net: IpAddr, prefix: u8) -> io::Result<()> {
+    // rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags.
+    let mut m = vec![family(net), prefix, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST];
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    Msg::new(kind, flags).put(&m).attr(RTA_DST, &octets(net)).attr(RTA_OIF, &index.to_ne_bytes()).send()
+}
+
+/// Routes `net/prefix` into the interface (replacing a route to the same
+/// prefix in the main table).
+pub fn add_route(index: u32, net: IpAddr, prefix: u8) -> io::Result<()> {
+    route(RTM_NEWROUTE, libc::NLM_F_CREATE | libc::NLM_F_REPLACE, index, net, prefix)
+}
+
+/// Removes a route [`add_route`] added; a route already gone is no error.
+pub fn del_route(index: u32, net: IpAddr, prefix: u8) -> io::Result<()> {
+    match route(RTM_DELROUTE, 0, index, net, prefix) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        r => r,
+    }
+}

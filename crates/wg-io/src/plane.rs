@@ -1,0 +1,344 @@
+//! The WireGuard plane as the node sees it: interfaces made at start,
+//! changed peer by peer on each new config (an interface whose key, name
+//! or port changed is made again), stopped on a drain, and rendering its
+//! peers' counters and state.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use gatehouse_config::{Config, FieldError, KeySource, WgSecret};
+use gatehouse_plane::metrics::Exposition;
+use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Staged, Start};
+use gatehouse_wg::crypto::StaticSecret;
+use serde_json::{Map, Value, json};
+
+use crate::interface::{DROP_SLOTS, Interface, Settings, drop_name};
+
+/// The WireGuard VPN plane.
+#[derive(Clone)]
+pub struct WireGuard(Arc<Inner>);
+
+struct Inner {
+    workers: usize,
+    /// The interfaces' settings committed last.
+    wanted: Mutex<Vec<Settings>>,
+    running: Mutex<HashMap<String, Interface>>,
+    started: AtomicBool,
+}
+
+impl WireGuard {
+    pub fn new(init: &Init<'_>) -> WireGuard {
+        WireGuard(Arc::new(Inner {
+            workers: init.workers,
+            wanted: Mutex::new(Vec::new()),
+            running: Mutex::new(HashMap::new()),
+            started: AtomicBool::new(false),
+        }))
+    }
+
+    fn running(&self) -> MutexGuard<'_, HashMap<String, Interface>> {
+        self.0.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Brings the running interfaces in line with `wanted`.
+    fn reconcile(&self, wanted: &[Settings]) -> Result<(), PlaneError> {
+        let mut running = self.running();
+        let names: Vec<String> = running.keys().cloned().collect();
+        for name in names {
+            let keep = wanted.iter().find(|w| w.name == name).is_some_and(|w| {
+                running.get(&name).is_some_and(|r| {
+                    let s = r.shared.settings();
+                    *s.secret.0 == *w.secret.0
+                        && (w.listen_port == 0 || s.listen_port == w.listen_port)
+                        && s.fwmark == w.fwmark
+                })
+            });
+            if !keep && let Some(i) = running.remove(&name) {
+                i.stop();
+                tracing::info!(interface = %name, "WireGuard interface stopped");
+            }
+        }
+        let mut first_error = None;
+        for (i, w) in wanted.iter().enumerate() {
+            match running.get(&w.name) {
+                Some(r) => r.update(w.clone()),
+                None => match Interface::start(w.clone(), self.0.workers) {
+                    Ok(r) => {
+                        tracing::info!(
+                            interface = %w.name,
+                            port = r.shared.settings().listen_port,
+                            peers = w.peers.len(),
+                            "WireGuard interface up"
+                        );
+                        running.insert(w.name.clone(), r);
+                    }
+                    Err(e) => {
+                        let path = format!(
+                            "wireguard.interfaces[{i}]{}",
+                            e.field.map(|f| format!(".{f}")).unwrap_or_default()
+                        );
+                        tracing::error!("{path}: {}", e.message);
+                        first_error.get_or_insert(PlaneError::at("wireguard", path, e.message));
+                    }
+                },
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Reads an interface's private key.
+fn read_key(source: &KeySource, base: &Path) -> Result<WgSecret, String> {
+    match source {
+        KeySource::Inline(k) => Ok(k.clone()),
+        KeySource::File(f) => {
+            let path = gatehouse_plane::resolve(base, f);
+            let text = zeroize::Zeroizing::new(
+                std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            );
+            gatehouse_config::decode_key(&text)
+                .map(WgSecret)
+                .ok_or_else(|| format!("{} does not hold a WireGuard key (32 bytes in base64)", path.display()))
+        }
+    }
+}
+
+/// The config's interfaces with their keys read and checked.
+fn settings(config: &Config, base: &Path) -> Result<Vec<Settings>, Vec<FieldError>> {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for (i, w) in config.wireguard.iter().flat_map(|wg| &wg.interfaces).enumerate() {
+        let at = |field: &str| format!("wireguard.interfaces[{i}].{field}");
+        let secret = match read_key(&w.private_key, base) {
+            Ok(k) => k,
+            Err(message) => {
+                let field =
+                    if matches!(w.private_key, KeySource::File(_)) { "private_key_file" } else { "private_key" };
+                errors.push(FieldError { path: at(field), message, line: None });
+                continue;
+            }
+        };
+        let public = StaticSecret::from_bytes(*secret.0).public();
+        for (j, p) in w.peers.iter().enumerate() {
+            if p.public_key.0 == public {
+                errors.push(FieldError {
+                    path: at(&format!("peers[{j}].public_key")),
+                    message: "is this interface's own public key".into(),
+                    line: None,
+                });
+            }
+        }
+        out.push(Settings {
+            name: w.name.clone(),
+            secret,
+            public,
+            listen_port: w.listen_port,
+            addresses: w.addresses.iter().map(|a| (a.addr, a.prefix)).collect::<Vec<(IpAddr, u8)>>(),
+            mtu: w.mtu,
+            fwmark: w.fwmark,
+            routes: w.routes,
+            peers: w.peers.clone(),
+        });
+    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+struct StagedWg {
+    plane: WireGuard,
+    wanted: Vec<Settings>,
+}
+
+impl Staged for StagedWg {
+    fn commit(self: Box<Self>) {
+        if self.plane.0.started.load(Ordering::Relaxed)
+            && let Err(e) = self.plane.reconcile(&self.wanted)
+        {
+            tracing::error!("{e}");
+        }
+        *self.plane.0.wanted.lock().unwrap_or_else(|e| e.into_inner()) = self.wanted;
+    }
+}
+
+impl Plane for WireGuard {
+    fn name(&self) -> &'static str {
+        "wireguard"
+    }
+
+    fn prepare(&self, config: &Arc<Config>, cx: &Prepare<'_>) -> Result<Box<dyn Staged>, Vec<FieldError>> {
+        let wanted = settings(config, cx.base_dir)?;
+        Ok(Box::new(StagedWg { plane: self.clone(), wanted }))
+    }
+
+    /// Taking over, the interfaces are joined: a TUN interface takes more
+    /// queues and the UDP port is shared (SO_REUSEPORT); the sessions are
+    /// the old process's, and peers handshake again with this one.
+    fn start(&self, _how: Start) -> Result<(), PlaneError> {
+        self.0.started.store(true, Ordering::Relaxed);
+        let wanted = self.0.wanted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.reconcile(&wanted)
+    }
+
+    fn drain(&self) {
+        let all: Vec<Interface> = self.running().drain().map(|(_, i)| i).collect();
+        for i in all {
+            i.stop();
+        }
+    }
+
+    fn metrics(&self, out: &mut Exposition) {
+        let running = self.running();
+        let mut ifaces: Vec<&Interface> = running.values().collect();
+        ifaces.sort_by(|a, b| a.shared.name.cmp(&b.shared.name));
+        let peers: Vec<(String, Vec<PeerRow>)> = ifaces.iter().map(|i| (i.shared.name.clone(), peer_rows(i))).collect();
+        type PeerSeries<'a> = (&'a str, &'a str, &'a str, fn(&PeerRow) -> u64);
+        let series: [PeerSeries<'_>; 7] = [
+            ("gatehouse_wg_peer_rx_bytes_total", "counter", "Transport bytes received from each peer.", |p| {
+                p.stats.rx_bytes
+            }),
+            ("gatehouse_wg_peer_tx_bytes_total", "counter", "Transport bytes sent to each peer.", |p| p.stats.tx_bytes),
+            ("gatehouse_wg_peer_rx_packets_total", "counter", "Transport datagrams received from each peer.", |p| {
+                p.stats.rx_packets
+            }),
+            ("gatehouse_wg_peer_tx_packets_total", "counter", "Transport datagrams sent to each peer.", |p| {
+                p.stats.tx_packets
+            }),
+            ("gatehouse_wg_peer_handshakes_total", "counter", "Handshakes completed with each peer.", |p| {
+                p.stats.handshakes
+            }),
+            ("gatehouse_wg_peer_initiations_total", "counter", "Handshake initiations sent to each peer.", |p| {
+                p.stats.initiations
+            }),
+            (
+                "gatehouse_wg_peer_last_handshake_seconds",
+                "gauge",
+                "Unix time of each peer's last completed handshake (0: none yet).",
+                |p| p.last_handshake,
+            ),
+        ];
+        for (name, kind, help, f) in series {
+            out.header(name, kind, help);
+            for (iface, rows) in &peers {
+                for p in rows {
+                    out.sample(name, &[("interface", iface), ("peer", &p.name), ("public_key", &p.public_key)], f(p));
+                }
+            }
+        }
+        out.header(
+            "gatehouse_wg_drops_total",
+            "counter",
+            "Datagrams and packets the WireGuard plane dropped, by reason.",
+        );
+        for i in &ifaces {
+            for slot in 0..DROP_SLOTS {
+                let n: u64 = i.shared.counters.iter().map(|c| c.drops[slot].load(Ordering::Relaxed)).sum();
+                out.sample(
+                    "gatehouse_wg_drops_total",
+                    &[("interface", &i.shared.name), ("reason", drop_name(slot))],
+                    n,
+                );
+            }
+        }
+        type IfSeries<'a> = (&'a str, &'a str, fn(&crate::interface::Counters) -> u64);
+        let per_iface: [IfSeries<'_>; 6] = [
+            ("gatehouse_wg_rx_datagrams_total", "UDP datagrams received.", |c| c.rx_datagrams.load(Ordering::Relaxed)),
+            ("gatehouse_wg_tx_datagrams_total", "UDP datagrams sent.", |c| c.tx_datagrams.load(Ordering::Relaxed)),
+            ("gatehouse_wg_tun_rx_packets_total", "Packets read from the tunnel interface.", |c| {
+                c.tun_rx_packets.load(Ordering::Relaxed)
+            }),
+            ("gatehouse_wg_tun_tx_packets_total", "Packets written to the tunnel interface.", |c| {
+                c.tun_tx_packets.load(Ordering::Relaxed)
+            }),
+            ("gatehouse_wg_tx_errors_total", "Datagrams or packets the kernel refused.", |c| {
+                c.tx_errors.load(Ordering::Relaxed)
+            }),
+            (
+                "gatehouse_wg_handshake_queue_full_total",
+                "Handshake messages dropped because the control thread's queue was full.",
+                |c| c.handshake_queue_full.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, f) in per_iface {
+            out.header(name, "counter", help);
+            for i in &ifaces {
+                out.sample(name, &[("interface", &i.shared.name)], i.shared.counters.iter().map(f).sum::<u64>());
+            }
+        }
+    }
+
+    fn status(&self, out: &mut Map<String, Value>) {
+        let running = self.running();
+        let mut ifaces: Vec<&Interface> = running.values().collect();
+        ifaces.sort_by(|a, b| a.shared.name.cmp(&b.shared.name));
+        let list: Vec<Value> = ifaces
+            .iter()
+            .map(|i| {
+                let s = i.shared.settings();
+                let peers: Vec<Value> = peer_rows(i)
+                    .into_iter()
+                    .map(|p| {
+                        json!({
+                            "name": p.name,
+                            "public_key": p.public_key,
+                            "endpoint": p.endpoint,
+                            "allowed_ips": p.allowed_ips,
+                            "last_handshake": (p.last_handshake > 0).then_some(p.last_handshake),
+                            "rx_bytes": p.stats.rx_bytes,
+                            "tx_bytes": p.stats.tx_bytes,
+                            "persistent_keepalive": p.keepalive,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "name": s.name,
+                    "public_key": gatehouse_config::WgPublicKey(s.public).to_base64(),
+                    "listen_port": s.listen_port,
+                    "mtu": s.mtu,
+                    "peers": peers,
+                })
+            })
+            .collect();
+        if !list.is_empty() {
+            out.insert("wireguard".into(), json!({ "interfaces": list }));
+        }
+    }
+
+    fn health_targets(&self, _out: &mut Vec<HealthTarget>) {}
+}
+
+/// A peer as metrics and status show it.
+struct PeerRow {
+    name: String,
+    public_key: String,
+    endpoint: Option<String>,
+    allowed_ips: Vec<String>,
+    /// Unix seconds; 0 before the first.
+    last_handshake: u64,
+    keepalive: u16,
+    stats: gatehouse_wg::device::PeerStats,
+}
+
+fn peer_rows(i: &Interface) -> Vec<PeerRow> {
+    let meta = i.shared.meta().clone();
+    let dev = i.shared.device();
+    let mut rows: Vec<PeerRow> = dev
+        .peer_ids()
+        .filter_map(|id| dev.peer_info(id).map(|p| (id, p)))
+        .map(|(id, p)| {
+            let public_key = gatehouse_config::WgPublicKey(p.public).to_base64();
+            PeerRow {
+                name: meta.get(&id).map(|m| m.name.clone()).unwrap_or_else(|| public_key.chars().take(8).collect()),
+                public_key,
+                endpoint: p.endpoint.map(|e| e.to_string()),
+                allowed_ips: p.allowed_ips.iter().map(|(a, l)| format!("{a}/{l}")).collect(),
+                last_handshake: p.last_handshake.map_or(0, |d| d.as_secs()),
+                keepalive: p.persistent_keepalive,
+                stats: p.stats,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
+}

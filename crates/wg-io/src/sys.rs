@@ -1,0 +1,236 @@
+//! The system calls the WireGuard plane makes beyond std and socket2: the
+//! TUN device's `TUNSETIFF`, `recvmmsg`/`sendmmsg` batches, `poll` and an
+//! eventfd to wake a worker. Every `unsafe` block of the crate is here.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::{MaybeUninit, size_of, zeroed};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Datagrams per `recvmmsg`/`sendmmsg` call at most.
+pub const BATCH: usize = 64;
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TUN: libc::c_short = 0x0001;
+const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
+}
+
+/// Opens one queue of the TUN interface `name` (made if it does not exist),
+/// non-blocking: IP packets without a packet-information header.
+pub fn open_tun(name: &str) -> io::Result<OwnedFd> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name of 1 to 15 bytes"));
+    }
+    // SAFETY: a NUL-terminated constant path; the returned descriptor is
+    // checked and owned at once.
+    let fd = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; all zeros is a valid value.
+    let mut req: libc::ifreq = unsafe { zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    req.ifr_ifru.ifru_flags = IFF_TUN | IFF_NO_PI | IFF_MULTI_QUEUE;
+    // SAFETY: TUNSETIFF reads and writes an ifreq, which `req` is, alive
+    // for the call.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req as *mut libc::ifreq) })?;
+    Ok(fd)
+}
+
+/// A socket address as the kernel takes it; on an IPv6 socket (`v6`) an
+/// IPv4 address is written IPv4-mapped.
+fn to_raw(addr: &SocketAddr, v6: bool, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    let mapped;
+    let addr = match addr {
+        SocketAddr::V4(a) if v6 => {
+            mapped = SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0));
+            &mapped
+        }
+        a => a,
+    };
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for
+            // sockaddr_in.
+            unsafe { std::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { std::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// The address the kernel wrote; IPv4-mapped IPv6 addresses come back as
+/// IPv4 (a dual-stack socket reports IPv4 peers that way).
+fn from_raw(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin: &libc::sockaddr_in = unsafe { &*(s as *const libc::sockaddr_storage).cast() };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6: &libc::sockaddr_in6 = unsafe { &*(s as *const libc::sockaddr_storage).cast() };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            let port = u16::from_be(sin6.sin6_port);
+            Some(match ip.to_ipv4_mapped() {
+                Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
+                None => SocketAddr::V6(SocketAddrV6::new(ip, port, sin6.sin6_flowinfo, sin6.sin6_scope_id)),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Receives up to `bufs.len()` (at most [`BATCH`]) datagrams without
+/// waiting: their lengths and sources go into `got`. Returns how many.
+pub fn recv_batch(fd: RawFd, bufs: &mut [&mut [u8]], got: &mut [(usize, Option<SocketAddr>)]) -> io::Result<usize> {
+    let n = bufs.len().min(BATCH).min(got.len());
+    // SAFETY: these are plain C structs; zeroed is valid for all of them.
+    let mut names: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
+    let mut iovs: [MaybeUninit<libc::iovec>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+    for i in 0..n {
+        iovs[i].write(libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() });
+        msgs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        msgs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msgs[i].msg_hdr.msg_iov = iovs[i].as_mut_ptr();
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: the first `n` headers point at `n` live buffers (each its
+    // own, borrowed mutably for the call) and at their name storage.
+    let r =
+        unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+    let r = cvt(r)? as usize;
+    for i in 0..r {
+        let truncated = msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let len = if truncated { 0 } else { msgs[i].msg_len as usize };
+        got[i] = (len, from_raw(&names[i]));
+    }
+    Ok(r)
+}
+
+/// Sends `datagrams` (at most [`BATCH`] at a time) without waiting;
+/// returns how many went (the kernel may take fewer). `v6`: the socket is
+/// a dual-stack IPv6 one.
+pub fn send_batch(fd: RawFd, v6: bool, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+    let n = datagrams.len().min(BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: plain C structs; zeroed is valid for all of them.
+    let mut names: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
+    let mut iovs: [MaybeUninit<libc::iovec>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+    for (i, (data, to)) in datagrams.iter().take(n).enumerate() {
+        let len = to_raw(to, v6, &mut names[i]);
+        iovs[i].write(libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() });
+        msgs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        msgs[i].msg_hdr.msg_namelen = len;
+        msgs[i].msg_hdr.msg_iov = iovs[i].as_mut_ptr();
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: the first `n` headers point at live buffers the kernel only
+    // reads, and at initialised addresses of the given lengths.
+    let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+    Ok(cvt(r)? as usize)
+}
+
+/// Waits until one of `fds` is readable or `timeout_ms` passes; `ready`
+/// says which are. EINTR counts as nothing ready.
+pub fn poll_readable(fds: &[RawFd], timeout_ms: i32, ready: &mut [bool]) -> io::Result<()> {
+    let mut p: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    // SAFETY: `p` is a live array of `p.len()` pollfd.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            ready.iter_mut().for_each(|r| *r = false);
+            return Ok(());
+        }
+        return Err(e);
+    }
+    for (r, q) in ready.iter_mut().zip(&p) {
+        *r = q.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0;
+    }
+    Ok(())
+}
+
+/// Waits until `fd` can take more or `timeout_ms` passes.
+pub fn poll_writable(fd: RawFd, timeout_ms: i32, ready: &mut [bool; 1]) -> io::Result<()> {
+    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one live pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    ready[0] = r > 0 && p.revents & libc::POLLOUT != 0;
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// An eventfd: one thread wakes another's `poll`.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: no pointers; the descriptor is checked and owned at once.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+    // SAFETY: just opened, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_go_out_and_come_back_with_their_sources() {
+        // A dual-stack IPv6 sender reaches an IPv4 socket (IPv4-mapped).
+        let a = std::net::UdpSocket::bind("[::]:0").expect("bind");
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let to = b.local_addr().expect("addr");
+        let from = SocketAddr::from(([127, 0, 0, 1], a.local_addr().expect("addr").port()));
+        let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
+        let out: Vec<(&[u8], SocketAddr)> = payloads.iter().map(|p| (p.as_slice(), to)).collect();
+        assert_eq!(send_batch(a.as_raw_fd(), true, &out).expect("sends"), 10);
+        let mut ready = [false];
+        poll_readable(&[b.as_raw_fd()], 1000, &mut ready).expect("polls");
+        assert!(ready[0]);
+        let mut store = vec![[0u8; 2048]; 16];
+        let mut bufs: Vec<&mut [u8]> = store.iter_mut().map(|b| &mut b[..]).collect();
+        let mut got = [(0, None); 16];
+        let mut n = 0;
+        while n < 10 {
+            n += recv_batch(b.as_raw_fd(), &mut bufs[n..], &mut got[n..]).expect("receives");
+        }
+        for i in 0..10 {
+            assert_eq!(got[i], (100 + i, Some(from)));
+            assert_eq!(bufs[i][..got[i].0], payloads[i][..]);
+        }
+        assert_eq!(
+            recv_batch(b.as_raw_fd(), &mut bufs, &mut got).map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock)
+        );
+    }
+}
