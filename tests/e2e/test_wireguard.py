@@ -1,0 +1,600 @@
+"""The WireGuard plane on real TUN interfaces, between network namespaces
+made (and removed) by the test, against wireguard-go (the Go module
+proxy's build) and against Gatehouse itself; wireguard-tools' `wg` against
+Gatehouse's UAPI socket.
+
+    a 192.168.60.1 ---+
+    b 192.168.60.2 ---+--- br0 (namespace r)
+    c 192.168.60.3 ---+
+
+Tunnel addresses: 10.60.0.N/24 and fd60::N/64 for namespace N (a=1...).
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import Gatehouse, wait_for
+
+TAG = f"wg{os.getpid() % 100000}"
+NS = {k: f"{TAG}-{k}" for k in ("r", "a", "b", "c")}
+UNDERLAY = {"a": "192.168.60.1", "b": "192.168.60.2", "c": "192.168.60.3"}
+INNER = {"a": 1, "b": 2, "c": 3}
+PORT = {"a": 51820, "b": 51821, "c": 51822}
+
+
+def wireguard_go():
+    for d in [os.environ.get("GOBIN", ""), os.path.expanduser("~/go/bin"), "/root/go/bin"]:
+        p = Path(d) / "wireguard"
+        if d and p.exists():
+            return str(p)
+    found = subprocess.run(["go", "env", "GOPATH"], capture_output=True, text=True).stdout.strip()
+    p = Path(found) / "bin" / "wireguard"
+    return str(p) if p.exists() else None
+
+
+def sh(*cmd, check=True, input=None, timeout=120):
+    p = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)}: {p.stderr.strip()}")
+    return p.stdout
+
+
+def ns(name, *cmd, check=True, input=None, timeout=120):
+    return sh("ip", "netns", "exec", NS[name], *cmd, check=check, input=input, timeout=timeout)
+
+
+def build_topology():
+    for n in NS.values():
+        sh("ip", "netns", "add", n)
+    r = NS["r"]
+    sh("ip", "-n", r, "link", "add", "br0", "type", "bridge")
+    sh("ip", "-n", r, "link", "set", "br0", "up")
+    for k, addr in UNDERLAY.items():
+        sh("ip", "-n", NS[k], "link", "set", "lo", "up")
+        sh("ip", "-n", r, "link", "add", f"p{k}", "type", "veth", "peer", "name", "eth0", "netns", NS[k])
+        sh("ip", "-n", r, "link", "set", f"p{k}", "master", "br0", "up")
+        sh("ip", "-n", NS[k], "addr", "add", f"{addr}/24", "dev", "eth0")
+        sh("ip", "-n", NS[k], "link", "set", "eth0", "up")
+
+
+def teardown_topology():
+    for n in NS.values():
+        sh("ip", "netns", "del", n, check=False)
+
+
+@pytest.fixture(scope="module")
+def net():
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces and TUN need root")
+    for tool in ("wg", "ping", "iperf3"):
+        assert shutil.which(tool), f"{tool} is missing: scripts/install-deps.sh installs it"
+    teardown_topology()
+    build_topology()
+    try:
+        yield
+    finally:
+        teardown_topology()
+
+
+def genkey():
+    private = sh("wg", "genkey").strip()
+    public = sh("wg", "pubkey", input=private + "\n").strip()
+    return private, public
+
+
+def ifname(k):
+    return f"{TAG}{k}"[-15:]
+
+
+def inner4(k):
+    return f"10.60.0.{INNER[k]}"
+
+
+def inner6(k):
+    return f"fd60::{INNER[k]}"
+
+
+def peer_yaml(k, public, psk=None, endpoint=True, keepalive=None, name=None):
+    lines = [
+        f"        - name: {name or k}",
+        f"          public_key: {public}",
+        f"          allowed_ips: [{inner4(k)}/32, \"{inner6(k)}/128\"]",
+    ]
+    if endpoint:
+        lines.append(f"          endpoint: {UNDERLAY[k]}:{PORT[k]}")
+    if psk:
+        lines.append(f"          preshared_key: {psk}")
+    if keepalive:
+        lines.append(f"          persistent_keepalive: {keepalive}")
+    return "\n".join(lines)
+
+
+def gatehouse_config(k, private, peers):
+    return f"""
+workers: 2
+admin: {{ address: 127.0.0.1:9180 }}
+wireguard:
+  interfaces:
+    - name: {ifname(k)}
+      private_key: {private}
+      listen_port: {PORT[k]}
+      addresses: [{inner4(k)}/24, "{inner6(k)}/64"]
+      peers:
+{peers}
+"""
+
+
+def start_gatehouse(tmp_path, k, private, peers):
+    (tmp_path / k).mkdir(exist_ok=True)
+    gh = Gatehouse(tmp_path / k, gatehouse_config(k, private, peers), prefix=("ip", "netns", "exec", NS[k]))
+    gh.wait_log("WireGuard interface up")
+    return gh
+
+
+class WireGuardGo:
+    """wireguard-go in namespace `k`, configured with `wg`."""
+
+    def __init__(self, k, private, peers):
+        exe = wireguard_go()
+        assert exe, "wireguard-go is missing: scripts/install-deps.sh installs it from the Go module proxy"
+        self.k = k
+        self.dev = ifname(k)
+        env = dict(os.environ, LOG_LEVEL="error")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", NS[k], exe, "-f", self.dev], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        sock = Path(f"/var/run/wireguard/{self.dev}.sock")
+        wait_for(lambda: sock.exists(), what="wireguard-go's UAPI socket")
+        conf = f"[Interface]\nPrivateKey = {private}\nListenPort = {PORT[k]}\n" + "".join(peers)
+        ns(k, "wg", "setconf", self.dev, "/dev/stdin", input=conf)
+        ns(k, "ip", "addr", "add", f"{inner4(k)}/24", "dev", self.dev)
+        ns(k, "ip", "addr", "add", f"{inner6(k)}/64", "dev", self.dev)
+        ns(k, "ip", "link", "set", self.dev, "mtu", "1420", "up")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def go_peer(k, public, psk=None, endpoint=True, keepalive=None):
+    s = f"[Peer]\nPublicKey = {public}\nAllowedIPs = {inner4(k)}/32, {inner6(k)}/128\n"
+    if endpoint:
+        s += f"Endpoint = {UNDERLAY[k]}:{PORT[k]}\n"
+    if psk:
+        s += f"PresharedKey = {psk}\n"
+    if keepalive:
+        s += f"PersistentKeepalive = {keepalive}\n"
+    return s
+
+
+def ping(src, dst, v6=False, count=3, check=True):
+    args = ["ping", "-6" if v6 else "-4", "-c", str(count), "-i", "0.2", "-W", "2", dst]
+    out = ns(src, *args, check=False)
+    ok = f"{count} received" in out
+    if check:
+        assert ok, f"ping {src} -> {dst}: {out}"
+    return ok
+
+
+def metrics(k):
+    return ns(k, "curl", "-s", "http://127.0.0.1:9180/metrics")
+
+
+def metric(text, name, **labels):
+    total = None
+    for line in text.splitlines():
+        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
+        if not m:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if all(have.get(a) == b for a, b in labels.items()):
+            total = (total or 0) + float(m.group(2))
+    return total
+
+
+def iperf(server, client_ns, dst, extra=()):
+    srv = subprocess.Popen(
+        ["ip", "netns", "exec", NS[server], "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for(lambda: ":5201 " in ns(server, "ss", "-ltn"), what="iperf3 listening")
+        p = subprocess.run(
+            ["ip", "netns", "exec", NS[client_ns], "iperf3", "-c", dst, "-J", *extra],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        out = json.loads(p.stdout)
+        assert p.returncode == 0 and "error" not in out, f"iperf3 to {dst}: {out.get('error')} {p.stderr[-300:]}"
+        return out
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+UDP_ECHO = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 7))
+print("ready", flush=True)
+while True:
+    data, addr = s.recvfrom(65535)
+    s.sendto(data, addr)
+"""
+
+
+def udp_echo(server, client_ns, dst):
+    srv = subprocess.Popen(
+        ["ip", "netns", "exec", NS[server], sys.executable, "-c", UDP_ECHO, dst], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert srv.stdout.readline().strip() == "ready"
+        code = (
+            "import socket,sys\n"
+            "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(2)\n"
+            "ok=0\n"
+            "for i in range(50):\n"
+            "    m=(b'%d-' % i)*(1+i*20)\n"
+            "    s.sendto(m,(sys.argv[1],7))\n"
+            "    try:\n"
+            "        ok+=s.recvfrom(65535)[0]==m\n"
+            "    except OSError: pass\n"
+            "print(ok)\n"
+        )
+        got = int(ns(client_ns, sys.executable, "-c", code, dst).strip())
+        assert got >= 49, f"{got} of 50 UDP echoes came back"
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def traffic_both_ways(x, y):
+    """Ping both ways over IPv4 and IPv6 inside; a UDP echo."""
+    ping(x, inner4(y))
+    ping(y, inner4(x))
+    ping(x, inner6(y), v6=True)
+    ping(y, inner6(x), v6=True)
+    udp_echo(y, x, inner4(y))
+
+
+# ------------------------------------------------------------------ tests
+
+
+@pytest.mark.parametrize("with_psk", [False, True], ids=["no-psk", "psk"])
+@pytest.mark.parametrize("first", ["gatehouse", "wireguard-go"])
+def test_gatehouse_and_wireguard_go_interoperate(net, tmp_path, with_psk, first):
+    ga, pa = genkey()
+    gb, pb = genkey()
+    psk = sh("wg", "genpsk").strip() if with_psk else None
+    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, psk=psk))
+    go = WireGuardGo("b", gb, [go_peer("a", pa, psk=psk)])
+    try:
+        # Whoever sends first starts the handshake.
+        if first == "gatehouse":
+            traffic_both_ways("a", "b")
+        else:
+            traffic_both_ways("b", "a")
+        m = metrics("a")
+        assert metric(m, "gatehouse_wg_peer_handshakes_total", peer="b") >= 1
+        assert metric(m, "gatehouse_wg_peer_rx_packets_total", peer="b") >= 12
+        initiations = metric(m, "gatehouse_wg_peer_initiations_total", peer="b")
+        assert (initiations >= 1) == (first == "gatehouse"), m
+        # wg show on wireguard-go's side sees the handshake and the bytes.
+        dump = ns("b", "wg", "show", go.dev, "dump").splitlines()[1].split("\t")
+        assert int(dump[4]) > 0 and int(dump[5]) > 0 and int(dump[6]) > 0, dump
+        assert dump[1] == (psk or "(none)")
+    finally:
+        go.stop()
+        gh.stop()
+
+
+def test_a_gibibyte_over_tcp_each_way_with_wireguard_go(net, tmp_path):
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb))
+    go = WireGuardGo("b", gb, [go_peer("a", pa)])
+    try:
+        ping("a", inner4("b"), count=1)
+        for server, client in (("b", "a"), ("a", "b")):
+            out = iperf(server, client, inner4(server), extra=("-n", "1G"))
+            # iperf3's receiver report stops a moment before the last bytes.
+            assert out["end"]["sum_sent"]["bytes"] >= 1 << 30
+            assert out["end"]["sum_received"]["bytes"] >= 0.97 * (1 << 30)
+        m = metrics("a")
+        assert metric(m, "gatehouse_wg_peer_rx_bytes_total", peer="b") > 1 << 30
+        assert metric(m, "gatehouse_wg_peer_tx_bytes_total", peer="b") > 1 << 30
+        assert metric(m, "gatehouse_wg_drops_total", reason="decrypt") == 0
+        assert metric(m, "gatehouse_wg_drops_total", reason="not_allowed_source") == 0
+    finally:
+        go.stop()
+        gh.stop()
+
+
+def test_gatehouse_to_gatehouse_with_a_preshared_key(net, tmp_path):
+    ga, pa = genkey()
+    gb, pb = genkey()
+    psk = sh("wg", "genpsk").strip()
+    a = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, psk=psk))
+    b = start_gatehouse(tmp_path, "b", gb, peer_yaml("a", pa, psk=psk))
+    try:
+        traffic_both_ways("a", "b")
+        out = iperf("b", "a", inner4("b"), extra=("-n", "1G"))
+        assert out["end"]["sum_sent"]["bytes"] >= 1 << 30
+        assert out["end"]["sum_received"]["bytes"] >= 0.97 * (1 << 30)
+        out = iperf("a", "b", inner6("a"), extra=("-n", "256M"))
+        assert out["end"]["sum_received"]["bytes"] >= 0.95 * (256 << 20)
+        status = json.loads(ns("a", "curl", "-s", "http://127.0.0.1:9180/status"))
+        iface = status["wireguard"]["interfaces"][0]
+        assert iface["name"] == ifname("a") and iface["public_key"] == pa
+        peer = iface["peers"][0]
+        assert peer["name"] == "b" and peer["public_key"] == pb and peer["last_handshake"] > 0
+        assert peer["endpoint"] == f"{UNDERLAY['b']}:{PORT['b']}"
+        # Keys never reach the logs.
+        for gh in (a, b):
+            log = gh.stderr()
+            for secret in (ga, gb, psk):
+                assert secret not in log
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_wg_show_and_wg_set_against_gatehouse(net, tmp_path):
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gc, pc = genkey()
+    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb))
+    b = WireGuardGo("b", gb, [go_peer("a", pa)])
+    c = WireGuardGo("c", gc, [go_peer("a", pa)])
+    dev = ifname("a")
+    try:
+        ping("b", inner4("a"))
+        show = ns("a", "wg", "show", dev)
+        assert f"public key: {pa}" in show and f"peer: {pb}" in show and "latest handshake" in show, show
+        assert f"listening port: {PORT['a']}" in show
+        # c is no peer yet: its packets go nowhere.
+        assert not ping("c", inner4("a"), count=1, check=False)
+        # Added live; b's session is undisturbed.
+        ns("a", "wg", "set", dev, "peer", pc, "allowed-ips", f"{inner4('c')}/32", "endpoint", f"{UNDERLAY['c']}:{PORT['c']}")
+        ns("a", "ip", "route", "add", f"{inner4('c')}/32", "dev", dev)
+        # Gatehouse starts the handshake at once (c's own retry would wait
+        # for its five-second rekey timeout).
+        ping("a", inner4("c"))
+        ping("c", inner4("a"))
+        dump = ns("a", "wg", "show", dev, "dump").splitlines()
+        assert len(dump) == 3, dump
+        assert metric(metrics("a"), "gatehouse_wg_peer_handshakes_total", peer="b") == 1
+        # Removed: c's traffic stops, b's goes on.
+        ns("a", "wg", "set", dev, "peer", pc, "remove")
+        assert not ping("c", inner4("a"), count=2, check=False)
+        ping("b", inner4("a"))
+        assert pc not in ns("a", "wg", "show", dev)
+        # What the config owns cannot be changed from here.
+        p = subprocess.run(["ip", "netns", "exec", NS["a"], "wg", "set", dev, "listen-port", "1"], capture_output=True, text=True)
+        assert p.returncode != 0
+        # showconf round-trips through syncconf unchanged.
+        conf = ns("a", "wg", "showconf", dev)
+        ns("a", "wg", "syncconf", dev, "/dev/stdin", input=conf)
+        assert ns("a", "wg", "showconf", dev) == conf
+    finally:
+        b.stop()
+        c.stop()
+        gh.stop()
+
+
+def sniff_keepalives(k, port, seconds):
+    """Counts 32-byte WireGuard transport messages (keepalives) leaving
+    namespace `k` for UDP port `port`, captured on its eth0."""
+    code = f"""
+import socket, struct, time
+# Outgoing frames reach only packet sockets of every protocol.
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.bind(("eth0", 0))
+s.settimeout(0.2)
+n = 0
+end = time.time() + {seconds}
+while time.time() < end:
+    try:
+        f, addr = s.recvfrom(65535)
+    except OSError:
+        continue
+    if addr[2] != socket.PACKET_OUTGOING or f[12:14] != bytes([8, 0]):
+        continue
+    ip = f[14:]
+    ihl = (ip[0] & 15) * 4
+    if ip[9] != 17:
+        continue
+    udp = ip[ihl:]
+    dport = struct.unpack("!H", udp[2:4])[0]
+    payload = udp[8:]
+    if dport == {port} and len(payload) == 32 and payload[0] == 4:
+        n += 1
+print(n)
+"""
+    return int(ns(k, sys.executable, "-c", code).strip())
+
+
+def test_roaming_and_persistent_keepalive(net, tmp_path):
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, keepalive=1))
+    go = WireGuardGo("b", gb, [go_peer("a", pa)])
+    try:
+        ping("a", inner4("b"))
+        # Idle, Gatehouse still sends a keepalive every second.
+        seen = sniff_keepalives("a", PORT["b"], 3.5)
+        assert seen >= 2, f"{seen} keepalives in 3.5 s"
+        # b's outer address changes: its next packet moves the endpoint.
+        # (The new address, secondary at first, must outlive the old one.)
+        ns("b", "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1")
+        ns("b", "ip", "addr", "add", "192.168.60.12/24", "dev", "eth0")
+        ns("b", "ip", "addr", "del", f"{UNDERLAY['b']}/24", "dev", "eth0")
+        ping("b", inner4("a"))
+        ping("a", inner4("b"))
+        show = ns("a", "wg", "show", ifname("a"), "endpoints")
+        assert f"192.168.60.12:{PORT['b']}" in show, show
+    finally:
+        ns("b", "ip", "addr", "add", f"{UNDERLAY['b']}/24", "dev", "eth0", check=False)
+        ns("b", "ip", "addr", "del", "192.168.60.12/24", "dev", "eth0", check=False)
+        go.stop()
+        gh.stop()
+
+
+def blake2s(data, key=b"", size=32):
+    return hashlib.blake2s(data, key=key, digest_size=size).digest()
+
+
+def initiation_with_mac1(their_public, sender):
+    """A handshake initiation whose content is junk but whose mac1 is
+    right: what a flood of spoofed initiations looks like."""
+    body = struct.pack("<BxxxI", 1, sender) + os.urandom(108)
+    mac1 = blake2s(body, key=blake2s(b"mac1----" + their_public), size=16)
+    return body + mac1 + bytes(16)
+
+
+def test_the_cookie_path_under_a_flood_of_initiations(net, tmp_path):
+    import base64
+
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, endpoint=False))
+    go = WireGuardGo("b", gb, [go_peer("a", pa)])
+    try:
+        public = base64.b64decode(pa)
+        flood = f"""
+import os, socket, struct, hashlib, time, sys, signal
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+public = bytes.fromhex("{public.hex()}")
+def b2(d, key=b"", n=32):
+    return hashlib.blake2s(d, key=key, digest_size=n).digest()
+k = b2(b"mac1----" + public)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("{UNDERLAY['c']}", 0))
+s.setblocking(False)
+cookies = 0
+end = time.time() + 12
+i = 0
+while time.time() < end and not stop:
+    body = struct.pack("<BxxxI", 1, i) + os.urandom(108)
+    i += 1
+    try:
+        s.sendto(body + b2(body, k, 16) + bytes(16), ("{UNDERLAY['a']}", {PORT['a']}))
+    except BlockingIOError:
+        pass
+    while True:
+        try:
+            d = s.recv(2048)
+        except BlockingIOError:
+            break
+        cookies += len(d) == 64 and d[0] == 3
+    if i % 64 == 0:
+        time.sleep(0.001)
+print(i, cookies)
+"""
+        p = subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, "-c", flood], stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        # During the flood wireguard-go's handshake still completes: its
+        # first initiation is answered with a cookie reply, its retry
+        # carries the mac2 that cookie makes.
+        wait_for(lambda: ping("b", inner4("a"), count=1, check=False), timeout=10, what="a handshake under the flood")
+        assert p.poll() is None, "the flood ended before the handshake completed"
+        # `ip netns exec` passes the signal on to the flooder.
+        p.terminate()
+        sent, cookies = map(int, p.communicate(timeout=30)[0].split())
+        assert cookies > 0, f"no cookie reply to {sent} initiations"
+        m = metrics("a")
+        assert metric(m, "gatehouse_wg_peer_handshakes_total", peer="b") >= 1
+        # Junk that passed mac1 and mac2 never did (its mac2 is zero).
+        assert metric(m, "gatehouse_wg_drops_total", reason="unknown_peer") == 0
+    finally:
+        go.stop()
+        gh.stop()
+
+
+def test_hostile_datagrams_are_dropped_and_counted(net, tmp_path):
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb))
+    go = WireGuardGo("b", gb, [go_peer("a", pa)])
+    try:
+        ping("b", inner4("a"), count=1)
+        # Capture one genuine transport message from b to a to replay.
+        code = f"""
+import socket, struct, time, subprocess, sys
+# Outgoing frames reach only packet sockets of every protocol.
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.bind(("eth0", 0))
+s.settimeout(3)
+subprocess.Popen(["ping", "-c", "3", "-i", "0.2", "{inner4('a')}"], stdout=subprocess.DEVNULL)
+while True:
+    f, addr = s.recvfrom(65535)
+    if addr[2] != socket.PACKET_OUTGOING or f[12:14] != bytes([8, 0]):
+        continue
+    ip = f[14:]
+    ihl = (ip[0] & 15) * 4
+    udp = ip[ihl:]
+    if ip[9] == 17 and struct.unpack("!H", udp[2:4])[0] == {PORT['a']} and udp[8] == 4 and len(udp) > 40:
+        print(udp[8:].hex())
+        break
+"""
+        genuine = bytes.fromhex(ns("b", sys.executable, "-c", code).strip())
+        time.sleep(1)
+        before = metrics("a")
+        hostile = [
+            b"",
+            b"\x04",
+            b"\x04\x00\x00",
+            b"\x09\x00\x00\x00" + bytes(40),
+            b"\x04\x01\x00\x00" + bytes(40),
+            b"\x01\x00\x00\x00" + bytes(100),
+            b"\x01\x00\x00\x00" + os.urandom(144),
+            b"\x02\x00\x00\x00" + os.urandom(88),
+            b"\x03\x00\x00\x00" + os.urandom(60),
+            b"\x04\x00\x00\x00" + os.urandom(60),
+            genuine,
+            genuine,
+            # A counter never seen, and a forged body: fails to open.
+            genuine[:8] + struct.pack("<Q", 1 << 20) + bytes(len(genuine) - 16),
+        ]
+        send = f"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("{UNDERLAY['b']}", {PORT['b']} + 100))
+for h in sys.stdin.read().split():
+    s.sendto(bytes.fromhex(h), ("{UNDERLAY['a']}", {PORT['a']}))
+"""
+        ns("b", sys.executable, "-c", send, input=" ".join(h.hex() or "00" for h in hostile))
+
+        def dropped(text, reason):
+            return metric(text, "gatehouse_wg_drops_total", reason=reason) or 0
+
+        def grew():
+            after = metrics("a")
+            return all(
+                dropped(after, r) > dropped(before, r)
+                for r in ("short", "unknown_type", "reserved_bytes", "bad_length", "bad_mac1", "unknown_index", "replay", "decrypt")
+            )
+
+        wait_for(grew, timeout=5, what="every drop counted")
+        # The plane goes on.
+        ping("b", inner4("a"))
+        ping("a", inner4("b"))
+    finally:
+        go.stop()
+        gh.stop()
