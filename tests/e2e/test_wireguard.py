@@ -598,3 +598,64 @@ for h in sys.stdin.read().split():
     finally:
         go.stop()
         gh.stop()
+
+
+def test_reload_changes_peers_and_keeps_sessions(net, tmp_path):
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gc, pc = genkey()
+    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb))
+    b = WireGuardGo("b", gb, [go_peer("a", pa)])
+    c = WireGuardGo("c", gc, [go_peer("a", pa)])
+    try:
+        ping("a", inner4("b"))
+        # c added, b's keepalive changed: b's session goes on as it was.
+        gh.reload(gatehouse_config("a", ga, peer_yaml("b", pb, keepalive=5) + "\n" + peer_yaml("c", pc)))
+        gh.wait_log("configuration reloaded")
+        ping("a", inner4("c"))
+        ping("c", inner4("a"))
+        ping("b", inner4("a"))
+        m = metrics("a")
+        assert metric(m, "gatehouse_wg_peer_handshakes_total", peer="b") == 1, "b handshook again"
+        assert metric(m, "gatehouse_wg_peer_handshakes_total", peer="c") == 1
+        assert "persistent keepalive: every 5 seconds" in ns("a", "wg", "show", ifname("a"))
+        # c removed: its route and its traffic go; b's still flows.
+        gh.reload(gatehouse_config("a", ga, peer_yaml("b", pb, keepalive=5)))
+        gh.wait_log("configuration reloaded", count=2)
+        assert not ping("a", inner4("c"), count=1, check=False)
+        assert inner4("c") not in ns("a", "ip", "route")
+        ping("b", inner4("a"))
+        assert metric(metrics("a"), "gatehouse_wg_peer_handshakes_total", peer="b") == 1
+        # A bad config is refused and the running one stays.
+        gh.reload(gatehouse_config("a", ga, peer_yaml("b", "not-a-key")))
+        gh.wait_log("wireguard.interfaces[0].peers[0].public_key: expected a WireGuard key")
+        ping("b", inner4("a"))
+    finally:
+        b.stop()
+        c.stop()
+        gh.stop()
+
+
+def test_check_names_the_key_file_at_fault(net, tmp_path):
+    from harness import BIN
+
+    _, pb = genkey()
+    conf = tmp_path / "g.yaml"
+    conf.write_text(
+        f"""
+wireguard:
+  interfaces:
+    - name: wgx
+      private_key_file: missing.key
+      peers:
+        - public_key: {pb}
+          allowed_ips: [10.61.0.2/32]
+"""
+    )
+    p = subprocess.run([str(BIN), "check", "-c", str(conf)], capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "wireguard.interfaces[0].private_key_file: cannot read" in p.stderr, p.stderr
+    key = tmp_path / "missing.key"
+    key.write_text(sh("wg", "genkey"))
+    p = subprocess.run([str(BIN), "check", "-c", str(conf)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
