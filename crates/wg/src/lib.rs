@@ -31,4 +31,6 @@ pub mod transport;
 pub mod uapi;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod interop;
