@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""WireGuard tunnels side by side: a Gatehouse pair, a wireguard-go pair and
+a boringtun pair, each between two network namespaces joined by a veth,
+both daemons pinned to CPU 0, iperf3 (client and server) on CPU 1.
+
+For each implementation: TCP with 1 and 4 streams (Gbit/s delivered, and
+Gbit/s per daemon CPU-second: both daemons' utime+stime from /proc), and
+UDP with 64-byte payloads at stepped offered rates (packets delivered, and
+delivered per daemon CPU-second). The machine's softirq time is shown too,
+so that kernel work is not hidden.
+
+    sudo python3 bench/wg_tunnel.py [--seconds 8] [--only gatehouse,wireguard-go]
+
+Prints a Markdown table for docs/BENCHMARKS.md.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GATEHOUSE = ROOT / "target" / "release" / "gatehouse"
+NS = ("bwx", "bwy")
+UNDER = {"bwx": "192.168.90.1", "bwy": "192.168.90.2"}
+INNER = {"bwx": "10.90.0.1", "bwy": "10.90.0.2"}
+PORT = {"bwx": 51830, "bwy": 51831}
+DEV = {"bwx": "bwgx", "bwy": "bwgy"}
+UDP_RATES = [50_000, 100_000, 200_000, 400_000]
+
+
+def sh(*cmd, check=True, input=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    if check and p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: {p.stderr.strip()}")
+    return p.stdout
+
+
+def ns(n, *cmd, **kw):
+    return sh("ip", "netns", "exec", n, *cmd, **kw)
+
+
+def topology():
+    for n in NS:
+        sh("ip", "netns", "del", n, check=False)
+        sh("ip", "netns", "add", n)
+        sh("ip", "-n", n, "link", "set", "lo", "up")
+    sh("ip", "link", "add", "bwv0", "netns", NS[0], "type", "veth", "peer", "name", "bwv1", "netns", NS[1])
+    for n, dev in zip(NS, ("bwv0", "bwv1")):
+        sh("ip", "-n", n, "addr", "add", f"{UNDER[n]}/24", "dev", dev)
+        sh("ip", "-n", n, "link", "set", dev, "up")
+
+
+def teardown():
+    for n in NS:
+        sh("ip", "netns", "del", n, check=False)
+
+
+def keys():
+    out = {}
+    for n in NS:
+        priv = sh("wg", "genkey").strip()
+        out[n] = (priv, sh("wg", "pubkey", input=priv + "\n").strip())
+    return out
+
+
+def other(n):
+    return NS[1] if n == NS[0] else NS[0]
+
+
+def find(name, extra=()):
+    for d in [*extra, os.path.expanduser("~/go/bin"), os.path.expanduser("~/.cargo/bin"), "/root/go/bin"]:
+        p = Path(d) / name
+        if p.exists():
+            return str(p)
+    return shutil.which(name)
+
+
+def cpu_seconds(pid):
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def softirq_seconds():
+    f = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(f[7]) / os.sysconf("SC_CLK_TCK")
+
+
+class Pair:
+    """Two daemons of one implementation, configured and handshaken."""
+
+    def __init__(self, kind, tmp):
+        self.kind = kind
+        self.procs = []
+        k = keys()
+        for n in NS:
+            o = other(n)
+            if kind == "gatehouse":
+                # Each its own directory: the control socket lives beside the config.
+                (Path(tmp) / n).mkdir(exist_ok=True)
+                conf = Path(tmp) / n / "gatehouse.yaml"
+                conf.write_text(
+                    f"""
+admin: {{ address: 127.0.0.1:9180 }}
+access_log: {{ path: "off" }}
+wireguard:
+  interfaces:
+    - name: {DEV[n]}
+      private_key: {k[n][0]}
+      listen_port: {PORT[n]}
+      addresses: [{INNER[n]}/24]
+      peers:
+        - name: {o}
+          public_key: {k[o][1]}
+          endpoint: {UNDER[o]}:{PORT[o]}
+          allowed_ips: [{INNER[o]}/32]
+"""
+                )
+                cmd = [str(GATEHOUSE), "run", "-c", str(conf)]
+            elif kind == "wireguard-go":
+                cmd = [find("wireguard"), "-f", DEV[n]]
+            else:
+                cmd = [find("boringtun-cli", ["/tmp/bt/bin"]), "-f", "--disable-drop-privileges", DEV[n]]
+            env = dict(os.environ, LOG_LEVEL="error", WG_SUDO="1")
+            log = open(Path(tmp) / f"{kind}-{n}.log", "wb")
+            p = subprocess.Popen(
+                ["taskset", "-c", "0", "ip", "netns", "exec", n, *cmd], stdout=log, stderr=log, env=env
+            )
+            self.logs = getattr(self, "logs", []) + [Path(tmp) / f"{kind}-{n}.log"]
+            self.procs.append(p)
+            sock = Path(f"/var/run/wireguard/{DEV[n]}.sock")
+            for _ in range(100):
+                if sock.exists():
+                    break
+                time.sleep(0.05)
+            if kind != "gatehouse":
+                conf = (
+                    f"[Interface]\nPrivateKey = {k[n][0]}\nListenPort = {PORT[n]}\n"
+                    f"[Peer]\nPublicKey = {k[o][1]}\nAllowedIPs = {INNER[o]}/32\nEndpoint = {UNDER[o]}:{PORT[o]}\n"
+                )
+                ns(n, "wg", "setconf", DEV[n], "/dev/stdin", input=conf)
+                ns(n, "ip", "addr", "add", f"{INNER[n]}/24", "dev", DEV[n])
+                ns(n, "ip", "link", "set", DEV[n], "mtu", "1420", "up")
+        for _ in range(50):
+            if "1 received" in ns(NS[0], "ping", "-c1", "-W1", INNER[NS[1]], check=False):
+                break
+        else:
+            logs = "\n".join(l.read_text(errors="replace")[-2000:] for l in self.logs)
+            raise SystemExit(f"{kind}: the tunnel does not come up\n{logs}")
+
+    def cpu(self):
+        return sum(cpu_seconds(p.pid) for p in self.procs)
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for n in NS:
+            Path(f"/var/run/wireguard/{DEV[n]}.sock").unlink(missing_ok=True)
+
+
+def iperf(pair, seconds, args):
+    srv = subprocess.Popen(
+        ["taskset", "-c", "1", "ip", "netns", "exec", NS[1], "iperf3", "-s", "-1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            if ":5201 " in ns(NS[1], "ss", "-ltnu"):
+                break
+            time.sleep(0.05)
+        c0, s0, t0 = pair.cpu(), softirq_seconds(), time.time()
+        p = subprocess.run(
+            ["taskset", "-c", "1", "ip", "netns", "exec", NS[0], "iperf3", "-c", INNER[NS[1]], "-J", "-t", str(seconds), *args],
+            capture_output=True,
+            text=True,
+        )
+        c1, s1, t1 = pair.cpu(), softirq_seconds(), time.time()
+        out = json.loads(p.stdout)
+        if "error" in out:
+            raise SystemExit(f"iperf3: {out['error']}")
+        return out, c1 - c0, s1 - s0, t1 - t0
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def run(kind, seconds, rows):
+    with tempfile.TemporaryDirectory() as tmp:
+        pair = Pair.__new__(Pair)
+        pair.procs = []
+        try:
+            pair.__init__(kind, tmp)
+            for streams in (1, 4):
+                out, cpu, soft, wall = iperf(pair, seconds, ["-P", str(streams)])
+                bits = out["end"]["sum_received"]["bytes"] * 8
+                rows.append((kind, f"TCP {streams} stream{'s' if streams > 1 else ''}", f"{bits / wall / 1e9:.2f} Gbit/s",
+                             f"{bits / 1e9 / max(cpu, 1e-9):.2f} Gbit/s", f"{cpu / wall:.2f}", f"{soft / wall:.2f}"))
+                print(rows[-1], flush=True)
+            for rate in UDP_RATES:
+                out, cpu, soft, wall = iperf(pair, seconds, ["-u", "-l", "64", "-b", str(rate * 64 * 8)])
+                s = out["end"]["sum"]
+                delivered = s["packets"] - s["lost_packets"]
+                rows.append((kind, f"UDP 64 B offered {rate // 1000} kpps", f"{delivered / wall / 1e3:.0f} kpps",
+                             f"{delivered / 1e3 / max(cpu, 1e-9):.0f} kpkt", f"{cpu / wall:.2f}", f"{soft / wall:.2f}"))
+                print(rows[-1], flush=True)
+        finally:
+            pair.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--only", default="gatehouse,wireguard-go,boringtun")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (namespaces, TUN)")
+    rows = []
+    topology()
+    try:
+        for kind in a.only.split(","):
+            run(kind, a.seconds, rows)
+    finally:
+        teardown()
+    cpu = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")).split(":")[1].strip()
+    fam = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("cpu family")).split(":")[1].strip()
+    commit = sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD").strip()
+    print(f"\n{cpu} (cpu family {fam}), commit {commit}, {a.seconds} s per run\n")
+    print("| daemon | workload | delivered | per daemon CPU-second | daemon CPUs | softirq CPUs |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
