@@ -106,58 +106,145 @@ fn from_raw(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-/// Receives up to `bufs.len()` (at most [`BATCH`]) datagrams without
-/// waiting: their lengths and sources go into `got`. Returns how many.
-pub fn recv_batch(fd: RawFd, bufs: &mut [&mut [u8]], got: &mut [(usize, Option<SocketAddr>)]) -> io::Result<usize> {
+const SOL_UDP: libc::c_int = 17;
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Room for one `int` control message.
+const CMSG_ROOM: usize = 32;
+
+/// Asks the kernel to hand over runs of datagrams of one flow as one
+/// buffer (UDP GRO; [`recv_batch`] reports the segment size). False where
+/// the kernel does not have it.
+pub fn enable_udp_gro(fd: RawFd) -> bool {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int from a live local.
+    let r = unsafe {
+        libc::setsockopt(fd, SOL_UDP, UDP_GRO, (&one as *const libc::c_int).cast(), size_of::<libc::c_int>() as _)
+    };
+    r == 0
+}
+
+/// What [`recv_batch`] got in one buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Got {
+    /// Bytes in the buffer (0: truncated, to be dropped).
+    pub len: usize,
+    pub from: Option<SocketAddr>,
+    /// With UDP GRO: the buffer holds datagrams of this size, the last
+    /// possibly shorter. 0: one datagram.
+    pub segment: usize,
+}
+
+/// Receives up to `bufs.len()` (at most [`BATCH`]) buffers without
+/// waiting. Returns how many.
+pub fn recv_batch(fd: RawFd, bufs: &mut [&mut [u8]], got: &mut [Got]) -> io::Result<usize> {
     let n = bufs.len().min(BATCH).min(got.len());
     // SAFETY: these are plain C structs; zeroed is valid for all of them.
     let mut names: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
     let mut iovs: [MaybeUninit<libc::iovec>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
     // SAFETY: as above.
     let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+    let mut controls = [[0u64; CMSG_ROOM / 8]; BATCH];
     for i in 0..n {
         iovs[i].write(libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() });
-        msgs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-        msgs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        msgs[i].msg_hdr.msg_iov = iovs[i].as_mut_ptr();
-        msgs[i].msg_hdr.msg_iovlen = 1;
+        let hdr = &mut msgs[i].msg_hdr;
+        hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        hdr.msg_iov = iovs[i].as_mut_ptr();
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = controls[i].as_mut_ptr().cast();
+        hdr.msg_controllen = CMSG_ROOM;
     }
     // SAFETY: the first `n` headers point at `n` live buffers (each its
-    // own, borrowed mutably for the call) and at their name storage.
+    // own, borrowed mutably for the call), their name storage and their
+    // control buffers (8-byte aligned, CMSG_ROOM bytes).
     let r =
         unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
     let r = cvt(r)? as usize;
     for i in 0..r {
         let truncated = msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         let len = if truncated { 0 } else { msgs[i].msg_len as usize };
-        got[i] = (len, from_raw(&names[i]));
+        got[i] = Got { len, from: from_raw(&names[i]), segment: gro_segment(&msgs[i].msg_hdr) };
     }
     Ok(r)
 }
 
-/// Sends `datagrams` (at most [`BATCH`] at a time) without waiting;
-/// returns how many went (the kernel may take fewer). `v6`: the socket is
+/// The UDP GRO segment size in a received message's control data.
+fn gro_segment(hdr: &libc::msghdr) -> usize {
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled,
+    // within msg_controllen; the data of a (SOL_UDP, UDP_GRO) message is
+    // one int, read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                return v.max(0) as usize;
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    0
+}
+
+/// One message to send: datagrams to one destination. With more than one
+/// part, every part but the last must be `parts[0].len()` long (the last
+/// may be shorter), and they go as one UDP GSO send.
+pub struct Outgoing<'a> {
+    pub parts: &'a [&'a [u8]],
+    pub to: SocketAddr,
+}
+
+/// Datagrams at most in one UDP GSO send.
+pub const GSO_SEGMENTS: usize = 64;
+
+/// Sends `msgs_in` (at most [`BATCH`] at a time) without waiting; returns
+/// how many messages went (the kernel may take fewer). `v6`: the socket is
 /// a dual-stack IPv6 one.
-pub fn send_batch(fd: RawFd, v6: bool, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
-    let n = datagrams.len().min(BATCH);
+pub fn send_batch(fd: RawFd, v6: bool, msgs_in: &[Outgoing<'_>]) -> io::Result<usize> {
+    let n = msgs_in.len().min(BATCH);
     if n == 0 {
         return Ok(0);
     }
+    let mut iovs: Vec<libc::iovec> = msgs_in
+        .iter()
+        .take(n)
+        .flat_map(|m| m.parts.iter())
+        .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() })
+        .collect();
     // SAFETY: plain C structs; zeroed is valid for all of them.
     let mut names: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
-    let mut iovs: [MaybeUninit<libc::iovec>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
     // SAFETY: as above.
     let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-    for (i, (data, to)) in datagrams.iter().take(n).enumerate() {
-        let len = to_raw(to, v6, &mut names[i]);
-        iovs[i].write(libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() });
-        msgs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-        msgs[i].msg_hdr.msg_namelen = len;
-        msgs[i].msg_hdr.msg_iov = iovs[i].as_mut_ptr();
-        msgs[i].msg_hdr.msg_iovlen = 1;
+    let mut controls = [[0u64; CMSG_ROOM / 8]; BATCH];
+    let mut at = 0;
+    for (i, m) in msgs_in.iter().take(n).enumerate() {
+        let len = to_raw(&m.to, v6, &mut names[i]);
+        let hdr = &mut msgs[i].msg_hdr;
+        hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        hdr.msg_namelen = len;
+        hdr.msg_iov = iovs[at..].as_mut_ptr();
+        hdr.msg_iovlen = m.parts.len();
+        at += m.parts.len();
+        if m.parts.len() > 1 {
+            hdr.msg_control = controls[i].as_mut_ptr().cast();
+            hdr.msg_controllen = CMSG_ROOM;
+            let segment = m.parts[0].len() as u16;
+            // SAFETY: the control buffer is CMSG_ROOM bytes, 8-byte aligned:
+            // room for one header and a u16, written in place.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(hdr);
+                (*c).cmsg_level = SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, segment);
+                hdr.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as _;
+            }
+        }
     }
     // SAFETY: the first `n` headers point at live buffers the kernel only
-    // reads, and at initialised addresses of the given lengths.
+    // reads (through `iovs`, alive and unmoved), initialised addresses,
+    // and control data of the given lengths.
     let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
     Ok(cvt(r)? as usize)
 }
@@ -212,25 +299,62 @@ mod tests {
         let to = b.local_addr().expect("addr");
         let from = SocketAddr::from(([127, 0, 0, 1], a.local_addr().expect("addr").port()));
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
-        let out: Vec<(&[u8], SocketAddr)> = payloads.iter().map(|p| (p.as_slice(), to)).collect();
+        let parts: Vec<[&[u8]; 1]> = payloads.iter().map(|p| [p.as_slice()]).collect();
+        let out: Vec<Outgoing<'_>> = parts.iter().map(|p| Outgoing { parts: p, to }).collect();
         assert_eq!(send_batch(a.as_raw_fd(), true, &out).expect("sends"), 10);
         let mut ready = [false];
         poll_readable(&[b.as_raw_fd()], 1000, &mut ready).expect("polls");
         assert!(ready[0]);
         let mut store = vec![[0u8; 2048]; 16];
         let mut bufs: Vec<&mut [u8]> = store.iter_mut().map(|b| &mut b[..]).collect();
-        let mut got = [(0, None); 16];
+        let mut got = [Got::default(); 16];
         let mut n = 0;
         while n < 10 {
             n += recv_batch(b.as_raw_fd(), &mut bufs[n..], &mut got[n..]).expect("receives");
         }
         for i in 0..10 {
-            assert_eq!(got[i], (100 + i, Some(from)));
-            assert_eq!(bufs[i][..got[i].0], payloads[i][..]);
+            assert_eq!(got[i], Got { len: 100 + i, from: Some(from), segment: 0 });
+            assert_eq!(bufs[i][..got[i].len], payloads[i][..]);
         }
         assert_eq!(
             recv_batch(b.as_raw_fd(), &mut bufs, &mut got).map_err(|e| e.kind()),
             Err(io::ErrorKind::WouldBlock)
         );
+    }
+
+    #[test]
+    fn a_gso_send_arrives_as_datagrams_or_as_one_gro_buffer() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let plain = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let gro = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let on = enable_udp_gro(gro.as_raw_fd());
+        let seg: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; if i == 4 { 40 } else { 100 }]).collect();
+        let parts: Vec<&[u8]> = seg.iter().map(|s| s.as_slice()).collect();
+        for to in [plain.local_addr().expect("addr"), gro.local_addr().expect("addr")] {
+            let out = [Outgoing { parts: &parts, to }];
+            assert_eq!(send_batch(a.as_raw_fd(), false, &out).expect("a GSO send"), 1);
+        }
+        // Without GRO: five datagrams as sent.
+        let mut store = vec![[0u8; 4096]; 8];
+        let mut bufs: Vec<&mut [u8]> = store.iter_mut().map(|b| &mut b[..]).collect();
+        let mut got = [Got::default(); 8];
+        let mut ready = [false];
+        poll_readable(&[plain.as_raw_fd()], 1000, &mut ready).expect("polls");
+        let n = recv_batch(plain.as_raw_fd(), &mut bufs, &mut got).expect("receives");
+        assert_eq!(got[..n].iter().map(|g| g.len).collect::<Vec<_>>(), [100, 100, 100, 100, 40]);
+        // With GRO (on loopback the kernel may or may not coalesce): the
+        // same bytes, in one buffer marked with the segment size or apart.
+        poll_readable(&[gro.as_raw_fd()], 1000, &mut ready).expect("polls");
+        let mut bytes = Vec::new();
+        let mut total = 0;
+        while total < 440 {
+            let n = recv_batch(gro.as_raw_fd(), &mut bufs, &mut got).unwrap_or(0);
+            for i in 0..n {
+                assert!(got[i].segment == 0 || (on && got[i].segment == 100), "{:?}", got[i]);
+                bytes.extend_from_slice(&bufs[i][..got[i].len]);
+                total += got[i].len;
+            }
+        }
+        assert_eq!(bytes, seg.concat());
     }
 }

@@ -2,15 +2,18 @@
 //! port. Packets from the tunnel are read in batches straight after the
 //! room for a transport header, planned under the device's lock (peer,
 //! counter, key), sealed in place all at once by the batched AEAD, and
-//! sent with one `sendmmsg`. Datagrams come in with one `recvmmsg`,
-//! transport data is planned under the lock, opened in place all at once,
-//! checked under the lock again (replay window, allowed IPs) and written
-//! to the tunnel from where it was received. Handshake messages go to the
-//! control thread. Nothing is copied on the way.
+//! sent with one `sendmmsg`, runs of equal-sized datagrams to one peer as
+//! one UDP GSO message. Datagrams come in with one `recvmmsg`, runs of one
+//! flow as one UDP GRO buffer; transport data is planned under the lock,
+//! opened in place all at once, checked under the lock again (replay
+//! window, allowed IPs) and written to the tunnel from where it landed.
+//! Handshake messages go to the control thread. Nothing is copied on the
+//! way.
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,47 +22,70 @@ use std::time::Instant;
 use gatehouse_mbx::aead::{OpenJob, SealJob, TAG_LEN, open_batch, seal_batch};
 use gatehouse_wg::device::{DropReason, Inbound, OpenPlan, Received, SealPlan, Transmit};
 use gatehouse_wg::messages::{TRANSPORT, transport::DATA};
-use gatehouse_wg::transport::TransportError;
-use gatehouse_wg::transport::padded_len;
+use gatehouse_wg::transport::{TransportError, padded_len};
 
 use crate::interface::{Counters, Shared};
-use crate::sys::{self, BATCH};
+use crate::sys::{self, BATCH, GSO_SEGMENTS, Got, Outgoing};
 
-/// One packet's place in a batch: its buffer holds a transport message
-/// (header, data padded to 16, tag), or the packet at [`DATA`] before
-/// sealing.
+/// One packet from the tunnel: its buffer holds the packet at [`DATA`],
+/// then the whole transport message once sealed.
 struct Slot {
     buf: Vec<u8>,
-    /// Bytes of the packet (from the tunnel) or the datagram (from the
-    /// network); after opening, of the packet inside.
+    /// Bytes of the packet, then of the transport message.
     len: usize,
-    from: Option<SocketAddr>,
     seal: Option<SealPlan>,
+}
+
+/// Receive buffers: each takes one datagram, or a UDP GRO run of them.
+const RX_BUFFERS: usize = 32;
+/// Bytes of a receive buffer: the largest GRO run the kernel makes.
+const RX_BUFFER: usize = 65_536;
+/// Bytes at most in one UDP GSO send.
+const GSO_BYTES: usize = 65_000;
+
+/// One datagram inside a receive buffer.
+struct Datagram {
+    buffer: usize,
+    at: Range<usize>,
+    from: SocketAddr,
     open: Option<OpenPlan>,
-    /// Opened and accepted: to be written to the tunnel.
-    deliver: bool,
+    /// Opened and accepted: the packet's length, to go to the tunnel.
+    deliver: Option<usize>,
 }
 
-struct Slots(Vec<Slot>);
-
-impl Slots {
-    fn new(mtu: u32) -> Slots {
-        let cap = DATA + padded_len(mtu as usize) + TAG_LEN;
-        Slots(
-            (0..BATCH)
-                .map(|_| Slot { buf: vec![0u8; cap], len: 0, from: None, seal: None, open: None, deliver: false })
-                .collect(),
-        )
-    }
+struct Worker<'a> {
+    sh: &'a Shared,
+    counters: &'a Counters,
+    fd: i32,
+    tun: File,
+    slots: Vec<Slot>,
+    rx: Vec<Vec<u8>>,
+    got: [Got; RX_BUFFERS],
+    datagrams: Vec<Datagram>,
+    /// Datagrams the device made (handshakes, keepalives).
+    out: Vec<Transmit>,
+    /// UDP GSO works on this socket (off for good after the kernel refuses it).
+    gso: bool,
 }
 
-pub fn run(sh: Arc<Shared>, index: usize, mut tun: File) {
+pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
     let socket = sh.sockets[index].clone();
-    let counters = &sh.counters[index];
     let wake = sh.wake[index].as_raw_fd();
-    let fds = [tun.as_raw_fd(), socket.as_raw_fd(), wake];
-    let mut slots = Slots::new(sh.buffer_mtu);
-    let mut out: Vec<Transmit> = Vec::new();
+    let cap = DATA + padded_len(sh.buffer_mtu as usize) + TAG_LEN;
+    let mut w = Worker {
+        sh: &sh,
+        counters: &sh.counters[index],
+        fd: socket.as_raw_fd(),
+        tun,
+        slots: (0..BATCH).map(|_| Slot { buf: vec![0u8; cap], len: 0, seal: None }).collect(),
+        rx: (0..RX_BUFFERS).map(|_| vec![0u8; RX_BUFFER]).collect(),
+        got: [Got::default(); RX_BUFFERS],
+        datagrams: Vec::with_capacity(BATCH),
+        out: Vec::new(),
+        gso: true,
+    };
+    sys::enable_udp_gro(w.fd);
+    let fds = [w.tun.as_raw_fd(), w.fd, wake];
     let mut ready = [false; 3];
     while !sh.stop.load(Ordering::Relaxed) {
         if let Err(e) = sys::poll_readable(&fds, 1000, &mut ready) {
@@ -68,84 +94,213 @@ pub fn run(sh: Arc<Shared>, index: usize, mut tun: File) {
         }
         // Each side a batch per turn, so neither starves the other.
         if ready[0] {
-            from_tunnel(&sh, &mut tun, socket.as_raw_fd(), &mut slots, &mut out, counters);
-            sh.send_all(&socket, &mut out, counters);
+            w.tunnel_to_network();
+            sh.send_all(&socket, &mut w.out, w.counters);
         }
         if ready[1] {
-            from_network(&sh, &mut tun, socket.as_raw_fd(), &mut slots, &mut out, counters);
-            sh.send_all(&socket, &mut out, counters);
+            w.network_to_tunnel();
+            sh.send_all(&socket, &mut w.out, w.counters);
         }
     }
 }
 
-/// Reads up to a batch of packets from the TUN queue.
-fn read_tunnel(tun: &mut File, slots: &mut Slots, counters: &Counters) -> usize {
-    let mut n = 0;
-    while n < BATCH {
-        let slot = &mut slots.0[n];
-        let room = slot.buf.len() - DATA - TAG_LEN;
-        match tun.read(&mut slot.buf[DATA..DATA + room]) {
-            Ok(0) => break,
-            Ok(len) => {
-                slot.len = len;
-                n += 1;
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => break,
-            Err(_) => {
-                counters.tx_errors.fetch_add(1, Ordering::Relaxed);
-                break;
-            }
-        }
-    }
-    counters.tun_rx_packets.fetch_add(n as u64, Ordering::Relaxed);
-    n
-}
-
-fn from_tunnel(sh: &Shared, tun: &mut File, fd: i32, slots: &mut Slots, out: &mut Vec<Transmit>, counters: &Counters) {
-    let n = read_tunnel(tun, slots, counters);
-    if n == 0 {
-        return;
-    }
-    let now = Instant::now();
-    let batch = &mut slots.0[..n];
-    {
-        let mut dev = sh.device();
-        for slot in batch.iter_mut() {
-            slot.seal = match dev.plan_seal(&slot.buf[DATA..DATA + slot.len], now, out) {
-                Ok(plan) => plan,
-                Err(d) => {
-                    counters.drop(d);
-                    None
+impl Worker<'_> {
+    /// Reads up to a batch of packets from the TUN queue.
+    fn read_tunnel(&mut self) -> usize {
+        let mut n = 0;
+        while n < BATCH {
+            let slot = &mut self.slots[n];
+            let room = slot.buf.len() - DATA - TAG_LEN;
+            match self.tun.read(&mut slot.buf[DATA..DATA + room]) {
+                Ok(0) => break,
+                Ok(len) => {
+                    slot.len = len;
+                    n += 1;
                 }
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => break,
+                Err(_) => {
+                    self.counters.tx_errors.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+        self.counters.tun_rx_packets.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    fn tunnel_to_network(&mut self) {
+        let n = self.read_tunnel();
+        if n == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let batch = &mut self.slots[..n];
+        {
+            let mut dev = self.sh.device();
+            for slot in batch.iter_mut() {
+                slot.seal = match dev.plan_seal(&slot.buf[DATA..DATA + slot.len], now, &mut self.out) {
+                    Ok(plan) => plan,
+                    Err(d) => {
+                        self.counters.drop(d);
+                        None
+                    }
+                };
+            }
+        }
+        let mut jobs: Vec<SealJob<'_>> = Vec::with_capacity(n);
+        for slot in batch.iter_mut() {
+            let Some(plan) = &slot.seal else { continue };
+            let padded = padded_len(slot.len);
+            slot.buf[..DATA].copy_from_slice(&plan.header);
+            slot.buf[DATA + slot.len..DATA + padded].fill(0);
+            slot.len = DATA + padded + TAG_LEN;
+            let (data, tag) = slot.buf[DATA..slot.len].split_at_mut(padded);
+            let Ok(tag) = <&mut [u8; TAG_LEN]>::try_from(tag) else { continue };
+            jobs.push(SealJob { key: &plan.key.0, counter: plan.counter, data, tag });
+        }
+        seal_batch(&mut jobs);
+        drop(jobs);
+        let datagrams: Vec<(&[u8], SocketAddr)> =
+            batch.iter().filter_map(|s| s.seal.as_ref().map(|p| (&s.buf[..s.len], p.to))).collect();
+        send(self.fd, self.sh.v6, &mut self.gso, &datagrams, self.counters);
+    }
+
+    /// Receives a batch, opens its transport data, delivers the packets.
+    fn network_to_tunnel(&mut self) {
+        let n = {
+            let mut bufs: Vec<&mut [u8]> = self.rx.iter_mut().map(|b| &mut b[..]).collect();
+            sys::recv_batch(self.fd, &mut bufs, &mut self.got).unwrap_or(0)
+        };
+        if n == 0 {
+            return;
+        }
+        self.datagrams.clear();
+        for (buffer, got) in self.got.iter().enumerate().take(n) {
+            let Some(from) = got.from else { continue };
+            let step = if got.segment == 0 { got.len.max(1) } else { got.segment };
+            let mut at = 0;
+            while at < got.len {
+                let end = (at + step).min(got.len);
+                self.datagrams.push(Datagram { buffer, at: at..end, from, open: None, deliver: None });
+                at = end;
+            }
+        }
+        self.counters.rx_datagrams.fetch_add(self.datagrams.len() as u64, Ordering::Relaxed);
+        let now = Instant::now();
+        {
+            let mut dev = self.sh.device();
+            for d in self.datagrams.iter_mut() {
+                let datagram = &self.rx[d.buffer][d.at.clone()];
+                if datagram.first() != Some(&TRANSPORT) {
+                    // Handshakes cost Diffie-Hellman work: the control thread's.
+                    hand_over(self.sh, datagram, d.from, self.counters);
+                    continue;
+                }
+                match dev.plan_open(datagram, d.from, now, &mut self.out) {
+                    Inbound::Open(plan) => d.open = Some(plan),
+                    Inbound::Done(Received::Dropped(r)) => self.counters.drop(r),
+                    Inbound::Done(_) => {}
+                }
+            }
+        }
+        let opened = open_all(&mut self.rx, &self.datagrams);
+        {
+            let mut dev = self.sh.device();
+            let mut verdicts = opened.into_iter();
+            for d in self.datagrams.iter_mut() {
+                let Some(plan) = &d.open else { continue };
+                if verdicts.next() != Some(true) {
+                    self.counters.drop(DropReason::Transport(TransportError::Decrypt));
+                    continue;
+                }
+                let plain = &self.rx[d.buffer][d.at.start + DATA..d.at.end - TAG_LEN];
+                match dev.finish_open(plan, plain, d.from, now, &mut self.out) {
+                    Received::Packet { len, .. } => d.deliver = Some(len),
+                    Received::Dropped(r) => self.counters.drop(r),
+                    Received::Control => {}
+                }
+            }
+        }
+        for d in &self.datagrams {
+            let Some(len) = d.deliver else { continue };
+            let packet = &self.rx[d.buffer][d.at.start + DATA..d.at.start + DATA + len];
+            // A TUN write takes the whole packet or fails.
+            match self.tun.write(packet) {
+                Ok(k) if k == packet.len() => self.counters.tun_tx_packets.fetch_add(1, Ordering::Relaxed),
+                _ => self.counters.tx_errors.fetch_add(1, Ordering::Relaxed),
             };
         }
     }
-    let mut jobs: Vec<SealJob<'_>> = Vec::with_capacity(n);
-    for slot in batch.iter_mut() {
-        let Some(plan) = &slot.seal else { continue };
-        let padded = padded_len(slot.len);
-        slot.buf[..DATA].copy_from_slice(&plan.header);
-        slot.buf[DATA + slot.len..DATA + padded].fill(0);
-        slot.len = DATA + padded + TAG_LEN;
-        let (data, tag) = slot.buf[DATA..slot.len].split_at_mut(padded);
-        let Ok(tag) = <&mut [u8; TAG_LEN]>::try_from(tag) else { continue };
-        jobs.push(SealJob { key: &plan.key.0, counter: plan.counter, data, tag });
-    }
-    seal_batch(&mut jobs);
-    drop(jobs);
-    let datagrams: Vec<(&[u8], SocketAddr)> =
-        batch.iter().filter_map(|s| s.seal.as_ref().map(|p| (&s.buf[..s.len], p.to))).collect();
-    send(fd, sh.v6, &datagrams, counters);
 }
 
-/// Sends every datagram, again where the kernel took only some; those it
-/// refuses are counted and skipped.
-fn send(fd: i32, v6: bool, datagrams: &[(&[u8], SocketAddr)], counters: &Counters) {
+/// Opens, in place and in one batch, every datagram with a plan; returns
+/// whether each opened, in order.
+fn open_all(rx: &mut [Vec<u8>], datagrams: &[Datagram]) -> Vec<bool> {
+    let mut jobs: Vec<OpenJob<'_>> = Vec::with_capacity(datagrams.len());
+    let mut next = 0;
+    for (b, buf) in rx.iter_mut().enumerate() {
+        // This buffer's datagrams, in order: split off one after another.
+        let mut rest: &mut [u8] = buf;
+        let mut consumed = 0;
+        while let Some(d) = datagrams.get(next).filter(|d| d.buffer == b) {
+            next += 1;
+            let tail = std::mem::take(&mut rest);
+            let (_, tail) = tail.split_at_mut(d.at.start - consumed);
+            let (this, tail) = tail.split_at_mut(d.at.len());
+            rest = tail;
+            consumed = d.at.end;
+            let Some(plan) = &d.open else { continue };
+            let (data, tag) = this[DATA..].split_at_mut(d.at.len() - DATA - TAG_LEN);
+            let Ok(tag) = <&[u8; TAG_LEN]>::try_from(&*tag) else { continue };
+            jobs.push(OpenJob { key: &plan.key.0, counter: plan.counter, data, tag, ok: false });
+        }
+    }
+    open_batch(&mut jobs);
+    jobs.iter().map(|j| j.ok).collect()
+}
+
+/// Groups `datagrams` into messages: runs to one destination, every
+/// datagram but the last of a run as long as the first (UDP GSO), when
+/// `gso`; else one message each.
+fn group(datagrams: &[(&[u8], SocketAddr)], gso: bool) -> Vec<(Range<usize>, SocketAddr)> {
+    let mut groups: Vec<(Range<usize>, SocketAddr)> = Vec::new();
+    let mut bytes = 0;
+    for (i, (d, to)) in datagrams.iter().enumerate() {
+        if let Some((r, gto)) = groups.last_mut() {
+            let first = datagrams[r.start].0.len();
+            let last_was_short = datagrams[r.end - 1].0.len() < first;
+            if gso
+                && *gto == *to
+                && d.len() <= first
+                && !last_was_short
+                && r.len() < GSO_SEGMENTS
+                && bytes + d.len() <= GSO_BYTES
+            {
+                r.end = i + 1;
+                bytes += d.len();
+                continue;
+            }
+        }
+        groups.push((i..i + 1, *to));
+        bytes = d.len();
+    }
+    groups
+}
+
+/// Sends every datagram, again where the kernel took only some. A GSO
+/// message the kernel refuses turns GSO off for the socket and goes as
+/// separate datagrams; a datagram it refuses is counted and skipped.
+fn send(fd: i32, v6: bool, gso: &mut bool, datagrams: &[(&[u8], SocketAddr)], counters: &Counters) {
+    let parts: Vec<&[u8]> = datagrams.iter().map(|(d, _)| *d).collect();
+    let mut groups = group(datagrams, *gso);
     let mut at = 0;
-    while at < datagrams.len() {
-        match sys::send_batch(fd, v6, &datagrams[at..]) {
+    while at < groups.len() {
+        let msgs: Vec<Outgoing<'_>> =
+            groups[at..].iter().map(|(r, to)| Outgoing { parts: &parts[r.clone()], to: *to }).collect();
+        match sys::send_batch(fd, v6, &msgs) {
             Ok(k) => {
-                counters.tx_datagrams.fetch_add(k as u64, Ordering::Relaxed);
+                let sent: usize = groups[at..at + k].iter().map(|(r, _)| r.len()).sum();
+                counters.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
                 at += k.max(1);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -153,91 +308,26 @@ fn send(fd: i32, v6: bool, datagrams: &[(&[u8], SocketAddr)], counters: &Counter
                 let mut ready = [false];
                 let _ = sys::poll_writable(fd, 10, &mut ready);
                 if !ready[0] {
-                    counters.tx_errors.fetch_add((datagrams.len() - at) as u64, Ordering::Relaxed);
+                    let left: usize = groups[at..].iter().map(|(r, _)| r.len()).sum();
+                    counters.tx_errors.fetch_add(left as u64, Ordering::Relaxed);
                     return;
                 }
             }
+            Err(e) if groups[at].0.len() > 1 => {
+                // The kernel or the route has no UDP GSO: never again here.
+                tracing::info!("UDP GSO refused ({e}); sending datagrams one by one");
+                *gso = false;
+                let rest: Vec<(&[u8], SocketAddr)> = datagrams[groups[at].0.start..].to_vec();
+                let base = groups[at].0.start;
+                groups.truncate(at);
+                groups.extend(group(&rest, false).into_iter().map(|(r, to)| (r.start + base..r.end + base, to)));
+            }
             Err(_) => {
                 // The first one failed (no route, refused): skip it.
-                counters.tx_errors.fetch_add(1, Ordering::Relaxed);
+                counters.tx_errors.fetch_add(groups[at].0.len() as u64, Ordering::Relaxed);
                 at += 1;
             }
         }
-    }
-}
-
-fn from_network(sh: &Shared, tun: &mut File, fd: i32, slots: &mut Slots, out: &mut Vec<Transmit>, counters: &Counters) {
-    let n = {
-        let mut bufs: Vec<&mut [u8]> = slots.0.iter_mut().map(|s| &mut s.buf[..]).collect();
-        let mut got = [(0usize, None); BATCH];
-        let n = sys::recv_batch(fd, &mut bufs, &mut got).unwrap_or(0);
-        for (slot, (len, from)) in slots.0.iter_mut().zip(&got).take(n) {
-            (slot.len, slot.from) = (*len, *from);
-        }
-        n
-    };
-    if n == 0 {
-        return;
-    }
-    counters.rx_datagrams.fetch_add(n as u64, Ordering::Relaxed);
-    let now = Instant::now();
-    let batch = &mut slots.0[..n];
-    {
-        let mut dev = sh.device();
-        for slot in batch.iter_mut() {
-            slot.open = None;
-            slot.deliver = false;
-            let Some(src) = slot.from else { continue };
-            let datagram = &slot.buf[..slot.len];
-            if datagram.first() != Some(&TRANSPORT) {
-                // Handshakes cost Diffie-Hellman work: the control thread's.
-                hand_over(sh, datagram, src, counters);
-                continue;
-            }
-            match dev.plan_open(datagram, src, now, out) {
-                Inbound::Open(plan) => slot.open = Some(plan),
-                Inbound::Done(Received::Dropped(d)) => counters.drop(d),
-                Inbound::Done(_) => {}
-            }
-        }
-    }
-    let mut jobs: Vec<OpenJob<'_>> = Vec::with_capacity(n);
-    for slot in batch.iter_mut() {
-        let Some(plan) = &slot.open else { continue };
-        let (data, tag) = slot.buf[DATA..slot.len].split_at_mut(slot.len - DATA - TAG_LEN);
-        let Ok(tag) = <&[u8; TAG_LEN]>::try_from(&*tag) else { continue };
-        jobs.push(OpenJob { key: &plan.key.0, counter: plan.counter, data, tag, ok: false });
-    }
-    open_batch(&mut jobs);
-    let opened: Vec<bool> = jobs.iter().map(|j| j.ok).collect();
-    drop(jobs);
-    {
-        let mut dev = sh.device();
-        let mut verdicts = opened.into_iter();
-        for slot in batch.iter_mut() {
-            let (Some(plan), Some(src)) = (&slot.open, slot.from) else { continue };
-            if verdicts.next() != Some(true) {
-                counters.drop(DropReason::Transport(TransportError::Decrypt));
-                continue;
-            }
-            let plain = &slot.buf[DATA..slot.len - TAG_LEN];
-            match dev.finish_open(plan, plain, src, now, out) {
-                Received::Packet { len, .. } => {
-                    slot.len = DATA + len;
-                    slot.deliver = true;
-                }
-                Received::Dropped(d) => counters.drop(d),
-                Received::Control => {}
-            }
-        }
-    }
-    for slot in batch.iter().filter(|s| s.deliver) {
-        let packet = &slot.buf[DATA..slot.len];
-        // A TUN write takes the whole packet or fails.
-        match tun.write(packet) {
-            Ok(k) if k == packet.len() => counters.tun_tx_packets.fetch_add(1, Ordering::Relaxed),
-            _ => counters.tx_errors.fetch_add(1, Ordering::Relaxed),
-        };
     }
 }
 
@@ -248,5 +338,27 @@ fn hand_over(sh: &Shared, datagram: &[u8], src: SocketAddr, counters: &Counters)
     if sh.handshakes.try_send((datagram.to_vec(), src)).is_err() {
         sh.queued.fetch_sub(1, Ordering::Relaxed);
         counters.handshake_queue_full.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_to_one_peer_of_one_size_make_one_gso_message() {
+        let (p, q): (SocketAddr, SocketAddr) = (([10, 0, 0, 1], 1).into(), ([10, 0, 0, 2], 1).into());
+        let big = [0u8; 100];
+        let small = [0u8; 40];
+        let d = |b: &'static [u8], to| (b, to);
+        let big: &'static [u8] = Box::leak(Box::new(big));
+        let small: &'static [u8] = Box::leak(Box::new(small));
+        let list = [d(big, p), d(big, p), d(small, p), d(big, p), d(big, q), d(small, q), d(small, q)];
+        let g: Vec<(Range<usize>, SocketAddr)> = group(&list, true);
+        assert_eq!(g, vec![(0..3, p), (3..4, p), (4..6, q), (6..7, q)]);
+        assert_eq!(group(&list, false).len(), 7);
+        let many: Vec<(&[u8], SocketAddr)> = (0..150).map(|_| (big, p)).collect();
+        let g = group(&many, true);
+        assert_eq!(g.iter().map(|(r, _)| r.len()).collect::<Vec<_>>(), [64, 64, 22]);
     }
 }
