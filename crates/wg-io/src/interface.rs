@@ -51,6 +51,9 @@ pub struct Counters {
     pub tx_errors: AtomicU64,
     /// Handshake messages dropped because the control thread's queue was full.
     pub handshake_queue_full: AtomicU64,
+    /// Packets from the tunnel whose headers did not match their offload
+    /// description (or too long for the MTU).
+    pub tun_malformed: AtomicU64,
     /// By [`DropReason::NAMES`], then `no_endpoint`, `handshake_timeout`.
     pub drops: [AtomicU64; DROP_SLOTS],
 }

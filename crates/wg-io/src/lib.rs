@@ -8,6 +8,7 @@
 
 pub mod interface;
 pub mod netlink;
+pub mod offload;
 pub mod plane;
 pub mod sys;
 pub mod uapi_server;

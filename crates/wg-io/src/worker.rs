@@ -25,6 +25,7 @@ use gatehouse_wg::messages::{TRANSPORT, transport::DATA};
 use gatehouse_wg::transport::{TransportError, padded_len};
 
 use crate::interface::{Counters, Shared};
+use crate::offload::{self, VNET_HDR_LEN, VnetHdr};
 use crate::sys::{self, BATCH, GSO_SEGMENTS, Got, Outgoing};
 
 /// One packet from the tunnel: its buffer holds the packet at [`DATA`],
@@ -42,6 +43,8 @@ const RX_BUFFERS: usize = 32;
 const RX_BUFFER: usize = 65_536;
 /// Bytes at most in one UDP GSO send.
 const GSO_BYTES: usize = 65_000;
+/// Bytes of the largest packet TUN hands over or takes (a GSO super-packet).
+const SUPER: usize = 65_535;
 
 /// One datagram inside a receive buffer.
 struct Datagram {
@@ -66,6 +69,12 @@ struct Worker<'a> {
     out: Vec<Transmit>,
     /// UDP GSO works on this socket (off for good after the kernel refuses it).
     gso: bool,
+    /// Where a packet from the tunnel lands, virtio header first.
+    stage: Vec<u8>,
+    /// Where coalesced segments are put together for the tunnel.
+    gro: Vec<u8>,
+    /// Bytes of a slot's buffer.
+    slot_cap: usize,
 }
 
 pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
@@ -83,6 +92,9 @@ pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
         datagrams: Vec::with_capacity(BATCH),
         out: Vec::new(),
         gso: true,
+        stage: vec![0u8; VNET_HDR_LEN + SUPER],
+        gro: vec![0u8; VNET_HDR_LEN + SUPER],
+        slot_cap: cap,
     };
     sys::enable_udp_gro(w.fd);
     let fds = [w.tun.as_raw_fd(), w.fd, wake];
@@ -105,23 +117,41 @@ pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
 }
 
 impl Worker<'_> {
-    /// Reads up to a batch of packets from the TUN queue.
+    /// Reads packets from the TUN queue until a batch's worth of segments
+    /// is in the slots (or nothing more waits): super-packets are cut into
+    /// segments, partial checksums completed. Returns the slots filled.
     fn read_tunnel(&mut self) -> usize {
         let mut n = 0;
         while n < BATCH {
-            let slot = &mut self.slots[n];
-            let room = slot.buf.len() - DATA - TAG_LEN;
-            match self.tun.read(&mut slot.buf[DATA..DATA + room]) {
+            let len = match self.tun.read(&mut self.stage) {
                 Ok(0) => break,
-                Ok(len) => {
-                    slot.len = len;
-                    n += 1;
-                }
+                Ok(len) => len,
                 Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => break,
                 Err(_) => {
                     self.counters.tx_errors.fetch_add(1, Ordering::Relaxed);
                     break;
                 }
+            };
+            let Some(hdr) = VnetHdr::parse(&self.stage[..len]) else { continue };
+            let pkt = &self.stage[VNET_HDR_LEN..len];
+            let split = match offload::plan(&hdr, pkt) {
+                Ok(s) => s,
+                Err(_) => {
+                    self.counters.tun_malformed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            for i in 0..split.segments {
+                if split.segment_len(pkt.len(), i) + DATA + TAG_LEN + 15 > self.slot_cap {
+                    self.counters.tun_malformed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if n == self.slots.len() {
+                    self.slots.push(Slot { buf: vec![0u8; self.slot_cap], len: 0, seal: None });
+                }
+                let slot = &mut self.slots[n];
+                slot.len = offload::write_segment(&hdr, &split, pkt, i, &mut slot.buf[DATA..]);
+                n += 1;
             }
         }
         self.counters.tun_rx_packets.fetch_add(n as u64, Ordering::Relaxed);
@@ -221,16 +251,111 @@ impl Worker<'_> {
                 }
             }
         }
-        for d in &self.datagrams {
-            let Some(len) = d.deliver else { continue };
-            let packet = &self.rx[d.buffer][d.at.start + DATA..d.at.start + DATA + len];
-            // A TUN write takes the whole packet or fails.
-            match self.tun.write(packet) {
-                Ok(k) if k == packet.len() => self.counters.tun_tx_packets.fetch_add(1, Ordering::Relaxed),
-                _ => self.counters.tx_errors.fetch_add(1, Ordering::Relaxed),
-            };
+        self.deliver();
+    }
+
+    /// Writes the opened packets to the tunnel, in order: runs of TCP
+    /// segments of one flow coalesced into one super-packet (GRO), every
+    /// other packet where it was opened, behind a virtio header written
+    /// over the transport header it no longer needs.
+    fn deliver(&mut self) {
+        let mut run: Option<Run> = None;
+        for k in 0..self.datagrams.len() {
+            let Some(len) = self.datagrams[k].deliver else { continue };
+            let (buffer, start) = (self.datagrams[k].buffer, self.datagrams[k].at.start + DATA);
+            let pkt = &self.rx[buffer][start..start + len];
+            let flow = offload::tcp_flow(pkt);
+            if let (Some(r), Some(f)) = (&mut run, &flow) {
+                let first = &self.rx[r.buffer][r.start..r.start + r.len];
+                if !r.short && r.bytes + f.payload() <= SUPER && offload::continues(first, &r.flow, r.so_far, pkt, f) {
+                    r.parts.push(k);
+                    r.so_far += f.payload();
+                    r.bytes += f.payload();
+                    r.short = f.payload() < r.flow.payload();
+                    r.last_flags = f.flags();
+                    continue;
+                }
+            }
+            if let Some(r) = run.take() {
+                self.flush(r);
+            }
+            match flow {
+                Some(f) => {
+                    run = Some(Run {
+                        buffer,
+                        start,
+                        len,
+                        flow: f,
+                        parts: vec![k],
+                        so_far: f.payload(),
+                        bytes: len,
+                        short: false,
+                        last_flags: f.flags(),
+                    });
+                }
+                None => self.write_one(k),
+            }
+        }
+        if let Some(r) = run.take() {
+            self.flush(r);
         }
     }
+
+    /// Writes datagram `k`'s packet as it is.
+    fn write_one(&mut self, k: usize) {
+        let d = &self.datagrams[k];
+        let Some(len) = d.deliver else { return };
+        let start = d.at.start + DATA;
+        let buf = &mut self.rx[d.buffer];
+        VnetHdr::default().write(&mut buf[start - VNET_HDR_LEN..start]);
+        let out = &buf[start - VNET_HDR_LEN..start + len];
+        let ok = matches!(self.tun.write(out), Ok(k) if k == out.len());
+        self.count_write(ok, 1);
+    }
+
+    /// Writes a run: one packet as it is, more as one super-packet.
+    fn flush(&mut self, r: Run) {
+        if r.parts.len() == 1 {
+            return self.write_one(r.parts[0]);
+        }
+        let mut at = VNET_HDR_LEN;
+        self.gro[at..at + r.len].copy_from_slice(&self.rx[r.buffer][r.start..r.start + r.len]);
+        at += r.len;
+        for &k in &r.parts[1..] {
+            let d = &self.datagrams[k];
+            let (Some(len), start) = (d.deliver, d.at.start + DATA) else { continue };
+            let payload = &self.rx[d.buffer][start + r.flow.headers..start + len];
+            self.gro[at..at + payload.len()].copy_from_slice(payload);
+            at += payload.len();
+        }
+        let hdr = offload::finish_coalesced(&mut self.gro[VNET_HDR_LEN..at], &r.flow, r.last_flags);
+        hdr.write(&mut self.gro[..VNET_HDR_LEN]);
+        let ok = matches!(self.tun.write(&self.gro[..at]), Ok(k) if k == at);
+        self.count_write(ok, r.parts.len());
+    }
+
+    fn count_write(&self, ok: bool, packets: usize) {
+        let c = if ok { &self.counters.tun_tx_packets } else { &self.counters.tx_errors };
+        c.fetch_add(packets as u64, Ordering::Relaxed);
+    }
+}
+
+/// Segments of one TCP flow gathered to go to the tunnel as one.
+struct Run {
+    /// Where the first segment is.
+    buffer: usize,
+    start: usize,
+    len: usize,
+    flow: offload::TcpFlow,
+    /// The datagrams whose packets make it, in order.
+    parts: Vec<usize>,
+    /// Payload bytes so far.
+    so_far: usize,
+    /// Bytes of the super-packet so far.
+    bytes: usize,
+    /// The last segment was shorter: nothing may follow it.
+    short: bool,
+    last_flags: u8,
 }
 
 /// Opens, in place and in one batch, every datagram with a plan; returns

@@ -1,0 +1,460 @@
+//! TUN offloads: the virtio-net header the kernel puts before every packet
+//! of an `IFF_VNET_HDR` interface, and the work the kernel hands over with
+//! it. A TCP (or UDP) super-packet of up to 64 KiB read from the tunnel is
+//! cut here into packets of one segment each, with their headers and
+//! checksums made right; a packet whose checksum the kernel left partial
+//! gets it completed. Going the other way, consecutive TCP segments of one
+//! flow are coalesced into one super-packet (GRO), so that the kernel's
+//! stack sees one packet for many.
+
+use gatehouse_l4::checksum;
+
+/// Bytes of `struct virtio_net_hdr`.
+pub const VNET_HDR_LEN: usize = 10;
+
+pub const F_NEEDS_CSUM: u8 = 1;
+pub const F_DATA_VALID: u8 = 2;
+pub const GSO_NONE: u8 = 0;
+pub const GSO_TCPV4: u8 = 1;
+pub const GSO_TCPV6: u8 = 4;
+pub const GSO_UDP_L4: u8 = 5;
+pub const GSO_ECN: u8 = 0x80;
+
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+
+/// `struct virtio_net_hdr`, in the host's byte order (as TUN uses it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VnetHdr {
+    pub flags: u8,
+    pub gso_type: u8,
+    pub hdr_len: u16,
+    pub gso_size: u16,
+    pub csum_start: u16,
+    pub csum_offset: u16,
+}
+
+impl VnetHdr {
+    pub fn parse(b: &[u8]) -> Option<VnetHdr> {
+        let b = b.get(..VNET_HDR_LEN)?;
+        let u = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+        Some(VnetHdr {
+            flags: b[0],
+            gso_type: b[1],
+            hdr_len: u(2),
+            gso_size: u(4),
+            csum_start: u(6),
+            csum_offset: u(8),
+        })
+    }
+
+    pub fn write(&self, out: &mut [u8]) {
+        out[0] = self.flags;
+        out[1] = self.gso_type;
+        out[2..4].copy_from_slice(&self.hdr_len.to_ne_bytes());
+        out[4..6].copy_from_slice(&self.gso_size.to_ne_bytes());
+        out[6..8].copy_from_slice(&self.csum_start.to_ne_bytes());
+        out[8..10].copy_from_slice(&self.csum_offset.to_ne_bytes());
+    }
+}
+
+/// Why a packet from the tunnel could not be cut into segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitError {
+    /// Headers cut short, or fields that do not add up.
+    Malformed,
+    /// A GSO type this plane did not ask for.
+    Unsupported,
+}
+
+/// How a packet read from the tunnel becomes packets of one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    v6: bool,
+    proto: u8,
+    /// Where the TCP or UDP header starts, and where the payload does.
+    l4: usize,
+    payload: usize,
+    /// Payload bytes per segment (the whole payload when not GSO).
+    mss: usize,
+    pub segments: usize,
+    gso: bool,
+}
+
+impl Split {
+    /// Bytes segment `i` takes.
+    pub fn segment_len(&self, pkt_len: usize, i: usize) -> usize {
+        let left = pkt_len - self.payload - i * self.mss;
+        self.payload + left.min(self.mss)
+    }
+}
+
+/// Reads `pkt`'s headers as the virtio header describes it.
+pub fn plan(hdr: &VnetHdr, pkt: &[u8]) -> Result<Split, SplitError> {
+    let gso = hdr.gso_type & !GSO_ECN;
+    if gso == GSO_NONE {
+        return Ok(Split {
+            v6: false,
+            proto: 0,
+            l4: 0,
+            payload: pkt.len(),
+            mss: pkt.len().max(1),
+            segments: 1,
+            gso: false,
+        });
+    }
+    let (v6, proto, l4) = match pkt.first().map(|b| b >> 4) {
+        Some(4) if pkt.len() >= 20 => {
+            let ihl = usize::from(pkt[0] & 15) * 4;
+            (false, pkt[9], ihl)
+        }
+        Some(6) if pkt.len() >= 40 => (true, pkt[6], 40),
+        _ => return Err(SplitError::Malformed),
+    };
+    let want = match gso {
+        GSO_TCPV4 if !v6 => PROTO_TCP,
+        GSO_TCPV6 if v6 => PROTO_TCP,
+        GSO_UDP_L4 => PROTO_UDP,
+        _ => return Err(SplitError::Unsupported),
+    };
+    if proto != want || l4 < 20 {
+        return Err(SplitError::Malformed);
+    }
+    let l4_len = match proto {
+        PROTO_TCP => usize::from(*pkt.get(l4 + 12).ok_or(SplitError::Malformed)? >> 4) * 4,
+        _ => 8,
+    };
+    let payload = l4 + l4_len;
+    let mss = usize::from(hdr.gso_size);
+    if l4_len < 8 || payload > pkt.len() || mss == 0 {
+        return Err(SplitError::Malformed);
+    }
+    let segments = (pkt.len() - payload).div_ceil(mss).max(1);
+    Ok(Split { v6, proto, l4, payload, mss, segments, gso: true })
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// The TCP or UDP checksum of `pkt` (an IP packet with its L4 header at
+/// `l4`), written into it.
+fn l4_checksum(pkt: &mut [u8], v6: bool, proto: u8, l4: usize) {
+    let len = pkt.len() - l4;
+    let field = l4 + if proto == PROTO_TCP { 16 } else { 6 };
+    pkt[field..field + 2].fill(0);
+    let pseudo = if v6 {
+        let (mut s, mut d) = ([0u8; 16], [0u8; 16]);
+        s.copy_from_slice(&pkt[8..24]);
+        d.copy_from_slice(&pkt[24..40]);
+        checksum::pseudo_v6(s, d, proto, len as u32)
+    } else {
+        let (mut s, mut d) = ([0u8; 4], [0u8; 4]);
+        s.copy_from_slice(&pkt[12..16]);
+        d.copy_from_slice(&pkt[16..20]);
+        checksum::pseudo_v4(s, d, proto, len as u16)
+    };
+    let mut sum = !checksum::fold(checksum::add(pseudo, &pkt[l4..]));
+    if proto == PROTO_UDP && sum == 0 {
+        sum = 0xffff;
+    }
+    put16(pkt, field, sum);
+}
+
+/// Writes segment `i` of `pkt` into `out` (at least
+/// [`Split::segment_len`] bytes); returns its length. Without GSO the
+/// packet is copied, its partial checksum completed if the header says so.
+pub fn write_segment(hdr: &VnetHdr, s: &Split, pkt: &[u8], i: usize, out: &mut [u8]) -> usize {
+    let len = s.segment_len(pkt.len(), i);
+    if !s.gso {
+        out[..len].copy_from_slice(pkt);
+        let (start, off) = (usize::from(hdr.csum_start), usize::from(hdr.csum_offset));
+        if hdr.flags & F_NEEDS_CSUM != 0 && start + off + 2 <= len {
+            // The field holds the pseudo-header's sum: the rest is added.
+            let sum = checksum::checksum(&out[start..len]);
+            put16(out, start + off, sum);
+        }
+        return len;
+    }
+    let from = s.payload + i * s.mss;
+    let chunk = len - s.payload;
+    out[..s.payload].copy_from_slice(&pkt[..s.payload]);
+    out[s.payload..len].copy_from_slice(&pkt[from..from + chunk]);
+    let o = &mut out[..len];
+    if s.v6 {
+        put16(o, 4, (len - 40) as u16);
+    } else {
+        put16(o, 2, len as u16);
+        let id = be16(o, 4).wrapping_add(i as u16);
+        put16(o, 4, id);
+        put16(o, 10, 0);
+        let c = checksum::checksum(&o[..s.l4]);
+        put16(o, 10, c);
+    }
+    if s.proto == PROTO_TCP {
+        let seq = u32::from_be_bytes([o[s.l4 + 4], o[s.l4 + 5], o[s.l4 + 6], o[s.l4 + 7]]);
+        o[s.l4 + 4..s.l4 + 8].copy_from_slice(&seq.wrapping_add((i * s.mss) as u32).to_be_bytes());
+        let flags = s.l4 + 13;
+        if i + 1 < s.segments {
+            o[flags] &= !(0x01 | 0x08); // FIN, PSH: the last segment's
+        }
+        if i > 0 {
+            o[flags] &= !0x80; // CWR: the first segment's
+        }
+    } else {
+        put16(o, s.l4 + 4, (len - s.l4) as u16);
+    }
+    l4_checksum(o, s.v6, s.proto, s.l4);
+    len
+}
+
+/// What GRO needs to know of a TCP packet going to the tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpFlow {
+    /// The IP and TCP headers' bytes, and where the TCP header starts.
+    pub headers: usize,
+    l4: usize,
+    v6: bool,
+    seq: u32,
+    payload: usize,
+    flags: u8,
+}
+
+/// A TCP packet GRO may coalesce: plain IPv4 (no options) or IPv6 (no
+/// extension headers), ACK set, none of SYN, FIN, RST, URG, CWR, ECE, and
+/// some payload. `None` for anything else.
+pub fn tcp_flow(pkt: &[u8]) -> Option<TcpFlow> {
+    let (v6, l4) = match pkt.first()? >> 4 {
+        4 if pkt.len() >= 40 && pkt[0] == 0x45 && pkt[9] == PROTO_TCP => {
+            // Not a fragment (MF clear, offset zero) and as long as it says.
+            if be16(pkt, 6) & 0x3fff != 0 || usize::from(be16(pkt, 2)) != pkt.len() {
+                return None;
+            }
+            (false, 20)
+        }
+        6 if pkt.len() >= 60 && pkt[6] == PROTO_TCP && usize::from(be16(pkt, 4)) + 40 == pkt.len() => (true, 40),
+        _ => return None,
+    };
+    let thl = usize::from(pkt[l4 + 12] >> 4) * 4;
+    let flags = pkt[l4 + 13];
+    let headers = l4 + thl;
+    // ACK set; none of CWR, ECE, URG, RST, SYN, FIN.
+    if thl < 20 || headers >= pkt.len() || flags & 0x10 == 0 || flags & 0xe7 != 0 {
+        return None;
+    }
+    let seq = u32::from_be_bytes([pkt[l4 + 4], pkt[l4 + 5], pkt[l4 + 6], pkt[l4 + 7]]);
+    Some(TcpFlow { headers, l4, v6, seq, payload: pkt.len() - headers, flags })
+}
+
+/// Whether `next` continues `first`'s flow right after `so_far` payload
+/// bytes of segments of `first`'s size: same addresses and ports, same
+/// headers but for lengths, IDs, sequence and checksums, no PSH before.
+pub fn continues(first: &[u8], f: &TcpFlow, so_far: usize, next: &[u8], n: &TcpFlow) -> bool {
+    if n.v6 != f.v6 || n.headers != f.headers || n.payload > f.payload || f.flags & 0x08 != 0 {
+        return false;
+    }
+    if n.seq != f.seq.wrapping_add(so_far as u32) {
+        return false;
+    }
+    let same = |a: std::ops::Range<usize>| first.get(a.clone()) == next.get(a);
+    if f.v6 {
+        // Version, class, flow label; next header, hop limit, addresses.
+        same(0..4) && same(6..40) && same(40..44) && same(48..53) && same(54..56) && same(60..f.headers)
+    } else {
+        // TOS; flags, TTL, protocol; addresses; ports; ack, offset, window.
+        same(0..2) && same(6..10) && same(12..20) && same(20..24) && same(28..33) && same(34..36) && same(40..f.headers)
+    }
+}
+
+/// Makes `out` (holding a first segment and the payloads of the ones
+/// that continue it, appended) one super-packet: lengths fixed, the IP
+/// checksum made, the TCP checksum left partial for the kernel, flags
+/// taken from the last segment; returns its virtio header.
+pub fn finish_coalesced(out: &mut [u8], f: &TcpFlow, last_flags: u8) -> VnetHdr {
+    let len = out.len();
+    if f.v6 {
+        put16(out, 4, (len - 40) as u16);
+    } else {
+        put16(out, 2, len as u16);
+        put16(out, 10, 0);
+        let c = checksum::checksum(&out[..20]);
+        put16(out, 10, c);
+    }
+    out[f.l4 + 13] |= last_flags & 0x08;
+    // CHECKSUM_PARTIAL: the field holds the pseudo-header's sum.
+    let tcp_len = len - f.l4;
+    let pseudo = if f.v6 {
+        let (mut s, mut d) = ([0u8; 16], [0u8; 16]);
+        s.copy_from_slice(&out[8..24]);
+        d.copy_from_slice(&out[24..40]);
+        checksum::pseudo_v6(s, d, PROTO_TCP, tcp_len as u32)
+    } else {
+        let (mut s, mut d) = ([0u8; 4], [0u8; 4]);
+        s.copy_from_slice(&out[12..16]);
+        d.copy_from_slice(&out[16..20]);
+        checksum::pseudo_v4(s, d, PROTO_TCP, tcp_len as u16)
+    };
+    put16(out, f.l4 + 16, checksum::fold(pseudo));
+    VnetHdr {
+        flags: F_NEEDS_CSUM,
+        gso_type: if f.v6 { GSO_TCPV6 } else { GSO_TCPV4 },
+        hdr_len: f.headers as u16,
+        gso_size: f.payload as u16,
+        csum_start: f.l4 as u16,
+        csum_offset: 16,
+    }
+}
+
+impl TcpFlow {
+    pub fn payload(&self) -> usize {
+        self.payload
+    }
+
+    pub fn flags(&self) -> u8 {
+        self.flags
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv4 or IPv6 TCP packet with `payload` bytes and a right checksum.
+    fn tcp_packet(v6: bool, seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut p = if v6 {
+            let mut h = vec![0x60, 0, 0, 0, 0, 0, PROTO_TCP, 64];
+            h.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            h.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+            h
+        } else {
+            vec![0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, PROTO_TCP, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]
+        };
+        let l4 = p.len();
+        p.extend_from_slice(&[0x9c, 0x40, 0, 80]);
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 0, 7, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        p.extend_from_slice(payload);
+        let len = p.len();
+        if v6 {
+            put16(&mut p, 4, (len - 40) as u16);
+        } else {
+            put16(&mut p, 2, len as u16);
+            let c = checksum::checksum(&p[..20]);
+            put16(&mut p, 10, c);
+        }
+        l4_checksum(&mut p, v6, PROTO_TCP, l4);
+        p
+    }
+
+    fn valid(p: &[u8], v6: bool) -> bool {
+        let l4 = if v6 { 40 } else { 20 };
+        let mut q = p.to_vec();
+        l4_checksum(&mut q, v6, PROTO_TCP, l4);
+        let ip_ok = v6 || checksum::checksum(&p[..20]) == 0;
+        q == p && ip_ok
+    }
+
+    #[test]
+    fn a_tso_super_packet_splits_into_valid_segments_and_coalesces_back() {
+        for v6 in [false, true] {
+            let payload: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+            let sup = tcp_packet(v6, 1000, 0x18, &payload); // ACK|PSH
+            let hdr = VnetHdr {
+                flags: F_NEEDS_CSUM,
+                gso_type: if v6 { GSO_TCPV6 } else { GSO_TCPV4 },
+                gso_size: 1400,
+                ..Default::default()
+            };
+            let s = plan(&hdr, &sup).expect("plans");
+            assert_eq!(s.segments, 4);
+            let mut segs = Vec::new();
+            for i in 0..s.segments {
+                let mut out = vec![0u8; 2000];
+                let n = write_segment(&hdr, &s, &sup, i, &mut out);
+                out.truncate(n);
+                assert!(valid(&out, v6), "segment {i} has a wrong checksum");
+                let want = tcp_packet(
+                    v6,
+                    1000 + 1400 * i as u32,
+                    if i == 3 { 0x18 } else { 0x10 },
+                    &payload[i * 1400..(i * 1400 + 1400).min(5000)],
+                );
+                if !v6 {
+                    // IDs count up (and so the IP checksums differ);
+                    // everything else as built by hand.
+                    assert_eq!(be16(&out, 4), 0x1234 + i as u16);
+                    assert_eq!((&out[..4], &out[6..10], &out[12..]), (&want[..4], &want[6..10], &want[12..]));
+                } else {
+                    assert_eq!(out, want);
+                }
+                segs.push(out);
+            }
+            // GRO: the four segments make the super-packet again.
+            let first = tcp_flow(&segs[0]).expect("coalescable");
+            let mut out = segs[0].clone();
+            let mut so_far = first.payload();
+            let mut last = first.flags();
+            for seg in &segs[1..] {
+                let f = tcp_flow(seg).expect("coalescable");
+                assert!(continues(&segs[0], &first, so_far, seg, &f));
+                out.extend_from_slice(&seg[first.headers..]);
+                so_far += f.payload();
+                last = f.flags();
+            }
+            let vh = finish_coalesced(&mut out, &first, last);
+            assert_eq!((vh.gso_size, vh.hdr_len), (1400, first.headers as u16));
+            // Completing the partial checksum gives the original packet.
+            let mut done = out.clone();
+            let l4 = first.headers - 20;
+            let c = checksum::checksum(&done[l4..]);
+            put16(&mut done, l4 + 16, c);
+            if v6 {
+                assert_eq!(done, sup);
+            } else {
+                assert_eq!(done[6..], sup[6..]);
+            }
+            // A gap in the sequence, or another flow, does not continue it.
+            let gap = tcp_packet(v6, 1000 + 1400 * 5, 0x10, &payload[..1400]);
+            let g = tcp_flow(&gap).expect("flow");
+            assert!(!continues(&segs[0], &first, 1400, &gap, &g));
+            let mut other = segs[1].clone();
+            other[if v6 { 41 } else { 21 }] ^= 1;
+            let o = tcp_flow(&other).expect("flow");
+            assert!(!continues(&segs[0], &first, 1400, &other, &o));
+        }
+    }
+
+    #[test]
+    fn a_partial_checksum_is_completed_and_bad_headers_are_refused() {
+        let mut p = tcp_packet(false, 5, 0x10, b"hello");
+        let good = p.clone();
+        // As the kernel hands it over: the pseudo-header's sum in the field.
+        let tcp_len = p.len() - 20;
+        let pseudo = checksum::fold(checksum::pseudo_v4([10, 0, 0, 1], [10, 0, 0, 2], PROTO_TCP, tcp_len as u16));
+        put16(&mut p, 36, pseudo);
+        let hdr = VnetHdr { flags: F_NEEDS_CSUM, csum_start: 20, csum_offset: 16, ..Default::default() };
+        let s = plan(&hdr, &p).expect("plans");
+        let mut out = vec![0u8; 100];
+        let n = write_segment(&hdr, &s, &p, 0, &mut out);
+        assert_eq!(&out[..n], &good[..]);
+        let tso = VnetHdr { gso_type: GSO_TCPV4, gso_size: 100, ..Default::default() };
+        assert_eq!(plan(&tso, &p[..30]), Err(SplitError::Malformed));
+        assert_eq!(
+            plan(&VnetHdr { gso_type: 3, gso_size: 100, ..Default::default() }, &p),
+            Err(SplitError::Unsupported)
+        );
+        assert_eq!(
+            plan(&VnetHdr { gso_type: GSO_TCPV6, gso_size: 100, ..Default::default() }, &p),
+            Err(SplitError::Unsupported)
+        );
+        // SYN, FIN and RST segments are never coalesced.
+        for flags in [0x02, 0x11, 0x14] {
+            assert_eq!(tcp_flow(&tcp_packet(false, 5, flags, b"x")), None);
+        }
+        assert_eq!(tcp_flow(&tcp_packet(false, 5, 0x10, b"")), None, "a pure ACK");
+    }
+}
