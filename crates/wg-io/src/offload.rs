@@ -212,69 +212,98 @@ pub fn write_segment(hdr: &VnetHdr, s: &Split, pkt: &[u8], i: usize, out: &mut [
     len
 }
 
-/// What GRO needs to know of a TCP packet going to the tunnel.
+/// What GRO needs to know of a packet going to the tunnel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TcpFlow {
-    /// The IP and TCP headers' bytes, and where the TCP header starts.
+pub struct Flow {
+    /// The IP and TCP (or UDP) headers' bytes, and where the L4 header starts.
     pub headers: usize,
     l4: usize,
     v6: bool,
+    proto: u8,
+    /// TCP only: the sequence number and flags.
     seq: u32,
-    payload: usize,
     flags: u8,
+    payload: usize,
 }
 
-/// A TCP packet GRO may coalesce: plain IPv4 (no options) or IPv6 (no
-/// extension headers), ACK set, none of SYN, FIN, RST, URG, CWR, ECE, and
-/// some payload. `None` for anything else.
-pub fn tcp_flow(pkt: &[u8]) -> Option<TcpFlow> {
-    let (v6, l4) = match pkt.first()? >> 4 {
-        4 if pkt.len() >= 40 && pkt[0] == 0x45 && pkt[9] == PROTO_TCP => {
+impl Flow {
+    pub fn payload(&self) -> usize {
+        self.payload
+    }
+
+    pub fn flags(&self) -> u8 {
+        self.flags
+    }
+}
+
+/// A packet GRO may coalesce: plain IPv4 (no options, not a fragment) or
+/// IPv6 (no extension headers) carrying some payload over UDP, or over
+/// TCP with ACK set and none of SYN, FIN, RST, URG, CWR, ECE. `None` for
+/// anything else.
+pub fn flow(pkt: &[u8]) -> Option<Flow> {
+    let (v6, l4, proto) = match pkt.first()? >> 4 {
+        4 if pkt.len() >= 28 && pkt[0] == 0x45 => {
             // Not a fragment (MF clear, offset zero) and as long as it says.
             if be16(pkt, 6) & 0x3fff != 0 || usize::from(be16(pkt, 2)) != pkt.len() {
                 return None;
             }
-            (false, 20)
+            (false, 20, pkt[9])
         }
-        6 if pkt.len() >= 60 && pkt[6] == PROTO_TCP && usize::from(be16(pkt, 4)) + 40 == pkt.len() => (true, 40),
+        6 if pkt.len() >= 48 && usize::from(be16(pkt, 4)) + 40 == pkt.len() => (true, 40, pkt[6]),
         _ => return None,
     };
-    let thl = usize::from(pkt[l4 + 12] >> 4) * 4;
-    let flags = pkt[l4 + 13];
-    let headers = l4 + thl;
-    // ACK set; none of CWR, ECE, URG, RST, SYN, FIN.
-    if thl < 20 || headers >= pkt.len() || flags & 0x10 == 0 || flags & 0xe7 != 0 {
-        return None;
+    match proto {
+        PROTO_UDP => {
+            let headers = l4 + 8;
+            if headers >= pkt.len() || usize::from(be16(pkt, l4 + 4)) != pkt.len() - l4 {
+                return None;
+            }
+            Some(Flow { headers, l4, v6, proto, seq: 0, flags: 0, payload: pkt.len() - headers })
+        }
+        PROTO_TCP if pkt.len() >= l4 + 20 => {
+            let thl = usize::from(pkt[l4 + 12] >> 4) * 4;
+            let flags = pkt[l4 + 13];
+            let headers = l4 + thl;
+            // ACK set; none of CWR, ECE, URG, RST, SYN, FIN.
+            if thl < 20 || headers >= pkt.len() || flags & 0x10 == 0 || flags & 0xe7 != 0 {
+                return None;
+            }
+            let seq = u32::from_be_bytes([pkt[l4 + 4], pkt[l4 + 5], pkt[l4 + 6], pkt[l4 + 7]]);
+            Some(Flow { headers, l4, v6, proto, seq, flags, payload: pkt.len() - headers })
+        }
+        _ => None,
     }
-    let seq = u32::from_be_bytes([pkt[l4 + 4], pkt[l4 + 5], pkt[l4 + 6], pkt[l4 + 7]]);
-    Some(TcpFlow { headers, l4, v6, seq, payload: pkt.len() - headers, flags })
 }
 
-/// Whether `next` continues `first`'s flow right after `so_far` payload
-/// bytes of segments of `first`'s size: same addresses and ports, same
-/// headers but for lengths, IDs, sequence and checksums, no PSH before.
-pub fn continues(first: &[u8], f: &TcpFlow, so_far: usize, next: &[u8], n: &TcpFlow) -> bool {
-    if n.v6 != f.v6 || n.headers != f.headers || n.payload > f.payload || f.flags & 0x08 != 0 {
+/// Whether `next` continues `first`'s flow after `so_far` payload bytes
+/// of segments of `first`'s size: same addresses and ports, same headers
+/// but for lengths, IDs, checksums (and for TCP the sequence, which must
+/// follow on; no PSH before the end).
+pub fn continues(first: &[u8], f: &Flow, so_far: usize, next: &[u8], n: &Flow) -> bool {
+    if n.v6 != f.v6 || n.proto != f.proto || n.headers != f.headers || n.payload > f.payload {
         return false;
     }
-    if n.seq != f.seq.wrapping_add(so_far as u32) {
+    if f.proto == PROTO_TCP && (f.flags & 0x08 != 0 || n.seq != f.seq.wrapping_add(so_far as u32)) {
         return false;
     }
     let same = |a: std::ops::Range<usize>| first.get(a.clone()) == next.get(a);
-    if f.v6 {
-        // Version, class, flow label; next header, hop limit, addresses.
-        same(0..4) && same(6..40) && same(40..44) && same(48..53) && same(54..56) && same(60..f.headers)
-    } else {
-        // TOS; flags, TTL, protocol; addresses; ports; ack, offset, window.
-        same(0..2) && same(6..10) && same(12..20) && same(20..24) && same(28..33) && same(34..36) && same(40..f.headers)
+    // IPv6: version, class, flow label; next header, hop limit, addresses.
+    // IPv4: TOS; flags, TTL, protocol; addresses. Then the ports.
+    let ip = if f.v6 { same(0..4) && same(6..40) } else { same(0..2) && same(6..10) && same(12..20) };
+    let l4 = f.l4;
+    if f.proto == PROTO_UDP {
+        return ip && same(l4..l4 + 4);
     }
+    // TCP: ports; ack, offset, flags but PSH; window; options.
+    let flags_same = first[l4 + 13] & !0x08 == next[l4 + 13] & !0x08;
+    ip && same(l4..l4 + 4) && same(l4 + 8..l4 + 13) && flags_same && same(l4 + 14..l4 + 16) && same(l4 + 20..f.headers)
 }
 
 /// Makes `out` (holding a first segment and the payloads of the ones
 /// that continue it, appended) one super-packet: lengths fixed, the IP
-/// checksum made, the TCP checksum left partial for the kernel, flags
-/// taken from the last segment; returns its virtio header.
-pub fn finish_coalesced(out: &mut [u8], f: &TcpFlow, last_flags: u8) -> VnetHdr {
+/// checksum made, the TCP or UDP checksum left partial for the kernel,
+/// TCP's PSH taken from the last segment; returns its virtio header.
+pub fn finish_coalesced(out: &mut [u8], f: &Flow, last_flags: u8) -> VnetHdr {
     let len = out.len();
     if f.v6 {
         put16(out, 4, (len - 40) as u16);
@@ -284,38 +313,39 @@ pub fn finish_coalesced(out: &mut [u8], f: &TcpFlow, last_flags: u8) -> VnetHdr 
         let c = checksum::checksum(&out[..20]);
         put16(out, 10, c);
     }
-    out[f.l4 + 13] |= last_flags & 0x08;
+    let l4_len = len - f.l4;
+    let field = if f.proto == PROTO_TCP {
+        out[f.l4 + 13] |= last_flags & 0x08;
+        16
+    } else {
+        put16(out, f.l4 + 4, l4_len as u16);
+        6
+    };
     // CHECKSUM_PARTIAL: the field holds the pseudo-header's sum.
-    let tcp_len = len - f.l4;
     let pseudo = if f.v6 {
         let (mut s, mut d) = ([0u8; 16], [0u8; 16]);
         s.copy_from_slice(&out[8..24]);
         d.copy_from_slice(&out[24..40]);
-        checksum::pseudo_v6(s, d, PROTO_TCP, tcp_len as u32)
+        checksum::pseudo_v6(s, d, f.proto, l4_len as u32)
     } else {
         let (mut s, mut d) = ([0u8; 4], [0u8; 4]);
         s.copy_from_slice(&out[12..16]);
         d.copy_from_slice(&out[16..20]);
-        checksum::pseudo_v4(s, d, PROTO_TCP, tcp_len as u16)
+        checksum::pseudo_v4(s, d, f.proto, l4_len as u16)
     };
-    put16(out, f.l4 + 16, checksum::fold(pseudo));
+    put16(out, f.l4 + field, checksum::fold(pseudo));
+    let gso_type = match (f.proto, f.v6) {
+        (PROTO_UDP, _) => GSO_UDP_L4,
+        (_, true) => GSO_TCPV6,
+        _ => GSO_TCPV4,
+    };
     VnetHdr {
         flags: F_NEEDS_CSUM,
-        gso_type: if f.v6 { GSO_TCPV6 } else { GSO_TCPV4 },
+        gso_type,
         hdr_len: f.headers as u16,
         gso_size: f.payload as u16,
         csum_start: f.l4 as u16,
-        csum_offset: 16,
-    }
-}
-
-impl TcpFlow {
-    pub fn payload(&self) -> usize {
-        self.payload
-    }
-
-    pub fn flags(&self) -> u8 {
-        self.flags
+        csum_offset: field as u16,
     }
 }
 
@@ -394,12 +424,12 @@ mod tests {
                 segs.push(out);
             }
             // GRO: the four segments make the super-packet again.
-            let first = tcp_flow(&segs[0]).expect("coalescable");
+            let first = flow(&segs[0]).expect("coalescable");
             let mut out = segs[0].clone();
             let mut so_far = first.payload();
             let mut last = first.flags();
             for seg in &segs[1..] {
-                let f = tcp_flow(seg).expect("coalescable");
+                let f = flow(seg).expect("coalescable");
                 assert!(continues(&segs[0], &first, so_far, seg, &f));
                 out.extend_from_slice(&seg[first.headers..]);
                 so_far += f.payload();
@@ -419,11 +449,11 @@ mod tests {
             }
             // A gap in the sequence, or another flow, does not continue it.
             let gap = tcp_packet(v6, 1000 + 1400 * 5, 0x10, &payload[..1400]);
-            let g = tcp_flow(&gap).expect("flow");
+            let g = flow(&gap).expect("flow");
             assert!(!continues(&segs[0], &first, 1400, &gap, &g));
             let mut other = segs[1].clone();
             other[if v6 { 41 } else { 21 }] ^= 1;
-            let o = tcp_flow(&other).expect("flow");
+            let o = flow(&other).expect("flow");
             assert!(!continues(&segs[0], &first, 1400, &other, &o));
         }
     }
@@ -453,8 +483,52 @@ mod tests {
         );
         // SYN, FIN and RST segments are never coalesced.
         for flags in [0x02, 0x11, 0x14] {
-            assert_eq!(tcp_flow(&tcp_packet(false, 5, flags, b"x")), None);
+            assert_eq!(flow(&tcp_packet(false, 5, flags, b"x")), None);
         }
-        assert_eq!(tcp_flow(&tcp_packet(false, 5, 0x10, b"")), None, "a pure ACK");
+        assert_eq!(flow(&tcp_packet(false, 5, 0x10, b"")), None, "a pure ACK");
+    }
+
+    fn udp_packet(payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, PROTO_UDP, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        p.extend_from_slice(&[0x9c, 0x40, 0, 7, 0, 0, 0, 0]);
+        p.extend_from_slice(payload);
+        let len = p.len();
+        put16(&mut p, 2, len as u16);
+        put16(&mut p, 24, (len - 20) as u16);
+        let c = checksum::checksum(&p[..20]);
+        put16(&mut p, 10, c);
+        l4_checksum(&mut p, false, PROTO_UDP, 20);
+        p
+    }
+
+    #[test]
+    fn udp_datagrams_of_one_flow_coalesce_and_split_back() {
+        let sizes = [64usize, 64, 64, 30];
+        let pkts: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, n)| udp_packet(&vec![i as u8; *n])).collect();
+        let first = flow(&pkts[0]).expect("a UDP flow");
+        let mut out = pkts[0].clone();
+        let mut so_far = first.payload();
+        for p in &pkts[1..] {
+            let f = flow(p).expect("a UDP flow");
+            assert!(continues(&pkts[0], &first, so_far, p, &f));
+            out.extend_from_slice(&p[first.headers..]);
+            so_far += f.payload();
+        }
+        // A bigger datagram, or another port, does not continue it.
+        let big = udp_packet(&[9; 100]);
+        assert!(!continues(&pkts[0], &first, so_far, &big, &flow(&big).expect("flow")));
+        let hdr = finish_coalesced(&mut out, &first, 0);
+        assert_eq!((hdr.gso_type, hdr.gso_size, hdr.csum_offset), (GSO_UDP_L4, 64, 6));
+        // Completing the checksum as the kernel would, then cutting it as
+        // the kernel would: the datagrams come back.
+        let c = checksum::checksum(&out[20..]);
+        put16(&mut out, 26, c);
+        let s = plan(&hdr, &out).expect("plans");
+        assert_eq!(s.segments, 4);
+        for (i, want) in pkts.iter().enumerate() {
+            let mut seg = vec![0u8; 200];
+            let n = write_segment(&hdr, &s, &out, i, &mut seg);
+            assert_eq!((&seg[..4], &seg[6..10], &seg[12..n]), (&want[..4], &want[6..10], &want[12..]), "datagram {i}");
+        }
     }
 }

@@ -242,7 +242,7 @@ impl Plane for WireGuard {
             }
         }
         type IfSeries<'a> = (&'a str, &'a str, fn(&crate::interface::Counters) -> u64);
-        let per_iface: [IfSeries<'_>; 6] = [
+        let per_iface: [IfSeries<'_>; 7] = [
             ("gatehouse_wg_rx_datagrams_total", "UDP datagrams received.", |c| c.rx_datagrams.load(Ordering::Relaxed)),
             ("gatehouse_wg_tx_datagrams_total", "UDP datagrams sent.", |c| c.tx_datagrams.load(Ordering::Relaxed)),
             ("gatehouse_wg_tun_rx_packets_total", "Packets read from the tunnel interface.", |c| {
@@ -254,6 +254,11 @@ impl Plane for WireGuard {
             ("gatehouse_wg_tx_errors_total", "Datagrams or packets the kernel refused.", |c| {
                 c.tx_errors.load(Ordering::Relaxed)
             }),
+            (
+                "gatehouse_wg_tun_malformed_total",
+                "Packets from the tunnel whose headers did not match their offload description.",
+                |c| c.tun_malformed.load(Ordering::Relaxed),
+            ),
             (
                 "gatehouse_wg_handshake_queue_full_total",
                 "Handshake messages dropped because the control thread's queue was full.",

@@ -45,6 +45,8 @@ const RX_BUFFER: usize = 65_536;
 const GSO_BYTES: usize = 65_000;
 /// Bytes of the largest packet TUN hands over or takes (a GSO super-packet).
 const SUPER: usize = 65_535;
+/// Segments at most in one super-packet toward the tunnel.
+const GRO_SEGMENTS: usize = 64;
 
 /// One datagram inside a receive buffer.
 struct Datagram {
@@ -264,10 +266,14 @@ impl Worker<'_> {
             let Some(len) = self.datagrams[k].deliver else { continue };
             let (buffer, start) = (self.datagrams[k].buffer, self.datagrams[k].at.start + DATA);
             let pkt = &self.rx[buffer][start..start + len];
-            let flow = offload::tcp_flow(pkt);
+            let flow = offload::flow(pkt);
             if let (Some(r), Some(f)) = (&mut run, &flow) {
                 let first = &self.rx[r.buffer][r.start..r.start + r.len];
-                if !r.short && r.bytes + f.payload() <= SUPER && offload::continues(first, &r.flow, r.so_far, pkt, f) {
+                if !r.short
+                    && r.parts.len() < GRO_SEGMENTS
+                    && r.bytes + f.payload() <= SUPER
+                    && offload::continues(first, &r.flow, r.so_far, pkt, f)
+                {
                     r.parts.push(k);
                     r.so_far += f.payload();
                     r.bytes += f.payload();
@@ -346,7 +352,7 @@ struct Run {
     buffer: usize,
     start: usize,
     len: usize,
-    flow: offload::TcpFlow,
+    flow: offload::Flow,
     /// The datagrams whose packets make it, in order.
     parts: Vec<usize>,
     /// Payload bytes so far.
