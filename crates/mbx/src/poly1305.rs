@@ -52,6 +52,18 @@ impl Input<'_> {
         seg.get(k * 16..)?.first_chunk::<16>()
     }
 
+    /// Where the blocks start that are whole and contiguous from block 0,
+    /// and how many there are: what the kernel loads without looking at
+    /// each lane.
+    fn leading(&self) -> (*const u8, usize) {
+        let seg = match *self {
+            Input::Raw(m) => m,
+            Input::Aead { aad: [], ct } => ct,
+            Input::Aead { aad, .. } => aad,
+        };
+        (seg.as_ptr(), seg.len() / 16)
+    }
+
     /// Block `i` as limbs, or `None` past the end.
     fn block(&self, i: usize) -> Option<[u64; 3]> {
         match *self {
@@ -196,20 +208,18 @@ pub fn ifma_available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512ifma")
 }
 
-/// Computes every job's tag: eight at a time with IFMA, the rest (or all,
-/// without it) one by one.
+/// Computes every job's tag: eight at a time with IFMA (the last group
+/// with lanes to spare), or one by one without it.
 pub fn poly1305_batch(jobs: &mut [PolyJob<'_>]) {
-    let mut rest = jobs;
     if ifma_available() {
-        while rest.len() >= POLY_LANES {
-            let (group, tail) = rest.split_at_mut(POLY_LANES);
+        for group in jobs.chunks_mut(POLY_LANES) {
             // SAFETY: the CPU has AVX-512F and IFMA (checked above), the
             // kernel's target features.
             unsafe { tags8(group) };
-            rest = tail;
         }
+        return;
     }
-    for job in rest {
+    for job in jobs {
         *job.tag = tag_portable(job.key, job.input);
     }
 }
@@ -225,21 +235,119 @@ fn from_vec(v: __m512i) -> [u64; POLY_LANES] {
     unsafe { core::mem::transmute::<__m512i, [u64; POLY_LANES]>(v) }
 }
 
+/// The key's limbs as vectors: r, and r1 and r2 times 20 (what wraps
+/// past 2^130 comes back times 5, and the radix adds a factor of 4).
+struct Key8 {
+    r: [__m512i; 3],
+    r1_20: __m512i,
+    r2_20: __m512i,
+}
+
+/// h = (h + n) * r mod 2^130 - 5, partly reduced, in every lane of `active`.
 #[target_feature(enable = "avx512f,avx512ifma")]
-fn tags8(jobs: &mut [PolyJob<'_>]) {
-    let rs: [[u64; 3]; POLY_LANES] = std::array::from_fn(|j| r_limbs(jobs[j].key));
-    let r: [__m512i; 3] = std::array::from_fn(|k| to_vec(std::array::from_fn(|j| rs[j][k])));
-    let r1_20 = to_vec(std::array::from_fn(|j| rs[j][1] * 20));
-    let r2_20 = to_vec(std::array::from_fn(|j| rs[j][2] * 20));
+#[inline]
+fn step(h: &mut [__m512i; 3], n: [__m512i; 3], k: &Key8, active: __mmask8) {
+    let (r, r1_20, r2_20) = (&k.r, k.r1_20, k.r2_20);
     let mask44 = _mm512_set1_epi64(MASK44 as i64);
     let mask42 = _mm512_set1_epi64(MASK42 as i64);
     let zero = _mm512_setzero_si512();
+    let a: [__m512i; 3] = std::array::from_fn(|i| _mm512_add_epi64(h[i], n[i]));
+    // Partial sums of the 52-bit product halves at each 44-bit weight:
+    // lo halves stay, hi halves (weight 2^52 = 2^44 * 2^8) move one
+    // limb up, shifted by 8; what passes limb 2 comes back times 20.
+    let lo0 =
+        _mm512_madd52lo_epu64(_mm512_madd52lo_epu64(_mm512_madd52lo_epu64(zero, a[0], r[0]), a[1], r2_20), a[2], r1_20);
+    let hi0 =
+        _mm512_madd52hi_epu64(_mm512_madd52hi_epu64(_mm512_madd52hi_epu64(zero, a[0], r[0]), a[1], r2_20), a[2], r1_20);
+    let lo1 =
+        _mm512_madd52lo_epu64(_mm512_madd52lo_epu64(_mm512_madd52lo_epu64(zero, a[0], r[1]), a[1], r[0]), a[2], r2_20);
+    let hi1 =
+        _mm512_madd52hi_epu64(_mm512_madd52hi_epu64(_mm512_madd52hi_epu64(zero, a[0], r[1]), a[1], r[0]), a[2], r2_20);
+    let lo2 =
+        _mm512_madd52lo_epu64(_mm512_madd52lo_epu64(_mm512_madd52lo_epu64(zero, a[0], r[2]), a[1], r[1]), a[2], r[0]);
+    let hi2 =
+        _mm512_madd52hi_epu64(_mm512_madd52hi_epu64(_mm512_madd52hi_epu64(zero, a[0], r[2]), a[1], r[1]), a[2], r[0]);
+    // hi2 * 20 * 2^8 = hi2 * 5120 = (hi2 << 12) + (hi2 << 10).
+    let d0 = _mm512_add_epi64(lo0, _mm512_add_epi64(_mm512_slli_epi64::<12>(hi2), _mm512_slli_epi64::<10>(hi2)));
+    let d1 = _mm512_add_epi64(lo1, _mm512_slli_epi64::<8>(hi0));
+    let d2 = _mm512_add_epi64(lo2, _mm512_slli_epi64::<8>(hi1));
+    let c = _mm512_srli_epi64::<44>(d0);
+    let x0 = _mm512_and_si512(d0, mask44);
+    let d1 = _mm512_add_epi64(d1, c);
+    let c = _mm512_srli_epi64::<44>(d1);
+    let x1 = _mm512_and_si512(d1, mask44);
+    let d2 = _mm512_add_epi64(d2, c);
+    let c = _mm512_srli_epi64::<42>(d2);
+    let x2 = _mm512_and_si512(d2, mask42);
+    // c * 5 = (c << 2) + c.
+    let t = _mm512_add_epi64(x0, _mm512_add_epi64(_mm512_slli_epi64::<2>(c), c));
+    let x0 = _mm512_and_si512(t, mask44);
+    let x1 = _mm512_add_epi64(x1, _mm512_srli_epi64::<44>(t));
+    h[0] = _mm512_mask_blend_epi64(active, h[0], x0);
+    h[1] = _mm512_mask_blend_epi64(active, h[1], x1);
+    h[2] = _mm512_mask_blend_epi64(active, h[2], x2);
+}
+
+/// Whole blocks gathered at the addresses in `at` (16 bytes each, lanes in
+/// `whole`), as limbs with 2^128 added.
+///
+/// # Safety
+/// Every lane in `whole` holds the address of 16 readable bytes.
+#[target_feature(enable = "avx512f,avx512ifma")]
+#[inline]
+unsafe fn gather_blocks(at: __m512i, whole: __mmask8) -> [__m512i; 3] {
+    let zero = _mm512_setzero_si512();
+    let mask44 = _mm512_set1_epi64(MASK44 as i64);
+    // SAFETY: the caller's: masked-off lanes read nothing.
+    let (lo, hi) = unsafe {
+        (
+            _mm512_mask_i64gather_epi64::<1>(zero, whole, at, core::ptr::null()),
+            _mm512_mask_i64gather_epi64::<1>(
+                zero,
+                whole,
+                _mm512_add_epi64(at, _mm512_set1_epi64(8)),
+                core::ptr::null(),
+            ),
+        )
+    };
+    let g0 = _mm512_and_si512(lo, mask44);
+    let g1 = _mm512_and_si512(_mm512_or_si512(_mm512_srli_epi64::<44>(lo), _mm512_slli_epi64::<20>(hi)), mask44);
+    let g2 = _mm512_or_si512(_mm512_srli_epi64::<24>(hi), _mm512_set1_epi64(1 << 40));
+    [g0, g1, g2]
+}
+
+/// Up to eight tags; lanes past `jobs.len()` idle.
+#[target_feature(enable = "avx512f,avx512ifma")]
+fn tags8(jobs: &mut [PolyJob<'_>]) {
+    let lanes = jobs.len().min(POLY_LANES);
+    let present: __mmask8 = ((1u16 << lanes) - 1) as u8;
+    let rs: [[u64; 3]; POLY_LANES] = std::array::from_fn(|j| jobs.get(j).map_or([0; 3], |job| r_limbs(job.key)));
+    let key = Key8 {
+        r: std::array::from_fn(|k| to_vec(std::array::from_fn(|j| rs[j][k]))),
+        r1_20: to_vec(std::array::from_fn(|j| rs[j][1] * 20)),
+        r2_20: to_vec(std::array::from_fn(|j| rs[j][2] * 20)),
+    };
+    let zero = _mm512_setzero_si512();
     let mut h = [zero; 3];
     let blocks = jobs.iter().map(|j| j.input.blocks()).max().unwrap_or(0);
-    let hibit = _mm512_set1_epi64(1 << 40);
-    for i in 0..blocks {
-        // Whole blocks by address (one gather each for their low and high
-        // halves); padded and length blocks as limbs, made one by one.
+    // First the blocks every lane has whole, at addresses that step by 16:
+    // no look at each lane per block.
+    let leading: [(*const u8, usize); POLY_LANES] =
+        std::array::from_fn(|j| jobs.get(j).map_or((core::ptr::null(), 0), |job| job.input.leading()));
+    let common = leading.iter().take(lanes).map(|l| l.1).min().unwrap_or(0);
+    let mut at = to_vec(std::array::from_fn(|j| leading[j].0 as u64));
+    let sixteen = _mm512_set1_epi64(16);
+    for _ in 0..common {
+        // SAFETY: block i < `common` of every present lane is whole: 16
+        // readable bytes at its segment's start plus 16 i, borrowed for
+        // this call; idle lanes are masked off.
+        let n = unsafe { gather_blocks(at, present) };
+        step(&mut h, n, &key, present);
+        at = _mm512_add_epi64(at, sixteen);
+    }
+    // Then the rest lane by lane: whole blocks by address, padded and
+    // length blocks as limbs, made one by one.
+    for i in common..blocks {
         let mut addr = [0u64; POLY_LANES];
         let mut whole: u8 = 0;
         let mut n = [[0u64; POLY_LANES]; 3];
@@ -255,80 +363,11 @@ fn tags8(jobs: &mut [PolyJob<'_>]) {
                 }
             }
         }
-        let active = whole | made;
-        let at = to_vec(addr);
-        // SAFETY: each lane gathered (`whole`) holds the address of 16
-        // readable bytes of its job's input, borrowed for this call; the
-        // masked-off lanes read nothing.
-        let (lo, hi) = unsafe {
-            (
-                _mm512_mask_i64gather_epi64::<1>(zero, whole, at, core::ptr::null()),
-                _mm512_mask_i64gather_epi64::<1>(
-                    zero,
-                    whole,
-                    _mm512_add_epi64(at, _mm512_set1_epi64(8)),
-                    core::ptr::null(),
-                ),
-            )
-        };
-        let g0 = _mm512_and_si512(lo, mask44);
-        let g1 = _mm512_and_si512(_mm512_or_si512(_mm512_srli_epi64::<44>(lo), _mm512_slli_epi64::<20>(hi)), mask44);
-        let g2 = _mm512_or_si512(_mm512_srli_epi64::<24>(hi), hibit);
-        let nv: [__m512i; 3] = [g0, g1, g2];
-        let a: [__m512i; 3] =
-            std::array::from_fn(|k| _mm512_add_epi64(h[k], _mm512_mask_blend_epi64(made, nv[k], to_vec(n[k]))));
-        // Partial sums of the 52-bit product halves at each 44-bit weight:
-        // lo halves stay, hi halves (weight 2^52 = 2^44 * 2^8) move one
-        // limb up, shifted by 8; what passes limb 2 comes back times 20.
-        let lo0 = _mm512_madd52lo_epu64(
-            _mm512_madd52lo_epu64(_mm512_madd52lo_epu64(zero, a[0], r[0]), a[1], r2_20),
-            a[2],
-            r1_20,
-        );
-        let hi0 = _mm512_madd52hi_epu64(
-            _mm512_madd52hi_epu64(_mm512_madd52hi_epu64(zero, a[0], r[0]), a[1], r2_20),
-            a[2],
-            r1_20,
-        );
-        let lo1 = _mm512_madd52lo_epu64(
-            _mm512_madd52lo_epu64(_mm512_madd52lo_epu64(zero, a[0], r[1]), a[1], r[0]),
-            a[2],
-            r2_20,
-        );
-        let hi1 = _mm512_madd52hi_epu64(
-            _mm512_madd52hi_epu64(_mm512_madd52hi_epu64(zero, a[0], r[1]), a[1], r[0]),
-            a[2],
-            r2_20,
-        );
-        let lo2 = _mm512_madd52lo_epu64(
-            _mm512_madd52lo_epu64(_mm512_madd52lo_epu64(zero, a[0], r[2]), a[1], r[1]),
-            a[2],
-            r[0],
-        );
-        let hi2 = _mm512_madd52hi_epu64(
-            _mm512_madd52hi_epu64(_mm512_madd52hi_epu64(zero, a[0], r[2]), a[1], r[1]),
-            a[2],
-            r[0],
-        );
-        // hi2 * 20 * 2^8 = hi2 * 5120 = (hi2 << 12) + (hi2 << 10).
-        let d0 = _mm512_add_epi64(lo0, _mm512_add_epi64(_mm512_slli_epi64::<12>(hi2), _mm512_slli_epi64::<10>(hi2)));
-        let d1 = _mm512_add_epi64(lo1, _mm512_slli_epi64::<8>(hi0));
-        let d2 = _mm512_add_epi64(lo2, _mm512_slli_epi64::<8>(hi1));
-        let c = _mm512_srli_epi64::<44>(d0);
-        let x0 = _mm512_and_si512(d0, mask44);
-        let d1 = _mm512_add_epi64(d1, c);
-        let c = _mm512_srli_epi64::<44>(d1);
-        let x1 = _mm512_and_si512(d1, mask44);
-        let d2 = _mm512_add_epi64(d2, c);
-        let c = _mm512_srli_epi64::<42>(d2);
-        let x2 = _mm512_and_si512(d2, mask42);
-        // c * 5 = (c << 2) + c.
-        let t = _mm512_add_epi64(x0, _mm512_add_epi64(_mm512_slli_epi64::<2>(c), c));
-        let x0 = _mm512_and_si512(t, mask44);
-        let x1 = _mm512_add_epi64(x1, _mm512_srli_epi64::<44>(t));
-        h[0] = _mm512_mask_blend_epi64(active, h[0], x0);
-        h[1] = _mm512_mask_blend_epi64(active, h[1], x1);
-        h[2] = _mm512_mask_blend_epi64(active, h[2], x2);
+        // SAFETY: each lane in `whole` holds the address of 16 readable
+        // bytes of its job's input, borrowed for this call.
+        let g = unsafe { gather_blocks(to_vec(addr), whole) };
+        let nv: [__m512i; 3] = std::array::from_fn(|k| _mm512_mask_blend_epi64(made, g[k], to_vec(n[k])));
+        step(&mut h, nv, &key, whole | made);
     }
     let limbs: [[u64; POLY_LANES]; 3] = std::array::from_fn(|k| from_vec(h[k]));
     for (j, job) in jobs.iter_mut().enumerate() {
