@@ -325,14 +325,20 @@ def test_a_gibibyte_over_tcp_each_way_with_wireguard_go(net, tmp_path):
         gh.stop()
 
 
-def test_gatehouse_to_gatehouse_with_a_preshared_key(net, tmp_path):
+@pytest.mark.parametrize("first", ["a", "b"])
+def test_gatehouse_to_gatehouse_with_a_preshared_key(net, tmp_path, first):
     ga, pa = genkey()
     gb, pb = genkey()
     psk = sh("wg", "genpsk").strip()
     a = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, psk=psk))
     b = start_gatehouse(tmp_path, "b", gb, peer_yaml("a", pa, psk=psk))
     try:
-        traffic_both_ways("a", "b")
+        # Whoever sends first starts the handshake.
+        traffic_both_ways(first, "b" if first == "a" else "a")
+        assert metric(metrics(first), "gatehouse_wg_peer_initiations_total") >= 1
+        assert metric(metrics("b" if first == "a" else "a"), "gatehouse_wg_peer_initiations_total") == 0
+        if first == "b":
+            return
         out = iperf("b", "a", inner4("b"), extra=("-n", "1G"))
         assert out["end"]["sum_sent"]["bytes"] >= 1 << 30
         assert out["end"]["sum_received"]["bytes"] >= 0.97 * (1 << 30)
@@ -592,6 +598,10 @@ for h in sys.stdin.read().split():
             )
 
         wait_for(grew, timeout=5, what="every drop counted")
+        # The replays and the forgery are counted against the peer too.
+        m = metrics("a")
+        assert metric(m, "gatehouse_wg_peer_drops_total", peer="b", reason="replay") >= 2
+        assert metric(m, "gatehouse_wg_peer_drops_total", peer="b", reason="decrypt") >= 1
         # The plane goes on.
         ping("b", inner4("a"))
         ping("a", inner4("b"))

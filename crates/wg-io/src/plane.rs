@@ -227,6 +227,31 @@ impl Plane for WireGuard {
             }
         }
         out.header(
+            "gatehouse_wg_peer_handshake_failures_total",
+            "counter",
+            "Handshakes with each peer given up after 90 seconds of retries.",
+        );
+        for (iface, rows) in &peers {
+            for p in rows {
+                let labels = [("interface", iface.as_str()), ("peer", &p.name), ("public_key", &p.public_key)];
+                out.sample("gatehouse_wg_peer_handshake_failures_total", &labels, p.stats.handshake_failures);
+            }
+        }
+        out.header("gatehouse_wg_peer_drops_total", "counter", "What was dropped of each peer's, by reason.");
+        for (iface, rows) in &peers {
+            for p in rows {
+                for (reason, n) in gatehouse_wg::device::PEER_DROP_NAMES.iter().zip(p.stats.drops) {
+                    let labels = [
+                        ("interface", iface.as_str()),
+                        ("peer", &p.name),
+                        ("public_key", &p.public_key),
+                        ("reason", reason),
+                    ];
+                    out.sample("gatehouse_wg_peer_drops_total", &labels, n);
+                }
+            }
+        }
+        out.header(
             "gatehouse_wg_drops_total",
             "counter",
             "Datagrams and packets the WireGuard plane dropped, by reason.",

@@ -242,7 +242,9 @@ impl Worker<'_> {
             for d in self.datagrams.iter_mut() {
                 let Some(plan) = &d.open else { continue };
                 if verdicts.next() != Some(true) {
-                    self.counters.drop(DropReason::Transport(TransportError::Decrypt));
+                    let decrypt = DropReason::Transport(TransportError::Decrypt);
+                    self.counters.drop(decrypt);
+                    dev.note_drop(plan.peer, decrypt);
                     continue;
                 }
                 let plain = &self.rx[d.buffer][d.at.start + DATA..d.at.end - TAG_LEN];

@@ -210,7 +210,25 @@ pub struct PeerStats {
     pub handshakes: u64,
     /// Initiations sent (first tries and retries).
     pub initiations: u64,
+    /// Handshake attempts given up after [`REKEY_ATTEMPT_TIME`].
+    pub handshake_failures: u64,
+    /// What was dropped of this peer's, by [`PEER_DROP_NAMES`].
+    pub drops: [u64; PEER_DROP_NAMES.len()],
 }
+
+/// The drop reasons a peer is known for, as counted in [`PeerStats::drops`].
+pub const PEER_DROP_NAMES: [&str; 10] = [
+    "replay",
+    "decrypt",
+    "expired",
+    "not_allowed_source",
+    "not_ip",
+    "replayed_initiation",
+    "initiation_flood",
+    "handshake_decrypt",
+    "handshake_timeout",
+    "keys_exhausted",
+];
 
 /// What the device knows of a peer, for `wg show` and `/status`.
 #[derive(Debug, Clone)]
@@ -354,6 +372,15 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         })
     }
 
+    /// Counts a drop against the peer it came from or was for, when the
+    /// reason is one a peer is known for ([`PEER_DROP_NAMES`]).
+    pub fn note_drop(&mut self, id: PeerId, reason: DropReason) {
+        let Some(at) = PEER_DROP_NAMES.iter().position(|n| *n == reason.name()) else { return };
+        if let Some(p) = self.peers.get_mut(id).and_then(Option::as_mut) {
+            p.stats.drops[at] += 1;
+        }
+    }
+
     /// Sets where the peer is reached (a configured or resolved endpoint;
     /// authenticated packets from elsewhere move it again).
     pub fn set_endpoint(&mut self, id: PeerId, endpoint: SocketAddr) {
@@ -489,7 +516,13 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             return Ok(None);
         }
         let Some(cur) = peer.current.as_mut() else { return Err(DropReason::Expired) };
-        let counter = cur.keys.reserve().map_err(DropReason::Transport)?;
+        let counter = match cur.keys.reserve() {
+            Ok(c) => c,
+            Err(e) => {
+                peer.stats.drops[9] += 1;
+                return Err(DropReason::Transport(e));
+            }
+        };
         let plan = SealPlan {
             peer: id,
             to,
@@ -552,7 +585,9 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         packet.clear();
         packet.extend_from_slice(&datagram[crate::messages::transport::DATA..]);
         if crate::crypto::open(&plan.key, plan.counter, packet, &[]).is_err() {
-            return Received::Dropped(DropReason::Transport(TransportError::Decrypt));
+            let decrypt = DropReason::Transport(TransportError::Decrypt);
+            self.note_drop(plan.peer, decrypt);
+            return Received::Dropped(decrypt);
         }
         packet.truncate(packet.len() - crate::crypto::TAG_LEN);
         let r = self.finish_open(&plan, packet, src, now, out);
@@ -648,10 +683,12 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         };
         if peer.last_timestamp.is_some_and(|t| got.timestamp <= t) {
             self.indexes.remove(&index);
+            self.note_drop(id, DropReason::ReplayedInitiation);
             return Received::Dropped(DropReason::ReplayedInitiation);
         }
         if peer.last_initiation.is_some_and(|t| now.saturating_duration_since(t) < INITIATION_MIN_INTERVAL) {
             self.indexes.remove(&index);
+            self.note_drop(id, DropReason::Flood);
             return Received::Dropped(DropReason::Flood);
         }
         peer.last_timestamp = Some(got.timestamp);
@@ -693,7 +730,10 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         let Some((state, _, _)) = peer.initiated.as_ref() else { return Received::Dropped(DropReason::UnknownIndex) };
         let session = match handshake::receive_response(&self.me, state, &peer.key, m) {
             Ok(s) => s,
-            Err(e) => return Received::Dropped(DropReason::Handshake(e)),
+            Err(e) => {
+                self.note_drop(id, DropReason::Handshake(e));
+                return Received::Dropped(DropReason::Handshake(e));
+            }
         };
         peer.initiated = None;
         peer.endpoint = Some(src);
@@ -744,13 +784,15 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     ) -> Result<(PeerId, crate::crypto::Key), DropReason> {
         let (id, slot) = self.keypair(local)?;
         let timed = self.timed(id, slot).ok_or(DropReason::UnknownIndex)?;
-        if now.saturating_duration_since(timed.born) >= REJECT_AFTER_TIME {
-            return Err(DropReason::Expired);
-        }
-        if !timed.keys.check(counter) {
-            return Err(DropReason::Transport(TransportError::Replay));
-        }
-        Ok((id, timed.keys.recv_key().clone()))
+        let refused = if now.saturating_duration_since(timed.born) >= REJECT_AFTER_TIME {
+            DropReason::Expired
+        } else if !timed.keys.check(counter) {
+            DropReason::Transport(TransportError::Replay)
+        } else {
+            return Ok((id, timed.keys.recv_key().clone()));
+        };
+        self.note_drop(id, refused);
+        Err(refused)
     }
 
     /// After the caller opened `plan`'s message (`plain`: the padded
@@ -772,7 +814,9 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         };
         let Some(timed) = self.timed(id, slot) else { return Received::Dropped(DropReason::UnknownIndex) };
         if !timed.keys.accept(plan.counter) {
-            return Received::Dropped(DropReason::Transport(TransportError::Replay));
+            let replay = DropReason::Transport(TransportError::Replay);
+            self.note_drop(id, replay);
+            return Received::Dropped(replay);
         }
         let initiator_age = timed.keys.initiator.then(|| now.saturating_duration_since(timed.born));
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
@@ -803,8 +847,12 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             }
             return Received::Control;
         }
-        let Some((inner_src, _)) = packet_addresses(plain) else { return Received::Dropped(DropReason::NotIp) };
+        let Some((inner_src, _)) = packet_addresses(plain) else {
+            self.note_drop(id, DropReason::NotIp);
+            return Received::Dropped(DropReason::NotIp);
+        };
         if self.allowed.lookup(inner_src) != Some(id) {
+            self.note_drop(id, DropReason::NotAllowedSource);
             return Received::Dropped(DropReason::NotAllowedSource);
         }
         let len = packet_len(plain).filter(|l| *l <= plain.len()).unwrap_or(plain.len());
@@ -832,7 +880,9 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
                     if let Some((state, _, _)) = peer.initiated.take() {
                         self.indexes.remove(&state.sender);
                     }
+                    peer.stats.handshake_failures += 1;
                     for _ in peer.queue.drain(..) {
+                        peer.stats.drops[8] += 1;
                         dropped.push((id, DropReason::HandshakeTimeout));
                     }
                     continue;
@@ -1194,6 +1244,15 @@ mod tests {
     }
 
     #[test]
+    fn peer_drop_slots_are_named_as_the_reasons() {
+        assert_eq!(PEER_DROP_NAMES[8], DropReason::HandshakeTimeout.name());
+        assert_eq!(PEER_DROP_NAMES[9], DropReason::Transport(TransportError::Exhausted).name());
+        for n in PEER_DROP_NAMES {
+            assert!(DropReason::NAMES.contains(&n) || n == "handshake_timeout", "{n}");
+        }
+    }
+
+    #[test]
     fn planned_batches_seal_and_open_and_a_copy_opened_twice_counts_once() {
         let mut p = pair(None, None);
         establish(&mut p);
@@ -1228,6 +1287,8 @@ mod tests {
             assert_eq!(*r, Received::Packet { peer: p.ba, len: packets[i].len() });
         }
         assert_eq!(got[5], Received::Dropped(DropReason::Transport(TransportError::Replay)));
+        let stats = p.b.peer_info(p.ba).expect("peer").stats;
+        assert_eq!((stats.drops[0], stats.rx_packets), (1, 6), "the replay is counted against a");
         // A plan whose keys were forgotten meanwhile is dropped, not opened.
         let late = p.a.plan_seal(&packets[0], now, &mut out).expect("routed").expect("a session");
         let d = seal_one(&late, &packets[0]);
