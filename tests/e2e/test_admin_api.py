@@ -213,6 +213,7 @@ def test_the_openapi_document_is_served_and_describes_every_resource(gatehouse, 
     assert served["openapi"].startswith("3.")
     for kind in ("routes", "upstreams", "certificates"):
         assert {"get", "put", "patch", "delete"} <= set(served["paths"][f"/{kind}/{{name}}"])
+    assert {"get", "put", "patch", "delete"} <= set(served["paths"]["/wireguard/interfaces/{interface}/peers/{name}"])
     assert served["components"]["securitySchemes"]["apiKey"] == {"type": "apiKey", "in": "header", "name": "X-API-KEY"}
     # Every field the Route schema names is one the config accepts.
     fields = served["components"]["schemas"]["Route"]["properties"]

@@ -669,3 +669,127 @@ wireguard:
     key.write_text(sh("wg", "genkey"))
     p = subprocess.run([str(BIN), "check", "-c", str(conf)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def admin(k, method, path, body=None, key="k" * 24):
+    """A request to the admin API in namespace `k`: (status, JSON body)."""
+    args = ["curl", "-s", "-o", "/dev/stdout", "-w", "\n%{http_code}", "-X", method, "-H", f"X-API-KEY: {key}"]
+    if body is not None:
+        args += ["-H", "content-type: application/json", "--data-binary", json.dumps(body)]
+    out = ns(k, *args, f"http://127.0.0.1:9180{path}").rsplit("\n", 1)
+    return int(out[1]), (json.loads(out[0]) if out[0].strip() else None)
+
+
+def test_peers_through_the_admin_api(net, tmp_path):
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gc, pc = genkey()
+    conf = gatehouse_config("a", ga, peer_yaml("b", pb)).replace(
+        "admin: { address: 127.0.0.1:9180 }", "admin: { address: 127.0.0.1:9180, api_key: " + "k" * 24 + " }"
+    )
+    (tmp_path / "a").mkdir()
+    gh = Gatehouse(tmp_path / "a", conf, prefix=("ip", "netns", "exec", NS["a"]))
+    gh.wait_log("WireGuard interface up")
+    b = WireGuardGo("b", gb, [go_peer("a", pa)])
+    c = WireGuardGo("c", gc, [go_peer("a", pa)])
+    dev = ifname("a")
+    peers = f"/wireguard/interfaces/{dev}/peers"
+    try:
+        ping("a", inner4("b"))
+        status, body = admin("a", "GET", peers)
+        assert status == 200 and [e["value"]["name"] for e in body["list"]] == ["b"], body
+        # A peer made through the API carries traffic; b's session goes on.
+        c_peer = {"public_key": pc, "endpoint": f"{UNDERLAY['c']}:{PORT['c']}", "allowed_ips": [f"{inner4('c')}/32"]}
+        status, body = admin("a", "PUT", f"{peers}/c", c_peer)
+        assert status == 201, body
+        assert body["key"] == f"{peers}/c" and body["value"]["public_key"] == pc
+        ping("a", inner4("c"))
+        ping("c", inner4("a"))
+        assert metric(metrics("a"), "gatehouse_wg_peer_handshakes_total", peer="b") == 1
+        assert pc in (gh.dir / "gatehouse.yaml").read_text(), "written back to the file"
+        # A bad key is refused with its field; a missing interface is 404.
+        status, body = admin("a", "PUT", f"{peers}/d", {"public_key": "nope", "allowed_ips": ["10.60.0.9/32"]})
+        assert status == 400 and body["errors"][0]["field"] == "public_key", body
+        assert admin("a", "PUT", "/wireguard/interfaces/nowhere/peers/d", c_peer)[0] == 404
+        # A prefix another peer has is refused, naming it.
+        status, body = admin("a", "PUT", f"{peers}/e", {"public_key": pb[:-4] + "AAA=", "allowed_ips": [f"{inner4('c')}/32"]})
+        assert status == 400 and "already peer" in body["error_msg"], body
+        # PATCH changes b's keepalive without a new handshake.
+        status, body = admin("a", "PATCH", f"{peers}/b", {"persistent_keepalive": 7})
+        assert status == 200 and body["value"]["persistent_keepalive"] == 7, body
+        assert "every 7 seconds" in ns("a", "wg", "show", dev)
+        ping("b", inner4("a"))
+        assert metric(metrics("a"), "gatehouse_wg_peer_handshakes_total", peer="b") == 1
+        # Deleted: c's traffic stops, b's goes on.
+        status, body = admin("a", "DELETE", f"{peers}/c")
+        assert status == 200, body
+        assert not ping("a", inner4("c"), count=1, check=False)
+        assert pc not in ns("a", "wg", "show", dev)
+        ping("b", inner4("a"))
+        assert admin("a", "GET", f"{peers}/c")[0] == 404
+    finally:
+        b.stop()
+        c.stop()
+        gh.stop()
+
+
+def test_peers_kept_in_etcd(net, tmp_path):
+    """With store: etcd, peers live in etcd (PREFIX/peers/INTERFACE/NAME):
+    written through the API, and changed in etcd directly as another node
+    would."""
+    if not shutil.which("etcd"):
+        pytest.skip("etcd is not installed (scripts/install-deps.sh)")
+    url = "http://127.0.0.1:2379"
+    data = tmp_path / "etcd"
+    etcd = subprocess.Popen(
+        ["ip", "netns", "exec", NS["a"], "etcd", "--name", "t", "--data-dir", str(data),
+         "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+         "--initial-cluster", "t=http://127.0.0.1:2380"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ctl(*args):
+        env = {"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"}
+        return subprocess.run(["ip", "netns", "exec", NS["a"], "etcdctl", "--endpoints", url, *args],
+                              capture_output=True, text=True, env=env, timeout=20)
+
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gc, pc = genkey()
+    gh = b = c = None
+    try:
+        wait_for(lambda: ctl("endpoint", "health").returncode == 0, timeout=20, what="etcd healthy")
+        conf = gatehouse_config("a", ga, "        []").replace(
+            "admin: { address: 127.0.0.1:9180 }",
+            "admin: { address: 127.0.0.1:9180, api_key: " + "k" * 24 + " }\n"
+            f"store: {{ type: etcd, endpoints: [{url}], prefix: /gh, timeout: 2s }}",
+        ).replace("      peers:\n        []", "      peers: []")
+        (tmp_path / "a").mkdir()
+        gh = Gatehouse(tmp_path / "a", conf, prefix=("ip", "netns", "exec", NS["a"]))
+        gh.wait_log("WireGuard interface up")
+        b = WireGuardGo("b", gb, [go_peer("a", pa)])
+        c = WireGuardGo("c", gc, [go_peer("a", pa)])
+        dev = ifname("a")
+        peer_b = {"public_key": pb, "endpoint": f"{UNDERLAY['b']}:{PORT['b']}", "allowed_ips": [f"{inner4('b')}/32"]}
+        status, body = admin("a", "PUT", f"/wireguard/interfaces/{dev}/peers/b", peer_b)
+        assert status == 201, body
+        stored = json.loads(ctl("get", f"/gh/peers/{dev}/b", "--print-value-only").stdout)
+        assert stored["public_key"] == pb
+        ping("a", inner4("b"))
+        # Another node's write, straight into etcd: the watch brings it.
+        peer_c = {"public_key": pc, "endpoint": f"{UNDERLAY['c']}:{PORT['c']}", "allowed_ips": [f"{inner4('c')}/32"]}
+        assert ctl("put", f"/gh/peers/{dev}/c", json.dumps(peer_c)).returncode == 0
+        wait_for(lambda: pc in ns("a", "wg", "show", dev), timeout=10, what="peer c from etcd")
+        ping("a", inner4("c"))
+        assert metric(metrics("a"), "gatehouse_wg_peer_handshakes_total", peer="b") == 1
+        assert ctl("del", f"/gh/peers/{dev}/c").returncode == 0
+        wait_for(lambda: pc not in ns("a", "wg", "show", dev), timeout=10, what="peer c gone")
+        ping("b", inner4("a"))
+    finally:
+        for p in (b, c):
+            if p:
+                p.stop()
+        if gh:
+            gh.stop()
+        etcd.terminate()
+        etcd.wait(10)

@@ -29,8 +29,17 @@ fn with_etag(mut r: Response<Body>, version: u64) -> Response<Body> {
     r
 }
 
-fn entry_json(kind: &str, name: &str, value: Value, version: u64) -> Value {
-    json!({ "key": format!("/{kind}/{name}"), "value": value, "modifiedIndex": version })
+/// A resource's path in the API: `/routes/NAME`, or for a peer
+/// `/wireguard/interfaces/INTERFACE/peers/NAME`.
+fn path_of(kind: &str, full: &str) -> String {
+    match doc::locate(kind, full) {
+        doc::Location { scope: Some(iface), name } => format!("/wireguard/interfaces/{iface}/peers/{name}"),
+        _ => format!("/{kind}/{full}"),
+    }
+}
+
+fn entry_json(kind: &str, full: &str, value: Value, version: u64) -> Value {
+    json!({ "key": path_of(kind, full), "value": value, "modifiedIndex": version })
 }
 
 /// What `If-Match` asks for.
@@ -60,7 +69,7 @@ async fn read_json(req: Request<Incoming>) -> Result<Value, Response<Body>> {
 fn refused(e: WriteError) -> Response<Body> {
     match e {
         WriteError::Invalid { errors, within } => {
-            let prefix = within.map(|(kind, i)| format!("{kind}[{i}]"));
+            let prefix = within;
             let list: Vec<Value> = errors
                 .errors
                 .iter()
@@ -131,24 +140,36 @@ fn not_allowed(allow: &'static str) -> Response<Body> {
     r
 }
 
-/// `/{kind}` and `/{kind}/{name}`.
-pub async fn resource(req: Request<Incoming>, node: &Node, kind: &'static str, name: Option<String>) -> Response<Body> {
+/// `/{kind}` and `/{kind}/{name}`; for peers (`scope`: the interface)
+/// `/wireguard/interfaces/{scope}/peers` and `.../peers/{name}`.
+pub async fn resource(
+    req: Request<Incoming>,
+    node: &Node,
+    kind: &'static str,
+    scope: Option<&str>,
+    name: Option<String>,
+) -> Response<Body> {
+    if kind == doc::PEERS && !doc::interface_names(&node.control().doc).iter().any(|i| Some(i.as_str()) == scope) {
+        return error(StatusCode::NOT_FOUND, format!("no WireGuard interface {:?}", scope.unwrap_or_default()));
+    }
     let Some(name) = name else {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return not_allowed("GET, HEAD");
         }
         let control = node.control();
-        let list: Vec<Value> = doc::list(&control.doc, kind)
+        let full = |n: &str| scope.map_or_else(|| n.to_string(), |s| format!("{s}/{n}"));
+        let list: Vec<Value> = doc::entries(&control.doc, kind, scope)
             .iter()
             .filter_map(|e| {
-                let n = doc::name_of(e)?;
-                let v = control.versions.get(&(kind, n.to_string())).copied().unwrap_or(0);
-                Some(entry_json(kind, n, doc::to_json(e), v))
+                let n = full(doc::entry_name(kind, e)?);
+                let v = control.versions.get(&(kind, n.clone())).copied().unwrap_or(0);
+                Some(entry_json(kind, &n, doc::to_json(e), v))
             })
             .collect();
         let version = node.running().version;
         return with_etag(json_response(StatusCode::OK, &json!({ "total": list.len(), "list": list })), version);
     };
+    let name = scope.map_or(name.clone(), |s| format!("{s}/{name}"));
     let what = format!("{kind}/{name}");
     let expect = match precondition(&req) {
         Ok(p) => p,
@@ -157,7 +178,10 @@ pub async fn resource(req: Request<Incoming>, node: &Node, kind: &'static str, n
     let change = match *req.method() {
         Method::GET | Method::HEAD => {
             let control = node.control();
-            let Some(entry) = doc::list(&control.doc, kind).iter().find(|e| doc::name_of(e) == Some(&name)) else {
+            let loc = doc::locate(kind, &name);
+            let Some(entry) =
+                doc::entries(&control.doc, kind, loc.scope).iter().find(|e| doc::entry_name(kind, e) == Some(loc.name))
+            else {
                 return error(StatusCode::NOT_FOUND, format!("no {what}"));
             };
             let v = control.versions.get(&(kind, name.clone())).copied().unwrap_or(0);
@@ -184,7 +208,7 @@ pub async fn resource(req: Request<Incoming>, node: &Node, kind: &'static str, n
             }
             None => json_response(
                 StatusCode::OK,
-                &json!({ "deleted": format!("/{what}"), node.store().version_name(): w.version }),
+                &json!({ "deleted": path_of(kind, &name), node.store().version_name(): w.version }),
             ),
         },
         Err(e) => refused(e),

@@ -158,13 +158,32 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, node: &Node) -> Respon
             r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             r
         }),
+        _ if path.starts_with("/wireguard/") => {
+            // /wireguard/interfaces/IFACE/peers[/NAME]
+            let owned = path.to_string();
+            let parts: Vec<&str> = owned.trim_start_matches('/').split('/').collect();
+            match parts.as_slice() {
+                ["wireguard", "interfaces", iface, "peers"] if valid_name(iface) => {
+                    api::resource(req, node, gatehouse_config::doc::PEERS, Some(iface), None).await
+                }
+                ["wireguard", "interfaces", iface, "peers", n] if valid_name(iface) && valid_name(n) => {
+                    let n = n.to_string();
+                    api::resource(req, node, gatehouse_config::doc::PEERS, Some(iface), Some(n)).await
+                }
+                ["wireguard", "interfaces", _, "peers", ..] => error(
+                    StatusCode::BAD_REQUEST,
+                    "interface and peer names are 1 to 128 letters, digits, '-', '_' or '.'".to_string(),
+                ),
+                _ => error(StatusCode::NOT_FOUND, format!("no admin resource at {path}")),
+            }
+        }
         _ => {
             let mut parts = path.trim_start_matches('/').splitn(2, '/');
             let kind = parts.next().and_then(|k| gatehouse_config::doc::KINDS.iter().copied().find(|x| *x == k));
             let name = parts.next().map(str::to_string);
             match (kind, name.as_deref()) {
-                (Some(kind), None) => api::resource(req, node, kind, None).await,
-                (Some(kind), Some(n)) if valid_name(n) => api::resource(req, node, kind, name).await,
+                (Some(kind), None) => api::resource(req, node, kind, None, None).await,
+                (Some(kind), Some(n)) if valid_name(n) => api::resource(req, node, kind, None, name).await,
                 (Some(_), Some(n)) => error(
                     StatusCode::BAD_REQUEST,
                     format!("{n:?}: a name is 1 to 128 letters, digits, '-', '_' or '.'"),

@@ -10,8 +10,90 @@ use serde_json::Value as Json;
 
 use crate::yaml::{Node, Value};
 
-/// The lists the admin API manages, each entry named by its `name` field.
+/// The top-level lists the admin API manages, each entry named by its
+/// `name` field.
 pub const KINDS: [&str; 3] = ["routes", "upstreams", "certificates"];
+
+/// The peers of a WireGuard interface (`wireguard.interfaces[name].peers`):
+/// a resource named `INTERFACE/PEER`.
+pub const PEERS: &str = "peers";
+
+/// A resource's list (`scope`: the interface, for peers) and its name in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Location<'a> {
+    pub scope: Option<&'a str>,
+    pub name: &'a str,
+}
+
+/// Where the resource `kind`/`full` is: peers are named `INTERFACE/PEER`.
+pub fn locate<'a>(kind: &str, full: &'a str) -> Location<'a> {
+    match full.split_once('/') {
+        Some((scope, name)) if kind == PEERS => Location { scope: Some(scope), name },
+        _ => Location { scope: None, name: full },
+    }
+}
+
+/// The value of `key` in a mapping.
+fn get<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {
+    let Value::Map(entries) = &node.value else { return None };
+    entries.iter().find(|(k, _)| k.scalar() == Some(key)).map(|(_, v)| v)
+}
+
+/// An entry's name in its list: its `name`, or for a peer without one the
+/// first eight characters of its public key (the config's default).
+pub fn entry_name<'a>(kind: &str, entry: &'a Node) -> Option<&'a str> {
+    name_of(entry).or_else(|| {
+        let key = get(entry, "public_key")?.scalar()?;
+        (kind == PEERS).then(|| key.get(..8)).flatten()
+    })
+}
+
+/// The names of the WireGuard interfaces in the document.
+pub fn interface_names(root: &Node) -> Vec<String> {
+    let interfaces = get(root, "wireguard").and_then(|w| get(w, "interfaces"));
+    let Some(Node { value: Value::Seq(items), .. }) = interfaces else { return Vec::new() };
+    items.iter().filter_map(name_of).map(str::to_string).collect()
+}
+
+/// Whether `kind` is a kind of resource the admin API manages.
+pub fn is_kind(kind: &str) -> bool {
+    KINDS.contains(&kind) || kind == PEERS
+}
+
+/// The entries of a resource list (empty when absent): a top-level list,
+/// or the peers of the interface `scope`.
+pub fn entries<'a>(root: &'a Node, kind: &str, scope: Option<&str>) -> &'a [Node] {
+    if kind != PEERS {
+        return list(root, kind);
+    }
+    let interfaces = get(root, "wireguard").and_then(|w| get(w, "interfaces"));
+    let Some(Node { value: Value::Seq(items), .. }) = interfaces else { return &[] };
+    match items.iter().find(|i| name_of(i) == scope).and_then(|i| get(i, "peers")) {
+        Some(Node { value: Value::Seq(peers), .. }) => peers,
+        _ => &[],
+    }
+}
+
+/// The entries of a resource list to edit, with the list's path in the
+/// config (`routes`, `wireguard.interfaces[0].peers`). A top-level list is
+/// made if absent; peers need their interface to be in the config.
+pub fn entries_mut<'a>(
+    root: &'a mut Node,
+    kind: &str,
+    scope: Option<&str>,
+) -> Result<(&'a mut Vec<Node>, String), String> {
+    if kind != PEERS {
+        return list_mut(root, kind).map(|l| (l, kind.to_string()));
+    }
+    let scope = scope.unwrap_or_default();
+    let missing = || format!("there is no WireGuard interface {scope:?} in the config");
+    let Value::Map(top) = &mut root.value else { return Err(missing()) };
+    let Some((_, wg)) = top.iter_mut().find(|(k, _)| k.scalar() == Some("wireguard")) else { return Err(missing()) };
+    let interfaces = list_mut(wg, "interfaces").map_err(|_| missing())?;
+    let at = interfaces.iter().position(|i| name_of(i) == Some(scope)).ok_or_else(missing)?;
+    let peers = list_mut(&mut interfaces[at], "peers")?;
+    Ok((peers, format!("wireguard.interfaces[{at}].peers")))
+}
 
 fn scalar(text: impl Into<String>, plain: bool) -> Node {
     Node { line: 0, value: Value::Scalar { text: text.into(), plain } }

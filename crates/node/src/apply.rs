@@ -35,8 +35,9 @@ impl std::fmt::Display for ApplyError {
 impl std::error::Error for ApplyError {}
 
 impl ApplyError {
-    /// As the error of a resource write to `within` (list, index).
-    pub(crate) fn into_write_error(self, within: Option<(&'static str, usize)>) -> WriteError {
+    /// As the error of a resource write to the entry at `within` (its
+    /// path in the config: `routes[3]`).
+    pub(crate) fn into_write_error(self, within: Option<String>) -> WriteError {
         match self {
             ApplyError::Invalid(errors) => WriteError::Invalid { errors, within },
             ApplyError::Store(e) => WriteError::Failed(e.to_string()),
@@ -118,6 +119,16 @@ pub(crate) fn resource_versions(old: &Config, new: &Config, version: u64, prev: 
     entry_versions("routes", (&old.routes, &new.routes), |r| &r.name, version, prev, &mut out);
     entry_versions("upstreams", (&old.upstreams, &new.upstreams), |u| &u.name, version, prev, &mut out);
     entry_versions("certificates", (&old.certificates, &new.certificates), |c| &c.name, version, prev, &mut out);
+    // Peers by INTERFACE/PEER, unchanged ones keeping their versions.
+    let peers = |c: &Config| -> Vec<(String, gatehouse_config::WgPeer)> {
+        c.wireguard
+            .iter()
+            .flat_map(|w| &w.interfaces)
+            .flat_map(|i| i.peers.iter().map(move |p| (format!("{}/{}", i.name, p.name), p.clone())))
+            .collect()
+    };
+    let (old_peers, new_peers) = (peers(old), peers(new));
+    entry_versions(doc::PEERS, (&old_peers, &new_peers), |(n, _)| n, version, prev, &mut out);
     out
 }
 
@@ -299,13 +310,14 @@ impl Node {
                         merge_patch(&mut merged, &value);
                         value = merged;
                     }
-                    Some(named_entry(&what, name, value)?)
+                    Some(named_entry(&what, doc::locate(kind, name).name, value)?)
                 }
             };
             let mut new_doc = control.doc.clone();
-            let list = doc::list_mut(&mut new_doc, kind)
+            let loc = doc::locate(kind, name);
+            let (list, list_path) = doc::entries_mut(&mut new_doc, kind, loc.scope)
                 .map_err(|e| WriteError::Conflict(format!("the running config cannot take {what}: {e}")))?;
-            let at = list.iter().position(|e| doc::name_of(e) == Some(name));
+            let at = list.iter().position(|e| doc::entry_name(kind, e) == Some(loc.name));
             let index = match (&entry, at) {
                 (Some(e), Some(i)) => {
                     list[i] = doc::from_json(e);
@@ -321,13 +333,14 @@ impl Node {
                 }
                 (None, None) => None,
             };
+            let within = index.map(|i| format!("{list_path}[{i}]"));
             Planned {
                 kind,
                 name: name.to_string(),
                 entry,
                 expected: current.as_ref().map_or(0, |c| c.1),
                 existed: current.is_some(),
-                index,
+                within,
                 base_version: self.running.load().version,
                 doc: new_doc,
             }

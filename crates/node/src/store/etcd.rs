@@ -56,6 +56,26 @@ impl Mirror {
                 list.push(doc::from_json(&Value::Object(entry)));
             }
         }
+        // Peers: every interface's list is the store's, keyed
+        // peers/INTERFACE/PEER; the interfaces are the file's.
+        for iface in doc::interface_names(&out) {
+            doc::entries_mut(&mut out, doc::PEERS, Some(&iface))?.0.clear();
+        }
+        let start = format!("{}/", doc::PEERS);
+        for (key, (value, _)) in self.entries.range(start.clone()..) {
+            let Some(full) = key.strip_prefix(&start) else { break };
+            let loc = doc::locate(doc::PEERS, full);
+            let Ok((list, _)) = doc::entries_mut(&mut out, doc::PEERS, loc.scope) else {
+                tracing::warn!(key, "etcd peer ignored: its interface is not in the config file");
+                continue;
+            };
+            let mut entry = serde_json::Map::new();
+            entry.insert("name".into(), Value::from(loc.name));
+            if let Value::Object(fields) = value {
+                entry.extend(fields.iter().filter(|(k, _)| *k != "name").map(|(k, v)| (k.clone(), v.clone())));
+            }
+            list.push(doc::from_json(&Value::Object(entry)));
+        }
         Ok(out)
     }
 
@@ -64,7 +84,7 @@ impl Mirror {
         let mut out = Versions::new();
         for (key, (_, rev)) in &self.entries {
             if let Some((kind, name)) = key.split_once('/')
-                && let Some(kind) = doc::KINDS.iter().copied().find(|k| *k == kind)
+                && let Some(kind) = doc::KINDS.iter().copied().chain([doc::PEERS]).find(|k| *k == kind)
             {
                 out.insert((kind, name.to_string()), u64::try_from(*rev).unwrap_or(0));
             }
@@ -178,8 +198,16 @@ impl Etcd {
     fn entry(&self, key: &str, value: &[u8]) -> Option<(String, Value)> {
         let rest = key.strip_prefix(&self.cfg.prefix)?.strip_prefix('/')?;
         let (kind, name) = rest.split_once('/')?;
-        if !doc::KINDS.contains(&kind) || name.is_empty() || name.contains('/') {
-            tracing::warn!(key, "etcd key ignored: expected PREFIX/routes|upstreams|certificates/NAME");
+        // Peers are INTERFACE/PEER; the rest one name.
+        let parts_ok = match kind {
+            doc::PEERS => name.split('/').filter(|p| !p.is_empty()).count() == 2 && name.matches('/').count() == 1,
+            _ => doc::KINDS.contains(&kind) && !name.is_empty() && !name.contains('/'),
+        };
+        if !parts_ok {
+            tracing::warn!(
+                key,
+                "etcd key ignored: expected PREFIX/routes|upstreams|certificates/NAME or PREFIX/peers/INTERFACE/NAME"
+            );
             return None;
         }
         match serde_json::from_slice::<Value>(value) {
@@ -425,7 +453,7 @@ impl Store for Etcd {
     fn commit<'a>(&'a self, node: &'a Node, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>> {
         Box::pin(async move {
             // The whole resulting config must be valid before anything is written.
-            node.check_doc(&plan.doc).map_err(|e| e.into_write_error(plan.index.map(|i| (plan.kind, i))))?;
+            node.check_doc(&plan.doc).map_err(|e| e.into_write_error(plan.within.clone()))?;
             let expected = i64::try_from(plan.expected).unwrap_or(i64::MAX);
             let revision = self.write(plan.kind, &plan.name, plan.entry.as_ref(), expected).await?;
             apply_mirror(node, self);

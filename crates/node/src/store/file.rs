@@ -46,9 +46,10 @@ impl Store for FileStore {
     }
 
     fn current(&self, control: &Control, kind: &'static str, name: &str) -> Option<(Value, u64)> {
-        let entry = gatehouse_config::doc::list(&control.doc, kind)
-            .iter()
-            .find(|e| gatehouse_config::doc::name_of(e) == Some(name))?;
+        use gatehouse_config::doc;
+        let loc = doc::locate(kind, name);
+        let entry =
+            doc::entries(&control.doc, kind, loc.scope).iter().find(|e| doc::entry_name(kind, e) == Some(loc.name))?;
         let version = control.versions.get(&(kind, name.to_string())).copied().unwrap_or(0);
         Some((gatehouse_config::doc::to_json(entry), version))
     }
@@ -63,7 +64,7 @@ impl Store for FileStore {
                     plan.kind, plan.name
                 )));
             }
-            let within = plan.index.map(|i| (plan.kind, i));
+            let within = plan.within.clone();
             let config_version = node.apply(&mut control, plan.doc, true).map_err(|e| e.into_write_error(within))?;
             let version = match plan.entry {
                 Some(_) => control.versions.get(&(plan.kind, plan.name)).copied().unwrap_or(config_version),

@@ -43,8 +43,8 @@ pub struct Planned {
     /// The version the change was based on (0: the resource did not exist).
     pub expected: u64,
     pub existed: bool,
-    /// Where the entry is in its list in `doc` (not for a delete).
-    pub index: Option<usize>,
+    /// Where the entry is in `doc` (`routes[3]`; not for a delete).
+    pub within: Option<String>,
     /// The config version the change was made to.
     pub base_version: u64,
     /// The whole document with the change.
@@ -94,9 +94,9 @@ pub enum WriteError {
     Conflict(String),
     /// The request itself is wrong: (field path, message).
     BadEntry { path: Option<String>, message: String },
-    /// The resulting config is invalid; `within` names the list and index of
-    /// the resource written, when it is in the document.
-    Invalid { errors: ConfigErrors, within: Option<(&'static str, usize)> },
+    /// The resulting config is invalid; `within` is the path of the
+    /// resource written (`routes[3]`), when it is in the document.
+    Invalid { errors: ConfigErrors, within: Option<String> },
     /// The store cannot take writes now.
     Unavailable(String),
     /// The store failed to write.
