@@ -10,6 +10,7 @@ Gatehouse's UAPI socket.
 Tunnel addresses: 10.60.0.N/24 and fd60::N/64 for namespace N (a=1...).
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ import struct
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -135,11 +137,16 @@ wireguard:
 """
 
 
-def start_gatehouse(tmp_path, k, private, peers):
+def run_gatehouse(tmp_path, k, conf):
+    """Gatehouse in namespace `k` on the config text `conf`, its interface up."""
     (tmp_path / k).mkdir(exist_ok=True)
-    gh = Gatehouse(tmp_path / k, gatehouse_config(k, private, peers), prefix=("ip", "netns", "exec", NS[k]))
+    gh = Gatehouse(tmp_path / k, conf, prefix=("ip", "netns", "exec", NS[k]))
     gh.wait_log("WireGuard interface up")
     return gh
+
+
+def start_gatehouse(tmp_path, k, private, peers):
+    return run_gatehouse(tmp_path, k, gatehouse_config(k, private, peers))
 
 
 class WireGuardGo:
@@ -169,6 +176,44 @@ class WireGuardGo:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+@contextlib.contextmanager
+def gatehouse_and_go(tmp_path, psk=None, keepalive=None, endpoint=True):
+    """Gatehouse in namespace a with peer b, wireguard-go in b with peer a;
+    yields (gatehouse, wireguard-go, a's public key)."""
+    ga, pa = genkey()
+    gb, pb = genkey()
+    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, psk=psk, keepalive=keepalive, endpoint=endpoint))
+    try:
+        go = WireGuardGo("b", gb, [go_peer("a", pa, psk=psk)])
+        try:
+            yield gh, go, pa
+        finally:
+            go.stop()
+    finally:
+        gh.stop()
+
+
+@contextlib.contextmanager
+def gatehouse_and_two_go(tmp_path):
+    """Gatehouse in a with peer b only; wireguard-go in b and in c, both
+    with peer a. Yields the keys and processes by name."""
+    t = types.SimpleNamespace()
+    t.ga, t.pa = genkey()
+    gb, t.pb = genkey()
+    gc, t.pc = genkey()
+    t.gh = start_gatehouse(tmp_path, "a", t.ga, peer_yaml("b", t.pb))
+    t.b = t.c = None
+    try:
+        t.b = WireGuardGo("b", gb, [go_peer("a", t.pa)])
+        t.c = WireGuardGo("c", gc, [go_peer("a", t.pa)])
+        yield t
+    finally:
+        for go in (t.b, t.c):
+            if go:
+                go.stop()
+        t.gh.stop()
 
 
 def go_peer(k, public, psk=None, endpoint=True, keepalive=None):
@@ -278,12 +323,8 @@ def traffic_both_ways(x, y):
 @pytest.mark.parametrize("with_psk", [False, True], ids=["no-psk", "psk"])
 @pytest.mark.parametrize("first", ["gatehouse", "wireguard-go"])
 def test_gatehouse_and_wireguard_go_interoperate(net, tmp_path, with_psk, first):
-    ga, pa = genkey()
-    gb, pb = genkey()
     psk = sh("wg", "genpsk").strip() if with_psk else None
-    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, psk=psk))
-    go = WireGuardGo("b", gb, [go_peer("a", pa, psk=psk)])
-    try:
+    with gatehouse_and_go(tmp_path, psk=psk) as (gh, go, _):
         # Whoever sends first starts the handshake.
         if first == "gatehouse":
             traffic_both_ways("a", "b")
@@ -298,17 +339,10 @@ def test_gatehouse_and_wireguard_go_interoperate(net, tmp_path, with_psk, first)
         dump = ns("b", "wg", "show", go.dev, "dump").splitlines()[1].split("\t")
         assert int(dump[4]) > 0 and int(dump[5]) > 0 and int(dump[6]) > 0, dump
         assert dump[1] == (psk or "(none)")
-    finally:
-        go.stop()
-        gh.stop()
 
 
 def test_a_gibibyte_over_tcp_each_way_with_wireguard_go(net, tmp_path):
-    ga, pa = genkey()
-    gb, pb = genkey()
-    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb))
-    go = WireGuardGo("b", gb, [go_peer("a", pa)])
-    try:
+    with gatehouse_and_go(tmp_path) as (gh, go, _):
         ping("a", inner4("b"), count=1)
         for server, client in (("b", "a"), ("a", "b")):
             out = iperf(server, client, inner4(server), extra=("-n", "1G"))
@@ -320,9 +354,6 @@ def test_a_gibibyte_over_tcp_each_way_with_wireguard_go(net, tmp_path):
         assert metric(m, "gatehouse_wg_peer_tx_bytes_total", peer="b") > 1 << 30
         assert metric(m, "gatehouse_wg_drops_total", reason="decrypt") == 0
         assert metric(m, "gatehouse_wg_drops_total", reason="not_allowed_source") == 0
-    finally:
-        go.stop()
-        gh.stop()
 
 
 @pytest.mark.parametrize("first", ["a", "b"])
@@ -361,14 +392,9 @@ def test_gatehouse_to_gatehouse_with_a_preshared_key(net, tmp_path, first):
 
 
 def test_wg_show_and_wg_set_against_gatehouse(net, tmp_path):
-    ga, pa = genkey()
-    gb, pb = genkey()
-    gc, pc = genkey()
-    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb))
-    b = WireGuardGo("b", gb, [go_peer("a", pa)])
-    c = WireGuardGo("c", gc, [go_peer("a", pa)])
-    dev = ifname("a")
-    try:
+    with gatehouse_and_two_go(tmp_path) as t:
+        pa, pb, pc = t.pa, t.pb, t.pc
+        dev = ifname("a")
         ping("b", inner4("a"))
         show = ns("a", "wg", "show", dev)
         assert f"public key: {pa}" in show and f"peer: {pb}" in show and "latest handshake" in show, show
@@ -397,11 +423,6 @@ def test_wg_show_and_wg_set_against_gatehouse(net, tmp_path):
         conf = ns("a", "wg", "showconf", dev)
         ns("a", "wg", "syncconf", dev, "/dev/stdin", input=conf)
         assert ns("a", "wg", "showconf", dev) == conf
-    finally:
-        b.stop()
-        c.stop()
-        gh.stop()
-
 
 def sniff_keepalives(k, port, seconds):
     """Counts 32-byte WireGuard transport messages (keepalives) leaving
@@ -436,11 +457,7 @@ print(n)
 
 
 def test_roaming_and_persistent_keepalive(net, tmp_path):
-    ga, pa = genkey()
-    gb, pb = genkey()
-    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, keepalive=1))
-    go = WireGuardGo("b", gb, [go_peer("a", pa)])
-    try:
+    with gatehouse_and_go(tmp_path, keepalive=1) as (gh, go, _):
         ping("a", inner4("b"))
         # Idle, Gatehouse still sends a keepalive every second.
         seen = sniff_keepalives("a", PORT["b"], 3.5)
@@ -449,38 +466,21 @@ def test_roaming_and_persistent_keepalive(net, tmp_path):
         # (The new address, secondary at first, must outlive the old one.)
         ns("b", "sysctl", "-qw", "net.ipv4.conf.eth0.promote_secondaries=1")
         ns("b", "ip", "addr", "add", "192.168.60.12/24", "dev", "eth0")
-        ns("b", "ip", "addr", "del", f"{UNDERLAY['b']}/24", "dev", "eth0")
-        ping("b", inner4("a"))
-        ping("a", inner4("b"))
-        show = ns("a", "wg", "show", ifname("a"), "endpoints")
-        assert f"192.168.60.12:{PORT['b']}" in show, show
-    finally:
-        ns("b", "ip", "addr", "add", f"{UNDERLAY['b']}/24", "dev", "eth0", check=False)
-        ns("b", "ip", "addr", "del", "192.168.60.12/24", "dev", "eth0", check=False)
-        go.stop()
-        gh.stop()
-
-
-def blake2s(data, key=b"", size=32):
-    return hashlib.blake2s(data, key=key, digest_size=size).digest()
-
-
-def initiation_with_mac1(their_public, sender):
-    """A handshake initiation whose content is junk but whose mac1 is
-    right: what a flood of spoofed initiations looks like."""
-    body = struct.pack("<BxxxI", 1, sender) + os.urandom(108)
-    mac1 = blake2s(body, key=blake2s(b"mac1----" + their_public), size=16)
-    return body + mac1 + bytes(16)
+        try:
+            ns("b", "ip", "addr", "del", f"{UNDERLAY['b']}/24", "dev", "eth0")
+            ping("b", inner4("a"))
+            ping("a", inner4("b"))
+            show = ns("a", "wg", "show", ifname("a"), "endpoints")
+            assert f"192.168.60.12:{PORT['b']}" in show, show
+        finally:
+            ns("b", "ip", "addr", "add", f"{UNDERLAY['b']}/24", "dev", "eth0", check=False)
+            ns("b", "ip", "addr", "del", "192.168.60.12/24", "dev", "eth0", check=False)
 
 
 def test_the_cookie_path_under_a_flood_of_initiations(net, tmp_path):
     import base64
 
-    ga, pa = genkey()
-    gb, pb = genkey()
-    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, endpoint=False))
-    go = WireGuardGo("b", gb, [go_peer("a", pa)])
-    try:
+    with gatehouse_and_go(tmp_path, endpoint=False) as (gh, go, pa):
         public = base64.b64decode(pa)
         flood = f"""
 import os, socket, struct, hashlib, time, sys, signal
@@ -528,17 +528,10 @@ print(i, cookies)
         assert metric(m, "gatehouse_wg_peer_handshakes_total", peer="b") >= 1
         # Junk that passed mac1 and mac2 never did (its mac2 is zero).
         assert metric(m, "gatehouse_wg_drops_total", reason="unknown_peer") == 0
-    finally:
-        go.stop()
-        gh.stop()
 
 
 def test_hostile_datagrams_are_dropped_and_counted(net, tmp_path):
-    ga, pa = genkey()
-    gb, pb = genkey()
-    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb))
-    go = WireGuardGo("b", gb, [go_peer("a", pa)])
-    try:
+    with gatehouse_and_go(tmp_path) as (gh, go, _):
         ping("b", inner4("a"), count=1)
         # Capture one genuine transport message from b to a to replay.
         code = f"""
@@ -605,19 +598,11 @@ for h in sys.stdin.read().split():
         # The plane goes on.
         ping("b", inner4("a"))
         ping("a", inner4("b"))
-    finally:
-        go.stop()
-        gh.stop()
 
 
 def test_reload_changes_peers_and_keeps_sessions(net, tmp_path):
-    ga, pa = genkey()
-    gb, pb = genkey()
-    gc, pc = genkey()
-    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb))
-    b = WireGuardGo("b", gb, [go_peer("a", pa)])
-    c = WireGuardGo("c", gc, [go_peer("a", pa)])
-    try:
+    with gatehouse_and_two_go(tmp_path) as t:
+        ga, pb, pc, gh = t.ga, t.pb, t.pc, t.gh
         ping("a", inner4("b"))
         # c added, b's keepalive changed: b's session goes on as it was.
         gh.reload(gatehouse_config("a", ga, peer_yaml("b", pb, keepalive=5) + "\n" + peer_yaml("c", pc)))
@@ -640,11 +625,6 @@ def test_reload_changes_peers_and_keeps_sessions(net, tmp_path):
         gh.reload(gatehouse_config("a", ga, peer_yaml("b", "not-a-key")))
         gh.wait_log("wireguard.interfaces[0].peers[0].public_key: expected a WireGuard key")
         ping("b", inner4("a"))
-    finally:
-        b.stop()
-        c.stop()
-        gh.stop()
-
 
 def test_check_names_the_key_file_at_fault(net, tmp_path):
     from harness import BIN
@@ -687,9 +667,7 @@ def test_peers_through_the_admin_api(net, tmp_path):
     conf = gatehouse_config("a", ga, peer_yaml("b", pb)).replace(
         "admin: { address: 127.0.0.1:9180 }", "admin: { address: 127.0.0.1:9180, api_key: " + "k" * 24 + " }"
     )
-    (tmp_path / "a").mkdir()
-    gh = Gatehouse(tmp_path / "a", conf, prefix=("ip", "netns", "exec", NS["a"]))
-    gh.wait_log("WireGuard interface up")
+    gh = run_gatehouse(tmp_path, "a", conf)
     b = WireGuardGo("b", gb, [go_peer("a", pa)])
     c = WireGuardGo("c", gc, [go_peer("a", pa)])
     dev = ifname("a")
@@ -764,9 +742,7 @@ def test_peers_kept_in_etcd(net, tmp_path):
             "admin: { address: 127.0.0.1:9180, api_key: " + "k" * 24 + " }\n"
             f"store: {{ type: etcd, endpoints: [{url}], prefix: /gh, timeout: 2s }}",
         ).replace("      peers:\n        []", "      peers: []")
-        (tmp_path / "a").mkdir()
-        gh = Gatehouse(tmp_path / "a", conf, prefix=("ip", "netns", "exec", NS["a"]))
-        gh.wait_log("WireGuard interface up")
+        gh = run_gatehouse(tmp_path, "a", conf)
         b = WireGuardGo("b", gb, [go_peer("a", pa)])
         c = WireGuardGo("c", gc, [go_peer("a", pa)])
         dev = ifname("a")

@@ -141,13 +141,10 @@ fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
-/// The TCP or UDP checksum of `pkt` (an IP packet with its L4 header at
-/// `l4`), written into it.
-fn l4_checksum(pkt: &mut [u8], v6: bool, proto: u8, l4: usize) {
-    let len = pkt.len() - l4;
-    let field = l4 + if proto == PROTO_TCP { 16 } else { 6 };
-    pkt[field..field + 2].fill(0);
-    let pseudo = if v6 {
+/// The sum of the pseudo-header of `pkt` (an IPv4 or IPv6 packet) for an
+/// L4 header and payload of `len` bytes.
+fn pseudo_header(pkt: &[u8], v6: bool, proto: u8, len: usize) -> u64 {
+    if v6 {
         let (mut s, mut d) = ([0u8; 16], [0u8; 16]);
         s.copy_from_slice(&pkt[8..24]);
         d.copy_from_slice(&pkt[24..40]);
@@ -157,7 +154,16 @@ fn l4_checksum(pkt: &mut [u8], v6: bool, proto: u8, l4: usize) {
         s.copy_from_slice(&pkt[12..16]);
         d.copy_from_slice(&pkt[16..20]);
         checksum::pseudo_v4(s, d, proto, len as u16)
-    };
+    }
+}
+
+/// The TCP or UDP checksum of `pkt` (an IP packet with its L4 header at
+/// `l4`), written into it.
+fn l4_checksum(pkt: &mut [u8], v6: bool, proto: u8, l4: usize) {
+    let len = pkt.len() - l4;
+    let field = l4 + if proto == PROTO_TCP { 16 } else { 6 };
+    pkt[field..field + 2].fill(0);
+    let pseudo = pseudo_header(pkt, v6, proto, len);
     let mut sum = !checksum::fold(checksum::add(pseudo, &pkt[l4..]));
     if proto == PROTO_UDP && sum == 0 {
         sum = 0xffff;
@@ -322,17 +328,7 @@ pub fn finish_coalesced(out: &mut [u8], f: &Flow, last_flags: u8) -> VnetHdr {
         6
     };
     // CHECKSUM_PARTIAL: the field holds the pseudo-header's sum.
-    let pseudo = if f.v6 {
-        let (mut s, mut d) = ([0u8; 16], [0u8; 16]);
-        s.copy_from_slice(&out[8..24]);
-        d.copy_from_slice(&out[24..40]);
-        checksum::pseudo_v6(s, d, f.proto, l4_len as u32)
-    } else {
-        let (mut s, mut d) = ([0u8; 4], [0u8; 4]);
-        s.copy_from_slice(&out[12..16]);
-        d.copy_from_slice(&out[16..20]);
-        checksum::pseudo_v4(s, d, f.proto, l4_len as u16)
-    };
+    let pseudo = pseudo_header(out, f.v6, f.proto, l4_len);
     put16(out, f.l4 + field, checksum::fold(pseudo));
     let gso_type = match (f.proto, f.v6) {
         (PROTO_UDP, _) => GSO_UDP_L4,
