@@ -101,18 +101,24 @@ pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
     sys::enable_udp_gro(w.fd);
     let fds = [w.tun.as_raw_fd(), w.fd, wake];
     let mut ready = [false; 3];
+    // While a side filled its batch, more is likely waiting: both are read
+    // again without asking poll (a read that finds nothing costs less).
+    let mut busy = false;
     while !sh.stop.load(Ordering::Relaxed) {
-        if let Err(e) = sys::poll_readable(&fds, 1000, &mut ready) {
+        if busy {
+            ready = [true, true, false];
+        } else if let Err(e) = sys::poll_readable(&fds, 1000, &mut ready) {
             tracing::error!(interface = %sh.name, "poll: {e}");
             return;
         }
+        busy = false;
         // Each side a batch per turn, so neither starves the other.
         if ready[0] {
-            w.tunnel_to_network();
+            busy |= w.tunnel_to_network() >= BATCH;
             sh.send_all(&socket, &mut w.out, w.counters);
         }
         if ready[1] {
-            w.network_to_tunnel();
+            busy |= w.network_to_tunnel() >= RX_BUFFERS;
             sh.send_all(&socket, &mut w.out, w.counters);
         }
     }
@@ -160,10 +166,11 @@ impl Worker<'_> {
         n
     }
 
-    fn tunnel_to_network(&mut self) {
+    /// Returns how many packets were read.
+    fn tunnel_to_network(&mut self) -> usize {
         let n = self.read_tunnel();
         if n == 0 {
-            return;
+            return 0;
         }
         let now = Instant::now();
         let batch = &mut self.slots[..n];
@@ -195,16 +202,18 @@ impl Worker<'_> {
         let datagrams: Vec<(&[u8], SocketAddr)> =
             batch.iter().filter_map(|s| s.seal.as_ref().map(|p| (&s.buf[..s.len], p.to))).collect();
         send(self.fd, self.sh.v6, &mut self.gso, &datagrams, self.counters);
+        n
     }
 
     /// Receives a batch, opens its transport data, delivers the packets.
-    fn network_to_tunnel(&mut self) {
+    /// Returns how many buffers were received.
+    fn network_to_tunnel(&mut self) -> usize {
         let n = {
             let mut bufs: Vec<&mut [u8]> = self.rx.iter_mut().map(|b| &mut b[..]).collect();
             sys::recv_batch(self.fd, &mut bufs, &mut self.got).unwrap_or(0)
         };
         if n == 0 {
-            return;
+            return 0;
         }
         self.datagrams.clear();
         for (buffer, got) in self.got.iter().enumerate().take(n) {
@@ -256,6 +265,7 @@ impl Worker<'_> {
             }
         }
         self.deliver();
+        n
     }
 
     /// Writes the opened packets to the tunnel, in order: runs of TCP
