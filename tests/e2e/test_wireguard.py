@@ -769,3 +769,28 @@ def test_peers_kept_in_etcd(net, tmp_path):
             gh.stop()
         etcd.terminate()
         etcd.wait(10)
+
+
+def test_replies_leave_from_the_address_the_peer_reached(net, tmp_path):
+    """a has a second address; b reaches a at it. Gatehouse answers from
+    that address (sticky source), so b's endpoint for a stays put: b would
+    otherwise roam to the route's address."""
+    second = "192.168.60.21"
+    ns("a", "ip", "addr", "add", f"{second}/24", "dev", "eth0")
+    try:
+        ga, pa = genkey()
+        gb, pb = genkey()
+        gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, endpoint=False))
+        go_conf = go_peer("a", pa).replace(f"Endpoint = {UNDERLAY['a']}:", f"Endpoint = {second}:")
+        go = WireGuardGo("b", gb, [go_conf])
+        try:
+            ping("b", inner4("a"))
+            ping("a", inner4("b"))
+            ping("b", inner4("a"))
+            endpoints = ns("b", "wg", "show", go.dev, "endpoints")
+            assert f"{second}:{PORT['a']}" in endpoints, endpoints
+        finally:
+            go.stop()
+            gh.stop()
+    finally:
+        ns("a", "ip", "addr", "del", f"{second}/24", "dev", "eth0", check=False)

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -104,7 +104,11 @@ pub struct Shared {
     pub wake: Vec<OwnedFd>,
     /// One per worker, then the control thread's.
     pub counters: Vec<Counters>,
-    pub handshakes: SyncSender<(Vec<u8>, SocketAddr)>,
+    /// Handshake messages for the control thread: the datagram, its
+    /// source, and the local address it came to.
+    pub handshakes: SyncSender<(Vec<u8>, SocketAddr, Option<IpAddr>)>,
+    /// The local address each remote endpoint last reached us at.
+    pub sticky: Sticky,
     pub queued: AtomicUsize,
     /// The UDP sockets, one per worker (SO_REUSEPORT on one port).
     pub sockets: Vec<Arc<UdpSocket>>,
@@ -130,14 +134,48 @@ impl Shared {
     }
 
     /// Sends datagrams the device made (handshakes, keepalives, queued
-    /// packets) on `socket`.
+    /// packets) on `socket`, each from its peer's sticky source.
     pub fn send_all(&self, socket: &UdpSocket, out: &mut Vec<gatehouse_wg::device::Transmit>, counters: &Counters) {
-        for t in out.drain(..) {
-            match socket.send_to(&t.datagram, t.to) {
-                Ok(_) => counters.tx_datagrams.fetch_add(1, Ordering::Relaxed),
-                Err(_) => counters.tx_errors.fetch_add(1, Ordering::Relaxed),
-            };
+        if out.is_empty() {
+            return;
         }
+        let datagrams: Vec<(&[u8], SocketAddr)> = out.iter().map(|t| (t.datagram.as_slice(), t.to)).collect();
+        let mut gso = false;
+        crate::worker::send(socket.as_raw_fd(), self.v6, &mut gso, &datagrams, counters, &self.sticky);
+        drop(datagrams);
+        out.clear();
+    }
+}
+
+/// Where each remote endpoint last reached us (the local address of its
+/// authenticated datagrams), so that replies leave from that address: a
+/// host with several addresses answers from the one the peer knows.
+#[derive(Default)]
+pub struct Sticky(Mutex<HashMap<SocketAddr, IpAddr>>);
+
+impl Sticky {
+    fn map(&self) -> MutexGuard<'_, HashMap<SocketAddr, IpAddr>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, remote: SocketAddr) -> Option<IpAddr> {
+        self.map().get(&remote).copied()
+    }
+
+    pub fn learn(&self, remote: SocketAddr, local: Option<IpAddr>) {
+        let Some(local) = local else { return };
+        let mut m = self.map();
+        if m.get(&remote) != Some(&local) {
+            // Bounded by the peers' roaming; kept small all the same.
+            if m.len() >= 65_536 {
+                m.clear();
+            }
+            m.insert(remote, local);
+        }
+    }
+
+    pub fn forget(&self, remote: SocketAddr) {
+        self.map().remove(&remote);
     }
 }
 
@@ -261,6 +299,7 @@ impl Interface {
             wake,
             counters: (0..=workers).map(|_| Counters::default()).collect(),
             handshakes: tx,
+            sticky: Sticky::default(),
             queued: AtomicUsize::new(0),
             sockets,
             v6,
@@ -420,7 +459,7 @@ const RESOLVE_AFTER: Duration = Duration::from_secs(135);
 
 /// The control thread: handshake messages from the workers, the timers,
 /// endpoint names resolved again.
-fn control(sh: Arc<Shared>, rx: Receiver<(Vec<u8>, SocketAddr)>) {
+fn control(sh: Arc<Shared>, rx: Receiver<(Vec<u8>, SocketAddr, Option<IpAddr>)>) {
     let counters = &sh.counters[sh.counters.len() - 1];
     let Some(socket) = sh.sockets.first().cloned() else { return };
     let mut out = Vec::new();
@@ -428,7 +467,7 @@ fn control(sh: Arc<Shared>, rx: Receiver<(Vec<u8>, SocketAddr)>) {
     while !sh.stop.load(Ordering::Relaxed) {
         let wait = TICK.saturating_sub(last_tick.elapsed());
         match rx.recv_timeout(wait) {
-            Ok((datagram, src)) => {
+            Ok((datagram, src, local)) => {
                 let backlog = sh.queued.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
                 let mut dev = sh.device();
                 dev.set_under_load(backlog >= HANDSHAKE_QUEUE / 8);
@@ -438,6 +477,13 @@ fn control(sh: Arc<Shared>, rx: Receiver<(Vec<u8>, SocketAddr)>) {
                     counters.drop(d);
                 }
                 drop(dev);
+                // A handshake that went through (a response to send, or
+                // data after a response) proves the source: later replies
+                // leave from the address it reached. A cookie reply proves
+                // nothing.
+                if out.iter().any(|t| t.to == src && matches!(t.datagram.first(), Some(2 | 4))) {
+                    sh.sticky.learn(src, local);
+                }
                 sh.send_all(&socket, &mut out, counters);
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}

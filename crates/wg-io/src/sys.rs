@@ -5,7 +5,7 @@
 
 use std::io;
 use std::mem::{MaybeUninit, size_of, zeroed};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call at most.
@@ -124,10 +124,13 @@ fn from_raw(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
 }
 
 const SOL_UDP: libc::c_int = 17;
+const IPV6_RECVPKTINFO: libc::c_int = 49;
+const IPV6_PKTINFO: libc::c_int = 50;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
-/// Room for one `int` control message.
-const CMSG_ROOM: usize = 32;
+/// Room for the control messages of one datagram: UDP GRO's or GSO's
+/// (an int or a u16) and IPV6_PKTINFO (20 bytes), each with its header.
+const CMSG_ROOM: usize = 80;
 
 /// Asks the kernel to hand over runs of datagrams of one flow as one
 /// buffer (UDP GRO; [`recv_batch`] reports the segment size). False where
@@ -141,6 +144,24 @@ pub fn enable_udp_gro(fd: RawFd) -> bool {
     r == 0
 }
 
+/// Asks the kernel for each datagram's destination address
+/// (IPV6_PKTINFO; IPv4 ones come IPv4-mapped on a dual-stack socket), so
+/// that replies can leave from it. False where it cannot.
+pub fn enable_pktinfo(fd: RawFd) -> bool {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            IPV6_RECVPKTINFO,
+            (&one as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as _,
+        )
+    };
+    r == 0
+}
+
 /// What [`recv_batch`] got in one buffer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Got {
@@ -150,6 +171,8 @@ pub struct Got {
     /// With UDP GRO: the buffer holds datagrams of this size, the last
     /// possibly shorter. 0: one datagram.
     pub segment: usize,
+    /// The local address it was sent to (with [`enable_pktinfo`]).
+    pub to: Option<IpAddr>,
 }
 
 /// Receives up to `bufs.len()` (at most [`BATCH`]) buffers without
@@ -181,27 +204,37 @@ pub fn recv_batch(fd: RawFd, bufs: &mut [&mut [u8]], got: &mut [Got]) -> io::Res
     for i in 0..r {
         let truncated = msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         let len = if truncated { 0 } else { msgs[i].msg_len as usize };
-        got[i] = Got { len, from: from_raw(&names[i]), segment: gro_segment(&msgs[i].msg_hdr) };
+        let (segment, to) = control_data(&msgs[i].msg_hdr);
+        got[i] = Got { len, from: from_raw(&names[i]), segment, to };
     }
     Ok(r)
 }
 
-/// The UDP GRO segment size in a received message's control data.
-fn gro_segment(hdr: &libc::msghdr) -> usize {
+/// The UDP GRO segment size and the destination address in a received
+/// message's control data.
+fn control_data(hdr: &libc::msghdr) -> (usize, Option<IpAddr>) {
+    let (mut segment, mut to) = (0, None);
     // SAFETY: the CMSG macros walk the control buffer the kernel filled,
-    // within msg_controllen; the data of a (SOL_UDP, UDP_GRO) message is
-    // one int, read unaligned.
+    // within msg_controllen; a (SOL_UDP, UDP_GRO) message holds an int and
+    // an (IPPROTO_IPV6, IPV6_PKTINFO) one an in6_pktinfo, read unaligned.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(hdr);
         while !c.is_null() {
-            if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-                return v.max(0) as usize;
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (SOL_UDP, UDP_GRO) => {
+                    segment = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int).max(0) as usize;
+                }
+                (libc::IPPROTO_IPV6, IPV6_PKTINFO) => {
+                    let info = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in6_pktinfo);
+                    let ip = Ipv6Addr::from(info.ipi6_addr.s6_addr);
+                    to = Some(ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4));
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(hdr, c);
         }
     }
-    0
+    (segment, to)
 }
 
 /// One message to send: datagrams to one destination. With more than one
@@ -210,6 +243,9 @@ fn gro_segment(hdr: &libc::msghdr) -> usize {
 pub struct Outgoing<'a> {
     pub parts: &'a [&'a [u8]],
     pub to: SocketAddr,
+    /// The local address to send from (on a dual-stack socket); `None`:
+    /// the route's.
+    pub from: Option<IpAddr>,
 }
 
 /// Datagrams at most in one UDP GSO send.
@@ -243,20 +279,40 @@ pub fn send_batch(fd: RawFd, v6: bool, msgs_in: &[Outgoing<'_>]) -> io::Result<u
         hdr.msg_iov = iovs[at..].as_mut_ptr();
         hdr.msg_iovlen = m.parts.len();
         at += m.parts.len();
-        if m.parts.len() > 1 {
+        let gso = m.parts.len() > 1;
+        let from = m.from.filter(|_| v6).map(|a| match a {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        });
+        if gso || from.is_some() {
             hdr.msg_control = controls[i].as_mut_ptr().cast();
             hdr.msg_controllen = CMSG_ROOM;
-            let segment = m.parts[0].len() as u16;
+            let mut used = 0;
             // SAFETY: the control buffer is CMSG_ROOM bytes, 8-byte aligned:
-            // room for one header and a u16, written in place.
+            // room for a UDP_SEGMENT header and u16 and an IPV6_PKTINFO
+            // header and in6_pktinfo, written in place one after the other
+            // within msg_controllen.
             unsafe {
-                let c = libc::CMSG_FIRSTHDR(hdr);
-                (*c).cmsg_level = SOL_UDP;
-                (*c).cmsg_type = UDP_SEGMENT;
-                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, segment);
-                hdr.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as _;
+                let mut c = libc::CMSG_FIRSTHDR(hdr);
+                if gso {
+                    (*c).cmsg_level = SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, m.parts[0].len() as u16);
+                    used += libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+                    c = libc::CMSG_NXTHDR(hdr, c);
+                }
+                if let (Some(addr), false) = (from, c.is_null()) {
+                    (*c).cmsg_level = libc::IPPROTO_IPV6;
+                    (*c).cmsg_type = IPV6_PKTINFO;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as _;
+                    let info =
+                        libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: addr.octets() }, ipi6_ifindex: 0 };
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::in6_pktinfo, info);
+                    used += libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32) as usize;
+                }
             }
+            hdr.msg_controllen = used as _;
         }
     }
     // SAFETY: the first `n` headers point at live buffers the kernel only
@@ -317,7 +373,7 @@ mod tests {
         let from = SocketAddr::from(([127, 0, 0, 1], a.local_addr().expect("addr").port()));
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
         let parts: Vec<[&[u8]; 1]> = payloads.iter().map(|p| [p.as_slice()]).collect();
-        let out: Vec<Outgoing<'_>> = parts.iter().map(|p| Outgoing { parts: p, to }).collect();
+        let out: Vec<Outgoing<'_>> = parts.iter().map(|p| Outgoing { parts: p, to, from: None }).collect();
         assert_eq!(send_batch(a.as_raw_fd(), true, &out).expect("sends"), 10);
         let mut ready = [false];
         poll_readable(&[b.as_raw_fd()], 1000, &mut ready).expect("polls");
@@ -330,7 +386,7 @@ mod tests {
             n += recv_batch(b.as_raw_fd(), &mut bufs[n..], &mut got[n..]).expect("receives");
         }
         for i in 0..10 {
-            assert_eq!(got[i], Got { len: 100 + i, from: Some(from), segment: 0 });
+            assert_eq!(got[i], Got { len: 100 + i, from: Some(from), segment: 0, to: None });
             assert_eq!(bufs[i][..got[i].len], payloads[i][..]);
         }
         assert_eq!(
@@ -348,7 +404,7 @@ mod tests {
         let seg: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; if i == 4 { 40 } else { 100 }]).collect();
         let parts: Vec<&[u8]> = seg.iter().map(|s| s.as_slice()).collect();
         for to in [plain.local_addr().expect("addr"), gro.local_addr().expect("addr")] {
-            let out = [Outgoing { parts: &parts, to }];
+            let out = [Outgoing { parts: &parts, to, from: None }];
             assert_eq!(send_batch(a.as_raw_fd(), false, &out).expect("a GSO send"), 1);
         }
         // Without GRO: five datagrams as sent.
@@ -373,5 +429,31 @@ mod tests {
             }
         }
         assert_eq!(bytes, seg.concat());
+    }
+
+    #[test]
+    fn the_destination_comes_with_each_datagram_and_a_reply_leaves_from_it() {
+        // Loopback answers for all of 127/8: 127.0.0.2 is a second address.
+        let a = std::net::UdpSocket::bind("[::]:0").expect("bind");
+        assert!(enable_pktinfo(a.as_raw_fd()));
+        let port = a.local_addr().expect("addr").port();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        b.send_to(b"hello", ("127.0.0.2", port)).expect("sends");
+        let mut store = [[0u8; 64]; 1];
+        let mut bufs: Vec<&mut [u8]> = store.iter_mut().map(|b| &mut b[..]).collect();
+        let mut got = [Got::default(); 1];
+        let mut ready = [false];
+        poll_readable(&[a.as_raw_fd()], 1000, &mut ready).expect("polls");
+        assert_eq!(recv_batch(a.as_raw_fd(), &mut bufs, &mut got).expect("receives"), 1);
+        assert_eq!(got[0].to, Some(IpAddr::from([127, 0, 0, 2])));
+        let from_b = b.local_addr().expect("addr");
+        assert_eq!(got[0].from, Some(from_b));
+        // The answer leaves from 127.0.0.2, not the route's 127.0.0.1.
+        let parts: [&[u8]; 1] = [b"back"];
+        let out = [Outgoing { parts: &parts, to: from_b, from: got[0].to }];
+        assert_eq!(send_batch(a.as_raw_fd(), true, &out).expect("sends"), 1);
+        let mut buf = [0u8; 16];
+        let (n, src) = b.recv_from(&mut buf).expect("receives");
+        assert_eq!((&buf[..n], src), (&b"back"[..], SocketAddr::from(([127, 0, 0, 2], port))));
     }
 }

@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use gatehouse_wg::device::{DropReason, Inbound, OpenPlan, Received, SealPlan, Tr
 use gatehouse_wg::messages::{TRANSPORT, transport::DATA};
 use gatehouse_wg::transport::{TransportError, padded_len};
 
-use crate::interface::{Counters, Shared};
+use crate::interface::{Counters, Shared, Sticky};
 use crate::offload::{self, VNET_HDR_LEN, VnetHdr};
 use crate::sys::{self, BATCH, GSO_SEGMENTS, Got, Outgoing};
 
@@ -53,6 +53,8 @@ struct Datagram {
     buffer: usize,
     at: Range<usize>,
     from: SocketAddr,
+    /// The local address it came to.
+    local: Option<IpAddr>,
     open: Option<OpenPlan>,
     /// Opened and accepted: the packet's length, to go to the tunnel.
     deliver: Option<usize>,
@@ -99,6 +101,9 @@ pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
         slot_cap: cap,
     };
     sys::enable_udp_gro(w.fd);
+    if sh.v6 {
+        sys::enable_pktinfo(w.fd);
+    }
     let fds = [w.tun.as_raw_fd(), w.fd, wake];
     let mut ready = [false; 3];
     // While a side filled its batch, more is likely waiting: both are read
@@ -201,7 +206,7 @@ impl Worker<'_> {
         drop(jobs);
         let datagrams: Vec<(&[u8], SocketAddr)> =
             batch.iter().filter_map(|s| s.seal.as_ref().map(|p| (&s.buf[..s.len], p.to))).collect();
-        send(self.fd, self.sh.v6, &mut self.gso, &datagrams, self.counters);
+        send(self.fd, self.sh.v6, &mut self.gso, &datagrams, self.counters, &self.sh.sticky);
         n
     }
 
@@ -222,7 +227,8 @@ impl Worker<'_> {
             let mut at = 0;
             while at < got.len {
                 let end = (at + step).min(got.len);
-                self.datagrams.push(Datagram { buffer, at: at..end, from, open: None, deliver: None });
+                let local = got.to;
+                self.datagrams.push(Datagram { buffer, at: at..end, from, local, open: None, deliver: None });
                 at = end;
             }
         }
@@ -234,7 +240,7 @@ impl Worker<'_> {
                 let datagram = &self.rx[d.buffer][d.at.clone()];
                 if datagram.first() != Some(&TRANSPORT) {
                     // Handshakes cost Diffie-Hellman work: the control thread's.
-                    hand_over(self.sh, datagram, d.from, self.counters);
+                    hand_over(self.sh, datagram, d.from, d.local, self.counters);
                     continue;
                 }
                 match dev.plan_open(datagram, d.from, now, &mut self.out) {
@@ -258,9 +264,12 @@ impl Worker<'_> {
                 }
                 let plain = &self.rx[d.buffer][d.at.start + DATA..d.at.end - TAG_LEN];
                 match dev.finish_open(plan, plain, d.from, now, &mut self.out) {
-                    Received::Packet { len, .. } => d.deliver = Some(len),
+                    Received::Packet { len, .. } => {
+                        d.deliver = Some(len);
+                        self.sh.sticky.learn(d.from, d.local);
+                    }
                     Received::Dropped(r) => self.counters.drop(r),
-                    Received::Control => {}
+                    Received::Control => self.sh.sticky.learn(d.from, d.local),
                 }
             }
         }
@@ -430,19 +439,34 @@ fn group(datagrams: &[(&[u8], SocketAddr)], gso: bool) -> Vec<(Range<usize>, Soc
     groups
 }
 
-/// Sends every datagram, again where the kernel took only some. A GSO
+/// Sends every datagram, again where the kernel took only some, each
+/// from the local address its peer last reached us at (`sticky`). A GSO
 /// message the kernel refuses turns GSO off for the socket and goes as
-/// separate datagrams; a datagram it refuses is counted and skipped.
-fn send(fd: i32, v6: bool, gso: &mut bool, datagrams: &[(&[u8], SocketAddr)], counters: &Counters) {
+/// separate datagrams; a source address the kernel refuses (it went away)
+/// is forgotten and the datagrams go from the route's; a datagram it
+/// refuses is counted and skipped.
+pub(crate) fn send(
+    fd: i32,
+    v6: bool,
+    gso: &mut bool,
+    datagrams: &[(&[u8], SocketAddr)],
+    counters: &Counters,
+    sticky: &Sticky,
+) {
     let parts: Vec<&[u8]> = datagrams.iter().map(|(d, _)| *d).collect();
-    let mut groups = group(datagrams, *gso);
+    let with_source = |g: Vec<(Range<usize>, SocketAddr)>| -> Vec<(Range<usize>, SocketAddr, Option<IpAddr>)> {
+        g.into_iter().map(|(r, to)| (r, to, sticky.get(to))).collect()
+    };
+    let mut groups = with_source(group(datagrams, *gso));
     let mut at = 0;
     while at < groups.len() {
-        let msgs: Vec<Outgoing<'_>> =
-            groups[at..].iter().map(|(r, to)| Outgoing { parts: &parts[r.clone()], to: *to }).collect();
+        let msgs: Vec<Outgoing<'_>> = groups[at..]
+            .iter()
+            .map(|(r, to, from)| Outgoing { parts: &parts[r.clone()], to: *to, from: *from })
+            .collect();
         match sys::send_batch(fd, v6, &msgs) {
             Ok(k) => {
-                let sent: usize = groups[at..at + k].iter().map(|(r, _)| r.len()).sum();
+                let sent: usize = groups[at..at + k].iter().map(|(r, _, _)| r.len()).sum();
                 counters.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
                 at += k.max(1);
             }
@@ -451,10 +475,15 @@ fn send(fd: i32, v6: bool, gso: &mut bool, datagrams: &[(&[u8], SocketAddr)], co
                 let mut ready = [false];
                 let _ = sys::poll_writable(fd, 10, &mut ready);
                 if !ready[0] {
-                    let left: usize = groups[at..].iter().map(|(r, _)| r.len()).sum();
+                    let left: usize = groups[at..].iter().map(|(r, _, _)| r.len()).sum();
                     counters.tx_errors.fetch_add(left as u64, Ordering::Relaxed);
                     return;
                 }
+            }
+            Err(_) if groups[at].2.is_some() => {
+                // The address is gone (or never could be a source here).
+                sticky.forget(groups[at].1);
+                groups[at].2 = None;
             }
             Err(e) if groups[at].0.len() > 1 => {
                 // The kernel or the route has no UDP GSO: never again here.
@@ -463,7 +492,8 @@ fn send(fd: i32, v6: bool, gso: &mut bool, datagrams: &[(&[u8], SocketAddr)], co
                 let rest: Vec<(&[u8], SocketAddr)> = datagrams[groups[at].0.start..].to_vec();
                 let base = groups[at].0.start;
                 groups.truncate(at);
-                groups.extend(group(&rest, false).into_iter().map(|(r, to)| (r.start + base..r.end + base, to)));
+                let single = group(&rest, false).into_iter().map(|(r, to)| (r.start + base..r.end + base, to));
+                groups.extend(single.map(|(r, to)| (r, to, None)));
             }
             Err(_) => {
                 // The first one failed (no route, refused): skip it.
@@ -476,9 +506,9 @@ fn send(fd: i32, v6: bool, gso: &mut bool, datagrams: &[(&[u8], SocketAddr)], co
 
 /// Queues a handshake message for the control thread, or drops it when
 /// the queue is full (the device is then under load and asks for cookies).
-fn hand_over(sh: &Shared, datagram: &[u8], src: SocketAddr, counters: &Counters) {
+fn hand_over(sh: &Shared, datagram: &[u8], src: SocketAddr, local: Option<IpAddr>, counters: &Counters) {
     sh.queued.fetch_add(1, Ordering::Relaxed);
-    if sh.handshakes.try_send((datagram.to_vec(), src)).is_err() {
+    if sh.handshakes.try_send((datagram.to_vec(), src, local)).is_err() {
         sh.queued.fetch_sub(1, Ordering::Relaxed);
         counters.handshake_queue_full.fetch_add(1, Ordering::Relaxed);
     }
