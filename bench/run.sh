@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Runs the L7 benchmarks and inserts the results into docs/BENCHMARKS.md:
-# edge traffic through the proxy (bench/l7_edge.py), then TLS handshakes.
+# Runs the benchmarks and inserts the results into docs/BENCHMARKS.md:
+# edge traffic through the proxy (bench/l7_edge.py), TLS handshakes, then
+# WireGuard tunnels against wireguard-go and boringtun (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 bench/l7_edge.py --write docs/BENCHMARKS.md
-exec python3 bench/l7_bench.py --only tls --write docs/BENCHMARKS.md "$@"
+python3 bench/l7_bench.py --only tls --write docs/BENCHMARKS.md "$@"
+if [ "$(id -u)" -eq 0 ]; then
+  python3 bench/wg_tunnel.py --write docs/BENCHMARKS.md
+else
+  echo "bench/wg_tunnel.py skipped: namespaces and TUN need root" >&2
+fi

@@ -10,8 +10,9 @@ delivered per daemon CPU-second). The machine's softirq time is shown too,
 so that kernel work is not hidden.
 
     sudo python3 bench/wg_tunnel.py [--seconds 8] [--only gatehouse,wireguard-go]
+                                    [--write docs/BENCHMARKS.md]
 
-Prints a Markdown table for docs/BENCHMARKS.md.
+Prints a Markdown table; with --write, inserts it as a dated section.
 """
 
 import argparse
@@ -222,6 +223,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--only", default="gatehouse,wireguard-go,boringtun")
+    ap.add_argument("--write", help="insert the results into this markdown file")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (namespaces, TUN)")
@@ -229,17 +231,35 @@ def main():
     topology()
     try:
         for kind in a.only.split(","):
+            exe = {"wireguard-go": find("wireguard"), "boringtun": find("boringtun-cli", ["/tmp/bt/bin"])}
+            if kind in exe and not exe[kind]:
+                print(f"{kind} is not installed: left out (scripts/install-deps.sh --bench)", file=sys.stderr)
+                continue
             run(kind, a.seconds, rows)
     finally:
         teardown()
     cpu = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")).split(":")[1].strip()
     fam = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("cpu family")).split(":")[1].strip()
+    model = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.split(":")[0].strip() == "model").split(":")[1].strip()
     commit = sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD").strip()
-    print(f"\n{cpu} (cpu family {fam}), commit {commit}, {a.seconds} s per run\n")
-    print("| daemon | workload | delivered | per daemon CPU-second | daemon CPUs | softirq CPUs |")
-    print("|---|---|---:|---:|---:|---:|")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
+    lines = [
+        f"## {time.strftime('%Y-%m-%d')} — WireGuard tunnels side by side, commit {commit}",
+        "",
+        f"{cpu} (cpu family {fam}, model {model}); `sudo python3 bench/wg_tunnel.py --seconds {a.seconds}`: both daemons of a",
+        "pair pinned to CPU 0, iperf3 on CPU 1; per daemon CPU-second = delivered over both daemons' utime+stime.",
+        "",
+        "| daemon | workload | delivered | per daemon CPU-second | daemon CPUs | softirq CPUs |",
+        "|---|---|---:|---:|---:|---:|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+        "",
+    ]
+    text = "\n".join(lines)
+    print("\n" + text)
+    if a.write:
+        path = ROOT / a.write
+        old = path.read_text()
+        at = old.find("\n## 2")
+        path.write_text(old + "\n" + text if at < 0 else old[: at + 1] + text + "\n" + old[at + 1:])
 
 
 if __name__ == "__main__":

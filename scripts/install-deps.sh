@@ -73,3 +73,9 @@ if [ ! -x "$gobin/wireguard" ]; then
   GOFLAGS=-mod=mod go install golang.zx2c4.com/wireguard@v0.0.0-20260522210424-ecfc5a8d5446 >/dev/null 2>&1 \
     || { echo "wireguard-go could not be installed from the Go module proxy" >&2; exit 1; }
 fi
+
+# boringtun-cli, a peer of the WireGuard tunnel benchmark.
+if [ "${1:-}" = "--bench" ] && ! command -v boringtun-cli >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/boringtun-cli" ]; then
+  cargo install --locked boringtun-cli@0.7.1 >/dev/null 2>&1 \
+    || echo "warning: boringtun-cli could not be installed; the tunnel benchmark will skip it" >&2
+fi
