@@ -54,33 +54,15 @@ pub struct Counters {
     /// Packets from the tunnel whose headers did not match their offload
     /// description (or too long for the MTU).
     pub tun_malformed: AtomicU64,
-    /// By [`DropReason::NAMES`], then `no_endpoint`, `handshake_timeout`.
+    /// By [`DropReason::index`].
     pub drops: [AtomicU64; DROP_SLOTS],
 }
 
-pub const DROP_SLOTS: usize = DropReason::NAMES.len() + 2;
-
-/// A drop reason's slot in [`Counters::drops`].
-pub fn drop_slot(d: DropReason) -> usize {
-    let name = d.name();
-    DropReason::NAMES.iter().position(|n| *n == name).unwrap_or(match name {
-        "no_endpoint" => DropReason::NAMES.len(),
-        _ => DropReason::NAMES.len() + 1,
-    })
-}
-
-/// The label of a slot in [`Counters::drops`].
-pub fn drop_name(slot: usize) -> &'static str {
-    DropReason::NAMES.get(slot).copied().unwrap_or(if slot == DropReason::NAMES.len() {
-        "no_endpoint"
-    } else {
-        "handshake_timeout"
-    })
-}
+pub const DROP_SLOTS: usize = DropReason::NAMES.len();
 
 impl Counters {
     pub fn drop(&self, d: DropReason) {
-        self.drops[drop_slot(d)].fetch_add(1, Ordering::Relaxed);
+        self.drops[d.index()].fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -15,7 +15,8 @@ use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Staged, St
 use gatehouse_wg::crypto::StaticSecret;
 use serde_json::{Map, Value, json};
 
-use crate::interface::{DROP_SLOTS, Interface, Settings, drop_name};
+use crate::interface::{DROP_SLOTS, Interface, Settings};
+use gatehouse_wg::device::DropReason;
 
 /// The WireGuard VPN plane.
 #[derive(Clone)]
@@ -261,7 +262,7 @@ impl Plane for WireGuard {
                 let n: u64 = i.shared.counters.iter().map(|c| c.drops[slot].load(Ordering::Relaxed)).sum();
                 out.sample(
                     "gatehouse_wg_drops_total",
-                    &[("interface", &i.shared.name), ("reason", drop_name(slot))],
+                    &[("interface", &i.shared.name), ("reason", DropReason::NAMES[slot])],
                     n,
                 );
             }

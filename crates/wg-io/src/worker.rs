@@ -254,6 +254,9 @@ impl Worker<'_> {
         {
             let mut dev = self.sh.device();
             let mut verdicts = opened.into_iter();
+            // A batch is mostly one flow: the sticky map is told once per
+            // change of (remote, local), not per datagram.
+            let mut learnt = None;
             for d in self.datagrams.iter_mut() {
                 let Some(plan) = &d.open else { continue };
                 if verdicts.next() != Some(true) {
@@ -264,12 +267,16 @@ impl Worker<'_> {
                 }
                 let plain = &self.rx[d.buffer][d.at.start + DATA..d.at.end - TAG_LEN];
                 match dev.finish_open(plan, plain, d.from, now, &mut self.out) {
-                    Received::Packet { len, .. } => {
-                        d.deliver = Some(len);
-                        self.sh.sticky.learn(d.from, d.local);
+                    Received::Packet { len, .. } => d.deliver = Some(len),
+                    Received::Dropped(r) => {
+                        self.counters.drop(r);
+                        continue;
                     }
-                    Received::Dropped(r) => self.counters.drop(r),
-                    Received::Control => self.sh.sticky.learn(d.from, d.local),
+                    Received::Control => {}
+                }
+                if learnt != Some((d.from, d.local)) {
+                    self.sh.sticky.learn(d.from, d.local);
+                    learnt = Some((d.from, d.local));
                 }
             }
         }

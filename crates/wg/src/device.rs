@@ -70,8 +70,9 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    /// Every reason's label, for counters kept by label.
-    pub const NAMES: [&'static str; 22] = [
+    /// Every reason's label, in [`DropReason::index`] order: the slots of
+    /// counters kept per reason.
+    pub const NAMES: [&'static str; 24] = [
         "short",
         "unknown_type",
         "reserved_bytes",
@@ -94,33 +95,61 @@ impl DropReason {
         "not_allowed_source",
         "not_ip",
         "no_route",
+        "no_endpoint",
+        "handshake_timeout",
     ];
 
-    /// The label for metrics (one of [`DropReason::NAMES`], or one of the
-    /// two sending-side reasons `no_endpoint` and `handshake_timeout`).
-    pub fn name(self) -> &'static str {
+    /// The reason's slot in [`DropReason::NAMES`]: a counter array index,
+    /// with no look-up by name on the drop path.
+    pub fn index(self) -> usize {
         match self {
-            DropReason::Malformed(m) => m.name(),
-            DropReason::Handshake(HandshakeError::Mac1) => "bad_mac1",
-            DropReason::Handshake(HandshakeError::Decrypt) => "handshake_decrypt",
-            DropReason::Handshake(HandshakeError::WeakKey) => "weak_key",
-            DropReason::Handshake(HandshakeError::UnknownReceiver) => "unknown_receiver",
-            DropReason::Cookie(CookieError::Unexpected) => "cookie_unexpected",
-            DropReason::Cookie(CookieError::Decrypt) => "cookie_decrypt",
-            DropReason::UnknownPeer => "unknown_peer",
-            DropReason::ReplayedInitiation => "replayed_initiation",
-            DropReason::Flood => "initiation_flood",
-            DropReason::RateLimited => "rate_limited",
-            DropReason::UnknownIndex => "unknown_index",
-            DropReason::Transport(TransportError::Decrypt) => "decrypt",
-            DropReason::Transport(TransportError::Replay) => "replay",
-            DropReason::Transport(TransportError::Exhausted) => "keys_exhausted",
-            DropReason::Expired => "expired",
-            DropReason::NotAllowedSource => "not_allowed_source",
-            DropReason::NotIp => "not_ip",
-            DropReason::NoRoute => "no_route",
-            DropReason::NoEndpoint => "no_endpoint",
-            DropReason::HandshakeTimeout => "handshake_timeout",
+            DropReason::Malformed(Malformed::Short) => 0,
+            DropReason::Malformed(Malformed::UnknownType) => 1,
+            DropReason::Malformed(Malformed::Reserved) => 2,
+            DropReason::Malformed(Malformed::BadLength) => 3,
+            DropReason::Handshake(HandshakeError::Mac1) => 4,
+            DropReason::Handshake(HandshakeError::Decrypt) => 5,
+            DropReason::Handshake(HandshakeError::WeakKey) => 6,
+            DropReason::Handshake(HandshakeError::UnknownReceiver) => 7,
+            DropReason::Cookie(CookieError::Unexpected) => 8,
+            DropReason::Cookie(CookieError::Decrypt) => 9,
+            DropReason::UnknownPeer => 10,
+            DropReason::ReplayedInitiation => 11,
+            DropReason::Flood => 12,
+            DropReason::RateLimited => 13,
+            DropReason::UnknownIndex => 14,
+            DropReason::Transport(TransportError::Decrypt) => 15,
+            DropReason::Transport(TransportError::Replay) => 16,
+            DropReason::Transport(TransportError::Exhausted) => 17,
+            DropReason::Expired => 18,
+            DropReason::NotAllowedSource => 19,
+            DropReason::NotIp => 20,
+            DropReason::NoRoute => 21,
+            DropReason::NoEndpoint => 22,
+            DropReason::HandshakeTimeout => 23,
+        }
+    }
+
+    /// The label for metrics.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self.index()]
+    }
+
+    /// The reason's slot in [`PeerStats::drops`], for the reasons a peer
+    /// is known for.
+    pub fn peer_index(self) -> Option<usize> {
+        match self {
+            DropReason::Transport(TransportError::Replay) => Some(0),
+            DropReason::Transport(TransportError::Decrypt) => Some(1),
+            DropReason::Expired => Some(2),
+            DropReason::NotAllowedSource => Some(3),
+            DropReason::NotIp => Some(4),
+            DropReason::ReplayedInitiation => Some(5),
+            DropReason::Flood => Some(6),
+            DropReason::Handshake(HandshakeError::Decrypt) => Some(7),
+            DropReason::HandshakeTimeout => Some(8),
+            DropReason::Transport(TransportError::Exhausted) => Some(9),
+            _ => None,
         }
     }
 }
@@ -375,7 +404,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     /// Counts a drop against the peer it came from or was for, when the
     /// reason is one a peer is known for ([`PEER_DROP_NAMES`]).
     pub fn note_drop(&mut self, id: PeerId, reason: DropReason) {
-        let Some(at) = PEER_DROP_NAMES.iter().position(|n| *n == reason.name()) else { return };
+        let Some(at) = reason.peer_index() else { return };
         if let Some(p) = self.peers.get_mut(id).and_then(Option::as_mut) {
             p.stats.drops[at] += 1;
         }
@@ -519,7 +548,9 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         let counter = match cur.keys.reserve() {
             Ok(c) => c,
             Err(e) => {
-                peer.stats.drops[9] += 1;
+                if let Some(at) = DropReason::Transport(e).peer_index() {
+                    peer.stats.drops[at] += 1;
+                }
                 return Err(DropReason::Transport(e));
             }
         };
@@ -882,7 +913,9 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
                     }
                     peer.stats.handshake_failures += 1;
                     for _ in peer.queue.drain(..) {
-                        peer.stats.drops[8] += 1;
+                        if let Some(at) = DropReason::HandshakeTimeout.peer_index() {
+                            peer.stats.drops[at] += 1;
+                        }
                         dropped.push((id, DropReason::HandshakeTimeout));
                     }
                     continue;
@@ -1244,12 +1277,43 @@ mod tests {
     }
 
     #[test]
-    fn peer_drop_slots_are_named_as_the_reasons() {
-        assert_eq!(PEER_DROP_NAMES[8], DropReason::HandshakeTimeout.name());
-        assert_eq!(PEER_DROP_NAMES[9], DropReason::Transport(TransportError::Exhausted).name());
-        for n in PEER_DROP_NAMES {
-            assert!(DropReason::NAMES.contains(&n) || n == "handshake_timeout", "{n}");
+    fn drop_slots_and_names_agree() {
+        use crate::messages::Malformed::*;
+        let all = [
+            DropReason::Malformed(Short),
+            DropReason::Malformed(UnknownType),
+            DropReason::Malformed(Reserved),
+            DropReason::Malformed(BadLength),
+            DropReason::Handshake(HandshakeError::Mac1),
+            DropReason::Handshake(HandshakeError::Decrypt),
+            DropReason::Handshake(HandshakeError::WeakKey),
+            DropReason::Handshake(HandshakeError::UnknownReceiver),
+            DropReason::Cookie(CookieError::Unexpected),
+            DropReason::Cookie(CookieError::Decrypt),
+            DropReason::UnknownPeer,
+            DropReason::ReplayedInitiation,
+            DropReason::Flood,
+            DropReason::RateLimited,
+            DropReason::UnknownIndex,
+            DropReason::Transport(TransportError::Decrypt),
+            DropReason::Transport(TransportError::Replay),
+            DropReason::Transport(TransportError::Exhausted),
+            DropReason::Expired,
+            DropReason::NotAllowedSource,
+            DropReason::NotIp,
+            DropReason::NoRoute,
+            DropReason::NoEndpoint,
+            DropReason::HandshakeTimeout,
+        ];
+        // Every slot taken once, in order.
+        assert_eq!(all.map(DropReason::index), std::array::from_fn(|i| i));
+        assert_eq!(DropReason::Malformed(BadLength).name(), "bad_length");
+        for r in all {
+            if let Some(at) = r.peer_index() {
+                assert_eq!(PEER_DROP_NAMES[at], r.name());
+            }
         }
+        assert_eq!(all.iter().filter_map(|r| r.peer_index()).count(), PEER_DROP_NAMES.len());
     }
 
     #[test]

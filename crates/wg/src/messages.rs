@@ -73,17 +73,6 @@ pub enum Malformed {
     BadLength,
 }
 
-impl Malformed {
-    pub fn name(self) -> &'static str {
-        match self {
-            Malformed::Short => "short",
-            Malformed::UnknownType => "unknown_type",
-            Malformed::Reserved => "reserved_bytes",
-            Malformed::BadLength => "bad_length",
-        }
-    }
-}
-
 fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
