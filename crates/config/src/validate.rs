@@ -2,6 +2,7 @@
 //! values that are well-typed but out of range, fields that exclude each other.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use crate::decode::Ctx;
 use crate::model::*;
@@ -368,6 +369,9 @@ fn l4_plane(l4: &L4, ctx: &mut Ctx) {
             });
         }
     }
+    if let Some(ha) = &l4.ha {
+        ctx.with_field("ha", |ctx| l4_ha(l4, ha, ctx));
+    }
     ctx.with_field("services", |ctx| {
         unique_names(l4.services.iter().map(|s| s.name.as_str()), ctx, "service");
         let mut seen = HashSet::new();
@@ -395,6 +399,48 @@ fn l4_plane(l4: &L4, ctx: &mut Ctx) {
                     }
                 }
             });
+        }
+    });
+}
+
+fn l4_ha(l4: &L4, ha: &crate::L4Ha, ctx: &mut Ctx) {
+    if l4.interfaces.is_empty() {
+        ctx.error(None, "needs l4.interfaces: the addresses it owns are announced there");
+    }
+    if ha.announce > 100 {
+        ctx.error_at("announce", None, "expected a number from 0 to 100");
+    }
+    let Some(sync) = &ha.sync else { return };
+    ctx.with_field("sync", |ctx| {
+        if sync.listen.ip().is_unspecified() || sync.listen.port() == 0 {
+            ctx.error_at("listen", None, "expected an address of this node and a port, such as 10.0.0.2:8200");
+        }
+        if sync.peer.ip().is_unspecified() || sync.peer.port() == 0 || sync.peer.ip().is_multicast() {
+            ctx.error_at("peer", None, "expected the peer balancer's address and port, such as 10.0.0.3:8200");
+        } else if sync.peer == sync.listen {
+            ctx.error_at("peer", None, "is this node's own listen address");
+        }
+        if sync.node() == 0 {
+            ctx.error_at(
+                "node_id",
+                None,
+                if sync.node_id.is_some() {
+                    "expected a number from 1 to 255"
+                } else {
+                    "must be set (1-255): the last byte of listen's address is 0"
+                },
+            );
+        }
+        if sync.max_rate == 0 {
+            ctx.error_at("max_rate", None, "expected a number of sessions per second above 0");
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&sync.refresh) {
+            ctx.error_at("refresh", None, "expected a duration from 1s to 1h");
+        }
+        if let crate::KeySource::File(f) = &sync.key
+            && f.is_empty()
+        {
+            ctx.error_at("key_file", None, "expected a file path");
         }
     });
 }

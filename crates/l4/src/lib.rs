@@ -17,3 +17,4 @@ pub mod plane;
 mod prefetch;
 pub mod rewrite;
 pub mod session;
+pub mod sync;

@@ -62,6 +62,9 @@ pub struct Session<A: Addr> {
     pub local: u16,
     pub local_port: u16,
     pub state: State,
+    /// A copy committed from the peer balancer's sync to a core that may
+    /// never see its packets: it owns no FNAT port and is not counted.
+    pub copy: bool,
     /// When it expires, in the plane's coarse clock ticks.
     pub expires: u32,
 }
@@ -320,6 +323,12 @@ impl<A: Addr> Table<A> {
         self.len -= 1;
     }
 
+    /// The session in record `i`, if one lives there (for walks over the
+    /// whole table).
+    pub fn live_at(&self, i: usize) -> Option<&Session<A>> {
+        self.live.get(i).copied().unwrap_or(false).then(|| &self.sessions[i])
+    }
+
     /// Looks at up to `budget` records from where the last sweep stopped and
     /// hands each expired one (`expires < now`) to `expired` before removing
     /// it. Called once per vector, it spreads expiry over time with no timer
@@ -358,6 +367,7 @@ mod tests {
             local: 0,
             local_port: 0,
             state: State::Established,
+            copy: false,
             expires: rng.u32(..1000),
         }
     }

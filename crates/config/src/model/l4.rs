@@ -21,6 +21,130 @@ pub struct L4 {
     pub io: L4Io,
     /// Session table capacity of each worker (per address family).
     pub max_sessions: usize,
+    /// Active/standby with a peer balancer (keepalived sets the role).
+    pub ha: Option<L4Ha>,
+}
+
+/// A balancer's role in an active/standby pair, as VRRP names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum HaRole {
+    /// Owns the VIPs and FNAT local addresses: answers for them.
+    Master,
+    /// Answers nothing for them; keeps the master's sessions apart, ready.
+    #[default]
+    Backup,
+    /// Out of service (keepalived's FAULT): as a backup.
+    Fault,
+}
+
+impl HaRole {
+    pub const ALL: [HaRole; 3] = [HaRole::Master, HaRole::Backup, HaRole::Fault];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HaRole::Master => "master",
+            HaRole::Backup => "backup",
+            HaRole::Fault => "fault",
+        }
+    }
+
+    /// `master`, `BACKUP`, ... (keepalived writes them upper-case).
+    pub fn parse(s: &str) -> Option<HaRole> {
+        HaRole::ALL.into_iter().find(|r| r.name().eq_ignore_ascii_case(s.trim()))
+    }
+}
+
+impl Decode for HaRole {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(node, ctx, &[("master", HaRole::Master), ("backup", HaRole::Backup), ("fault", HaRole::Fault)])
+    }
+}
+
+/// `l4.ha`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct L4Ha {
+    /// The role at start, until keepalived's notify (`gatehouse ha`, or
+    /// `PUT /ha`) says otherwise. Default backup: a node answers for the
+    /// VIPs only once told it is the master.
+    pub initial: HaRole,
+    /// Gratuitous ARPs (IPv4) and unsolicited neighbour advertisements
+    /// (IPv6) sent for each owned address on becoming master. Default 3.
+    pub announce: u32,
+    pub sync: Option<L4Sync>,
+}
+
+/// `l4.ha.sync`: sessions sent to the peer balancer over UDP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L4Sync {
+    /// Where this node receives the peer's sessions (an address of its own).
+    pub listen: SocketAddr,
+    /// The peer's `listen`.
+    pub peer: SocketAddr,
+    /// The shared key that authenticates every message (32 bytes, base64).
+    pub key: super::KeySource,
+    /// This node's id in the pair (1-255); messages from the same id are
+    /// refused. Default: the last byte of `listen`'s address.
+    pub node_id: Option<u8>,
+    /// Sessions sent per second at most (new, changed and refreshed alike).
+    pub max_rate: u32,
+    /// Each long-lived session is sent again within this period, so the
+    /// peer's copy never expires while it lives.
+    pub refresh: Duration,
+}
+
+impl Default for L4Sync {
+    fn default() -> Self {
+        let any = SocketAddr::from(([0, 0, 0, 0], 0));
+        L4Sync {
+            listen: any,
+            peer: any,
+            key: super::KeySource::default(),
+            node_id: None,
+            max_rate: 200_000,
+            refresh: Duration::from_secs(30),
+        }
+    }
+}
+
+impl L4Sync {
+    /// The node id in use: `node_id`, or the last byte of `listen`.
+    pub fn node(&self) -> u8 {
+        self.node_id.unwrap_or(match self.listen.ip() {
+            std::net::IpAddr::V4(a) => a.octets()[3],
+            std::net::IpAddr::V6(a) => a.octets()[15],
+        })
+    }
+}
+
+impl Decode for L4Ha {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let h = L4Ha {
+            initial: m.or(ctx, "initial", HaRole::Backup),
+            announce: m.or(ctx, "announce", 3),
+            sync: m.opt(ctx, "sync"),
+        };
+        m.finish(ctx);
+        Some(h)
+    }
+}
+
+impl Decode for L4Sync {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let key = super::KeySource::read(&mut m, ctx, "key");
+        let d = L4Sync::default();
+        let s = L4Sync {
+            listen: m.req::<Option<SocketAddr>>(ctx, "listen").unwrap_or(d.listen),
+            peer: m.req::<Option<SocketAddr>>(ctx, "peer").unwrap_or(d.peer),
+            key,
+            node_id: m.opt(ctx, "node_id"),
+            max_rate: m.or(ctx, "max_rate", d.max_rate),
+            refresh: m.or(ctx, "refresh", d.refresh),
+        };
+        m.finish(ctx);
+        Some(s)
+    }
 }
 
 /// How the L4 plane gets its packets.
@@ -130,6 +254,7 @@ impl Decode for L4 {
             services: m.or(ctx, "services", Vec::new()),
             io: m.or(ctx, "io", L4Io::Auto),
             max_sessions: m.or(ctx, "max_sessions", 1 << 20),
+            ha: m.opt(ctx, "ha"),
         };
         m.finish(ctx);
         Some(l)

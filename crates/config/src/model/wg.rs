@@ -121,6 +121,25 @@ pub enum KeySource {
     File(String),
 }
 
+impl KeySource {
+    /// The key under `name` (inline) or `name_file` (a file): exactly one
+    /// of them is required.
+    pub fn read(m: &mut MapReader<'_>, ctx: &mut Ctx, name: &str) -> KeySource {
+        let file = format!("{name}_file");
+        match (m.has(name), m.has(&file)) {
+            (true, false) => KeySource::Inline(m.req(ctx, name)),
+            (false, true) => KeySource::File(m.req(ctx, &file)),
+            (both, _) => {
+                let _ = m.opt::<WgSecret>(ctx, name);
+                let _ = m.opt::<String>(ctx, &file);
+                let msg = if both { format!("give {name} or {file}, not both") } else { "is required".to_string() };
+                ctx.error_at(name, Some(m.line_of(name)), msg);
+                KeySource::default()
+            }
+        }
+    }
+}
+
 impl Default for KeySource {
     fn default() -> Self {
         KeySource::Inline(WgSecret::default())
@@ -176,17 +195,7 @@ impl Decode for WireGuard {
 impl Decode for WgInterface {
     fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
         let mut m = MapReader::new(node, ctx)?;
-        let private_key = match (m.has("private_key"), m.has("private_key_file")) {
-            (true, false) => KeySource::Inline(m.req(ctx, "private_key")),
-            (false, true) => KeySource::File(m.req(ctx, "private_key_file")),
-            (both, _) => {
-                let _ = m.opt::<WgSecret>(ctx, "private_key");
-                let _ = m.opt::<String>(ctx, "private_key_file");
-                let msg = if both { "give private_key or private_key_file, not both" } else { "is required" };
-                ctx.error_at("private_key", Some(m.line_of("private_key")), msg);
-                KeySource::default()
-            }
-        };
+        let private_key = KeySource::read(&mut m, ctx, "private_key");
         let i = WgInterface {
             name: m.req(ctx, "name"),
             private_key,

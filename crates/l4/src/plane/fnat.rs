@@ -22,10 +22,25 @@ impl PortPool {
         let free = (FNAT_FIRST_PORT..=u16::MAX).rev().filter(|p| p % cores == core).collect();
         PortPool { free, owner: vec![0; 65536] }
     }
+
+    /// A free port. A port a synced session took over is still on the free
+    /// list (taking it off would cost a search): it is skipped, and goes
+    /// back on when that session ends.
+    pub(super) fn take(&mut self) -> Option<u16> {
+        while let Some(p) = self.free.pop() {
+            if self.owner[usize::from(p)] == 0 {
+                return Some(p);
+            }
+        }
+        None
+    }
 }
 
 /// Frees what an ended session held.
 pub(super) fn release<A: Addr>(ports: &mut [PortPool], counters: &mut Counters, s: &Session<A>) {
+    if s.copy {
+        return;
+    }
     if s.local != u16::MAX
         && let Some(p) = ports.get_mut(usize::from(s.local))
     {

@@ -16,6 +16,7 @@
 mod counters;
 mod fnat;
 mod icmp;
+mod sync;
 #[cfg(test)]
 mod tests;
 mod worker;
@@ -27,6 +28,7 @@ use gatehouse_balance::MaglevTable;
 use gatehouse_config::{L4Mode, L4Scheduler};
 
 pub use counters::{Counters, DROP_KINDS, DropReason, ServiceCounters};
+pub use sync::{CommitError, SyncOut};
 pub use worker::Worker;
 
 use crate::packet::{Checks, PROTO_TCP, PROTO_UDP};

@@ -531,3 +531,99 @@ fn maglev_picks_the_same_server_in_every_worker_and_picks_connections_up() {
     let mut w = Worker::new(&plane, 0, 64, 1);
     assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 5, VIP, 80, TCP_ACK), 0).0, Verdict::Drop(DropReason::NoSession));
 }
+
+#[test]
+fn fnat_sessions_sync_to_a_standby_and_carry_on_there() {
+    use crate::sync::Record;
+    let tick = std::time::Duration::from_secs(1);
+    let plane =
+        Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Wrr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 2);
+    let mut master = Worker::new(&plane, 1, 1024, 1);
+    master.enable_sync(1024, tick);
+    let (_, out) = run(&mut master, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    let f = flow(&out);
+    // A SYN alone is not synced (a flood of them would be); the ACK that
+    // establishes the session is.
+    assert!(master.sync_out().expect("test").records.is_empty());
+    run(&mut master, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK), 1);
+    let recs: Vec<Record> = std::mem::take(&mut master.sync_out().expect("test").records);
+    assert_eq!(recs.len(), 1);
+    let r = recs[0];
+    assert_eq!((r.client, r.client_port, r.vip, r.vip_port), (IpAddr::from(CLIENT), 40000, IpAddr::from(VIP), 80));
+    assert_eq!((r.real, r.real_port, r.local), (f.dst, 8080, Some((IpAddr::from(LOCAL), f.sport))));
+    assert_eq!((r.state, r.ttl), (crate::session::State::Established, 900));
+
+    // The standby commits it into both cores; the port's core owns it.
+    let mut standby: Vec<Worker> = (0..2).map(|c| Worker::new(&plane, c, 1024, 7 + u64::from(c))).collect();
+    for w in &mut standby {
+        w.commit(&plane, &r, 5).expect("test");
+        // Committing again (a refresh) changes nothing.
+        w.commit(&plane, &r, 6).expect("test");
+    }
+    let owner = usize::from(f.sport % 2);
+    assert_eq!(standby[owner].counters.services[0].sessions_active, 1);
+    assert_eq!(standby[1 - owner].counters.services[0].sessions_active, 0);
+    // The client's next segment, on either core, goes out as before.
+    for w in &mut standby {
+        let (v, out) = run(w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH), 7);
+        assert_eq!(v, Verdict::Forward);
+        let g = flow(&out);
+        assert_eq!((g.src, g.sport, g.dst, g.dport), (f.src, f.sport, f.dst, 8080));
+    }
+    // The reply, steered to the port's core, goes back to the client.
+    let (v, back) = run(&mut standby[owner], &plane, &tcp(octets(f.dst), 8080, LOCAL, f.sport, TCP_ACK), 8);
+    assert_eq!(v, Verdict::Forward);
+    let b = flow(&back);
+    assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+    // New sessions there never take the synced port.
+    for p in 0..200 {
+        let (_, out) = run(&mut standby[owner], &plane, &tcp([10, 0, 0, 2], 1000 + p, VIP, 80, TCP_SYN), 9);
+        assert_ne!(flow(&out).sport, f.sport);
+    }
+    // The master's walk sends its established sessions again.
+    assert_eq!(master.sync_walk(&plane, 2, master.sync_slots()), 1);
+}
+
+#[test]
+fn udp_sessions_sync_at_once_and_bad_records_are_refused() {
+    let tick = std::time::Duration::from_secs(1);
+    let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Rr, PROTO_UDP)], vec![], MAC, HOP, 1);
+    let mut master = Worker::new(&plane, 0, 1024, 1);
+    master.enable_sync(2, tick);
+    let udp = |sport: u16| {
+        let seg = packet::build::udp(sport, 80, b"x", |len| checksum::pseudo_v4(CLIENT, VIP, PROTO_UDP, len as u16));
+        build::eth(ETHERTYPE_IPV4, &build::ipv4(CLIENT, VIP, PROTO_UDP, &seg))
+    };
+    for p in 0..3 {
+        run(&mut master, &plane, &udp(5000 + p), 0);
+    }
+    // Two fit; the third is counted as dropped.
+    let out = master.sync_out().expect("test");
+    assert_eq!((out.records.len(), out.dropped), (2, 1));
+    let r = out.records[0];
+    assert_eq!((r.proto, r.state, r.ttl), (PROTO_UDP, crate::session::State::Datagram, 60));
+
+    let mut standby = Worker::new(&plane, 0, 1024, 3);
+    let mut wrong = r;
+    wrong.vip_port = 81;
+    assert_eq!(standby.commit(&plane, &wrong, 0), Err(CommitError::NoService));
+    wrong = r;
+    wrong.real = IpAddr::from([10, 0, 1, 9]);
+    assert_eq!(standby.commit(&plane, &wrong, 0), Err(CommitError::NoReal));
+    wrong = r;
+    wrong.local = Some((IpAddr::from(LOCAL), 2000));
+    assert_eq!(standby.commit(&plane, &wrong, 0), Err(CommitError::NoLocal));
+    // A committed session expires on the standby as it would have on the
+    // master.
+    let mut short = r;
+    short.ttl = 5;
+    standby.commit(&plane, &short, 0).expect("test");
+    assert_eq!(standby.sessions(), 1);
+    run(&mut standby, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 1, TCP_SYN), 4);
+    assert_eq!(standby.sessions(), 1);
+    // (The sweep looks at 64 records per vector.)
+    for _ in 0..1024 / 64 {
+        run(&mut standby, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 1, TCP_SYN), 7);
+    }
+    assert_eq!(standby.sessions(), 0);
+}

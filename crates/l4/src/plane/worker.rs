@@ -141,8 +141,8 @@ impl Family for u128 {
 /// One core's state.
 pub struct Worker {
     pub core: u16,
-    t4: Table<u32>,
-    t6: Table<u128>,
+    pub(super) t4: Table<u32>,
+    pub(super) t6: Table<u128>,
     pub(super) ports: Vec<PortPool>,
     scheds: Vec<Sched>,
     pub counters: Counters,
@@ -156,6 +156,8 @@ pub struct Worker {
     /// server in DR mode, whose packets keep the VIP as destination.
     pub next_hops: Vec<Option<IpAddr>>,
     hop: Option<IpAddr>,
+    /// Session sync with the peer balancer, when on.
+    pub(super) sync: Option<Box<super::sync::SyncOut>>,
 }
 
 /// A packet's session-table lookup: its key's hash, the family's table,
@@ -234,6 +236,7 @@ impl Worker {
             probes: Vec::with_capacity(VECTOR),
             next_hops: Vec::with_capacity(VECTOR),
             hop: None,
+            sync: None,
         }
     }
 
@@ -358,7 +361,7 @@ impl Worker {
     }
 
     /// Ends a session before its time: out of the table, its port freed.
-    fn end<A: Family>(&mut self, plane: &Plane, idx: u32) {
+    pub(super) fn end<A: Family>(&mut self, plane: &Plane, idx: u32) {
         let s = *A::table(self).get(idx);
         let nat = plane.services.get(usize::from(s.service)).is_some_and(|x| x.mode == L4Mode::Nat);
         A::table_mut(self).remove(idx, nat);
@@ -646,6 +649,7 @@ impl Worker {
             local: u16::MAX,
             local_port: 0,
             state,
+            copy: false,
             expires: now.saturating_add(service.timeouts[state as usize]),
         };
         if service.mode == L4Mode::Fnat {
@@ -654,7 +658,7 @@ impl Worker {
             let local = (0..self.ports.len())
                 .find(|&l| plane.local_addrs[l].is_ipv4() == real_v4 && !self.ports[l].free.is_empty())
                 .ok_or(DropReason::PortsExhausted)?;
-            let port = self.ports[local].free.pop().ok_or(DropReason::PortsExhausted)?;
+            let port = self.ports[local].take().ok_or(DropReason::PortsExhausted)?;
             s.local = local as u16;
             s.local_port = port;
         }
@@ -675,6 +679,11 @@ impl Worker {
         sc.sessions_active += 1;
         if let Some(a) = sc.per_real_active.get_mut(usize::from(real)) {
             *a += 1;
+        }
+        // TCP sessions go to the peer once established (a SYN flood is not
+        // synced); datagram sessions at once.
+        if state == State::Datagram {
+            self.export::<A>(plane, idx, now);
         }
         Ok(idx)
     }
@@ -699,8 +708,12 @@ impl Worker {
         let timeout = plane.services.get(usize::from(s.service)).map_or(0, |svc| svc.timeouts[state as usize]);
         let expires = now.saturating_add(timeout);
         if state != s.state || expires != s.expires {
+            let changed = state != s.state;
             s.state = state;
             s.expires = expires;
+            if changed && self.sync.is_some() {
+                self.export::<A>(plane, idx, now);
+            }
         }
     }
 
