@@ -30,6 +30,8 @@ need nginx nginx
 need wg wireguard-tools
 need ping iputils-ping
 need iperf3 iperf3
+# The L4 high-availability test runs VRRP between two balancers.
+need keepalived keepalived
 if [ "${1:-}" = "--bench" ]; then
   need haproxy haproxy
 fi

@@ -11,6 +11,11 @@ modules): a real server and the clients.
     python3 netns_peers.py udp HOST PORT N FIRST  N datagrams, each from a new socket on its own
                                                   port from FIRST on (a new session each);
                                                   prints counts like `count`
+    python3 netns_peers.py counter HOST PORT      one TCP connection, a counter sent every 50 ms;
+                                                  prints each echo as `NAME N LOCALPORT`, "ERR ..."
+                                                  when one does not come back within 10 s
+
+The server also echoes lines on TCP :9000 as `NAME LINE`.
 """
 
 import http.client
@@ -63,6 +68,18 @@ def server(name):
     http_server = Server(("0.0.0.0", 80), H)
     second = Server(("0.0.0.0", 8080), H)
     threading.Thread(target=second.serve_forever, daemon=True).start()
+    class Lines(socketserver.StreamRequestHandler):
+        def handle(self):
+            for line in self.rfile:
+                self.wfile.write(name.encode() + b" " + line)
+                self.wfile.flush()
+
+    class LineServer(socketserver.ThreadingTCPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+
+    lines = LineServer(("0.0.0.0", 9000), Lines)
+    threading.Thread(target=lines.serve_forever, daemon=True).start()
     udp = socketserver.ThreadingUDPServer(("0.0.0.0", 7), Echo)
     threading.Thread(target=udp.serve_forever, daemon=True).start()
     print("ready", flush=True)
@@ -99,6 +116,29 @@ def hold(url):
         time.sleep(0.05)
 
 
+def counter(host, port):
+    s = socket.create_connection((host, port), timeout=5)
+    s.settimeout(10)
+    f = s.makefile("rb")
+    local = s.getsockname()[1]
+    i = 0
+    while True:
+        try:
+            s.sendall(f"{i}\n".encode())
+            line = f.readline()
+            if not line:
+                raise ConnectionError("closed")
+            name, n = line.decode().split()
+            if int(n) != i:
+                raise ValueError(f"echo {n} for {i}")
+            print(f"{name} {i} {local}", flush=True)
+        except Exception as e:  # noqa: BLE001 - any failure ends the test's connection
+            print(f"ERR {e!r}", flush=True)
+            return
+        i += 1
+        time.sleep(0.05)
+
+
 def udp(host, port, n, first_port):
     seen = {"errors": 0}
     for i in range(n):
@@ -130,5 +170,7 @@ if __name__ == "__main__":
         count(sys.argv[2], int(sys.argv[3]))
     elif cmd == "hold":
         hold(sys.argv[2])
+    elif cmd == "counter":
+        counter(sys.argv[2], int(sys.argv[3]))
     elif cmd == "udp":
         udp(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -134,6 +134,42 @@ pub async fn config(req: Request<Incoming>, node: &Node) -> Response<Body> {
     }
 }
 
+/// `/ha`: the node's active/standby role. GET shows it; PUT with
+/// `{"role": "master"}` (or `backup`, `fault`) sets it, as keepalived's
+/// notify does through `gatehouse ha`.
+pub async fn ha(req: Request<Incoming>, node: &Node) -> Response<Body> {
+    let show = |h: gatehouse_node::HaState| {
+        let since = h.since.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        json!({ "role": h.role.name(), "since": since, "changes": h.changes })
+    };
+    match *req.method() {
+        Method::GET | Method::HEAD => match node.ha() {
+            Some(h) => json_response(StatusCode::OK, &show(h)),
+            None => error(StatusCode::NOT_FOUND, gatehouse_node::HaError.to_string()),
+        },
+        Method::PUT => {
+            let body = match read_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            let Some(text) = body.get("role").and_then(Value::as_str) else {
+                return error(StatusCode::BAD_REQUEST, "role: expected \"master\", \"backup\" or \"fault\"");
+            };
+            let Some(role) = gatehouse_config::HaRole::parse(text) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("role: {text:?} is not a role: expected \"master\", \"backup\" or \"fault\""),
+                );
+            };
+            match node.set_ha_role(role) {
+                Ok(h) => json_response(StatusCode::OK, &show(h)),
+                Err(e) => error(StatusCode::CONFLICT, e.to_string()),
+            }
+        }
+        _ => not_allowed("GET, HEAD, PUT"),
+    }
+}
+
 fn not_allowed(allow: &'static str) -> Response<Body> {
     let mut r = error(StatusCode::METHOD_NOT_ALLOWED, format!("allowed methods: {allow}"));
     r.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));

@@ -153,6 +153,7 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, node: &Node) -> Respon
         }),
         "/status" => get_only(&|| json_response(StatusCode::OK, &node.status())),
         "/config" => api::config(req, node).await,
+        "/ha" => api::ha(req, node).await,
         "/openapi.json" => get_only(&|| {
             let mut r = Response::new(Full::new(Bytes::from_static(OPENAPI.as_bytes())));
             r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -41,6 +41,16 @@ enum Command {
         #[arg(short, long, default_value = "gatehouse.yaml")]
         config: PathBuf,
     },
+    /// The active/standby role of the Gatehouse running on this config
+    /// (`l4.ha`): with ROLE (master, backup or fault) sets it, as
+    /// keepalived's notify script does; without, prints it (exit 1 when no
+    /// Gatehouse answers: a keepalived track_script).
+    Ha {
+        /// master, backup or fault (any case, as keepalived writes them).
+        role: Option<String>,
+        #[arg(short, long, default_value = "gatehouse.yaml")]
+        config: PathBuf,
+    },
     /// Print the version.
     Version,
     /// Measure on this machine (single-threaded, ends with one line per result).
@@ -386,6 +396,26 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("gatehouse bench l4-wire: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Ha { role, config } => {
+            let role = match role.as_deref().map(|r| (r, gatehouse_config::HaRole::parse(r))) {
+                None => None,
+                Some((_, Some(r))) => Some(r),
+                Some((text, None)) => {
+                    eprintln!("{text:?} is not a role: expected master, backup or fault");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match gatehouse_node::ha_request(&config, role) {
+                Ok(r) => {
+                    println!("{}", r.name());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("gatehouse ha: {e}");
                     ExitCode::FAILURE
                 }
             }

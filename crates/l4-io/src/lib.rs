@@ -8,6 +8,7 @@
 //! call of the benchmarks' generator).
 
 pub mod bpf_run;
+pub mod ha;
 pub mod nexthop;
 pub mod packet_socket;
 pub mod runtime;
@@ -16,5 +17,5 @@ pub mod steer;
 pub mod wire;
 pub mod xsk;
 
-pub use runtime::{HealthFn, L4Runtime, WorkerStats};
+pub use runtime::{HaStart, HealthFn, L4Runtime, WorkerStats};
 pub use service::L4;

@@ -14,6 +14,7 @@ use arc_swap::ArcSwap;
 use gatehouse_config::{L4, L4Io, L4Mode};
 use gatehouse_l4::plane::{Buf, Counters, Plane, Service, VECTOR, Verdict, Worker};
 
+use crate::ha::Ha;
 use crate::nexthop::{Miss, NextHops};
 use crate::steer::{Steering, Wanted};
 use crate::xsk;
@@ -67,6 +68,24 @@ struct Shared {
     stop: AtomicBool,
     cfg: Mutex<L4>,
     health: HealthFn,
+    /// Active/standby, when `l4.ha` is configured.
+    ha: Option<Arc<Ha>>,
+    /// A second round of announcements after a promotion.
+    reannounce: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// Whether this node answers for its VIPs and local addresses now.
+    fn owns(&self) -> bool {
+        self.ha.as_ref().is_none_or(|h| h.is_master())
+    }
+}
+
+/// How the runtime starts its active/standby part.
+pub struct HaStart {
+    pub role: gatehouse_config::HaRole,
+    /// The sync key, read from the config or its file.
+    pub key: Option<gatehouse_l4::sync::Key>,
 }
 
 /// The L4 plane of `gatehouse run`. Stops its threads when dropped.
@@ -124,8 +143,16 @@ fn build_plane(cfg: &L4, health: &HealthFn, mac: [u8; 6], workers: u16) -> Plane
     Plane::new(services, cfg.local_addresses.clone(), mac, [0; 6], workers)
 }
 
-fn wanted(cfg: &L4) -> Wanted {
-    let mut w = Wanted::default();
+/// What the steering takes for the plane; nothing of the VIPs and local
+/// addresses unless `owns` (a standby answers nothing for them).
+fn wanted(cfg: &L4, owns: bool) -> Wanted {
+    let mut w = Wanted {
+        host: host_addresses().into_iter().map(crate::steer::addr_key).collect(),
+        ..Default::default()
+    };
+    if !owns {
+        return w;
+    }
     for s in &cfg.services {
         if let Some(a) = s.address {
             w.owned.insert(crate::steer::addr_key(a.ip()));
@@ -140,8 +167,20 @@ fn wanted(cfg: &L4) -> Wanted {
     for a in &cfg.local_addresses {
         w.owned.insert(crate::steer::addr_key(*a));
     }
-    w.host = host_addresses().into_iter().map(crate::steer::addr_key).collect();
     w
+}
+
+/// The addresses a master announces: VIPs and FNAT local addresses.
+fn owned_addresses(cfg: &L4) -> Vec<IpAddr> {
+    let mut v: Vec<IpAddr> = cfg
+        .services
+        .iter()
+        .filter_map(|s| s.address.map(|a| a.ip()))
+        .chain(cfg.local_addresses.iter().copied())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
 }
 
 enum Backend {
@@ -183,11 +222,12 @@ impl L4Runtime {
     /// `fallback` false, `io: auto` does not settle for AF_PACKET when
     /// AF_XDP fails (a process being taken over may still hold the XDP
     /// program: the caller tries again).
-    pub fn start(cfg: &L4, health: HealthFn, fallback: bool) -> Result<L4Runtime, StartError> {
+    pub fn start(cfg: &L4, health: HealthFn, fallback: bool, ha: Option<HaStart>) -> Result<L4Runtime, StartError> {
         let mut ports = Vec::new();
         let mut backends: Vec<(usize, u32, Backend)> = Vec::new();
         let mut backend_name = "af_xdp";
-        let w = wanted(cfg);
+        let owns = ha.as_ref().is_none_or(|h| h.role == gatehouse_config::HaRole::Master);
+        let w = wanted(cfg, owns);
         for (pi, name) in cfg.interfaces.iter().enumerate() {
             let at = || format!("l4.interfaces[{pi}]");
             let ifindex: u32 = sys(name, "ifindex")
@@ -237,7 +277,16 @@ impl L4Runtime {
             }));
             tracing::info!(interface = %name, queues, backend = backend_name, "L4 plane attached");
         }
+        let ha = match (ha, &cfg.ha) {
+            (Some(h), Some(c)) => {
+                let sync = c.sync.clone().zip(h.key);
+                Some(Arc::new(Ha::new(h.role, c.announce, sync, backends.len(), cfg.max_sessions)))
+            }
+            _ => None,
+        };
         let shared = Arc::new(Shared {
+            ha,
+            reannounce: Mutex::new(None),
             stats: backends
                 .iter()
                 .map(|(pi, q, _)| {
@@ -259,6 +308,22 @@ impl L4Runtime {
                     .spawn(move || worker_loop(&shared, &port, q, slot, backend, capacity))
                     .map_err(|e| StartError::host(format!("cannot start an L4 worker: {e}")))?,
             );
+        }
+        if shared.ha.as_ref().is_some_and(|h| h.sync.is_some()) {
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("l4-sync".into())
+                    .spawn(move || {
+                        if let Some(ha) = &s.ha {
+                            crate::ha::sync_loop(ha, &s.stop);
+                        }
+                    })
+                    .map_err(|e| StartError::host(format!("cannot start the L4 sync thread: {e}")))?,
+            );
+        }
+        if shared.owns() && shared.ha.is_some() {
+            announce(&shared, &cfg.clone());
         }
         let control = shared.clone();
         threads.push(
@@ -282,6 +347,29 @@ impl L4Runtime {
         let keep_ifaces = cur.interfaces.clone();
         *cur = L4 { interfaces: keep_ifaces, io: cur.io, max_sessions: cur.max_sessions, ..cfg.clone() };
         publish(&self.shared, &cur);
+    }
+
+    /// The active/standby part, when `l4.ha` is configured.
+    pub fn ha(&self) -> Option<&Ha> {
+        self.shared.ha.as_deref()
+    }
+
+    /// keepalived's notify: becomes master (takes the addresses, commits the
+    /// peer's sessions, announces) or backup/fault (lets them go).
+    pub fn set_role(&self, role: gatehouse_config::HaRole) {
+        let Some(ha) = &self.shared.ha else { return };
+        let old = ha.set_role(role);
+        if old == role {
+            return;
+        }
+        let cfg = self.shared.cfg.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        publish_steering(&self.shared, &cfg);
+        tracing::info!(from = old.name(), to = role.name(), "L4 high-availability role changed");
+        if role == gatehouse_config::HaRole::Master {
+            announce(&self.shared, &cfg);
+            *self.shared.reannounce.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(Instant::now() + Duration::from_secs(1));
+        }
     }
 
     /// Every worker's latest counters.
@@ -336,14 +424,34 @@ fn open_xdp(name: &str, ifindex: u32, w: &Wanted) -> Result<(Steering, Vec<xsk::
 
 /// Publishes planes for `cfg` on every port (health read now).
 fn publish(shared: &Shared, cfg: &L4) {
-    let w = wanted(cfg);
     for port in &shared.ports {
         let plane = build_plane(cfg, &shared.health, port.mac, port.workers);
         port.plane.store(Arc::new(plane));
+    }
+    publish_steering(shared, cfg);
+}
+
+/// Makes the XDP maps what `cfg` and the role want.
+fn publish_steering(shared: &Shared, cfg: &L4) {
+    let w = wanted(cfg, shared.owns());
+    for port in &shared.ports {
         if let Some(s) = port.steering.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
             && let Err(e) = s.update(&w)
         {
             tracing::warn!(interface = %port.name, "updating the XDP maps: {e}");
+        }
+    }
+}
+
+/// Gratuitous ARPs and unsolicited neighbour advertisements for every
+/// owned address on every interface.
+fn announce(shared: &Shared, cfg: &L4) {
+    let Some(ha) = &shared.ha else { return };
+    let addrs = owned_addresses(cfg);
+    for port in &shared.ports {
+        match crate::ha::announce(port.ifindex, port.mac, &addrs, ha.announce) {
+            Ok(n) => tracing::info!(interface = %port.name, frames = n, "announced the owned addresses"),
+            Err(e) => tracing::warn!(interface = %port.name, "cannot announce the owned addresses: {e}"),
         }
     }
 }
@@ -354,6 +462,17 @@ fn control_loop(shared: &Shared) {
     while !shared.stop.load(Ordering::Relaxed) {
         std::thread::sleep(CONTROL_PERIOD);
         let cfg = shared.cfg.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let due = {
+            let mut r = shared.reannounce.lock().unwrap_or_else(|e| e.into_inner());
+            let due = r.is_some_and(|t| Instant::now() >= t);
+            if due {
+                *r = None;
+            }
+            due
+        };
+        if due && shared.owns() {
+            announce(shared, &cfg);
+        }
         // Health: republish when any real server changed state.
         let up: Vec<bool> = cfg
             .services
@@ -433,9 +552,28 @@ struct Lane {
     last_publish: Instant,
     capacity: usize,
     queue: u16,
+    /// Whether sessions are synced to a peer.
+    sync: bool,
+    /// The demotions and peer joins seen (see `Ha`).
+    demotions: u32,
+    resyncs: u32,
+    /// The table walk that sends long-lived sessions again: when it last
+    /// ran, and the slots it still owes.
+    walked: Instant,
+    walk_credit: f64,
+    /// The last vector was full: the walk waits.
+    busy: bool,
 }
 
 impl Lane {
+    fn new_worker(&self, plane: &Plane) -> Worker {
+        let mut w = Worker::new(plane, self.queue, self.capacity, fastrand::u64(..));
+        if self.sync {
+            w.enable_sync(crate::ha::OUTBOX_CAP, TICK);
+        }
+        w
+    }
+
     /// Picks up a newly published plane.
     fn refresh(&mut self, port: &Port) {
         let p = port.plane.load();
@@ -444,15 +582,55 @@ impl Lane {
             if p.extends(&self.published) {
                 self.worker.adopt(&p);
             } else {
-                self.worker = Worker::new(&p, self.queue, self.capacity, fastrand::u64(..));
+                self.worker = self.new_worker(&p);
             }
             self.published = p;
         }
     }
 
+    fn now(&self) -> u32 {
+        (self.started.elapsed().as_millis() / TICK.as_millis()) as u32
+    }
+
+    /// Between vectors: a demotion empties the tables; the peer's sessions
+    /// are committed (before the next vector is looked at); the table walk
+    /// goes on (unless the last vector was full, or a peer asked for
+    /// everything); queued sessions go to the sync thread.
+    fn ha_step(&mut self, shared: &Shared, port: &Port, slot: usize) {
+        let Some(ha) = &shared.ha else { return };
+        let d = ha.demotions.load(Ordering::Acquire);
+        if d != self.demotions {
+            self.demotions = d;
+            self.refresh(port);
+            self.worker = self.new_worker(&self.published.clone());
+        }
+        let Some(sync) = &ha.sync else { return };
+        let r = ha.resyncs.load(Ordering::Acquire);
+        if r != self.resyncs {
+            self.resyncs = r;
+            self.worker.start_bulk();
+        }
+        self.refresh(port);
+        let now = self.now();
+        let slots = self.worker.sync_slots() as f64;
+        let elapsed = self.walked.elapsed().as_secs_f64();
+        self.walked = Instant::now();
+        self.walk_credit = (self.walk_credit + slots * elapsed / sync.cfg.refresh.as_secs_f64()).min(slots);
+        let bulk = self.worker.bulk_left() > 0;
+        if bulk || !self.busy {
+            let budget = if bulk { self.walk_credit.max(16_384.0) } else { self.walk_credit } as usize;
+            if budget > 0 {
+                self.worker.sync_walk(&self.published, now, budget);
+                self.walk_credit = (self.walk_credit - budget as f64).max(0.0);
+            }
+        }
+        crate::ha::worker_exchange(sync, slot, &mut self.worker, &self.published, now);
+    }
+
     /// Runs the pipeline over `bufs`; returns, per frame, whether to send it.
     fn process(&mut self, port: &Port, bufs: &mut [Buf<'_>], send: &mut Vec<bool>) {
-        let now = (self.started.elapsed().as_millis() / TICK.as_millis()) as u32;
+        let now = self.now();
+        self.busy = bufs.len() >= VECTOR;
         self.io.rx_packets += bufs.len() as u64;
         self.worker.process(&self.published, bufs, &mut self.verdicts, now);
         let hops = port.hops.load();
@@ -494,16 +672,24 @@ impl Lane {
 
 fn worker_loop(shared: &Shared, port: &Port, queue: u32, slot: usize, backend: Backend, capacity: usize) {
     let published = port.plane.load_full();
+    let ha = shared.ha.as_deref();
     let mut lane = Lane {
-        worker: Worker::new(&published, queue as u16, capacity, fastrand::u64(..)),
-        published,
+        worker: Worker::new(&published, queue as u16, capacity, 0),
+        published: published.clone(),
         verdicts: Vec::with_capacity(VECTOR),
         io: IoCounters::default(),
         started: Instant::now(),
         last_publish: Instant::now(),
         capacity,
         queue: queue as u16,
+        sync: ha.is_some_and(|h| h.sync.is_some()),
+        demotions: ha.map_or(0, |h| h.demotions.load(Ordering::Acquire)),
+        resyncs: ha.map_or(0, |h| h.resyncs.load(Ordering::Acquire)),
+        walked: Instant::now(),
+        walk_credit: 0.0,
+        busy: false,
     };
+    lane.worker = lane.new_worker(&published);
     let mut send = Vec::with_capacity(VECTOR);
     match backend {
         Backend::Xdp(mut sock) => {
@@ -515,10 +701,13 @@ fn worker_loop(shared: &Shared, port: &Port, queue: u32, slot: usize, backend: B
                 lane.publish_stats(shared, slot);
                 descs.clear();
                 if sock.recv(&mut descs, VECTOR) == 0 {
-                    sock.wait(50);
+                    lane.busy = false;
+                    lane.ha_step(shared, port, slot);
+                    sock.wait(if lane.sync { 10 } else { 50 });
                     continue;
                 }
                 lane.refresh(port);
+                lane.ha_step(shared, port, slot);
                 tx.clear();
                 recycle.clear();
                 match sock.frames(&descs) {
@@ -556,14 +745,14 @@ fn worker_loop(shared: &Shared, port: &Port, queue: u32, slot: usize, backend: B
             }
         }
         Backend::Packet(sock) => {
-            let mut want = wanted(&shared.cfg.lock().unwrap_or_else(|e| e.into_inner()));
+            let mut want = wanted(&shared.cfg.lock().unwrap_or_else(|e| e.into_inner()), shared.owns());
             let mut want_at = Instant::now();
             let mut mem = vec![0u8; VECTOR * xsk::FRAME_SIZE];
             let mut lens = Vec::with_capacity(VECTOR);
             while !shared.stop.load(Ordering::Relaxed) {
                 lane.publish_stats(shared, slot);
                 if want_at.elapsed() > CONTROL_PERIOD {
-                    want = wanted(&shared.cfg.lock().unwrap_or_else(|e| e.into_inner()));
+                    want = wanted(&shared.cfg.lock().unwrap_or_else(|e| e.into_inner()), shared.owns());
                     want_at = Instant::now();
                 }
                 lens.clear();
@@ -582,10 +771,13 @@ fn worker_loop(shared: &Shared, port: &Port, queue: u32, slot: usize, backend: B
                     }
                 }
                 if lens.is_empty() {
-                    sock.wait(50);
+                    lane.busy = false;
+                    lane.ha_step(shared, port, slot);
+                    sock.wait(if lane.sync { 10 } else { 50 });
                     continue;
                 }
                 lane.refresh(port);
+                lane.ha_step(shared, port, slot);
                 let mut bufs: Vec<Buf<'_>> = mem
                     .chunks_exact_mut(xsk::FRAME_SIZE)
                     .zip(&lens)

@@ -6,12 +6,13 @@
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use gatehouse_config::{Config, FieldError, L4 as L4Config};
+use gatehouse_config::{Config, FieldError, HaRole, KeySource, L4 as L4Config};
+use gatehouse_l4::sync::Key;
 use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::metrics::Exposition;
 use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Staged, Start};
 
-use crate::runtime::{HealthFn, L4Runtime, StartError, WorkerStats};
+use crate::runtime::{HaStart, HealthFn, L4Runtime, StartError, WorkerStats};
 
 /// The health-registry group of an L4 service's real servers.
 fn health_group(service: &str) -> String {
@@ -29,6 +30,10 @@ struct Inner {
     runtime: OnceLock<L4Runtime>,
     /// Set once the process has started its planes.
     started: std::sync::atomic::AtomicBool,
+    /// The role the node gave (keepalived's), once it gave one.
+    role: Mutex<Option<HaRole>>,
+    /// The sync key of the committed config.
+    sync_key: Mutex<Option<Key>>,
 }
 
 impl L4 {
@@ -38,6 +43,8 @@ impl L4 {
             cfg: Mutex::new(None),
             runtime: OnceLock::new(),
             started: std::sync::atomic::AtomicBool::new(false),
+            role: Mutex::new(None),
+            sync_key: Mutex::new(None),
         }))
     }
 
@@ -51,7 +58,15 @@ impl L4 {
         let Some(l4) = self.cfg().clone().filter(|l| !l.services.is_empty()) else { return Ok(()) };
         let registry = self.0.health.clone();
         let health: HealthFn = Arc::new(move |service, addr| registry.get(&health_group(service), addr).is_up());
-        let rt = L4Runtime::start(&l4, health, fallback)?;
+        let ha = l4.ha.as_ref().map(|h| HaStart {
+            role: self.0.role.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(h.initial),
+            key: self.0.sync_key.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        });
+        let rt = L4Runtime::start(&l4, health, fallback, ha)?;
+        // The role may have changed while the runtime was starting.
+        if let Some(role) = *self.0.role.lock().unwrap_or_else(|e| e.into_inner()) {
+            rt.set_role(role);
+        }
         tracing::info!(services = l4.services.len(), backend = rt.backend, "L4 plane started");
         let _ = self.0.runtime.set(rt);
         Ok(())
@@ -61,6 +76,27 @@ impl L4 {
 struct StagedL4 {
     plane: L4,
     cfg: Option<L4Config>,
+    sync_key: Option<Key>,
+}
+
+/// The sync key of `l4.ha.sync`, read from the config or its file.
+fn read_sync_key(config: &Config, base: &std::path::Path) -> Result<Option<Key>, FieldError> {
+    let Some(sync) = config.l4.as_ref().and_then(|l| l.ha.as_ref()).and_then(|h| h.sync.as_ref()) else {
+        return Ok(None);
+    };
+    match &sync.key {
+        KeySource::Inline(k) => Ok(Some(Key::new(&k.0))),
+        KeySource::File(f) => {
+            let path = gatehouse_plane::resolve(base, f);
+            let fail = |message: String| FieldError { path: "l4.ha.sync.key_file".into(), message, line: None };
+            let text = zeroize::Zeroizing::new(
+                std::fs::read_to_string(&path).map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?,
+            );
+            let key = gatehouse_config::decode_key(&text)
+                .ok_or_else(|| fail(format!("{} does not hold a key (32 bytes in base64)", path.display())))?;
+            Ok(Some(Key::new(&key)))
+        }
+    }
 }
 
 impl Staged for StagedL4 {
@@ -75,6 +111,7 @@ impl Staged for StagedL4 {
             _ => {}
         }
         *self.plane.cfg() = self.cfg;
+        *self.plane.0.sync_key.lock().unwrap_or_else(|e| e.into_inner()) = self.sync_key;
     }
 }
 
@@ -85,8 +122,41 @@ impl Plane for L4 {
 
     /// The config crate has validated the section; nothing else can fail
     /// before the interfaces are opened.
-    fn prepare(&self, config: &Arc<Config>, _cx: &Prepare<'_>) -> Result<Box<dyn Staged>, Vec<FieldError>> {
-        Ok(Box::new(StagedL4 { plane: self.clone(), cfg: config.l4.clone() }))
+    fn prepare(&self, config: &Arc<Config>, cx: &Prepare<'_>) -> Result<Box<dyn Staged>, Vec<FieldError>> {
+        let sync_key = read_sync_key(config, cx.base_dir).map_err(|e| vec![e])?;
+        Ok(Box::new(StagedL4 { plane: self.clone(), cfg: config.l4.clone(), sync_key }))
+    }
+
+    fn set_ha_role(&self, role: HaRole) {
+        *self.0.role.lock().unwrap_or_else(|e| e.into_inner()) = Some(role);
+        if let Some(rt) = self.0.runtime.get() {
+            rt.set_role(role);
+        }
+    }
+
+    fn status(&self, out: &mut serde_json::Map<String, serde_json::Value>) {
+        let Some(ha) = self.0.runtime.get().and_then(|rt| rt.ha()) else { return };
+        let mut m = serde_json::Map::new();
+        m.insert("role".into(), ha.role().name().into());
+        if let Some(s) = &ha.sync {
+            let c = &s.counters;
+            let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            m.insert(
+                "sync".into(),
+                serde_json::json!({
+                    "listen": s.cfg.listen.to_string(),
+                    "peer": s.cfg.peer.to_string(),
+                    "node_id": s.cfg.node(),
+                    "peer_heard": get(&c.peer_heard_ms) > 0,
+                    "sessions_sent": get(&c.sessions_sent),
+                    "sessions_received": get(&c.sessions_received),
+                    "sessions_cached": get(&c.cached),
+                    "sessions_committed": get(&c.committed),
+                    "bulk_syncs": get(&c.bulk_syncs),
+                }),
+            );
+        }
+        out.insert("l4_ha".into(), serde_json::Value::Object(m));
     }
 
     fn start(&self, how: Start) -> Result<(), PlaneError> {
@@ -143,6 +213,9 @@ impl Plane for L4 {
             })
             .collect();
         render(out, &Scrape { workers: rt.stats(), services });
+        if let Some(ha) = rt.ha() {
+            render_ha(out, ha);
+        }
     }
 
     fn health_targets(&self, out: &mut Vec<HealthTarget>) {
@@ -242,5 +315,73 @@ fn render(o: &mut Exposition, l4: &Scrape) {
         for w in &l4.workers {
             o.sample(name, &[("interface", &w.interface), ("queue", &w.queue.to_string())], f(w));
         }
+    }
+}
+
+fn render_ha(o: &mut Exposition, ha: &crate::ha::Ha) {
+    use std::sync::atomic::Ordering::Relaxed;
+    o.header("gatehouse_l4_ha_role", "gauge", "1 for the L4 plane's active/standby role now.");
+    for r in HaRole::ALL {
+        o.sample("gatehouse_l4_ha_role", &[("role", r.name())], u8::from(ha.role() == r));
+    }
+    o.header("gatehouse_l4_ha_role_changes_total", "counter", "Changes of the L4 plane's active/standby role.");
+    o.sample("gatehouse_l4_ha_role_changes_total", &[], ha.changes.load(Relaxed));
+    let Some(s) = &ha.sync else { return };
+    let c = &s.counters;
+    let plain: [(&str, &str, &str, &std::sync::atomic::AtomicU64); 9] = [
+        ("gatehouse_l4_sync_sessions_sent_total", "counter", "Sessions sent to the peer balancer.", &c.sessions_sent),
+        (
+            "gatehouse_l4_sync_sessions_received_total",
+            "counter",
+            "Sessions received from the peer balancer (while standby).",
+            &c.sessions_received,
+        ),
+        (
+            "gatehouse_l4_sync_sessions_committed_total",
+            "counter",
+            "Synced sessions committed into the tables on promotion.",
+            &c.committed,
+        ),
+        (
+            "gatehouse_l4_sync_sessions_dropped_total",
+            "counter",
+            "Sessions not sent (over max_rate, queues full) or not kept (cache full).",
+            &c.sessions_dropped,
+        ),
+        ("gatehouse_l4_sync_sessions_cached", "gauge", "The peer's sessions held while standby.", &c.cached),
+        ("gatehouse_l4_sync_datagrams_sent_total", "counter", "Sync datagrams sent.", &c.datagrams_sent),
+        (
+            "gatehouse_l4_sync_datagrams_received_total",
+            "counter",
+            "Sync datagrams accepted from the peer.",
+            &c.datagrams_received,
+        ),
+        ("gatehouse_l4_sync_send_errors_total", "counter", "Sync datagrams the socket refused.", &c.send_errors),
+        (
+            "gatehouse_l4_sync_bulk_total",
+            "counter",
+            "Full passes over the tables because the peer (re)joined.",
+            &c.bulk_syncs,
+        ),
+    ];
+    for (name, kind, help, v) in plain {
+        o.header(name, kind, help);
+        o.sample(name, &[], v.load(Relaxed));
+    }
+    o.header(
+        "gatehouse_l4_sync_refused_total",
+        "counter",
+        "Sync datagrams refused, by reason (malformed, bad MAC, own node id, old epoch, replayed).",
+    );
+    for (i, name) in gatehouse_l4::sync::Refused::NAMES.iter().enumerate() {
+        o.sample("gatehouse_l4_sync_refused_total", &[("reason", name)], c.refused[i].load(Relaxed));
+    }
+    o.header(
+        "gatehouse_l4_sync_commit_failed_total",
+        "counter",
+        "Synced sessions a promotion could not commit, by reason.",
+    );
+    for (i, name) in crate::ha::commit_error_names().iter().enumerate() {
+        o.sample("gatehouse_l4_sync_commit_failed_total", &[("reason", name)], c.commit_failed[i].load(Relaxed));
     }
 }

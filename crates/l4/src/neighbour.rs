@@ -53,10 +53,49 @@ pub fn nd_advert(frame: &[u8], ip: &Ip, target: Ipv6Addr, mac: [u8; 6], out: &mu
     let requester_mac: [u8; 6] = frame[ethernet::SRC..ethernet::ETHERTYPE].try_into().ok()?;
     let src: [u8; 16] = frame[ip.l3 + ipv6::SRC..ip.l3 + ipv6::DST].try_into().ok()?;
     // An unspecified source (duplicate address detection): answer all nodes.
-    let (dst, solicited) =
-        if src == [0; 16] { (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets(), false) } else { (src, true) };
-    let o = &mut out[..ND_ADVERT_LEN];
-    o[ethernet::DST..ethernet::SRC].copy_from_slice(&requester_mac);
+    if src == [0; 16] {
+        write_advert(&mut out[..ND_ADVERT_LEN], requester_mac, ALL_NODES, target, mac, false);
+    } else {
+        write_advert(&mut out[..ND_ADVERT_LEN], requester_mac, src, target, mac, true);
+    }
+    Some(ND_ADVERT_LEN)
+}
+
+const ALL_NODES: [u8; 16] = [0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+/// An unsolicited neighbour advertisement of `target` at `mac`, with the
+/// override flag, to all nodes: what a node that takes an address over
+/// sends so that neighbours update their caches (RFC 4861, 7.2.6).
+pub fn unsolicited_advert(target: Ipv6Addr, mac: [u8; 6]) -> [u8; ND_ADVERT_LEN] {
+    let mut out = [0u8; ND_ADVERT_LEN];
+    write_advert(&mut out, [0x33, 0x33, 0, 0, 0, 1], ALL_NODES, target, mac, false);
+    out
+}
+
+/// Length of a gratuitous ARP frame (Ethernet + ARP, unpadded).
+pub const GARP_LEN: usize = ethernet::HEADER_LEN + arp::LEN;
+
+/// A gratuitous ARP request for `ip` at `mac`, broadcast: sender and
+/// target address both `ip` (RFC 5227's announcement), which updates every
+/// neighbour's cache entry for it.
+pub fn gratuitous_arp(ip: Ipv4Addr, mac: [u8; 6]) -> [u8; GARP_LEN] {
+    let mut f = [0u8; GARP_LEN];
+    f[ethernet::DST..ethernet::SRC].copy_from_slice(&[0xff; 6]);
+    f[ethernet::SRC..ethernet::ETHERTYPE].copy_from_slice(&mac);
+    f[ethernet::ETHERTYPE..ethernet::HEADER_LEN].copy_from_slice(&crate::packet::ETHERTYPE_ARP.to_be_bytes());
+    let a = &mut f[ethernet::HEADER_LEN..];
+    // Ethernet, IPv4, 6- and 4-byte addresses, a request.
+    a[..arp::SENDER_MAC].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    a[arp::SENDER_MAC..arp::SENDER_IP].copy_from_slice(&mac);
+    a[arp::SENDER_IP..arp::TARGET_MAC].copy_from_slice(&ip.octets());
+    a[arp::TARGET_IP..arp::LEN].copy_from_slice(&ip.octets());
+    f
+}
+
+/// Writes a neighbour advertisement of `target` at `mac` to (`dst_mac`,
+/// `dst`) into `o` ([`ND_ADVERT_LEN`] bytes).
+fn write_advert(o: &mut [u8], dst_mac: [u8; 6], dst: [u8; 16], target: Ipv6Addr, mac: [u8; 6], solicited: bool) {
+    o[ethernet::DST..ethernet::SRC].copy_from_slice(&dst_mac);
     o[ethernet::SRC..ethernet::ETHERTYPE].copy_from_slice(&mac);
     o[ethernet::ETHERTYPE..ethernet::HEADER_LEN].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
     let h = &mut o[ethernet::HEADER_LEN..][..ipv6::HEADER_LEN];
@@ -80,7 +119,6 @@ pub fn nd_advert(frame: &[u8], ip: &Ip, target: Ipv6Addr, mac: [u8; 6], out: &mu
     let sum = checksum::pseudo_v6(target.octets(), dst, PROTO_ICMPV6, ND_ADVERT_BODY as u32);
     let c = !checksum::fold(checksum::add(sum, &m[..ND_ADVERT_BODY]));
     m[icmp::CHECKSUM..icmp::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
-    Some(ND_ADVERT_LEN)
 }
 
 #[cfg(test)]
@@ -137,5 +175,28 @@ mod tests {
         assert_eq!((adv.flow.src, adv.flow.dst), (vip.into(), Ipv6Addr::from(client).into()));
         assert_eq!(&out[14 + 40 + 8..14 + 40 + 24], &vip.octets());
         assert_eq!(&out[14 + 40 + 26..14 + 40 + 32], &[2, 0, 0, 0, 0, 0xaa]);
+    }
+
+    #[test]
+    fn announcements_parse_as_what_they_claim() {
+        let mac = [2, 0, 0, 0, 0, 0xaa];
+        let vip = Ipv4Addr::new(10, 0, 0, 100);
+        let f = gratuitous_arp(vip, mac);
+        match packet::parse(&f, Checks::default()) {
+            Ok(Frame::Arp(r)) => {
+                assert_eq!(r.op, 1);
+                assert_eq!((r.sender_mac, r.sender_ip, r.target_ip), (mac, vip, vip));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(&f[..6], &[0xff; 6]);
+        let vip6: Ipv6Addr = "2001:db8::100".parse().expect("v6");
+        let f = unsolicited_advert(vip6, mac);
+        let Ok(Frame::Ip(adv)) = packet::parse(&f, Checks::default()) else { panic!("the advertisement parses") };
+        assert_eq!(adv.icmp.map(|i| i.kind), Some(ND_ADVERT));
+        assert_eq!((adv.flow.src, adv.flow.dst), (vip6.into(), Ipv6Addr::from(ALL_NODES).into()));
+        // Override, not solicited.
+        assert_eq!(f[14 + 40 + 4], 0x20);
+        assert_eq!(&f[..6], &[0x33, 0x33, 0, 0, 0, 1]);
     }
 }

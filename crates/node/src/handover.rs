@@ -130,20 +130,28 @@ pub fn ready(mut s: UnixStream) -> std::io::Result<()> {
     s.write_all(b"READY\n")
 }
 
-/// The old process's side of one takeover: sends the sockets, then waits for
-/// `READY`. Returns true when the new process took over.
+/// Asks the process serving the control socket at `path` for its
+/// active/standby role (`HA` on the socket): a process taking over starts
+/// in the role of the one it replaces. None if it has none or cannot say.
+pub fn query_role(path: &Path) -> Option<gatehouse_config::HaRole> {
+    let mut s = UnixStream::connect(path).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2))).ok()?;
+    s.write_all(b"HA\n").ok()?;
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut answer).ok()?;
+    gatehouse_config::HaRole::parse(answer.trim().strip_prefix("OK ")?)
+}
+
+/// The old process's side of one takeover, once `TAKEOVER` was read from
+/// `lines`: sends the sockets, then waits for `READY`. Returns true when the
+/// new process took over.
 pub async fn hand_over(
-    stream: tokio::net::UnixStream,
+    mut lines: tokio::io::BufReader<tokio::net::UnixStream>,
     registry: &std::sync::Mutex<Registry>,
     admin: Option<(SocketAddr, &TcpListener)>,
 ) -> std::io::Result<bool> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let mut lines = BufReader::new(stream);
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let mut line = String::new();
-    lines.read_line(&mut line).await?;
-    if line.trim() != "TAKEOVER" {
-        return Ok(false);
-    }
     // Duplicates, so the registry's lock is not held while sending.
     let mut entries = Vec::new();
     let mut sockets = Vec::new();
@@ -243,8 +251,13 @@ mod tests {
             })
         };
         let took = rt.block_on(async {
+            use tokio::io::AsyncBufReadExt;
             let (stream, _) = listener.accept().await.expect("accept");
-            hand_over(stream, &registry, Some((admin_addr, &admin))).await.expect("hand over")
+            let mut lines = tokio::io::BufReader::new(stream);
+            let mut first = String::new();
+            lines.read_line(&mut first).await.expect("the request");
+            assert_eq!(first.trim(), "TAKEOVER");
+            hand_over(lines, &registry, Some((admin_addr, &admin))).await.expect("hand over")
         });
         assert!(took);
         let (got, got_admin) = taker.join().expect("taker");

@@ -28,7 +28,7 @@ use gatehouse_config::yaml::Node as Doc;
 use serde_json::{Map, Value, json};
 
 pub use apply::{ApplyError, Change, Expect, Written};
-pub use run::{AdminStart, MakePlanes, RunError, check, run};
+pub use run::{AdminStart, MakePlanes, RunError, check, ha_request, run};
 
 use gatehouse_plane::Plane;
 use gatehouse_plane::health::{HealthChecks, HealthRegistry};
@@ -61,7 +61,29 @@ pub struct Node {
     handed_over: tokio::sync::Notify,
     /// Admin API writes take turns.
     write_lock: tokio::sync::Mutex<()>,
+    /// The active/standby role, when the config has `l4.ha`.
+    ha: Mutex<Option<HaState>>,
 }
+
+/// The node's active/standby role, as keepalived's notify set it last.
+#[derive(Clone, Copy, Debug)]
+pub struct HaState {
+    pub role: gatehouse_config::HaRole,
+    pub since: SystemTime,
+    pub changes: u64,
+}
+
+/// Why a role could not be set.
+#[derive(Debug)]
+pub struct HaError;
+
+impl std::fmt::Display for HaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the config has no l4.ha section: this node has no active/standby role")
+    }
+}
+
+impl std::error::Error for HaError {}
 
 /// What changes the config, behind [`Node::control`]: SIGHUP, the admin API
 /// and the store's watch take turns on it.
@@ -105,6 +127,34 @@ impl Node {
         &*self.store
     }
 
+    /// The active/standby role, when there is one.
+    pub fn ha(&self) -> Option<HaState> {
+        *self.ha.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// keepalived's notify: every plane takes the role. Setting the role it
+    /// has changes nothing.
+    pub fn set_ha_role(&self, role: gatehouse_config::HaRole) -> Result<HaState, HaError> {
+        let mut ha = self.ha.lock().unwrap_or_else(|e| e.into_inner());
+        let running = self.running.load().config.l4.as_ref().is_some_and(|l| l.ha.is_some());
+        let state = match (ha.as_mut(), running) {
+            (Some(h), _) if h.role == role => return Ok(*h),
+            (Some(h), true) => {
+                h.role = role;
+                h.since = SystemTime::now();
+                h.changes += 1;
+                *h
+            }
+            (None, true) => *ha.insert(HaState { role, since: SystemTime::now(), changes: 1 }),
+            (_, false) => return Err(HaError),
+        };
+        for p in &self.planes {
+            p.set_ha_role(role);
+        }
+        tracing::info!(role = role.name(), "high availability: role set");
+        Ok(state)
+    }
+
     /// The Prometheus exposition of the process and every plane.
     pub fn scrape(&self) -> String {
         let mut o = Exposition::default();
@@ -128,6 +178,12 @@ impl Node {
         m.insert("uptime_seconds".into(), json!(uptime));
         m.insert("workers".into(), json!(self.metrics.workers));
         m.insert("config_version".into(), json!(self.running.load().version));
+        if let Some(h) = self.ha() {
+            m.insert(
+                "ha".into(),
+                json!({"role": h.role.name(), "since": unix_seconds(h.since).floor(), "changes": h.changes}),
+            );
+        }
         for p in &self.planes {
             p.status(&mut m);
         }

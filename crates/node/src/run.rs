@@ -96,6 +96,31 @@ pub fn check(path: &Path, make_planes: MakePlanes<'_>) -> Result<(), RunError> {
         .map_err(|errors| RunError::Config(ConfigErrors { file: path.to_path_buf(), errors }))
 }
 
+/// `gatehouse ha [ROLE]`: asks the Gatehouse running on the config at
+/// `path` for its active/standby role, or sets it (keepalived's notify),
+/// over the control socket. Returns the role it has after.
+pub fn ha_request(path: &Path, role: Option<gatehouse_config::HaRole>) -> Result<gatehouse_config::HaRole, String> {
+    use std::io::{BufRead, Write};
+    let cfg = gatehouse_config::load(path).map_err(|e| e.to_string())?;
+    let socket = handover::socket_path(&resolve(&base_dir(path), &cfg.data_dir));
+    let mut s = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
+        format!("no Gatehouse answers on {} ({e}): is it running on {}?", socket.display(), path.display())
+    })?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let line = match role {
+        Some(r) => format!("HA {}\n", r.name()),
+        None => "HA\n".to_string(),
+    };
+    s.write_all(line.as_bytes()).map_err(|e| format!("{}: {e}", socket.display()))?;
+    let mut answer = String::new();
+    std::io::BufReader::new(s).read_line(&mut answer).map_err(|e| format!("{}: {e}", socket.display()))?;
+    let answer = answer.trim();
+    match answer.strip_prefix("OK ").and_then(gatehouse_config::HaRole::parse) {
+        Some(r) => Ok(r),
+        None => Err(answer.strip_prefix("ERR ").unwrap_or(answer).to_string()),
+    }
+}
+
 /// `gatehouse run`: starts every plane and runs the control loop until
 /// SIGTERM or SIGINT, or until a new process has taken over.
 pub fn run(
@@ -142,6 +167,13 @@ pub fn run(
 
     // The control socket: where a later binary takes this one's sockets over.
     let control_path = handover::socket_path(&data_dir);
+    let ha_configured = cfg.l4.as_ref().and_then(|l| l.ha.as_ref()).map(|h| h.initial);
+    // A process taking over starts in its predecessor's role: keepalived
+    // will not say it again.
+    let ha_role = match ha_configured {
+        Some(initial) if takeover => Some(handover::query_role(&control_path).unwrap_or(initial)),
+        other => other,
+    };
     let (inherited, ready) = if takeover {
         let (inherited, ready) = handover::take_over(&control_path).map_err(RunError::Takeover)?;
         tracing::info!(sockets = inherited.leftover(), "took the listening sockets over from the running process");
@@ -195,7 +227,14 @@ pub fn run(
         admin_socket: admin_socket.as_ref().and_then(|(a, s)| s.try_clone().ok().map(|s| (*a, s))),
         handed_over: tokio::sync::Notify::new(),
         write_lock: tokio::sync::Mutex::new(()),
+        ha: Mutex::new(ha_role.map(|role| crate::HaState { role, since: std::time::SystemTime::now(), changes: 0 })),
     });
+    if let Some(role) = ha_role {
+        tracing::info!(role = role.name(), "high availability: starting in this role");
+        for p in &node.planes {
+            p.set_ha_role(role);
+        }
+    }
     for s in staged {
         s.commit();
     }
@@ -317,9 +356,36 @@ fn serve_control_socket(node: Arc<Node>, path: &Path) -> std::io::Result<tokio::
     let listener = tokio::net::UnixListener::bind(path)?;
     Ok(tokio::spawn(async move {
         loop {
+            use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
             let Ok((stream, _)) = listener.accept().await else { continue };
+            let mut lines = tokio::io::BufReader::new(stream);
+            let mut first = String::new();
+            if lines.read_line(&mut first).await.is_err() {
+                continue;
+            }
+            // `HA` asks for the active/standby role, `HA ROLE` sets it
+            // (`gatehouse ha`, from keepalived's notify).
+            if let Some(rest) = first.trim().strip_prefix("HA") {
+                let answer = match rest.trim() {
+                    "" => node
+                        .ha()
+                        .map_or_else(|| "ERR l4.ha is not configured".to_string(), |h| format!("OK {}", h.role.name())),
+                    role => match gatehouse_config::HaRole::parse(role) {
+                        Some(r) => match node.set_ha_role(r) {
+                            Ok(h) => format!("OK {}", h.role.name()),
+                            Err(e) => format!("ERR {e}"),
+                        },
+                        None => format!("ERR {role:?} is not a role: expected master, backup or fault"),
+                    },
+                };
+                let _ = lines.get_mut().write_all(format!("{answer}\n").as_bytes()).await;
+                continue;
+            }
+            if first.trim() != "TAKEOVER" {
+                continue;
+            }
             let admin = node.admin_socket.as_ref().map(|(a, s)| (*a, s));
-            match handover::hand_over(stream, node.listeners.registry(), admin).await {
+            match handover::hand_over(lines, node.listeners.registry(), admin).await {
                 Ok(true) => {
                     tracing::info!("a new process took the listening sockets over; finishing requests in flight");
                     node.handed_over.notify_one();

@@ -156,4 +156,8 @@ pub trait Plane: Send + Sync {
 
     /// Every endpoint whose health this plane reads, in the running config.
     fn health_targets(&self, out: &mut Vec<HealthTarget>);
+
+    /// The node's active/standby role changed (keepalived's notify), or is
+    /// given before the start.
+    fn set_ha_role(&self, _role: gatehouse_config::HaRole) {}
 }
