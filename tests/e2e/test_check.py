@@ -113,3 +113,40 @@ listeners: [{ name: web, address: 127.0.0.1:8080 }]
     cfg.write_text("store: { type: etcd }\n")
     p = run_check(cfg)
     assert "store.endpoints" in p.stderr, p.stderr
+
+
+HA_BAD = """
+l4:
+  interfaces: [eth1]
+  ha:
+    initial: primary
+    announce: 1000
+    sync:
+      listen: 10.0.0.0:8200
+      peer: 10.0.0.0:8200
+      key: not-a-key
+      refresh: 2h
+      max_rate: 0
+  services: []
+"""
+
+
+def test_ha_mistakes_name_their_fields(tmp_path):
+    f = tmp_path / "ha.yaml"
+    f.write_text(HA_BAD)
+    p = run_check(f)
+    assert p.returncode == 1, p.stdout
+    err = p.stderr
+    for path, words in [
+        ("l4.ha.initial", "master, backup"),
+        ("l4.ha.announce", "0 to 100"),
+        ("l4.ha.sync.peer", "own listen address"),
+        ("l4.ha.sync.node_id", "last byte of listen"),
+        ("l4.ha.sync.key", "32 bytes"),
+        ("l4.ha.sync.refresh", "1s to 1h"),
+        ("l4.ha.sync.max_rate", "above 0"),
+    ]:
+        line = next((l for l in err.splitlines() if f": {path}:" in l), None)
+        assert line and words in line, f"{path}: {err}"
+    # The key's text is not echoed.
+    assert "not-a-key" not in err
