@@ -106,6 +106,14 @@ enum Bench {
         /// process is what makes resident-memory growth per session honest).
         #[arg(long, hide = true)]
         in_process: bool,
+        /// Each case with session sync off, then on (l4.ha.sync as a master
+        /// runs it), and the sync channel's own cost per session:
+        /// `l4-sync sealed_per_sec=N opened_per_sec=N committed_per_sec=N`.
+        #[arg(long)]
+        sync: bool,
+        /// (A fresh process's one case, with sync on.)
+        #[arg(long, hide = true)]
+        sync_on: bool,
     },
     /// Send 64-byte packets of a fixed set of flows out of an interface
     /// (AF_XDP), for a bounded time, to measure whatever forwards them.
@@ -294,7 +302,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Bench { what: Bench::L4 { seconds, sessions, modes, protos, in_process } } => {
+        Command::Bench { what: Bench::L4 { seconds, sessions, modes, protos, in_process, sync, sync_on } } => {
             use gatehouse_config::L4Mode;
             let mut cases = Vec::new();
             for m in &modes {
@@ -319,7 +327,14 @@ fn main() -> ExitCode {
                         }
                     };
                     for &n in &sessions {
-                        cases.push(gatehouse_l4::bench::Case { mode, proto, sessions: n.max(1) });
+                        let variants = match (sync, sync_on) {
+                            (_, true) => &[true][..],
+                            (true, false) => &[false, true][..],
+                            (false, false) => &[false][..],
+                        };
+                        for sync in variants {
+                            cases.push(gatehouse_l4::bench::Case { mode, proto, sessions: n.max(1), sync: *sync });
+                        }
                     }
                 }
             }
@@ -338,8 +353,14 @@ fn main() -> ExitCode {
                         .args(["--sessions", &case.sessions.to_string()])
                         .args(["--modes", gatehouse_l4::bench::mode_name(case.mode)])
                         .args(["--protos", if case.proto == 6 { "tcp" } else { "udp" }])
+                        .args(if case.sync { &["--sync-on"][..] } else { &[][..] })
                         .status();
                     failed |= !status.is_ok_and(|s| s.success());
+                }
+                if sync {
+                    for &n in &sessions {
+                        println!("{} sessions={n}", gatehouse_l4::bench::sync_channel(n.max(1)));
+                    }
                 }
                 return if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS };
             }
@@ -352,6 +373,11 @@ fn main() -> ExitCode {
                     failed = true;
                 }
                 println!("{r}");
+            }
+            if sync && !in_process {
+                for &n in &sessions {
+                    println!("{} sessions={n}", gatehouse_l4::bench::sync_channel(n.max(1)));
+                }
             }
             if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
         }

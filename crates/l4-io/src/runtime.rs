@@ -146,10 +146,8 @@ fn build_plane(cfg: &L4, health: &HealthFn, mac: [u8; 6], workers: u16) -> Plane
 /// What the steering takes for the plane; nothing of the VIPs and local
 /// addresses unless `owns` (a standby answers nothing for them).
 fn wanted(cfg: &L4, owns: bool) -> Wanted {
-    let mut w = Wanted {
-        host: host_addresses().into_iter().map(crate::steer::addr_key).collect(),
-        ..Default::default()
-    };
+    let mut w =
+        Wanted { host: host_addresses().into_iter().map(crate::steer::addr_key).collect(), ..Default::default() };
     if !owns {
         return w;
     }

@@ -23,7 +23,15 @@ pub struct Case {
     pub mode: L4Mode,
     pub proto: u8,
     pub sessions: usize,
+    /// With session sync on, as a master runs it: sessions queued for the
+    /// peer as they change, the table walked to send established ones
+    /// again within [`REFRESH`], the queue emptied each vector (the sync
+    /// thread's work, on another core, is measured on its own).
+    pub sync: bool,
 }
+
+/// The walk's period in the sync case (the config's default).
+pub const REFRESH: Duration = Duration::from_secs(30);
 
 pub struct Result {
     pub mode: &'static str,
@@ -34,15 +42,101 @@ pub struct Result {
     pub bytes_per_session: f64,
     /// Frames not forwarded (should be 0).
     pub not_forwarded: u64,
+    /// The sync case: sessions queued for the peer while established
+    /// traffic ran.
+    pub synced: Option<u64>,
 }
 
 impl std::fmt::Display for Result {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "l4 mode={} proto={} sessions={} mpps={:.2} new_sessions_per_sec={:.0} bytes_per_session={:.1}",
-            self.mode, self.proto, self.sessions, self.mpps, self.new_sessions_per_sec, self.bytes_per_session
+            "l4 mode={} proto={} sessions={} sync={} mpps={:.2} new_sessions_per_sec={:.0} bytes_per_session={:.1}",
+            self.mode,
+            self.proto,
+            self.sessions,
+            if self.synced.is_some() { "on" } else { "off" },
+            self.mpps,
+            self.new_sessions_per_sec,
+            self.bytes_per_session
+        )?;
+        if let Some(n) = self.synced {
+            write!(f, " synced={n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `gatehouse bench l4 --sync-channel`: what one core of the sync thread
+/// does per session: seal (records into MACed datagrams) on the master,
+/// open (MAC, replay and record checks) and commit into a worker's table on
+/// the standby.
+pub struct ChannelResult {
+    pub sealed_per_sec: f64,
+    pub opened_per_sec: f64,
+    pub committed_per_sec: f64,
+}
+
+impl std::fmt::Display for ChannelResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "l4-sync sealed_per_sec={:.0} opened_per_sec={:.0} committed_per_sec={:.0}",
+            self.sealed_per_sec, self.opened_per_sec, self.committed_per_sec
         )
+    }
+}
+
+/// Measures the sync channel on `sessions` FNAT sessions.
+pub fn sync_channel(sessions: usize) -> ChannelResult {
+    use crate::sync::{Key, Kind, MAX_RECORDS, Receiver, Record, Sender};
+    let case = Case { mode: L4Mode::Fnat, proto: PROTO_TCP, sessions, sync: true };
+    let plane = plane_for(&case);
+    // The master's sessions, as records.
+    let mut master = Worker::with_capacities(&plane, 0, sessions, 1024, 1);
+    master.enable_sync(sessions, Duration::from_secs(1));
+    let mut verdicts = Vec::with_capacity(VECTOR);
+    let mut flows = Vec::with_capacity(VECTOR);
+    for flags in [TCP_SYN, TCP_ACK] {
+        let mut frames = Gen::new(PROTO_TCP, flags);
+        let mut next = 0;
+        while next < sessions {
+            flows.clear();
+            flows.extend(next..(next + VECTOR).min(sessions));
+            next += flows.len();
+            let mut bufs = frames.fill(&flows);
+            master.process(&plane, &mut bufs, &mut verdicts, 0);
+        }
+    }
+    let records: Vec<Record> = master.sync_out().map(|o| std::mem::take(&mut o.records)).unwrap_or_default();
+    let key = Key::new(&[9; 32]);
+    let mut sender = Sender::new(key.clone(), 1, 1);
+    let mut datagrams = Vec::with_capacity(records.len().div_ceil(MAX_RECORDS));
+    let t = Instant::now();
+    for chunk in records.chunks(MAX_RECORDS) {
+        let mut d = Vec::with_capacity(crate::sync::MAX_DATAGRAM);
+        sender.seal(Kind::Sessions, chunk, &mut d);
+        datagrams.push(d);
+    }
+    let sealed = t.elapsed();
+    let mut receiver = Receiver::new(key, 2);
+    let mut opened = Vec::with_capacity(records.len());
+    let t = Instant::now();
+    for d in &datagrams {
+        if let Ok(m) = receiver.open(d) {
+            opened.extend(m.records);
+        }
+    }
+    let open_time = t.elapsed();
+    let mut standby = Worker::with_capacities(&plane, 0, sessions, 1024, 2);
+    let t = Instant::now();
+    let committed = opened.iter().filter(|r| standby.commit(&plane, r, 0).is_ok()).count();
+    let commit_time = t.elapsed();
+    let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
+    ChannelResult {
+        sealed_per_sec: rate(records.len(), sealed),
+        opened_per_sec: rate(opened.len(), open_time),
+        committed_per_sec: rate(committed, commit_time),
     }
 }
 
@@ -151,6 +245,9 @@ pub fn run(case: &Case, time: Duration) -> Result {
     let before = rss();
     // IPv4 flows only: the IPv6 table is kept at its minimum.
     let mut worker = Worker::with_capacities(&plane, 0, case.sessions, 1024, 0x5eed);
+    if case.sync {
+        worker.enable_sync(65_536, Duration::from_secs(1));
+    }
     let mut verdicts = Vec::with_capacity(VECTOR);
     let mut not_forwarded = 0u64;
     let count = |v: &[Verdict]| v.iter().filter(|v| **v != Verdict::Forward).count() as u64;
@@ -180,6 +277,8 @@ pub fn run(case: &Case, time: Duration) -> Result {
     let mut rng = fastrand::Rng::with_seed(1);
     let mut busy = Duration::ZERO;
     let mut packets = 0u64;
+    let mut synced = 0u64;
+    let mut credit = 0.0f64;
     let start = Instant::now();
     while start.elapsed() < time {
         flows.clear();
@@ -187,6 +286,18 @@ pub fn run(case: &Case, time: Duration) -> Result {
         let mut bufs = frames.fill(&flows);
         let t = Instant::now();
         worker.process(&plane, &mut bufs, &mut verdicts, 0);
+        if case.sync {
+            // The runtime's share between vectors: the walk at its pace
+            // (by the time spent forwarding), the queue handed over.
+            credit += worker.sync_slots() as f64 * t.elapsed().as_secs_f64() / REFRESH.as_secs_f64();
+            let n = credit as usize;
+            credit -= n as f64;
+            worker.sync_walk(&plane, 0, n);
+            if let Some(out) = worker.sync_out() {
+                synced += out.records.len() as u64;
+                out.records.clear();
+            }
+        }
         busy += t.elapsed();
         packets += verdicts.len() as u64;
         not_forwarded += count(&verdicts);
@@ -199,6 +310,7 @@ pub fn run(case: &Case, time: Duration) -> Result {
         new_sessions_per_sec,
         bytes_per_session,
         not_forwarded,
+        synced: case.sync.then_some(synced),
     }
 }
 
@@ -210,11 +322,18 @@ mod tests {
     fn a_small_run_forwards_everything() {
         for mode in [L4Mode::Nat, L4Mode::Fnat, L4Mode::Dr, L4Mode::Ipip, L4Mode::Gue] {
             for proto in [PROTO_TCP, PROTO_UDP] {
-                let r = run(&Case { mode, proto, sessions: 5000 }, Duration::from_millis(20));
+                let r =
+                    run(&Case { mode, proto, sessions: 5000, sync: mode == L4Mode::Fnat }, Duration::from_millis(20));
                 assert_eq!(r.not_forwarded, 0, "{r}");
                 assert!(r.mpps > 0.0 && r.new_sessions_per_sec > 0.0, "{r}");
             }
         }
+    }
+
+    #[test]
+    fn the_sync_channel_carries_every_session() {
+        let r = sync_channel(3000);
+        assert!(r.sealed_per_sec > 0.0 && r.opened_per_sec > 0.0 && r.committed_per_sec > 0.0, "{r}");
     }
 
     #[test]
