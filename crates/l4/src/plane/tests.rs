@@ -488,7 +488,18 @@ fn sessions_of_a_server_that_went_down_are_kept_or_reset() {
         let f = flow(&out);
         assert_eq!((f.src, f.dst, f.dport), (to_real.src, IpAddr::from(real), to_real.dport));
         assert_eq!(out[14 + 33], TCP_RST);
+        // The session stays for the client: its next segment (which would
+        // otherwise find none and be dropped unanswered) gets its own RST,
+        // and only then is the session gone.
+        assert_eq!(w.sessions(), 1);
+        let seg = tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH);
+        let (v, out) = run(&mut w, &down, &seg, 2);
+        assert_eq!(v, Verdict::Forward, "{mode:?}");
+        let f = flow(&out);
+        assert_eq!((f.src, f.dst, f.dport), (IpAddr::from(VIP), IpAddr::from(CLIENT), 40000));
+        assert_eq!(out[14 + 33], TCP_RST);
         assert_eq!(w.sessions(), 0);
+        assert_eq!(w.counters.services[0].resets, 2);
     }
 }
 

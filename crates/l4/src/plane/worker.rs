@@ -369,11 +369,19 @@ impl Worker {
     }
 
     /// A packet of a session whose real server went down under
-    /// `on_server_down: reset`: the session ends, and a TCP sender gets a
-    /// reset (an RST itself is just dropped).
-    fn reset<A: Family>(&mut self, plane: &Plane, idx: u32, buf: &mut Buf<'_>, ip: &Ip) -> Verdict {
+    /// `on_server_down: reset`: a TCP sender gets a reset (an RST itself is
+    /// just dropped). A packet from the client ends the session. One from
+    /// the server leaves it, closing, for the client's next packet to be
+    /// answered with its own reset: the client must learn too, and its next
+    /// segment would otherwise find no session and be dropped unanswered.
+    fn reset<A: Family>(&mut self, plane: &Plane, idx: u32, buf: &mut Buf<'_>, ip: &Ip, from_client: bool) -> Verdict {
         let svc = A::table(self).get(idx).service;
-        self.end::<A>(plane, idx);
+        if from_client {
+            self.end::<A>(plane, idx);
+        } else {
+            let s = A::table_mut(self).get_mut(idx);
+            s.state = State::Closing;
+        }
         if ip.tcp_flags & TCP_RST == 0
             && let Some(n) = rewrite::tcp_reset(buf.frame_mut(), ip)
         {
@@ -521,7 +529,7 @@ impl Worker {
                         found = None;
                     } else if self.server_gone::<A>(plane, idx) {
                         if tcp && !syn {
-                            return self.reset::<A>(plane, idx, buf, ip);
+                            return self.reset::<A>(plane, idx, buf, ip, true);
                         }
                         // A datagram, or a SYN again: to a server that is up.
                         self.end::<A>(plane, idx);
@@ -565,7 +573,7 @@ impl Worker {
             Class::FromReal { svc, .. } => {
                 let Some(idx) = hit else { return Verdict::Drop(DropReason::NoSession) };
                 if self.server_gone::<A>(plane, idx) {
-                    return self.reset::<A>(plane, idx, buf, ip);
+                    return self.reset::<A>(plane, idx, buf, ip, false);
                 }
                 self.track::<A>(plane, idx, ip, now);
                 let service = &plane.services[usize::from(svc)];
@@ -593,7 +601,7 @@ impl Worker {
                     return Verdict::Drop(DropReason::Unsupported);
                 }
                 if self.server_gone::<A>(plane, idx) {
-                    return self.reset::<A>(plane, idx, buf, ip);
+                    return self.reset::<A>(plane, idx, buf, ip, false);
                 }
                 self.track::<A>(plane, idx, ip, now);
                 let f = buf.frame_mut();
