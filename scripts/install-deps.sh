@@ -32,6 +32,8 @@ need ping iputils-ping
 need iperf3 iperf3
 # The L4 high-availability test runs VRRP between two balancers.
 need keepalived keepalived
+# ... and floods a protected VIP with spoofed SYNs.
+need hping3 hping3
 if [ "${1:-}" = "--bench" ]; then
   need haproxy haproxy
 fi

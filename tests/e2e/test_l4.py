@@ -145,6 +145,14 @@ l4:
         - {{address: 10.77.0.11:80}}
         - {{address: 10.77.0.12:80}}
       health_check: {{type: http, path: /health, interval: 300ms, rise: 1, fall: 2, timeout: 200ms}}
+    - name: web-guard
+      address: 10.77.0.103:80
+      scheduler: rr
+      mode: fnat
+      syn_proxy: {{mode: auto, threshold: 200}}
+      real_servers:
+        - {{address: 10.77.0.11:80}}
+        - {{address: 10.77.0.12:80}}
 {io}"""
 
 FNAT_TWO = """        - {address: 10.77.0.11:80}
@@ -290,6 +298,39 @@ def test_sessions_of_a_failed_server_are_reset(l4):
         hold.kill()
         hold.wait()
         ns(first, "curl", "-s", "http://127.0.0.1/up", check=False)
+
+
+def test_a_syn_flood_is_answered_with_cookies(l4):
+    """A bounded flood of spoofed SYNs (4,000 a second for 3 s, from an
+    address nobody answers for, a new source port each) against a VIP with
+    `syn_proxy: auto`: past the threshold the plane answers SYNs with
+    cookies and keeps no session for them, while real clients' connections
+    (which return their cookie) go through as before."""
+    before = metrics()
+    sessions0 = metric(before, "gatehouse_l4_sessions_total", service="web-guard") or 0
+    flood = subprocess.Popen(["ip", "netns", "exec", NS["c"], "hping3", "-q", "-S", "-a", "10.78.0.77", "-s", "1024",
+                              "-p", "80", "-i", "u250", "-c", "12000", "10.77.0.103"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # The proxy is on once the SYN rate passed the threshold.
+        wait_for(lambda: (metric(metrics(), "gatehouse_l4_syn_cookies_sent_total", service="web-guard") or 0) > 500,
+                 timeout=10, what="cookies answering the flood")
+        seen = client("count", "http://10.77.0.103/", "100")
+        assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 100, seen
+    finally:
+        flood.wait(timeout=30)
+    time.sleep(0.3)  # workers publish their counters every 100 ms
+    m = metrics()
+    sent = metric(m, "gatehouse_l4_syn_cookies_sent_total", service="web-guard")
+    valid = metric(m, "gatehouse_l4_syn_cookies_valid_total", service="web-guard")
+    created = metric(m, "gatehouse_l4_sessions_total", service="web-guard") - sessions0
+    # Most of the 12,000 spoofed SYNs got a cookie and no session: sessions
+    # are the SYNs before the proxy turned on (at most the threshold in the
+    # first second) and the real clients'.
+    assert sent >= 10_000, m
+    assert valid >= 100, m
+    assert created <= 200 + 100 + 20, (created, sent, valid)
+    assert (metric(m, "gatehouse_l4_sessions_active", service="web-guard") or 0) <= 200 + 100 + 20
 
 
 def test_takeover_hands_the_interfaces_over(l4):

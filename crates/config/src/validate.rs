@@ -459,6 +459,17 @@ fn l4_service(l4: &L4, s: &L4Service, seen: &mut HashSet<(std::net::SocketAddr, 
     if s.mode == L4Mode::Gue && s.gue_port == 0 {
         ctx.error_at("gue_port", None, "must be a UDP port (1-65535)");
     }
+    let proxied = s.protocol == L4Protocol::Tcp && matches!(s.mode, L4Mode::Nat | L4Mode::Fnat);
+    if s.syn_proxy.mode == SynProxyMode::Always && !proxied {
+        ctx.error_at(
+            "syn_proxy.mode",
+            None,
+            "always needs a TCP service in nat or fnat mode (the proxy must see the server's answers)",
+        );
+    }
+    if s.syn_proxy.threshold == 0 {
+        ctx.error_at("syn_proxy.threshold", None, "expected SYNs per second above 0");
+    }
     ctx.with_field("real_servers", |ctx| {
         for (j, r) in s.real_servers.iter().enumerate() {
             let Some(addr) = r.address else { continue };

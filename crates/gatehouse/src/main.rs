@@ -114,6 +114,10 @@ enum Bench {
         /// (A fresh process's one case, with sync on.)
         #[arg(long, hide = true)]
         sync_on: bool,
+        /// Only the SYN proxy under a flood: SYNs answered with cookies per
+        /// second, `l4-synflood cookies_per_sec=N sessions=0`.
+        #[arg(long)]
+        syn_flood: bool,
     },
     /// Send 64-byte packets of a fixed set of flows out of an interface
     /// (AF_XDP), for a bounded time, to measure whatever forwards them.
@@ -302,7 +306,12 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Bench { what: Bench::L4 { seconds, sessions, modes, protos, in_process, sync, sync_on } } => {
+        Command::Bench { what: Bench::L4 { syn_flood: true, seconds, .. } } => {
+            let (rate, left) = gatehouse_l4::bench::syn_flood(std::time::Duration::from_secs_f64(seconds.max(0.05)));
+            println!("l4-synflood cookies_per_sec={rate:.0} sessions={left}");
+            if left == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+        Command::Bench { what: Bench::L4 { seconds, sessions, modes, protos, in_process, sync, sync_on, .. } } => {
             use gatehouse_config::L4Mode;
             let mut cases = Vec::new();
             for m in &modes {

@@ -140,7 +140,28 @@ fn build_plane(cfg: &L4, health: &HealthFn, mac: [u8; 6], workers: u16) -> Plane
     let up = |i: usize, j: usize| reals[i][j].is_none_or(|a| health(names[i], a));
     let services = Service::from_config(cfg, TICK, &up);
     // The next hop's MAC is put in per frame by the worker.
-    Plane::new(services, cfg.local_addresses.clone(), mac, [0; 6], workers)
+    let mut plane = Plane::new(services, cfg.local_addresses.clone(), mac, [0; 6], workers);
+    plane.syn_secret = syn_secret();
+    plane
+}
+
+/// The SYN cookies' secret: random once per process (every plane keeps it,
+/// so cookies in flight stay good across reloads).
+fn syn_secret() -> [u64; 2] {
+    static SECRET: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
+    *SECRET.get_or_init(|| {
+        use std::io::Read;
+        let mut b = [0u8; 16];
+        if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+            tracing::warn!("no /dev/urandom: SYN cookies use a weaker secret");
+            b[..8].copy_from_slice(&fastrand::u64(..).to_le_bytes());
+            b[8..].copy_from_slice(&(std::process::id() as u64 ^ fastrand::u64(..)).to_le_bytes());
+        }
+        [
+            u64::from_le_bytes(b[..8].try_into().unwrap_or_default()),
+            u64::from_le_bytes(b[8..].try_into().unwrap_or_default()),
+        ]
+    })
 }
 
 /// What the steering takes for the plane; nothing of the VIPs and local

@@ -245,7 +245,7 @@ fn render(o: &mut Exposition, l4: &Scrape) {
     let per_service = |f: &dyn Fn(&ServiceCounters) -> u64, i: usize| -> u64 {
         l4.workers.iter().filter_map(|w| w.counters.services.get(i)).map(f).sum()
     };
-    let series: [Series<'_, ServiceCounters, u64>; 5] = [
+    let series: [Series<'_, ServiceCounters, u64>; 8] = [
         ("gatehouse_l4_packets_total", "counter", "Packets from clients to each L4 service.", &|c| c.packets),
         ("gatehouse_l4_bytes_total", "counter", "Bytes from clients to each L4 service.", &|c| c.bytes),
         ("gatehouse_l4_sessions_total", "counter", "Sessions created per L4 service.", &|c| c.sessions_total),
@@ -255,6 +255,24 @@ fn render(o: &mut Exposition, l4: &Scrape) {
             "counter",
             "TCP resets sent for sessions of real servers that went down (on_server_down: reset).",
             &|c| c.resets,
+        ),
+        (
+            "gatehouse_l4_syn_cookies_sent_total",
+            "counter",
+            "SYN-ACKs with a cookie sent by the SYN proxy (no session kept).",
+            &|c| c.syn_cookies_sent,
+        ),
+        (
+            "gatehouse_l4_syn_cookies_valid_total",
+            "counter",
+            "ACKs that returned a good cookie: connections the SYN proxy opened.",
+            &|c| c.syn_cookies_valid,
+        ),
+        (
+            "gatehouse_l4_syn_cookies_failed_total",
+            "counter",
+            "ACKs whose cookie was not good (forged or too old), dropped.",
+            &|c| c.syn_cookies_failed,
         ),
     ];
     for (name, kind, help, f) in series {

@@ -33,6 +33,7 @@ pub mod ipv4 {
     /// Version (high nibble) and header length in words (low nibble).
     pub const VER_IHL: usize = 0;
     pub const TOTAL_LEN: usize = 2;
+    pub const ID: usize = 4;
     /// Flags (high 3 bits) and fragment offset.
     pub const FLAGS_FRAG: usize = 6;
     pub const TTL: usize = 8;
@@ -72,6 +73,7 @@ pub mod tcp {
     /// Data offset in words (high nibble).
     pub const DATA_OFF: usize = 12;
     pub const FLAGS: usize = 13;
+    pub const WINDOW: usize = 14;
     pub const CHECKSUM: usize = 16;
     /// Without options.
     pub const MIN_HEADER_LEN: usize = 20;

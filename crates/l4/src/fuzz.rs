@@ -43,6 +43,8 @@ fn service(name: &str, vip: [u8; 4], port: u16, proto: u8, mode: L4Mode) -> Serv
             .collect(),
         maglev: None,
         timeouts: [10, 900, 30, 60],
+        syn_proxy: gatehouse_config::SynProxyMode::Off,
+        syn_threshold: u32::MAX,
     }
 }
 

@@ -18,3 +18,4 @@ mod prefetch;
 pub mod rewrite;
 pub mod session;
 pub mod sync;
+pub mod synproxy;

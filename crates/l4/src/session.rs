@@ -62,12 +62,18 @@ pub struct Session<A: Addr> {
     pub local: u16,
     pub local_port: u16,
     pub state: State,
-    /// A copy committed from the peer balancer's sync to a core that may
-    /// never see its packets: it owns no FNAT port and is not counted.
-    pub copy: bool,
+    /// [`COPY`], [`PROXIED`].
+    pub flags: u8,
     /// When it expires, in the plane's coarse clock ticks.
     pub expires: u32,
 }
+
+/// Session flag: a copy committed from the peer balancer's sync to a core
+/// that may never see its packets: it owns no FNAT port and is not counted.
+pub const COPY: u8 = 1;
+/// Session flag: a connection opened by the SYN proxy, whose sequence
+/// numbers are translated (see `plane::synproxy`).
+pub const PROXIED: u8 = 2;
 
 /// Marks a reverse-direction key's context.
 pub const REVERSE: u16 = 0x8000;
@@ -367,7 +373,7 @@ mod tests {
             local: 0,
             local_port: 0,
             state: State::Established,
-            copy: false,
+            flags: 0,
             expires: rng.u32(..1000),
         }
     }

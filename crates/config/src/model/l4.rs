@@ -243,6 +243,52 @@ pub struct L4Service {
     pub timeouts: L4Timeouts,
     pub health_check: Option<HealthCheck>,
     pub on_server_down: OnServerDown,
+    pub syn_proxy: SynProxy,
+}
+
+/// When a TCP service answers SYNs itself with SYN cookies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SynProxyMode {
+    Off,
+    /// When a worker sees more than `threshold` SYNs a second for the
+    /// service, for at least 10 seconds after.
+    #[default]
+    Auto,
+    Always,
+}
+
+/// `l4.services[].syn_proxy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynProxy {
+    pub mode: SynProxyMode,
+    /// SYNs per second, per worker, that turn `auto` on.
+    pub threshold: u32,
+}
+
+impl Default for SynProxy {
+    fn default() -> Self {
+        SynProxy { mode: SynProxyMode::Auto, threshold: 20_000 }
+    }
+}
+
+impl Decode for SynProxyMode {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(
+            node,
+            ctx,
+            &[("off", SynProxyMode::Off), ("auto", SynProxyMode::Auto), ("always", SynProxyMode::Always)],
+        )
+    }
+}
+
+impl Decode for SynProxy {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let d = SynProxy::default();
+        let mut m = MapReader::new(node, ctx)?;
+        let s = SynProxy { mode: m.or(ctx, "mode", d.mode), threshold: m.or(ctx, "threshold", d.threshold) };
+        m.finish(ctx);
+        Some(s)
+    }
 }
 
 impl Decode for L4 {
@@ -333,6 +379,7 @@ impl Decode for L4Service {
             timeouts: m.or(ctx, "timeouts", L4Timeouts::default()),
             health_check: m.opt(ctx, "health_check"),
             on_server_down: m.or(ctx, "on_server_down", OnServerDown::Keep),
+            syn_proxy: m.opt(ctx, "syn_proxy").unwrap_or_default(),
         };
         m.finish(ctx);
         Some(s)

@@ -18,6 +18,12 @@ pub enum DropReason {
     TtlExceeded,
     /// ICMP, or a change of address family, which this pipeline does not do.
     Unsupported,
+    /// An ACK to a SYN-proxied service without a session, whose cookie
+    /// is not good (forged, or too old).
+    BadCookie,
+    /// A client's segment while the SYN proxy opens its connection to the
+    /// real server (the first one's data is kept and sent on).
+    SynProxyPending,
 }
 
 impl DropReason {
@@ -31,6 +37,8 @@ impl DropReason {
             DropReason::PortsExhausted,
             DropReason::TtlExceeded,
             DropReason::Unsupported,
+            DropReason::BadCookie,
+            DropReason::SynProxyPending,
         ])
     }
 
@@ -46,6 +54,8 @@ impl DropReason {
             DropReason::PortsExhausted => base + 4,
             DropReason::TtlExceeded => base + 5,
             DropReason::Unsupported => base + 6,
+            DropReason::BadCookie => base + 7,
+            DropReason::SynProxyPending => base + 8,
         }
     }
 
@@ -59,12 +69,14 @@ impl DropReason {
             DropReason::PortsExhausted => "ports_exhausted",
             DropReason::TtlExceeded => "ttl_exceeded",
             DropReason::Unsupported => "unsupported",
+            DropReason::BadCookie => "syn_cookie_failed",
+            DropReason::SynProxyPending => "syn_proxy_pending",
         }
     }
 }
 
 /// Drop reasons counted.
-pub const DROP_KINDS: usize = Malformed::ALL.len() + 7;
+pub const DROP_KINDS: usize = Malformed::ALL.len() + 9;
 
 /// Per-service and per-real-server counters of one core.
 #[derive(Clone, Debug, Default)]
@@ -75,6 +87,11 @@ pub struct ServiceCounters {
     pub sessions_active: u64,
     /// TCP resets sent for sessions of a real server that went down.
     pub resets: u64,
+    /// SYN cookies sent (SYN-ACKs of the SYN proxy), ACKs whose cookie was
+    /// good (a session opened), and ACKs whose cookie was not.
+    pub syn_cookies_sent: u64,
+    pub syn_cookies_valid: u64,
+    pub syn_cookies_failed: u64,
     pub per_real_packets: Vec<u64>,
     pub per_real_active: Vec<u64>,
 }

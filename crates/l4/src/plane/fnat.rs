@@ -38,7 +38,7 @@ impl PortPool {
 
 /// Frees what an ended session held.
 pub(super) fn release<A: Addr>(ports: &mut [PortPool], counters: &mut Counters, s: &Session<A>) {
-    if s.copy {
+    if s.flags & crate::session::COPY != 0 {
         return;
     }
     if s.local != u16::MAX

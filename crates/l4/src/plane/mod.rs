@@ -17,6 +17,7 @@ mod counters;
 mod fnat;
 mod icmp;
 mod sync;
+mod synproxy;
 #[cfg(test)]
 mod tests;
 mod worker;
@@ -132,6 +133,11 @@ pub struct Service {
     pub maglev: Option<MaglevTable>,
     /// Timeouts in clock ticks, by [`State`].
     pub timeouts: [u32; 4],
+    /// When SYNs are answered with cookies (`Off` for what the proxy cannot
+    /// serve: UDP, and modes whose replies bypass the balancer).
+    pub syn_proxy: gatehouse_config::SynProxyMode,
+    /// SYNs per tick, per worker, that turn `Auto` on.
+    pub syn_threshold: u32,
 }
 
 /// The shared, read-only part: services and where things are.
@@ -152,6 +158,9 @@ pub struct Plane {
     /// of its servers is: only then do packets look at their server's
     /// health.
     resetting: bool,
+    /// The SYN cookies' secret: the I/O layer sets one per process (a new
+    /// plane on every reload must keep it, or cookies in flight would fail).
+    pub syn_secret: [u64; 2],
 }
 
 impl Plane {
@@ -195,6 +204,7 @@ impl Plane {
             cores: cores.max(1),
             checks: Checks::default(),
             resetting,
+            syn_secret: [fastrand::u64(..), fastrand::u64(..)],
         }
     }
 }
@@ -239,6 +249,14 @@ impl Service {
                     maglev: None,
                     // By `State`: SYN sent, established, closing, datagram.
                     timeouts: [ticks(t.tcp_syn), ticks(t.tcp_established), ticks(t.tcp_fin), ticks(t.udp)],
+                    syn_proxy: if s.protocol == gatehouse_config::L4Protocol::Tcp
+                        && matches!(s.mode, L4Mode::Nat | L4Mode::Fnat)
+                    {
+                        s.syn_proxy.mode
+                    } else {
+                        gatehouse_config::SynProxyMode::Off
+                    },
+                    syn_threshold: (u64::from(s.syn_proxy.threshold) * tick.as_millis() as u64 / 1000).max(1) as u32,
                 })
             })
             .collect()

@@ -160,7 +160,7 @@ impl Worker {
             local,
             local_port,
             state: r.state,
-            copy: !owner,
+            flags: if owner { 0 } else { crate::session::COPY },
             expires: now.saturating_add(ticks),
         };
         let nat = service.mode == L4Mode::Nat;
@@ -174,7 +174,8 @@ impl Worker {
             // The peer moved it (its client reused the port): the newer wins.
             self.end::<A>(plane, idx);
         }
-        let port_slot = (!s.copy && local != u16::MAX).then(|| (usize::from(local), usize::from(local_port)));
+        let copy = s.flags & crate::session::COPY != 0;
+        let port_slot = (!copy && local != u16::MAX).then(|| (usize::from(local), usize::from(local_port)));
         if let Some((l, p)) = port_slot
             && self.ports.get(l).is_some_and(|pool| pool.owner[p] != 0)
         {
@@ -186,7 +187,7 @@ impl Worker {
         {
             pool.owner[p] = idx + 1;
         }
-        if !s.copy {
+        if !copy {
             let sc = &mut self.counters.services[usize::from(svc)];
             sc.sessions_active += 1;
             if let Some(a) = sc.per_real_active.get_mut(usize::from(real)) {
@@ -199,7 +200,10 @@ impl Worker {
 
 /// Sessions a walk sends again: the long-lived ones this core owns.
 fn worth_refresh<A: Family>(s: &Session<A>) -> bool {
-    matches!(s.state, State::Established | State::Datagram) && !s.copy
+    // Proxied sessions are not synced: their sequence-number translation
+    // is not in the record.
+    matches!(s.state, State::Established | State::Datagram)
+        && s.flags & (crate::session::COPY | crate::session::PROXIED) == 0
 }
 
 type A4 = u32;
@@ -208,6 +212,9 @@ type A6 = u128;
 /// A session as a record for the peer; false if it names what the plane no
 /// longer has, or the queue is full.
 fn push_record<A: Family>(out: &mut SyncOut, plane: &Plane, s: &Session<A>, now: u32) -> bool {
+    if s.flags & crate::session::PROXIED != 0 {
+        return false;
+    }
     if out.records.len() >= out.cap {
         out.dropped += 1;
         return false;

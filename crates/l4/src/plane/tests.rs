@@ -40,6 +40,8 @@ fn service(mode: L4Mode, scheduler: L4Scheduler, proto: u8) -> Service {
         ],
         maglev: None,
         timeouts: [10, 900, 30, 60],
+        syn_proxy: gatehouse_config::SynProxyMode::Off,
+        syn_threshold: u32::MAX,
     }
 }
 
@@ -637,4 +639,149 @@ fn udp_sessions_sync_at_once_and_bad_records_are_refused() {
         run(&mut standby, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 1, TCP_SYN), 7);
     }
     assert_eq!(standby.sessions(), 0);
+}
+
+/// A TCP frame with the numbers, an MSS option and data given.
+#[allow(clippy::too_many_arguments)]
+fn seg(
+    src: [u8; 4],
+    sport: u16,
+    dst: [u8; 4],
+    dport: u16,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    mss: Option<u16>,
+    data: &[u8],
+) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 20 + 24 + data.len()];
+    f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    let s = crate::synproxy::Segment {
+        src: src.into(),
+        dst: dst.into(),
+        sport,
+        dport,
+        seq,
+        ack,
+        flags,
+        window: 29200,
+        mss,
+    };
+    let n = crate::synproxy::write(&mut f, 14, &s, data).expect("room");
+    f.truncate(n);
+    f
+}
+
+fn numbers(frame: &[u8]) -> (u32, u32, u8, Vec<u8>) {
+    let ip = match packet::parse(frame, Checks::default()) {
+        Ok(packet::Frame::Ip(ip)) => ip,
+        other => panic!("{other:?}"),
+    };
+    let t = &frame[ip.l4..ip.end];
+    let hl = usize::from(t[12] >> 4) * 4;
+    let be = |at: usize| u32::from_be_bytes([t[at], t[at + 1], t[at + 2], t[at + 3]]);
+    (be(4), be(8), t[13], t[hl..].to_vec())
+}
+
+#[test]
+fn the_syn_proxy_opens_connections_only_for_good_cookies() {
+    for mode in [L4Mode::Fnat, L4Mode::Nat] {
+        let mut svc = service(mode, L4Scheduler::Rr, PROTO_TCP);
+        svc.syn_proxy = gatehouse_config::SynProxyMode::Always;
+        let locals = if mode == L4Mode::Fnat { vec![IpAddr::from(LOCAL)] } else { vec![] };
+        let plane = Plane::new(vec![svc], locals, MAC, HOP, 1);
+        let mut w = Worker::new(&plane, 0, 1024, 1);
+        let isn = 1_000_000u32;
+        // The SYN gets our SYN-ACK; no session yet.
+        let (v, out) = run(&mut w, &plane, &seg(CLIENT, 40000, VIP, 80, isn, 0, TCP_SYN, Some(1460), b""), 100);
+        assert_eq!(v, Verdict::Forward, "{mode:?}");
+        let f = flow(&out);
+        assert_eq!((f.src, f.sport, f.dst, f.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+        let (cookie, ack, flags, _) = numbers(&out);
+        assert_eq!((ack, flags), (isn + 1, TCP_SYN | TCP_ACK));
+        assert_eq!(w.sessions(), 0);
+        // A forged ACK is dropped and counted.
+        let (v, _) = run(&mut w, &plane, &seg(CLIENT, 40000, VIP, 80, isn + 1, cookie + 2, TCP_ACK, None, b""), 100);
+        assert_eq!(v, Verdict::Drop(DropReason::BadCookie));
+        // The good one: the session, and the SYN to the real server.
+        let (v, out) = run(&mut w, &plane, &seg(CLIENT, 40000, VIP, 80, isn + 1, cookie + 1, TCP_ACK, None, b""), 101);
+        assert_eq!(v, Verdict::Forward);
+        let to_real = flow(&out);
+        let (s_seq, _, s_flags, _) = numbers(&out);
+        assert_eq!((s_seq, s_flags), (isn, TCP_SYN));
+        assert_eq!(to_real.dport, 8080);
+        if mode == L4Mode::Fnat {
+            assert_eq!(to_real.src, IpAddr::from(LOCAL));
+        } else {
+            assert_eq!((to_real.src, to_real.sport), (IpAddr::from(CLIENT), 40000));
+        }
+        assert_eq!(w.sessions(), 1);
+        // The client's request before the server answered: kept, dropped.
+        let (v, _) = run(
+            &mut w,
+            &plane,
+            &seg(CLIENT, 40000, VIP, 80, isn + 1, cookie + 1, TCP_ACK | TCP_PSH, None, b"GET /"),
+            101,
+        );
+        assert_eq!(v, Verdict::Drop(DropReason::SynProxyPending));
+        // The server's SYN-ACK completes its handshake, with the request.
+        let real = octets(to_real.dst);
+        let (back_to, back_port) = (octets(to_real.src), to_real.sport);
+        let rs_isn = 7_000_000u32;
+        let (v, out) = run(
+            &mut w,
+            &plane,
+            &seg(real, 8080, back_to, back_port, rs_isn, isn + 1, TCP_SYN | TCP_ACK, Some(1460), b""),
+            102,
+        );
+        assert_eq!(v, Verdict::Forward);
+        let g = flow(&out);
+        assert_eq!((g.src, g.sport, g.dst, g.dport), (to_real.src, to_real.sport, to_real.dst, 8080));
+        let (a_seq, a_ack, a_flags, data) = numbers(&out);
+        assert_eq!((a_seq, a_ack, a_flags & TCP_ACK, data.as_slice()), (isn + 1, rs_isn + 1, TCP_ACK, &b"GET /"[..]));
+        // The answer goes to the client in the cookie's numbers.
+        let (v, out) = run(
+            &mut w,
+            &plane,
+            &seg(real, 8080, back_to, back_port, rs_isn + 1, isn + 6, TCP_ACK | TCP_PSH, None, b"200"),
+            103,
+        );
+        assert_eq!(v, Verdict::Forward);
+        let h = flow(&out);
+        assert_eq!((h.src, h.sport, h.dst, h.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+        let (c_seq, c_ack, _, _) = numbers(&out);
+        assert_eq!((c_seq, c_ack), (cookie + 1, isn + 6));
+        // The client's acknowledgment goes to the server in its numbers.
+        let (v, out) = run(&mut w, &plane, &seg(CLIENT, 40000, VIP, 80, isn + 6, cookie + 4, TCP_ACK, None, b""), 103);
+        assert_eq!(v, Verdict::Forward);
+        assert_eq!(numbers(&out).1, rs_isn + 4);
+        let c = &w.counters.services[0];
+        assert_eq!((c.syn_cookies_sent, c.syn_cookies_valid, c.syn_cookies_failed), (1, 1, 1), "{mode:?}");
+    }
+}
+
+#[test]
+fn auto_turns_the_syn_proxy_on_past_the_threshold() {
+    let mut svc = service(L4Mode::Nat, L4Scheduler::Rr, PROTO_TCP);
+    svc.syn_proxy = gatehouse_config::SynProxyMode::Auto;
+    svc.syn_threshold = 3;
+    let plane = Plane::new(vec![svc], vec![], MAC, HOP, 1);
+    let mut w = Worker::new(&plane, 0, 1024, 1);
+    for p in 0..3 {
+        run(&mut w, &plane, &tcp(CLIENT, 1000 + p, VIP, 80, TCP_SYN), 5);
+    }
+    assert_eq!(w.sessions(), 3);
+    // The fourth SYN in the tick: cookies from now on, no session more.
+    for p in 3..50 {
+        let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 1000 + p, VIP, 80, TCP_SYN), 5);
+        assert_eq!(v, Verdict::Forward);
+        assert_eq!(flow(&out).dst, IpAddr::from(CLIENT));
+    }
+    assert_eq!(w.sessions(), 3);
+    assert_eq!(w.counters.services[0].syn_cookies_sent, 47);
+    // Still on in the ticks after; off once HOLD ticks have passed quietly.
+    let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 2000, VIP, 80, TCP_SYN), 6);
+    assert_eq!(flow(&out).dst, IpAddr::from(CLIENT));
+    let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 2001, VIP, 80, TCP_SYN), 5 + super::synproxy::HOLD + 1);
+    assert_ne!(flow(&out).dst, IpAddr::from(CLIENT));
 }

@@ -96,6 +96,7 @@ impl Class {
 
 /// An address family's session table and conversions.
 pub(super) trait Family: crate::session::Addr {
+    const V6: bool;
     fn of(ip: IpAddr) -> Self;
     fn ip(self) -> IpAddr;
     fn table(w: &Worker) -> &Table<Self>;
@@ -103,6 +104,7 @@ pub(super) trait Family: crate::session::Addr {
 }
 
 impl Family for u32 {
+    const V6: bool = false;
     fn of(ip: IpAddr) -> u32 {
         match ip {
             IpAddr::V4(a) => u32::from(a),
@@ -121,6 +123,7 @@ impl Family for u32 {
 }
 
 impl Family for u128 {
+    const V6: bool = true;
     fn of(ip: IpAddr) -> u128 {
         match ip {
             IpAddr::V6(a) => u128::from(a),
@@ -158,6 +161,8 @@ pub struct Worker {
     hop: Option<IpAddr>,
     /// Session sync with the peer balancer, when on.
     pub(super) sync: Option<Box<super::sync::SyncOut>>,
+    /// The SYN proxy's state, once a service used it.
+    pub(super) proxy: Option<Box<super::synproxy::ProxyState>>,
 }
 
 /// A packet's session-table lookup: its key's hash, the family's table,
@@ -237,6 +242,7 @@ impl Worker {
             next_hops: Vec::with_capacity(VECTOR),
             hop: None,
             sync: None,
+            proxy: None,
         }
     }
 
@@ -536,8 +542,22 @@ impl Worker {
                         found = None;
                     }
                 }
+                if let Some(idx) = found
+                    && let Some(v) = self.proxied_in::<A>(plane, idx, buf, ip)
+                {
+                    return v;
+                }
                 let idx = match found {
                     Some(idx) => idx,
+                    None if tcp && syn && self.syn_proxy_on(service, svc, now) => {
+                        return self.answer_syn(plane, svc, buf, ip, now);
+                    }
+                    None if tcp
+                        && !syn
+                        && let Some(v) = self.cookie_ack::<A>(plane, svc, buf, ip, now) =>
+                    {
+                        return v;
+                    }
                     None => {
                         // Only a SYN (or a datagram) starts a session; with
                         // Maglev, where the server follows from the flow
@@ -568,12 +588,19 @@ impl Worker {
                 };
                 self.track::<A>(plane, idx, ip, now);
                 let s = *A::table(self).get(idx);
-                self.forward_to_real::<A>(plane, svc, s, ip, buf)
+                let v = self.forward_to_real::<A>(plane, svc, s, ip, buf);
+                if v == Verdict::Forward {
+                    self.proxied_out::<A>(idx, buf, ip);
+                }
+                v
             }
             Class::FromReal { svc, .. } => {
                 let Some(idx) = hit else { return Verdict::Drop(DropReason::NoSession) };
                 if self.server_gone::<A>(plane, idx) {
                     return self.reset::<A>(plane, idx, buf, ip, false);
+                }
+                if let Some(v) = self.proxied_reply::<A>(plane, idx, buf, ip, now) {
+                    return v;
                 }
                 self.track::<A>(plane, idx, ip, now);
                 let service = &plane.services[usize::from(svc)];
@@ -582,6 +609,7 @@ impl Worker {
                     return Verdict::Drop(DropReason::TtlExceeded);
                 }
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
+                self.proxied_back::<A>(idx, buf, ip);
                 Verdict::Forward
             }
             Class::ToLocal { .. } => {
@@ -603,12 +631,16 @@ impl Worker {
                 if self.server_gone::<A>(plane, idx) {
                     return self.reset::<A>(plane, idx, buf, ip, false);
                 }
+                if let Some(v) = self.proxied_reply::<A>(plane, idx, buf, ip, now) {
+                    return v;
+                }
                 self.track::<A>(plane, idx, ip, now);
                 let f = buf.frame_mut();
                 if !nat(f, ip, Some((service.vip, service.port)), Some((s_client, s_port))) {
                     return Verdict::Drop(DropReason::TtlExceeded);
                 }
                 rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
+                self.proxied_back::<A>(idx, buf, ip);
                 Verdict::Forward
             }
         }
@@ -631,7 +663,7 @@ impl Worker {
     }
 
     /// Picks a real server and records the session.
-    fn create<A: Family>(&mut self, plane: &Plane, svc: u16, ip: &Ip, now: u32) -> Result<u32, DropReason> {
+    pub(super) fn create<A: Family>(&mut self, plane: &Plane, svc: u16, ip: &Ip, now: u32) -> Result<u32, DropReason> {
         let service = &plane.services[usize::from(svc)];
         let sc = &self.counters.services[usize::from(svc)];
         let view = View { reals: &service.reals, active: &sc.per_real_active };
@@ -657,7 +689,7 @@ impl Worker {
             local: u16::MAX,
             local_port: 0,
             state,
-            copy: false,
+            flags: 0,
             expires: now.saturating_add(service.timeouts[state as usize]),
         };
         if service.mode == L4Mode::Fnat {
