@@ -316,6 +316,63 @@ def test_failover_keeps_fnat_connections_with_sync(net, tmp_path):
         b.stop()
 
 
+SNIFF = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+s.bind((sys.argv[1], 0))
+s.settimeout(10)
+while True:
+    f = s.recv(4096)
+    ihl = (f[14] & 15) * 4
+    if f[23] != 17:
+        continue
+    udp = f[14 + ihl:]
+    if struct.unpack("!H", udp[2:4])[0] == 8200 and len(udp) > 8 + 40:
+        sys.stdout.write(udp[8:].hex())
+        break
+"""
+
+SEND = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for h in sys.argv[2:]:
+    s.sendto(bytes.fromhex(h), (sys.argv[1], 8200))
+"""
+
+
+def test_forged_replayed_and_malformed_sync_datagrams_are_refused(net, tmp_path):
+    """Datagrams to lbB's sync port from the router's namespace: one the
+    master sent, sent again (a replay), the same with a byte changed (the
+    MAC fails), and garbage. Each is counted by reason; none changes what
+    lbB holds."""
+    a, b = start_pair(tmp_path)
+    counter = None
+    try:
+        counter = Counter()
+        # A datagram lbA sends lbB (a heartbeat or sessions), seen on the wire.
+        got = ns("lbB", sys.executable, "-c", SNIFF, "lb0").strip()
+        assert got, "no sync datagram seen"
+        d = bytes.fromhex(got)
+        forged = bytearray(d)
+        forged[30] ^= 0x55
+        ns("r", sys.executable, "-c", SEND, LB["lbB"], d.hex(), bytes(forged).hex(), b"GHSY-nonsense".hex(), "00")
+        def refused(reason):
+            return b.metric("gatehouse_l4_sync_refused_total", reason=reason) or 0
+        wait_for(lambda: refused("replayed") >= 1 and refused("bad_mac") >= 1 and refused("malformed") >= 2,
+                 timeout=5, what="the refusals counted")
+        # lbB still follows lbA, and the connection goes on.
+        cached = b.metric("gatehouse_l4_sync_sessions_cached")
+        assert cached >= 1
+        assert counter.next() == counter.first
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{a.logs()}\n{b.logs()}") from None
+    finally:
+        if counter:
+            counter.stop()
+        a.stop()
+        b.stop()
+
+
 def test_without_sync_the_connection_breaks(net, tmp_path):
     """The control: the same failover without sync loses the FNAT
     connection (the new master has no session for it), so sync is what
