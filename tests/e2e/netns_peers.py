@@ -2,7 +2,8 @@
 modules): a real server and the clients.
 
     python3 netns_peers.py server NAME            HTTP on :80 and :8080 answering NAME (/health: 200,
-                                                  or 503 after a GET /down until a GET /up),
+                                                  or 503 after a GET /down until a GET /up;
+                                                  /whoami: the client's address),
                                                   UDP echo on :7 answering NAME:payload
     python3 netns_peers.py count URL N            N requests, each on a new connection;
                                                   prints {"name": count, ..., "errors": n}
@@ -44,6 +45,8 @@ def server(name):
                 healthy.set()
             elif self.path == "/health" and not healthy.is_set():
                 status = 503
+            elif self.path == "/whoami":
+                body = self.client_address[0].encode()
             self.send_response(status)
             self.send_header("content-length", str(len(body)))
             self.end_headers()

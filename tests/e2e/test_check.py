@@ -150,3 +150,39 @@ def test_ha_mistakes_name_their_fields(tmp_path):
         assert line and words in line, f"{path}: {err}"
     # The key's text is not echoed.
     assert "not-a-key" not in err
+
+
+SNAT_BAD = """
+l4:
+  interfaces: [eth1]
+  local_addresses: [10.0.0.3]
+  snat:
+    - name: out
+      sources: [10.0.1.0/24, "2001:db8::/64"]
+      addresses: [10.0.0.100, 10.0.0.3]
+    - name: out
+      sources: []
+      addresses: []
+  services:
+    - name: web
+      address: 10.0.0.100:80
+      real_servers: [10.0.1.11:80]
+"""
+
+
+def test_snat_mistakes_name_their_fields(tmp_path):
+    f = tmp_path / "snat.yaml"
+    f.write_text(SNAT_BAD)
+    p = run_check(f)
+    assert p.returncode == 1, p.stdout
+    err = p.stderr
+    for path, words in [
+        ("l4.snat[0].addresses[0]", "VIP"),
+        ("l4.snat[0].addresses[1]", "FNAT local address"),
+        ("l4.snat[0].sources[1]", "no address of its family"),
+        ("l4.snat[1].sources", "at least one network"),
+        ("l4.snat[1].addresses", "at least one address"),
+    ]:
+        line = next((l for l in err.splitlines() if f": {path}:" in l), None)
+        assert line and words in line, f"{path}: {err}"
+    assert 'l4.snat[1].name: duplicate SNAT rule name "out"' in err, err

@@ -100,6 +100,10 @@ l4:
   interfaces: [lb0]
   local_addresses: [10.77.0.3]
   max_sessions: 65536
+  snat:
+    - name: servers
+      sources: [10.77.0.0/24]
+      addresses: [10.77.0.5]
   services:
     - name: web-nat
       address: 10.77.0.100:80
@@ -331,6 +335,27 @@ def test_a_syn_flood_is_answered_with_cookies(l4):
     assert valid >= 100, m
     assert created <= 200 + 100 + 20, (created, sent, valid)
     assert (metric(m, "gatehouse_l4_sessions_active", service="web-guard") or 0) <= 200 + 100 + 20
+
+
+def test_snat_takes_real_servers_out_and_replies_back(l4):
+    """s1 (whose default route is the balancer) reaches a server in the
+    client's namespace; it sees s1 as the SNAT address, and its answers
+    come back to s1, over TCP and UDP."""
+    outside = start_server("c")
+    try:
+        seen = ns("s1", "curl", "-s", "--max-time", "5", "http://10.78.0.10/whoami")
+        assert seen == "10.77.0.5", seen
+        for _ in range(5):
+            assert ns("s1", "curl", "-s", "--max-time", "5", "http://10.78.0.10/") == "c"
+        udp = json.loads(ns("s1", sys.executable, PEERS, "udp", "10.78.0.10", "7", "10", "43000").strip().splitlines()[-1])
+        assert udp == {"errors": 0, "c": 10}, udp
+        # Workers publish their counters every 100 ms.
+        wait_for(lambda: metric(metrics(), "gatehouse_l4_snat_sessions_total", rule="servers") >= 16, timeout=5,
+                 what="16 mappings counted")
+        assert metric(metrics(), "gatehouse_l4_snat_packets_total", rule="servers", direction="in") >= 16
+    finally:
+        outside.kill()
+        outside.wait()
 
 
 def test_takeover_hands_the_interfaces_over(l4):

@@ -372,6 +372,7 @@ fn l4_plane(l4: &L4, ctx: &mut Ctx) {
     if let Some(ha) = &l4.ha {
         ctx.with_field("ha", |ctx| l4_ha(l4, ha, ctx));
     }
+    ctx.with_field("snat", |ctx| l4_snat(l4, ctx));
     ctx.with_field("services", |ctx| {
         unique_names(l4.services.iter().map(|s| s.name.as_str()), ctx, "service");
         let mut seen = HashSet::new();
@@ -401,6 +402,52 @@ fn l4_plane(l4: &L4, ctx: &mut Ctx) {
             });
         }
     });
+}
+
+fn l4_snat(l4: &L4, ctx: &mut Ctx) {
+    unique_names(l4.snat.iter().map(|s| s.name.as_str()), ctx, "SNAT rule");
+    if !l4.snat.is_empty() && l4.interfaces.is_empty() {
+        ctx.error(None, "needs l4.interfaces: the inside hosts' packets arrive there");
+    }
+    if l4.snat.len() > 8191 {
+        ctx.error(None, "at most 8191 rules");
+    }
+    let vips: HashSet<std::net::IpAddr> = l4.services.iter().filter_map(|s| s.address.map(|a| a.ip())).collect();
+    for (i, r) in l4.snat.iter().enumerate() {
+        ctx.with_index(i, |ctx| {
+            if r.sources.is_empty() {
+                ctx.error_at("sources", None, "needs at least one network (such as 10.0.1.0/24)");
+            }
+            if r.addresses.is_empty() {
+                ctx.error_at("addresses", None, "needs at least one address to go out from");
+            }
+            for (j, a) in r.addresses.iter().enumerate() {
+                let problem = if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+                    Some("is not an address to go out from")
+                } else if vips.contains(a) {
+                    Some("is a service's VIP")
+                } else if l4.local_addresses.contains(a) {
+                    Some("is an FNAT local address (their ports are FNAT's)")
+                } else {
+                    None
+                };
+                if let Some(p) = problem {
+                    ctx.with_field("addresses", |ctx| ctx.error_at(&format!("[{j}]"), None, format!("{a} {p}")));
+                }
+            }
+            for (j, n) in r.sources.iter().enumerate() {
+                if !r.addresses.iter().any(|a| a.is_ipv4() == n.addr().is_ipv4()) {
+                    ctx.with_field("sources", |ctx| {
+                        ctx.error_at(
+                            &format!("[{j}]"),
+                            None,
+                            format!("{n}: no address of its family in addresses to go out from"),
+                        )
+                    });
+                }
+            }
+        });
+    }
 }
 
 fn l4_ha(l4: &L4, ha: &crate::L4Ha, ctx: &mut Ctx) {

@@ -11,6 +11,8 @@
 //    are counted where the rest of the plane's drops are;
 //  - ARP requests and IPv6 neighbour solicitations for those addresses;
 //  - NAT replies: TCP/UDP from a real server's (address, port) addressed to
+//    someone other than this host;
+//  - SNAT: TCP/UDP from a host of an SNAT rule's source networks to
 //    someone other than this host.
 //
 // Built with `clang -O2 -target bpf` by build.rs and loaded by aya. Maps
@@ -33,6 +35,15 @@ struct bpf_map_def SEC("maps") HOST = { BPF_MAP_TYPE_HASH, 16, 1, 1024, 0 };
 // Real servers of NAT services: address (16), port (network order, 2),
 // protocol (1), zero (1) -> 1.
 struct bpf_map_def SEC("maps") REALS = { BPF_MAP_TYPE_HASH, 20, 1, 65536, 0 };
+
+// SNAT source networks: prefix length (in the 128-bit space, IPv4 as
+// ::ffff:a.b.c.d), address (16) -> 1.
+struct bpf_map_def SEC("maps") SNAT_SRC = { BPF_MAP_TYPE_LPM_TRIE, 20, 1, 1024, BPF_F_NO_PREALLOC };
+
+struct lpm_key {
+    __u32 prefixlen;
+    __u8 addr[16];
+};
 
 struct real_key {
     __u8 addr[16];
@@ -74,6 +85,17 @@ static __always_inline int is_nat_reply(const __u8 *src, const __u8 *dst, __u8 p
     return !bpf_map_lookup_elem(&HOST, dst);
 }
 
+static __always_inline int is_snat(const __u8 *src, const __u8 *dst, __u8 proto) {
+    if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+        return 0;
+    struct lpm_key k;
+    k.prefixlen = 128;
+    __builtin_memcpy(k.addr, src, 16);
+    if (!bpf_map_lookup_elem(&SNAT_SRC, &k))
+        return 0;
+    return !bpf_map_lookup_elem(&HOST, dst);
+}
+
 SEC("xdp")
 int gatehouse_steer(struct xdp_md *ctx) {
     const __u8 *data = (const __u8 *)(long)ctx->data;
@@ -104,7 +126,9 @@ int gatehouse_steer(struct xdp_md *ctx) {
         __u32 ihl = (l3[0] & 0x0f) * 4;
         if (ihl < 20 || ihl > 60)
             return XDP_PASS;
-        return is_nat_reply(src, dst, l3[9], l3 + ihl, end) ? to_plane(ctx) : XDP_PASS;
+        if (is_nat_reply(src, dst, l3[9], l3 + ihl, end))
+            return to_plane(ctx);
+        return is_snat(src, dst, l3[9]) ? to_plane(ctx) : XDP_PASS;
     }
     if (ethertype == ETH_P_IPV6) {
         if ((const void *)(l3 + 40) > end)
@@ -122,7 +146,9 @@ int gatehouse_steer(struct xdp_md *ctx) {
             return bpf_map_lookup_elem(&OWNED, dst) ? to_plane(ctx) : XDP_PASS;
         }
         __builtin_memcpy(src, l3 + 8, 16);
-        return is_nat_reply(src, dst, next, l4, end) ? to_plane(ctx) : XDP_PASS;
+        if (is_nat_reply(src, dst, next, l4, end))
+            return to_plane(ctx);
+        return is_snat(src, dst, next) ? to_plane(ctx) : XDP_PASS;
     }
     return XDP_PASS;
 }

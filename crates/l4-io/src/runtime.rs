@@ -139,8 +139,19 @@ fn build_plane(cfg: &L4, health: &HealthFn, mac: [u8; 6], workers: u16) -> Plane
         cfg.services.iter().map(|s| s.real_servers.iter().map(|r| r.address).collect()).collect();
     let up = |i: usize, j: usize| reals[i][j].is_none_or(|a| health(names[i], a));
     let services = Service::from_config(cfg, TICK, &up);
+    let ticks = |d: Duration| (d.as_millis() / TICK.as_millis()).clamp(1, u128::from(u32::MAX)) as u32;
+    let snat = cfg
+        .snat
+        .iter()
+        .map(|r| {
+            let nets: Vec<(IpAddr, u8)> = r.sources.iter().map(|n| (n.addr(), n.prefix_len())).collect();
+            let t = &r.timeouts;
+            let timeouts = [ticks(t.tcp_syn), ticks(t.tcp_established), ticks(t.tcp_fin), ticks(t.udp)];
+            (gatehouse_l4::plane::SnatRule::new(r.name.clone(), &nets, timeouts), r.addresses.clone())
+        })
+        .collect();
     // The next hop's MAC is put in per frame by the worker.
-    let mut plane = Plane::new(services, cfg.local_addresses.clone(), mac, [0; 6], workers);
+    let mut plane = Plane::new(services, cfg.local_addresses.clone(), mac, [0; 6], workers).with_snat(snat);
     plane.syn_secret = syn_secret();
     plane
 }
@@ -183,9 +194,11 @@ fn wanted(cfg: &L4, owns: bool) -> Wanted {
             }
         }
     }
-    for a in &cfg.local_addresses {
+    for a in cfg.local_addresses.iter().chain(cfg.snat.iter().flat_map(|r| &r.addresses)) {
         w.owned.insert(crate::steer::addr_key(*a));
     }
+    w.snat =
+        cfg.snat.iter().flat_map(|r| &r.sources).map(|n| crate::steer::net_key(n.addr(), n.prefix_len())).collect();
     w
 }
 
@@ -196,6 +209,7 @@ fn owned_addresses(cfg: &L4) -> Vec<IpAddr> {
         .iter()
         .filter_map(|s| s.address.map(|a| a.ip()))
         .chain(cfg.local_addresses.iter().copied())
+        .chain(cfg.snat.iter().flat_map(|r| r.addresses.iter().copied()))
         .collect();
     v.sort();
     v.dedup();
@@ -394,6 +408,11 @@ impl L4Runtime {
     /// Every worker's latest counters.
     pub fn stats(&self) -> Vec<WorkerStats> {
         self.shared.stats.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).clone()).collect()
+    }
+
+    /// SNAT rule names, in counter order.
+    pub fn snat_rules(&self) -> Vec<String> {
+        self.shared.cfg.lock().unwrap_or_else(|e| e.into_inner()).snat.iter().map(|r| r.name.clone()).collect()
     }
 
     /// Service names and real-server addresses, in counter order.

@@ -55,7 +55,9 @@ impl L4 {
     /// Starts the runtime if the config has services (once; later configs
     /// go to [`L4Runtime::update`]). `fallback` as for [`L4Runtime::start`].
     fn start_runtime(&self, fallback: bool) -> Result<(), StartError> {
-        let Some(l4) = self.cfg().clone().filter(|l| !l.services.is_empty()) else { return Ok(()) };
+        let Some(l4) = self.cfg().clone().filter(|l| !l.services.is_empty() || !l.snat.is_empty()) else {
+            return Ok(());
+        };
         let registry = self.0.health.clone();
         let health: HealthFn = Arc::new(move |service, addr| registry.get(&health_group(service), addr).is_up());
         let ha = l4.ha.as_ref().map(|h| HaStart {
@@ -212,7 +214,7 @@ impl Plane for L4 {
                 (name, reals)
             })
             .collect();
-        render(out, &Scrape { workers: rt.stats(), services });
+        render(out, &Scrape { workers: rt.stats(), services, snat: rt.snat_rules() });
         if let Some(ha) = rt.ha() {
             render_ha(out, ha);
         }
@@ -235,6 +237,7 @@ impl Plane for L4 {
 struct Scrape {
     workers: Vec<WorkerStats>,
     services: Vec<(String, Vec<(std::net::SocketAddr, bool)>)>,
+    snat: Vec<String>,
 }
 
 /// A metric: name, type, help, and how to read it from what it is of.
@@ -301,6 +304,28 @@ fn render(o: &mut Exposition, l4: &Scrape) {
     for (service, rs) in &l4.services {
         for (addr, up) in rs {
             o.sample("gatehouse_l4_real_up", &[("service", service), ("real", &addr.to_string())], u8::from(*up));
+        }
+    }
+    if !l4.snat.is_empty() {
+        let per_rule = |f: fn(&gatehouse_l4::plane::SnatCounters) -> u64, i: usize| -> u64 {
+            l4.workers.iter().filter_map(|w| w.counters.snat.get(i)).map(f).sum()
+        };
+        o.header("gatehouse_l4_snat_sessions_total", "counter", "Mappings SNAT made, per rule.");
+        for (i, rule) in l4.snat.iter().enumerate() {
+            o.sample("gatehouse_l4_snat_sessions_total", &[("rule", rule)], per_rule(|c| c.sessions_total, i));
+        }
+        o.header("gatehouse_l4_snat_packets_total", "counter", "Packets through SNAT, per rule and direction.");
+        for (i, rule) in l4.snat.iter().enumerate() {
+            o.sample(
+                "gatehouse_l4_snat_packets_total",
+                &[("rule", rule), ("direction", "out")],
+                per_rule(|c| c.packets_out, i),
+            );
+            o.sample(
+                "gatehouse_l4_snat_packets_total",
+                &[("rule", rule), ("direction", "in")],
+                per_rule(|c| c.packets_in, i),
+            );
         }
     }
     o.header("gatehouse_l4_drops_total", "counter", "Packets the L4 plane dropped, by reason.");

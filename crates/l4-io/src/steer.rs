@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
 use aya::Ebpf;
+use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{HashMap, MapData, XskMap};
 use aya::programs::{Xdp, XdpFlags};
 
@@ -39,6 +40,23 @@ pub struct Wanted {
     pub host: HashSet<[u8; 16]>,
     /// Real servers of NAT services.
     pub reals: HashSet<[u8; 20]>,
+    /// SNAT source networks: (address key, prefix length in the 128-bit
+    /// space).
+    pub snat: HashSet<([u8; 16], u32)>,
+}
+
+/// A network as the program's LPM key: its address key, masked, and the
+/// prefix length counted in the 128-bit space (IPv4 from bit 96).
+pub fn net_key(addr: IpAddr, prefix: u8) -> ([u8; 16], u32) {
+    let len = if addr.is_ipv4() { 96 + u32::from(prefix.min(32)) } else { u32::from(prefix.min(128)) };
+    let k = u128::from_be_bytes(addr_key(addr));
+    let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+    ((k & mask).to_be_bytes(), len)
+}
+
+fn in_net(a: &[u8; 16], (net, len): &([u8; 16], u32)) -> bool {
+    let (a, n) = (u128::from_be_bytes(*a), u128::from_be_bytes(*net));
+    *len == 0 || (a ^ n) >> (128 - len.min(&128)) == 0
 }
 
 /// The program attached to one interface; detached when dropped.
@@ -90,6 +108,14 @@ impl Steering {
         sync(&mut self.bpf, "OWNED", &self.current.owned, &wanted.owned)?;
         sync(&mut self.bpf, "HOST", &self.current.host, &wanted.host)?;
         sync(&mut self.bpf, "REALS", &self.current.reals, &wanted.reals)?;
+        let map = self.bpf.map_mut("SNAT_SRC").ok_or("no SNAT_SRC map")?;
+        let mut lpm: LpmTrie<&mut MapData, [u8; 16], u8> = LpmTrie::try_from(map).map_err(|e| err("SNAT_SRC", e))?;
+        for (a, len) in wanted.snat.difference(&self.current.snat) {
+            lpm.insert(&LpmKey::new(*len, *a), 1u8, 0).map_err(|e| err("adding to SNAT_SRC", e))?;
+        }
+        for (a, len) in self.current.snat.difference(&wanted.snat) {
+            lpm.remove(&LpmKey::new(*len, *a)).map_err(|e| err("removing from SNAT_SRC", e))?;
+        }
         self.current = wanted.clone();
         Ok(())
     }
@@ -136,6 +162,9 @@ pub fn wants(frame: &[u8], w: &Wanted) -> bool {
         k[18] = proto;
         w.reals.contains(&k) && !w.host.contains(dst)
     };
+    let snat = |src: [u8; 16], dst: &[u8; 16], proto: u8| {
+        matches!(proto, PROTO_TCP | PROTO_UDP) && w.snat.iter().any(|n| in_net(&src, n)) && !w.host.contains(dst)
+    };
     match ethertype {
         ETHERTYPE_ARP => {
             l3.len() >= arp::LEN
@@ -153,7 +182,8 @@ pub fn wants(frame: &[u8], w: &Wanted) -> bool {
             first_fragment
                 && (ipv4::MIN_HEADER_LEN..=60).contains(&ihl)
                 && l3.len() > ihl
-                && nat_reply(v4(&l3[ipv4::SRC..]), &dst, l3[ipv4::PROTOCOL], &l3[ihl..])
+                && (nat_reply(v4(&l3[ipv4::SRC..]), &dst, l3[ipv4::PROTOCOL], &l3[ihl..])
+                    || snat(v4(&l3[ipv4::SRC..]), &dst, l3[ipv4::PROTOCOL]))
         }
         ETHERTYPE_IPV6 if l3.len() >= ipv6::HEADER_LEN => {
             let dst = v6(&l3[ipv6::DST..]);
@@ -167,6 +197,7 @@ pub fn wants(frame: &[u8], w: &Wanted) -> bool {
                     && w.owned.contains(&v6(&l4[nd::TARGET..]));
             }
             nat_reply(v6(&l3[ipv6::SRC..]), &dst, l3[ipv6::NEXT_HEADER], l4)
+                || snat(v6(&l3[ipv6::SRC..]), &dst, l3[ipv6::NEXT_HEADER])
         }
         _ => false,
     }

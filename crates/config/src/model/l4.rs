@@ -23,6 +23,33 @@ pub struct L4 {
     pub max_sessions: usize,
     /// Active/standby with a peer balancer (keepalived sets the role).
     pub ha: Option<L4Ha>,
+    /// Real servers (or any inside host) reaching the outside through the
+    /// balancer.
+    pub snat: Vec<L4Snat>,
+}
+
+/// `l4.snat[]`: hosts of `sources` going out from `addresses`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct L4Snat {
+    pub name: String,
+    pub sources: Vec<ipnet::IpNet>,
+    /// Addresses the balancer owns (and announces) to go out from.
+    pub addresses: Vec<std::net::IpAddr>,
+    pub timeouts: L4Timeouts,
+}
+
+impl Decode for L4Snat {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let s = L4Snat {
+            name: m.req(ctx, "name"),
+            sources: m.req(ctx, "sources"),
+            addresses: m.req(ctx, "addresses"),
+            timeouts: m.or(ctx, "timeouts", L4Timeouts::default()),
+        };
+        m.finish(ctx);
+        Some(s)
+    }
 }
 
 /// A balancer's role in an active/standby pair, as VRRP names it.
@@ -301,6 +328,7 @@ impl Decode for L4 {
             io: m.or(ctx, "io", L4Io::Auto),
             max_sessions: m.or(ctx, "max_sessions", 1 << 20),
             ha: m.opt(ctx, "ha"),
+            snat: m.or(ctx, "snat", Vec::new()),
         };
         m.finish(ctx);
         Some(l)

@@ -96,9 +96,19 @@ pub struct ServiceCounters {
     pub per_real_active: Vec<u64>,
 }
 
+/// Per-SNAT-rule counters of one core.
+#[derive(Clone, Debug, Default)]
+pub struct SnatCounters {
+    pub sessions_total: u64,
+    pub packets_out: u64,
+    pub packets_in: u64,
+}
+
 #[derive(Clone, Debug)]
 pub struct Counters {
     pub services: Vec<ServiceCounters>,
+    /// By SNAT rule (grown as rules are used).
+    pub snat: Vec<SnatCounters>,
     /// By [`DropReason::index`].
     pub drops: [u64; DROP_KINDS],
     pub passed: u64,
@@ -108,7 +118,7 @@ pub struct Counters {
 
 impl Default for Counters {
     fn default() -> Self {
-        Counters { services: Vec::new(), drops: [0; DROP_KINDS], passed: 0, answered: 0 }
+        Counters { services: Vec::new(), snat: Vec::new(), drops: [0; DROP_KINDS], passed: 0, answered: 0 }
     }
 }
 

@@ -16,6 +16,7 @@
 mod counters;
 mod fnat;
 mod icmp;
+mod snat;
 mod sync;
 mod synproxy;
 #[cfg(test)]
@@ -28,7 +29,8 @@ use std::net::IpAddr;
 use gatehouse_balance::MaglevTable;
 use gatehouse_config::{L4Mode, L4Scheduler};
 
-pub use counters::{Counters, DROP_KINDS, DropReason, ServiceCounters};
+pub use counters::{Counters, DROP_KINDS, DropReason, ServiceCounters, SnatCounters};
+pub use snat::{SNAT, SnatRule, is_snat};
 pub use sync::{CommitError, SyncOut};
 pub use worker::Worker;
 
@@ -146,7 +148,11 @@ pub struct Plane {
     by_vip: HashMap<Endpoint, u16, FastHash>,
     /// NAT replies come from (real address, port, protocol) of a NAT service.
     by_real: HashMap<Endpoint, (u16, u16), FastHash>,
+    /// FNAT local addresses (the first `fnat_locals`), then SNAT addresses.
     pub local_addrs: Vec<IpAddr>,
+    pub fnat_locals: usize,
+    /// SNAT rules (`l4.snat`).
+    pub snat: Vec<SnatRule>,
     /// Addresses answered for (ARP, neighbour discovery): VIPs and local ones.
     owned: Vec<IpAddr>,
     /// This host's MAC, and the next hop's for everything sent.
@@ -197,7 +203,9 @@ impl Plane {
             services,
             by_vip,
             by_real,
+            fnat_locals: local_addrs.len(),
             local_addrs,
+            snat: Vec::new(),
             owned,
             mac,
             next_hop_mac,

@@ -785,3 +785,52 @@ fn auto_turns_the_syn_proxy_on_past_the_threshold() {
     let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 2001, VIP, 80, TCP_SYN), 5 + super::synproxy::HOLD + 1);
     assert_ne!(flow(&out).dst, IpAddr::from(CLIENT));
 }
+
+#[test]
+fn snat_takes_inside_hosts_out_and_their_replies_back() {
+    const INSIDE: [u8; 4] = [10, 0, 1, 1];
+    const OUT: [u8; 4] = [10, 0, 9, 9];
+    const REMOTE: [u8; 4] = [192, 0, 2, 7];
+    let rule = SnatRule::new("servers".into(), &[(IpAddr::from([10, 0, 1, 0]), 24)], [10, 900, 30, 60]);
+    let plane =
+        Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1)
+            .with_snat(vec![(rule, vec![IpAddr::from(OUT)])]);
+    let mut w = Worker::new(&plane, 0, 1024, 1);
+    // FNAT keeps to its own local address.
+    let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    assert_eq!(flow(&out).src, IpAddr::from(LOCAL));
+    // A real server's connection out: from the SNAT address.
+    let (v, out) = run(&mut w, &plane, &tcp(INSIDE, 5555, REMOTE, 443, TCP_SYN), 1);
+    assert_eq!(v, Verdict::Forward);
+    let f = flow(&out);
+    assert_eq!((f.src, f.dst, f.dport), (IpAddr::from(OUT), IpAddr::from(REMOTE), 443));
+    let mapped = f.sport;
+    // The same inside port to another remote: the same mapping.
+    let (_, out) = run(&mut w, &plane, &tcp(INSIDE, 5555, [192, 0, 2, 8], 443, TCP_ACK), 1);
+    assert_eq!((flow(&out).src, flow(&out).sport), (IpAddr::from(OUT), mapped));
+    // The reply goes back inside.
+    let (v, back) = run(&mut w, &plane, &tcp(REMOTE, 443, OUT, mapped, TCP_SYN | TCP_ACK), 2);
+    assert_eq!(v, Verdict::Forward);
+    let b = flow(&back);
+    assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(REMOTE), 443, IpAddr::from(INSIDE), 5555));
+    // TCP mappings start with a SYN only; UDP with any datagram, apart
+    // from TCP's.
+    let (v, _) = run(&mut w, &plane, &tcp(INSIDE, 6000, REMOTE, 443, TCP_ACK), 2);
+    assert_eq!(v, Verdict::Drop(DropReason::NoSession));
+    let seg = packet::build::udp(5555, 53, b"q", |len| checksum::pseudo_v4(INSIDE, REMOTE, PROTO_UDP, len as u16));
+    let (v, out) = run(&mut w, &plane, &build::eth(ETHERTYPE_IPV4, &build::ipv4(INSIDE, REMOTE, PROTO_UDP, &seg)), 3);
+    assert_eq!(v, Verdict::Forward);
+    let u = flow(&out);
+    assert_eq!(u.src, IpAddr::from(OUT));
+    assert_ne!(u.sport, mapped);
+    // A TCP segment to the UDP mapping's port is nobody's.
+    let (v, _) = run(&mut w, &plane, &tcp(REMOTE, 53, OUT, u.sport, TCP_ACK), 3);
+    assert_eq!(v, Verdict::Drop(DropReason::NoSession));
+    assert_eq!((w.counters.snat[0].sessions_total, w.counters.snat[0].packets_in), (2, 1));
+    // Mappings expire by their rule's timeouts (UDP: 60 ticks) and free
+    // their ports.
+    for _ in 0..1024 / 64 + 1 {
+        run(&mut w, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 1, TCP_SYN), 1000);
+    }
+    assert_eq!(w.sessions(), 0);
+}

@@ -83,14 +83,20 @@ enum Class {
     },
     /// An ICMP error quoting a packet of one of our sessions.
     IcmpError,
+    /// From an inside host of SNAT rule `rule` to the outside.
+    Outbound {
+        rule: u16,
+    },
 }
 
 impl Class {
     /// Whether the packet goes to the IPv6 session table (packets of
     /// sessions only; everything else is handled with the IPv4 one).
     fn is_v6(&self, ip: &Ip) -> bool {
-        matches!(self, Class::ToService { .. } | Class::FromReal { .. } | Class::ToLocal { .. })
-            && ip.flow.src.is_ipv6()
+        matches!(
+            self,
+            Class::ToService { .. } | Class::FromReal { .. } | Class::ToLocal { .. } | Class::Outbound { .. }
+        ) && ip.flow.src.is_ipv6()
     }
 }
 
@@ -178,7 +184,7 @@ struct Probe {
 /// Replaces the source and/or destination (address, port) and decrements the
 /// TTL: IPv4 in one fused pass, IPv6 step by step (no header checksum
 /// there). False when the TTL runs out.
-fn nat(frame: &mut [u8], ip: &Ip, src: Option<(IpAddr, u16)>, dst: Option<(IpAddr, u16)>) -> bool {
+pub(super) fn nat(frame: &mut [u8], ip: &Ip, src: Option<(IpAddr, u16)>, dst: Option<(IpAddr, u16)>) -> bool {
     let v4 = |x: Option<(IpAddr, u16)>| match x {
         Some((IpAddr::V4(a), p)) => Ok(Some((a, p))),
         None => Ok(None),
@@ -312,6 +318,9 @@ impl Worker {
         if let Some(&(svc, real)) = plane.by_real.get(&Endpoint::new(f.src, f.sport, f.proto)) {
             return Class::FromReal { svc, real };
         }
+        if let Some(rule) = plane.snat_rule(f.src) {
+            return Class::Outbound { rule };
+        }
         Class::Done(Verdict::Pass)
     }
 
@@ -321,6 +330,7 @@ impl Worker {
             Class::FromReal { real, .. } => {
                 Some(Key { addr: A::of(ip.flow.dst), port: ip.flow.dport, context: REVERSE | real })
             }
+            Class::Outbound { rule } => Some(super::snat::snat_key::<A>(rule, ip)),
             _ => None,
         }
     }
@@ -333,7 +343,7 @@ impl Worker {
     /// once.
     fn probe(&self, c: &Class, ip: &Ip) -> Probe {
         let v6 = c.is_v6(ip);
-        let indexed = matches!(c, Class::ToService { .. } | Class::FromReal { .. });
+        let indexed = matches!(c, Class::ToService { .. } | Class::FromReal { .. } | Class::Outbound { .. });
         let hash = match (indexed, v6) {
             (false, _) => 0,
             (true, false) => self.hash_of::<u32>(c, ip),
@@ -521,6 +531,7 @@ impl Worker {
                 }
             }
             Class::IcmpError => self.icmp_error::<A>(plane, buf, ip),
+            Class::Outbound { rule } => self.snat_out::<A>(plane, rule, buf, ip, hit, now),
             Class::ToService { svc } => {
                 let service = &plane.services[usize::from(svc)];
                 let tcp = service.proto == PROTO_TCP;
@@ -621,6 +632,9 @@ impl Worker {
                     Some(x) => x,
                     None => return Verdict::Drop(DropReason::NoSession),
                 };
+                if super::snat::is_snat(s_service) {
+                    return self.snat_back::<A>(plane, idx, buf, ip, now);
+                }
                 let Some(service) = plane.services.get(usize::from(s_service)) else {
                     return Verdict::Drop(DropReason::NoSession);
                 };
@@ -695,7 +709,7 @@ impl Worker {
         if service.mode == L4Mode::Fnat {
             // A local address of the real server's family with a free port on this core.
             let real_v4 = service.reals[usize::from(real)].addr.is_ipv4();
-            let local = (0..self.ports.len())
+            let local = (0..plane.fnat_locals.min(self.ports.len()))
                 .find(|&l| plane.local_addrs[l].is_ipv4() == real_v4 && !self.ports[l].free.is_empty())
                 .ok_or(DropReason::PortsExhausted)?;
             let port = self.ports[local].take().ok_or(DropReason::PortsExhausted)?;
@@ -734,7 +748,7 @@ impl Worker {
     /// a flow arrive within one tick of the coarse clock, and a record left
     /// clean is not written back to memory when the cache evicts it (with
     /// millions of sessions, nearly every record read is a miss).
-    fn track<A: Family>(&mut self, plane: &Plane, idx: u32, ip: &Ip, now: u32) {
+    pub(super) fn track<A: Family>(&mut self, plane: &Plane, idx: u32, ip: &Ip, now: u32) {
         let s = A::table_mut(self).get_mut(idx);
         let mut state = s.state;
         if ip.flow.proto == PROTO_TCP {
@@ -745,7 +759,7 @@ impl Worker {
                 state = State::Established;
             }
         }
-        let timeout = plane.services.get(usize::from(s.service)).map_or(0, |svc| svc.timeouts[state as usize]);
+        let timeout = plane.timeouts_of(s.service)[state as usize];
         let expires = now.saturating_add(timeout);
         if state != s.state || expires != s.expires {
             let changed = state != s.state;
@@ -830,7 +844,9 @@ impl Worker {
                 let tunnel =
                     if service.mode == L4Mode::Ipip { Tunnel::Ipip } else { Tunnel::Gue { port: service.gue_port } };
                 // The outer source: a local address of the real server's family.
-                let Some(src) = plane.local_addrs.iter().find(|a| a.is_ipv4() == real.addr.is_ipv4()) else {
+                let Some(src) =
+                    plane.local_addrs[..plane.fnat_locals].iter().find(|a| a.is_ipv4() == real.addr.is_ipv4())
+                else {
                     return Verdict::Drop(DropReason::Unsupported);
                 };
                 let outer = Outer {

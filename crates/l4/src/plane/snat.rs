@@ -1,0 +1,231 @@
+//! SNAT: real servers (any host of a rule's source networks) reach the
+//! outside through the balancer, going out from one of the rule's addresses
+//! and a port of the core, as FNAT's local ports are allocated; replies to
+//! that address and port come back to them.
+//!
+//! Sessions live in the same tables as the services': keyed by the inside
+//! host's address and port and a context naming the rule and protocol
+//! ([`SNAT`] set), the address and port they go out from in the record's
+//! FNAT fields. The mapping is endpoint-independent (one inside address and
+//! port goes out as one outside port, whatever it talks to), as RFC 4787
+//! asks of a NAT; TCP mappings start only with a SYN.
+
+use std::net::IpAddr;
+
+use super::worker::Family;
+use super::{Buf, DropReason, Plane, Verdict, Worker, addr_key};
+use crate::packet::{Ip, PROTO_TCP, TCP_ACK, TCP_RST, TCP_SYN};
+use crate::rewrite;
+use crate::session::{Key, Session, State};
+
+/// Marks an SNAT session's service field (and key context): the rule in
+/// the low bits.
+pub const SNAT: u16 = 0x4000;
+/// With [`SNAT`]: a TCP mapping (TCP and UDP keep separate ones).
+const SNAT_TCP: u16 = 0x2000;
+const RULE_MASK: u16 = 0x1fff;
+
+/// One `l4.snat[]` rule, compiled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnatRule {
+    pub name: String,
+    /// Source networks: (address as an IPv6 or IPv4-mapped number, prefix
+    /// length in that 128-bit space).
+    pub sources: Vec<(u128, u8)>,
+    /// The addresses it goes out as: indexes into `Plane::local_addrs`.
+    pub addrs: Vec<u16>,
+    /// Timeouts in ticks, by state.
+    pub timeouts: [u32; 4],
+}
+
+/// Whether a session's service field names an SNAT rule.
+pub fn is_snat(service: u16) -> bool {
+    service & SNAT != 0 && service & crate::session::REVERSE == 0
+}
+
+fn in_net(a: u128, (net, len): (u128, u8)) -> bool {
+    len == 0 || (a ^ net) >> (128 - u32::from(len.min(128))) == 0
+}
+
+impl SnatRule {
+    /// A rule from networks given as (address, prefix length in its family).
+    pub fn new(name: String, nets: &[(IpAddr, u8)], timeouts: [u32; 4]) -> SnatRule {
+        let sources = nets
+            .iter()
+            .map(|&(a, len)| {
+                let len = if a.is_ipv4() { len.min(32) + 96 } else { len.min(128) };
+                let k = addr_key(a);
+                let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+                (k & mask, len)
+            })
+            .collect();
+        SnatRule { name, sources, addrs: Vec::new(), timeouts }
+    }
+}
+
+impl Plane {
+    /// Adds SNAT rules, each with the addresses it goes out as (after the
+    /// FNAT local addresses; the plane owns and answers for them too).
+    pub fn with_snat(mut self, rules: Vec<(SnatRule, Vec<IpAddr>)>) -> Plane {
+        for (mut rule, addrs) in rules {
+            for a in addrs {
+                let i = match self.local_addrs.iter().position(|x| *x == a) {
+                    Some(i) => i,
+                    None => {
+                        self.local_addrs.push(a);
+                        if !self.owned.contains(&a) {
+                            self.owned.push(a);
+                        }
+                        self.local_addrs.len() - 1
+                    }
+                };
+                rule.addrs.push(i as u16);
+            }
+            self.snat.push(rule);
+        }
+        self.owned.sort();
+        self
+    }
+
+    /// The first rule whose sources hold `src`.
+    pub(super) fn snat_rule(&self, src: IpAddr) -> Option<u16> {
+        if self.snat.is_empty() {
+            return None;
+        }
+        let a = addr_key(src);
+        self.snat.iter().position(|r| r.sources.iter().any(|&n| in_net(a, n))).map(|i| i as u16)
+    }
+
+    /// The timeouts of a session's service or SNAT rule.
+    pub(super) fn timeouts_of(&self, service: u16) -> [u32; 4] {
+        if is_snat(service) {
+            self.snat.get(usize::from(service & RULE_MASK)).map_or([0; 4], |r| r.timeouts)
+        } else {
+            self.services.get(usize::from(service)).map_or([0; 4], |s| s.timeouts)
+        }
+    }
+}
+
+/// The key of an inside host's mapping.
+pub(super) fn snat_key<A: Family>(rule: u16, ip: &Ip) -> Key<A> {
+    let tcp = if ip.flow.proto == PROTO_TCP { SNAT_TCP } else { 0 };
+    Key { addr: A::of(ip.flow.src), port: ip.flow.sport, context: SNAT | tcp | rule }
+}
+
+impl Worker {
+    /// A packet from an inside host of `rule` to the outside: its mapping
+    /// (made for a first SYN or datagram), then its source rewritten.
+    pub(super) fn snat_out<A: Family>(
+        &mut self,
+        plane: &Plane,
+        rule: u16,
+        buf: &mut Buf<'_>,
+        ip: &Ip,
+        hit: Option<u32>,
+        now: u32,
+    ) -> Verdict {
+        let tcp = ip.flow.proto == PROTO_TCP;
+        let idx = match hit {
+            Some(i) => i,
+            None => {
+                if tcp && ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST) != TCP_SYN {
+                    return Verdict::Drop(DropReason::NoSession);
+                }
+                match self.snat_map::<A>(plane, rule, ip, now) {
+                    Ok(i) => i,
+                    Err(d) => return Verdict::Drop(d),
+                }
+            }
+        };
+        self.track::<A>(plane, idx, ip, now);
+        let s = *A::table(self).get(idx);
+        let Some(&out) = plane.local_addrs.get(usize::from(s.local)) else {
+            return Verdict::Drop(DropReason::NoSession);
+        };
+        if out.is_ipv4() != ip.flow.src.is_ipv4() {
+            return Verdict::Drop(DropReason::Unsupported);
+        }
+        if !super::worker::nat(buf.frame_mut(), ip, Some((out, s.local_port)), None) {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+        let c = self.snat_counters(rule);
+        c.packets_out += 1;
+        Verdict::Forward
+    }
+
+    /// A new mapping: an address of the rule in the packet's family with a
+    /// free port on this core.
+    fn snat_map<A: Family>(&mut self, plane: &Plane, rule: u16, ip: &Ip, now: u32) -> Result<u32, DropReason> {
+        let r = plane.snat.get(usize::from(rule)).ok_or(DropReason::NoService)?;
+        let v4 = ip.flow.src.is_ipv4();
+        let local = r
+            .addrs
+            .iter()
+            .map(|&l| usize::from(l))
+            .find(|&l| {
+                plane.local_addrs.get(l).is_some_and(|a| a.is_ipv4() == v4)
+                    && self.ports.get(l).is_some_and(|p| !p.free.is_empty())
+            })
+            .ok_or(DropReason::PortsExhausted)?;
+        let port = self.ports[local].take().ok_or(DropReason::PortsExhausted)?;
+        let key = snat_key::<A>(rule, ip);
+        let state = if ip.flow.proto == PROTO_TCP { State::SynSent } else { State::Datagram };
+        let s = Session {
+            client: key.addr,
+            client_port: key.port,
+            service: key.context,
+            real: 0,
+            local: local as u16,
+            local_port: port,
+            state,
+            flags: 0,
+            expires: now.saturating_add(r.timeouts[state as usize]),
+        };
+        let idx = match A::table_mut(self).insert(s, false) {
+            Ok(i) => i,
+            Err(_) => {
+                self.ports[local].free.push(port);
+                return Err(DropReason::TableFull);
+            }
+        };
+        self.ports[local].owner[usize::from(port)] = idx + 1;
+        self.snat_counters(rule).sessions_total += 1;
+        Ok(idx)
+    }
+
+    /// A reply from the outside to an SNAT address and port: back to the
+    /// inside host.
+    pub(super) fn snat_back<A: Family>(
+        &mut self,
+        plane: &Plane,
+        idx: u32,
+        buf: &mut Buf<'_>,
+        ip: &Ip,
+        now: u32,
+    ) -> Verdict {
+        let s = *A::table(self).get(idx);
+        if (ip.flow.proto == PROTO_TCP) != (s.service & SNAT_TCP != 0) {
+            return Verdict::Drop(DropReason::NoSession);
+        }
+        self.track::<A>(plane, idx, ip, now);
+        let inside = s.client.ip();
+        if inside.is_ipv4() != ip.flow.dst.is_ipv4() {
+            return Verdict::Drop(DropReason::Unsupported);
+        }
+        if !super::worker::nat(buf.frame_mut(), ip, None, Some((inside, s.client_port))) {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+        self.snat_counters(s.service & RULE_MASK).packets_in += 1;
+        Verdict::Forward
+    }
+
+    fn snat_counters(&mut self, rule: u16) -> &mut super::SnatCounters {
+        let r = usize::from(rule & RULE_MASK);
+        if self.counters.snat.len() <= r {
+            self.counters.snat.resize(r + 1, super::SnatCounters::default());
+        }
+        &mut self.counters.snat[r]
+    }
+}
