@@ -106,6 +106,16 @@ impl Plane {
     }
 }
 
+/// The service field of a mapping of `rule` for protocol `proto`.
+pub(super) fn snat_key_for(rule: u16, proto: u8) -> u16 {
+    SNAT | if proto == PROTO_TCP { SNAT_TCP } else { 0 } | (rule & RULE_MASK)
+}
+
+/// The protocol of an SNAT session's service field.
+pub(super) fn snat_proto(service: u16) -> u8 {
+    if service & SNAT_TCP != 0 { PROTO_TCP } else { crate::packet::PROTO_UDP }
+}
+
 /// The key of an inside host's mapping.
 pub(super) fn snat_key<A: Family>(rule: u16, ip: &Ip) -> Key<A> {
     let tcp = if ip.flow.proto == PROTO_TCP { SNAT_TCP } else { 0 };
@@ -191,6 +201,10 @@ impl Worker {
         };
         self.ports[local].owner[usize::from(port)] = idx + 1;
         self.snat_counters(rule).sessions_total += 1;
+        // Synced as services' sessions are: UDP at once, TCP once established.
+        if state == State::Datagram {
+            self.export::<A>(plane, idx, now);
+        }
         Ok(idx)
     }
 

@@ -135,23 +135,38 @@ impl Worker {
     }
 
     fn commit_in<A: Family>(&mut self, plane: &Plane, r: &Record, now: u32) -> Result<(), CommitError> {
-        let svc = *plane.by_vip.get(&Endpoint::new(r.vip, r.vip_port, r.proto)).ok_or(CommitError::NoService)?;
-        let service = &plane.services[usize::from(svc)];
-        let real =
-            service.reals.iter().position(|x| x.addr == r.real && x.port == r.real_port).ok_or(CommitError::NoReal)?
-                as u16;
-        let (local, local_port) = match (service.mode, r.local) {
-            (L4Mode::Fnat, Some((a, p))) => {
-                (plane.local_addrs.iter().position(|x| *x == a).ok_or(CommitError::NoLocal)? as u16, p)
+        let (svc, real, local, local_port, nat) = if r.vip_port == 0 {
+            // An SNAT mapping (see `push_record`).
+            let rule = plane.snat_rule(r.client).ok_or(CommitError::NoService)?;
+            let (a, p) = r.local.ok_or(CommitError::NoLocal)?;
+            let local = plane.local_addrs.iter().position(|x| *x == a).ok_or(CommitError::NoLocal)? as u16;
+            if !plane.snat[usize::from(rule)].addrs.contains(&local) {
+                return Err(CommitError::NoLocal);
             }
-            (L4Mode::Fnat, None) | (_, Some(_)) => return Err(CommitError::NoLocal),
-            _ => (u16::MAX, 0),
+            let key = super::snat::snat_key_for(rule, r.proto);
+            (key, 0, local, p, false)
+        } else {
+            let svc = *plane.by_vip.get(&Endpoint::new(r.vip, r.vip_port, r.proto)).ok_or(CommitError::NoService)?;
+            let service = &plane.services[usize::from(svc)];
+            let real = service
+                .reals
+                .iter()
+                .position(|x| x.addr == r.real && x.port == r.real_port)
+                .ok_or(CommitError::NoReal)? as u16;
+            let (local, local_port) = match (service.mode, r.local) {
+                (L4Mode::Fnat, Some((a, p))) => {
+                    (plane.local_addrs.iter().position(|x| *x == a).ok_or(CommitError::NoLocal)? as u16, p)
+                }
+                (L4Mode::Fnat, None) | (_, Some(_)) => return Err(CommitError::NoLocal),
+                _ => (u16::MAX, 0),
+            };
+            (svc, real, local, local_port, service.mode == L4Mode::Nat)
         };
         // FNAT replies come to the core that owns the port; for the other
         // modes one core counts the session.
         let owner = if local == u16::MAX { self.core == 0 } else { local_port % plane.cores == self.core };
         let out = self.sync.as_ref().map_or(1000, |o| o.tick_ms);
-        let ticks = (u64::from(r.ttl) * 1000 / out).min(u64::from(service.timeouts[r.state as usize])) as u32;
+        let ticks = (u64::from(r.ttl) * 1000 / out).min(u64::from(plane.timeouts_of(svc)[r.state as usize])) as u32;
         let s = Session {
             client: A::of(r.client),
             client_port: r.client_port,
@@ -163,7 +178,6 @@ impl Worker {
             flags: if owner { 0 } else { crate::session::COPY },
             expires: now.saturating_add(ticks),
         };
-        let nat = service.mode == L4Mode::Nat;
         if let Some(idx) = A::table(self).find(&s.forward_key()) {
             let cur = A::table_mut(self).get_mut(idx);
             if (cur.real, cur.local, cur.local_port) == (s.real, s.local, s.local_port) {
@@ -187,8 +201,7 @@ impl Worker {
         {
             pool.owner[p] = idx + 1;
         }
-        if !copy {
-            let sc = &mut self.counters.services[usize::from(svc)];
+        if !copy && let Some(sc) = self.counters.services.get_mut(usize::from(svc)) {
             sc.sessions_active += 1;
             if let Some(a) = sc.per_real_active.get_mut(usize::from(real)) {
                 *a += 1;
@@ -219,18 +232,36 @@ fn push_record<A: Family>(out: &mut SyncOut, plane: &Plane, s: &Session<A>, now:
         out.dropped += 1;
         return false;
     }
+    let ttl = (u64::from(s.expires.saturating_sub(now)) * out.tick_ms / 1000).min(u64::from(u32::MAX)) as u32;
+    if super::snat::is_snat(s.service) {
+        // An SNAT mapping: VIP port 0 marks it; the inside host as the
+        // client, the address and port it goes out from as the local ones.
+        let Some(&addr) = plane.local_addrs.get(usize::from(s.local)) else { return false };
+        out.records.push(Record {
+            proto: super::snat::snat_proto(s.service),
+            state: s.state,
+            ttl,
+            client: s.client.ip(),
+            client_port: s.client_port,
+            vip: addr,
+            vip_port: 0,
+            real: addr,
+            real_port: 0,
+            local: Some((addr, s.local_port)),
+        });
+        return true;
+    }
     let Some(svc) = plane.services.get(usize::from(s.service)) else { return false };
     let Some(real) = svc.reals.get(usize::from(s.real)) else { return false };
     let local = match plane.local_addrs.get(usize::from(s.local)) {
         Some(&a) if s.local != u16::MAX => Some((a, s.local_port)),
         _ => None,
     };
-    let ttl = u64::from(s.expires.saturating_sub(now)) * out.tick_ms / 1000;
     let client: IpAddr = s.client.ip();
     out.records.push(Record {
         proto: svc.proto,
         state: s.state,
-        ttl: ttl.min(u64::from(u32::MAX)) as u32,
+        ttl,
         client,
         client_port: s.client_port,
         vip: svc.vip,

@@ -796,6 +796,7 @@ fn snat_takes_inside_hosts_out_and_their_replies_back() {
         Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1)
             .with_snat(vec![(rule, vec![IpAddr::from(OUT)])]);
     let mut w = Worker::new(&plane, 0, 1024, 1);
+    w.enable_sync(64, std::time::Duration::from_secs(1));
     // FNAT keeps to its own local address.
     let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
     assert_eq!(flow(&out).src, IpAddr::from(LOCAL));
@@ -827,6 +828,20 @@ fn snat_takes_inside_hosts_out_and_their_replies_back() {
     let (v, _) = run(&mut w, &plane, &tcp(REMOTE, 53, OUT, u.sport, TCP_ACK), 3);
     assert_eq!(v, Verdict::Drop(DropReason::NoSession));
     assert_eq!((w.counters.snat[0].sessions_total, w.counters.snat[0].packets_in), (2, 1));
+    // Both mappings were synced (TCP once established); a standby that
+    // commits them sends the replies in.
+    let recs = std::mem::take(&mut w.sync_out().expect("sync on").records);
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    let mut standby = Worker::new(&plane, 0, 1024, 9);
+    for r in &recs {
+        standby.commit(&plane, r, 3).expect("commit");
+    }
+    let (v, back) = run(&mut standby, &plane, &tcp(REMOTE, 443, OUT, mapped, TCP_ACK), 4);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!((flow(&back).dst, flow(&back).dport), (IpAddr::from(INSIDE), 5555));
+    // ... and new mappings there never take the synced ports.
+    let (_, out) = run(&mut standby, &plane, &tcp(INSIDE, 7000, REMOTE, 443, TCP_SYN), 4);
+    assert!(flow(&out).sport != mapped && flow(&out).sport != u.sport);
     // Mappings expire by their rule's timeouts (UDP: 60 ticks) and free
     // their ports.
     for _ in 0..1024 / 64 + 1 {
