@@ -413,3 +413,22 @@ def test_the_example_keepalived_config_is_valid(net, tmp_path):
     # about the VIPs, which Gatehouse, not keepalived, owns here.
     other = [l for l in (p.stdout + p.stderr).splitlines() if l.strip() and "No VIP specified" not in l]
     assert not other and p.returncode in (0, 5), p.stdout + p.stderr
+
+
+def test_a_takeover_keeps_the_role(net, tmp_path):
+    """A binary upgrade of the master (`--takeover`): keepalived will not
+    say MASTER again, so the new process asks the old one for its role."""
+    a, b = start_pair(tmp_path)
+    try:
+        old = a.gh
+        new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["lbA"]))
+        a.gh = new
+        new.wait_log("L4 plane started")
+        assert old.proc.wait(timeout=15) == 0
+        assert 'starting in this role role="master"' in new.stderr() or "starting in this role role=master" in new.stderr(), new.stderr()
+        assert a.role() == "master"
+        seen = client("count", "http://10.87.0.100/", "50")
+        assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 50, seen
+    finally:
+        a.stop()
+        b.stop()
