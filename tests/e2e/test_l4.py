@@ -16,7 +16,6 @@ holds the DR VIP on its loopback.
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -24,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
+import netns
 from harness import Gatehouse, wait_for
+from netns import metric, sh
 
 HERE = Path(__file__).resolve().parent
 PEERS = str(HERE / "netns_peers.py")
@@ -33,50 +34,13 @@ NS = {k: f"{TAG}-{k}" for k in ("c", "r", "lb", "s1", "s2", "s3")}
 SERVERS = {"s1": "10.77.0.11", "s2": "10.77.0.12", "s3": "10.77.0.13"}
 
 
-def sh(*cmd, check=True):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)}: {p.stderr.strip()}")
-    return p.stdout
-
-
 def ns(name, *cmd, check=True):
-    return sh("ip", "netns", "exec", NS[name], *cmd, check=check)
-
-
-def offload_off(name, dev):
-    # Packets leaving a veth with checksum offload carry a partial checksum
-    # the receiving kernel would trust; through AF_XDP it must be whole.
-    sh("ip", "netns", "exec", NS[name], "ethtool", "-K", dev, "tx", "off", check=False)
+    return netns.in_ns(NS[name], *cmd, check=check)
 
 
 def build_topology():
-    for n in NS.values():
-        sh("ip", "netns", "add", n)
-    for k in NS:
-        sh("ip", "-n", NS[k], "link", "set", "lo", "up")
-    r = NS["r"]
-    sh("ip", "-n", r, "link", "add", "br0", "type", "bridge")
-    sh("ip", "-n", r, "addr", "add", "10.77.0.1/24", "dev", "br0")
-    sh("ip", "-n", r, "link", "set", "br0", "up")
-    offload_off("r", "br0")
-    for k, dev, addr in [("lb", "lb0", "10.77.0.2"), *[(s, "eth0", a) for s, a in SERVERS.items()]]:
-        port = f"p{k}"
-        sh("ip", "-n", r, "link", "add", port, "type", "veth", "peer", "name", dev, "netns", NS[k])
-        sh("ip", "-n", r, "link", "set", port, "master", "br0", "up")
-        sh("ip", "-n", NS[k], "addr", "add", f"{addr}/24", "dev", dev)
-        sh("ip", "-n", NS[k], "link", "set", dev, "up")
-        offload_off("r", port)
-        offload_off(k, dev)
-    sh("ip", "-n", r, "link", "add", "rc", "type", "veth", "peer", "name", "c0", "netns", NS["c"])
-    sh("ip", "-n", r, "addr", "add", "10.78.0.1/24", "dev", "rc")
-    sh("ip", "-n", r, "link", "set", "rc", "up")
-    sh("ip", "-n", NS["c"], "addr", "add", "10.78.0.10/24", "dev", "c0")
-    sh("ip", "-n", NS["c"], "link", "set", "c0", "up")
-    sh("ip", "-n", NS["c"], "route", "add", "default", "via", "10.78.0.1")
-    offload_off("r", "rc")
-    offload_off("c", "c0")
-    ns("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    hosts = {"lb": ("lb0", "10.77.0.2"), **{s: ("eth0", a) for s, a in SERVERS.items()}}
+    netns.router_and_lan(NS, "10.77.0", hosts, "10.78.0")
     sh("ip", "-n", NS["lb"], "route", "add", "default", "via", "10.77.0.1")
     for s in ("s1", "s2"):
         sh("ip", "-n", NS[s], "route", "add", "default", "via", "10.77.0.2")
@@ -204,12 +168,6 @@ def client(*args):
 
 def metrics():
     return ns("lb", "curl", "-s", "http://127.0.0.1:9180/metrics")
-
-
-def metric(text, name, **labels):
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    m = re.search(rf"^{name}\{{{re.escape(want)}\}} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
 
 
 def test_uses_af_xdp(l4):

@@ -18,7 +18,6 @@ it then comes back as a restarted node.
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
+import netns
 from harness import BIN, Gatehouse, wait_for
+from netns import sh
 
 HERE = Path(__file__).resolve().parent
 PEERS = str(HERE / "netns_peers.py")
@@ -38,49 +39,15 @@ SERVERS = {"s1": "10.87.0.11", "s2": "10.87.0.12"}
 KEY = "q8VXDdfGz2Qk3iOoPKQNG1v0Yb4n9YfUeTzjsPFrgX0="
 
 
-def sh(*cmd, check=True):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)}: {p.stderr.strip()}")
-    return p.stdout
-
-
 def ns(name, *cmd, check=True):
-    return sh("ip", "netns", "exec", NS[name], *cmd, check=check)
-
-
-def offload_off(name, dev):
-    sh("ip", "netns", "exec", NS[name], "ethtool", "-K", dev, "tx", "off", check=False)
+    return netns.in_ns(NS[name], *cmd, check=check)
 
 
 def build_topology():
-    for n in NS.values():
-        sh("ip", "netns", "add", n)
-    for k in NS:
-        sh("ip", "-n", NS[k], "link", "set", "lo", "up")
-    r = NS["r"]
-    sh("ip", "-n", r, "link", "add", "br0", "type", "bridge")
-    sh("ip", "-n", r, "addr", "add", "10.87.0.1/24", "dev", "br0")
-    sh("ip", "-n", r, "link", "set", "br0", "up")
-    offload_off("r", "br0")
-    for k, addr in [*LB.items(), *SERVERS.items()]:
-        port, dev = f"p{k}", "lb0" if k in LB else "eth0"
-        sh("ip", "-n", r, "link", "add", port, "type", "veth", "peer", "name", dev, "netns", NS[k])
-        sh("ip", "-n", r, "link", "set", port, "master", "br0", "up")
-        sh("ip", "-n", NS[k], "addr", "add", f"{addr}/24", "dev", dev)
-        sh("ip", "-n", NS[k], "link", "set", dev, "up")
+    hosts = {k: ("lb0" if k in LB else "eth0", addr) for k, addr in [*LB.items(), *SERVERS.items()]}
+    netns.router_and_lan(NS, "10.87.0", hosts, "10.88.0")
+    for k in hosts:
         sh("ip", "-n", NS[k], "route", "add", "default", "via", "10.87.0.1")
-        offload_off("r", port)
-        offload_off(k, dev)
-    sh("ip", "-n", r, "link", "add", "rc", "type", "veth", "peer", "name", "c0", "netns", NS["c"])
-    sh("ip", "-n", r, "addr", "add", "10.88.0.1/24", "dev", "rc")
-    sh("ip", "-n", r, "link", "set", "rc", "up")
-    sh("ip", "-n", NS["c"], "addr", "add", "10.88.0.10/24", "dev", "c0")
-    sh("ip", "-n", NS["c"], "link", "set", "c0", "up")
-    sh("ip", "-n", NS["c"], "route", "add", "default", "via", "10.88.0.1")
-    offload_off("r", "rc")
-    offload_off("c", "c0")
-    ns("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
 
 
 def teardown_topology():
@@ -183,10 +150,7 @@ class Node:
         return ns(self.lb, "curl", "-s", "http://127.0.0.1:9180/metrics", check=False)
 
     def metric(self, name, **labels):
-        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        pat = rf"^{name}\{{{re.escape(want)}\}} (\S+)$" if labels else rf"^{name} (\S+)$"
-        m = re.search(pat, self.metrics(), re.M)
-        return float(m.group(1)) if m else None
+        return netns.metric(self.metrics(), name, **labels)
 
     def stop(self):
         if self.ka.poll() is None:
@@ -247,18 +211,44 @@ class Counter:
         self.proc.wait()
 
 
-def start_pair(tmp, sync=True):
-    a = Node("lbA", tmp, sync)
-    b = Node("lbB", tmp, sync)
-    for n in (a, b):
-        # The balancers' kernels know the gateway and the servers.
-        for addr in ["10.87.0.1", *SERVERS.values()]:
-            ns(n.lb, "ping", "-c1", "-W1", addr, check=False)
-    try:
-        wait_for(lambda: a.role() == "master" and b.role() == "backup", timeout=15, what="lbA master, lbB backup")
-    except AssertionError:
-        raise AssertionError(a.logs() + b.logs())
-    return a, b
+class Pair:
+    """Both balancers, started and settled (lbA master, lbB backup); on
+    leaving, the counter connection and both nodes stopped and lbA's link
+    mended, and a failed assertion told with both nodes' logs and sync
+    figures."""
+
+    def __init__(self, tmp, sync=True):
+        self.tmp, self.sync, self.counter = tmp, sync, None
+
+    def __enter__(self):
+        self.a = Node("lbA", self.tmp, self.sync)
+        self.b = Node("lbB", self.tmp, self.sync)
+        for n in (self.a, self.b):
+            # The balancers' kernels know the gateway and the servers.
+            for addr in ["10.87.0.1", *SERVERS.values()]:
+                ns(n.lb, "ping", "-c1", "-W1", addr, check=False)
+        try:
+            wait_for(lambda: self.a.role() == "master" and self.b.role() == "backup", timeout=15,
+                     what="lbA master, lbB backup")
+        except AssertionError:
+            self.__exit__(None, None, None)
+            raise AssertionError(self.a.logs() + self.b.logs()) from None
+        return self
+
+    def __exit__(self, kind, error, tb):
+        nodes = (self.a, self.b)
+        detail = ""
+        if kind is AssertionError:
+            sync = "\n".join(l for n in nodes for l in n.metrics().splitlines() if "_sync_" in l and not l.startswith("#"))
+            detail = f"\n{nodes[0].logs()}\n{nodes[1].logs()}\n{sync}"
+        if self.counter:
+            self.counter.stop()
+        mend("lbA")
+        for n in nodes:
+            n.stop()
+        if detail:
+            raise AssertionError(f"{error}{detail}") from None
+        return False
 
 
 def cut(lb):
@@ -270,50 +260,39 @@ def mend(lb):
 
 
 def test_failover_keeps_fnat_connections_with_sync(net, tmp_path):
-    a, b = start_pair(tmp_path)
-    counter = None
-    try:
+    with Pair(tmp_path) as p:
         seen = client("count", "http://10.87.0.100/", "50")
         assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 50, seen
-        counter = Counter()
+        p.counter = counter = Counter()
         # The standby holds the session the master synced.
-        wait_for(lambda: (b.metric("gatehouse_l4_sync_sessions_cached") or 0) >= 1, timeout=10,
+        wait_for(lambda: (p.b.metric("gatehouse_l4_sync_sessions_cached") or 0) >= 1, timeout=10,
                  what="the session synced to lbB")
         for _ in range(10):
             assert counter.next() == counter.first
         cut("lbA")
-        wait_for(lambda: b.role() == "master", timeout=10, what="lbB master")
+        wait_for(lambda: p.b.role() == "master", timeout=10, what="lbB master")
         # The same socket (the counter's local port) and the same server,
         # on and on after the failover.
         for _ in range(40):
             assert counter.next() == counter.first
-        assert b.metric("gatehouse_l4_sync_sessions_committed_total") >= 1
-        assert b.metric("gatehouse_l4_ha_role", role="master") == 1
+        assert p.b.metric("gatehouse_l4_sync_sessions_committed_total") >= 1
+        assert p.b.metric("gatehouse_l4_ha_role", role="master") == 1
         seen = client("count", "http://10.87.0.100/", "200")
         assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 200, seen
         # lbA comes back as a restarted node: a backup (nopreempt), which
         # gets every session in one bulk sync.
-        a.stop()
+        p.a.stop()
         mend("lbA")
-        a = Node("lbA", tmp_path)
-        wait_for(lambda: a.role() == "backup" and b.role() == "master", timeout=15, what="lbA back as backup")
-        wait_for(lambda: (a.metric("gatehouse_l4_sync_sessions_cached") or 0) >= 1, timeout=10,
+        p.a = Node("lbA", tmp_path)
+        wait_for(lambda: p.a.role() == "backup" and p.b.role() == "master", timeout=15, what="lbA back as backup")
+        wait_for(lambda: (p.a.metric("gatehouse_l4_sync_sessions_cached") or 0) >= 1, timeout=10,
                  what="the bulk sync to lbA")
-        wait_for(lambda: b.metric("gatehouse_l4_sync_bulk_total") >= 1, timeout=5, what="lbB's bulk sync")
+        wait_for(lambda: p.b.metric("gatehouse_l4_sync_bulk_total") >= 1, timeout=5, what="lbB's bulk sync")
         assert counter.next() == counter.first
         # Nothing refused on the way.
-        for n in (a, b):
+        for n in (p.a, p.b):
             for reason in ("malformed", "bad_mac", "replayed"):
                 assert n.metric("gatehouse_l4_sync_refused_total", reason=reason) == 0, n.metrics()
-    except AssertionError as e:
-        sync = "\n".join(l for n in (a, b) for l in n.metrics().splitlines() if "_sync_" in l and not l.startswith("#"))
-        raise AssertionError(f"{e}\n{a.logs()}\n{b.logs()}\n{sync}") from None
-    finally:
-        if counter:
-            counter.stop()
-        mend("lbA")
-        a.stop()
-        b.stop()
 
 
 SNIFF = r"""
@@ -345,10 +324,8 @@ def test_forged_replayed_and_malformed_sync_datagrams_are_refused(net, tmp_path)
     master sent, sent again (a replay), the same with a byte changed (the
     MAC fails), and garbage. Each is counted by reason; none changes what
     lbB holds."""
-    a, b = start_pair(tmp_path)
-    counter = None
-    try:
-        counter = Counter()
+    with Pair(tmp_path) as p:
+        p.counter = counter = Counter()
         # A datagram lbA sends lbB (a heartbeat or sessions), seen on the wire.
         got = ns("lbB", sys.executable, "-c", SNIFF, "lb0").strip()
         assert got, "no sync datagram seen"
@@ -356,35 +333,26 @@ def test_forged_replayed_and_malformed_sync_datagrams_are_refused(net, tmp_path)
         forged = bytearray(d)
         forged[30] ^= 0x55
         ns("r", sys.executable, "-c", SEND, LB["lbB"], d.hex(), bytes(forged).hex(), b"GHSY-nonsense".hex(), "00")
+
         def refused(reason):
-            return b.metric("gatehouse_l4_sync_refused_total", reason=reason) or 0
+            return p.b.metric("gatehouse_l4_sync_refused_total", reason=reason) or 0
         wait_for(lambda: refused("replayed") >= 1 and refused("bad_mac") >= 1 and refused("malformed") >= 2,
                  timeout=5, what="the refusals counted")
         # lbB still follows lbA, and the connection goes on.
-        cached = b.metric("gatehouse_l4_sync_sessions_cached")
-        assert cached >= 1
+        assert p.b.metric("gatehouse_l4_sync_sessions_cached") >= 1
         assert counter.next() == counter.first
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{a.logs()}\n{b.logs()}") from None
-    finally:
-        if counter:
-            counter.stop()
-        a.stop()
-        b.stop()
 
 
 def test_without_sync_the_connection_breaks(net, tmp_path):
     """The control: the same failover without sync loses the FNAT
     connection (the new master has no session for it), so sync is what
     saves it above."""
-    a, b = start_pair(tmp_path, sync=False)
-    counter = None
-    try:
-        counter = Counter()
+    with Pair(tmp_path, sync=False) as p:
+        p.counter = counter = Counter()
         for _ in range(10):
             assert counter.next() == counter.first
         cut("lbA")
-        wait_for(lambda: b.role() == "master", timeout=10, what="lbB master")
+        wait_for(lambda: p.b.role() == "master", timeout=10, what="lbB master")
         deadline = time.monotonic() + 20
         broke = False
         while time.monotonic() < deadline:
@@ -393,13 +361,7 @@ def test_without_sync_the_connection_breaks(net, tmp_path):
                 broke = True
                 break
         assert broke, "the connection survived without sync"
-        assert (b.metric("gatehouse_l4_drops_total", reason="no_session") or 0) >= 1
-    finally:
-        if counter:
-            counter.stop()
-        mend("lbA")
-        a.stop()
-        b.stop()
+        assert (p.b.metric("gatehouse_l4_drops_total", reason="no_session") or 0) >= 1
 
 
 def test_the_example_keepalived_config_is_valid(net, tmp_path):
@@ -418,17 +380,14 @@ def test_the_example_keepalived_config_is_valid(net, tmp_path):
 def test_a_takeover_keeps_the_role(net, tmp_path):
     """A binary upgrade of the master (`--takeover`): keepalived will not
     say MASTER again, so the new process asks the old one for its role."""
-    a, b = start_pair(tmp_path)
-    try:
-        old = a.gh
+    with Pair(tmp_path) as p:
+        old = p.a.gh
         new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["lbA"]))
-        a.gh = new
+        p.a.gh = new
         new.wait_log("L4 plane started")
         assert old.proc.wait(timeout=15) == 0
-        assert 'starting in this role role="master"' in new.stderr() or "starting in this role role=master" in new.stderr(), new.stderr()
-        assert a.role() == "master"
+        started = [l for l in new.stderr().splitlines() if "starting in this role" in l]
+        assert started and "master" in started[0], new.stderr()
+        assert p.a.role() == "master"
         seen = client("count", "http://10.87.0.100/", "50")
         assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 50, seen
-    finally:
-        a.stop()
-        b.stop()
