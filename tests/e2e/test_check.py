@@ -115,6 +115,13 @@ listeners: [{ name: web, address: 127.0.0.1:8080 }]
     assert "store.endpoints" in p.stderr, p.stderr
 
 
+def assert_errors_at(err, expected):
+    """Each (field path, words) has an error line at that path saying them."""
+    for path, words in expected:
+        line = next((l for l in err.splitlines() if f": {path}:" in l), None)
+        assert line and words in line, f"{path}: {err}"
+
+
 HA_BAD = """
 l4:
   interfaces: [eth1]
@@ -137,7 +144,7 @@ def test_ha_mistakes_name_their_fields(tmp_path):
     p = run_check(f)
     assert p.returncode == 1, p.stdout
     err = p.stderr
-    for path, words in [
+    assert_errors_at(err, [
         ("l4.ha.initial", "master, backup"),
         ("l4.ha.announce", "0 to 100"),
         ("l4.ha.sync.peer", "own listen address"),
@@ -145,9 +152,7 @@ def test_ha_mistakes_name_their_fields(tmp_path):
         ("l4.ha.sync.key", "32 bytes"),
         ("l4.ha.sync.refresh", "1s to 1h"),
         ("l4.ha.sync.max_rate", "above 0"),
-    ]:
-        line = next((l for l in err.splitlines() if f": {path}:" in l), None)
-        assert line and words in line, f"{path}: {err}"
+    ])
     # The key's text is not echoed.
     assert "not-a-key" not in err
 
@@ -176,13 +181,11 @@ def test_snat_mistakes_name_their_fields(tmp_path):
     p = run_check(f)
     assert p.returncode == 1, p.stdout
     err = p.stderr
-    for path, words in [
+    assert_errors_at(err, [
         ("l4.snat[0].addresses[0]", "VIP"),
         ("l4.snat[0].addresses[1]", "FNAT local address"),
         ("l4.snat[0].sources[1]", "no address of its family"),
         ("l4.snat[1].sources", "at least one network"),
         ("l4.snat[1].addresses", "at least one address"),
-    ]:
-        line = next((l for l in err.splitlines() if f": {path}:" in l), None)
-        assert line and words in line, f"{path}: {err}"
+    ])
     assert 'l4.snat[1].name: duplicate SNAT rule name "out"' in err, err
