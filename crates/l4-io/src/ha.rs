@@ -78,6 +78,17 @@ pub struct SyncShared {
     pub counters: SyncCounters,
     /// Set when a hello is due (start, and every demotion).
     hello: std::sync::atomic::AtomicBool,
+    /// Sessions the sync thread has waiting to be sent: the workers' table
+    /// walks pause while it is above a tenth of a second's worth, so that a
+    /// bulk sync goes at the rate the channel sends, losing nothing.
+    pub backlog: AtomicU64,
+}
+
+impl SyncShared {
+    /// Whether the workers may walk their tables now.
+    pub fn room(&self) -> bool {
+        self.backlog.load(Ordering::Relaxed) < u64::from(self.cfg.max_rate / 10).max(MAX_RECORDS as u64)
+    }
 }
 
 /// The role and what follows from it.
@@ -117,6 +128,7 @@ impl Ha {
                 cache_cap,
                 counters: SyncCounters::default(),
                 hello: std::sync::atomic::AtomicBool::new(true),
+                backlog: AtomicU64::new(0),
             }),
             changes: AtomicU64::new(0),
         }
@@ -284,6 +296,7 @@ pub fn sync_loop(ha: &Ha, stop: &std::sync::atomic::AtomicBool) {
             pending.drain(..n);
             tokens -= n as f64;
         }
+        s.backlog.store(pending.len() as u64, Ordering::Relaxed);
         if s.hello.swap(false, Ordering::AcqRel) {
             sender.seal(Kind::Hello, &[], &mut out);
             send(&socket, s, &out);

@@ -313,7 +313,9 @@ impl L4Runtime {
         let ha = match (ha, &cfg.ha) {
             (Some(h), Some(c)) => {
                 let sync = c.sync.clone().zip(h.key);
-                Some(Arc::new(Ha::new(h.role, c.announce, sync, backends.len(), cfg.max_sessions)))
+                // The peer's sessions: as many as all of its workers hold.
+                let cache = cfg.max_sessions.saturating_mul(backends.len().max(1));
+                Some(Arc::new(Ha::new(h.role, c.announce, sync, backends.len(), cache)))
             }
             _ => None,
         };
@@ -374,6 +376,9 @@ impl L4Runtime {
         let mut cur = self.shared.cfg.lock().unwrap_or_else(|e| e.into_inner());
         if cur.interfaces != cfg.interfaces || cur.io != cfg.io || cur.max_sessions != cfg.max_sessions {
             tracing::warn!("l4.interfaces, l4.io and l4.max_sessions take effect at the next start");
+        }
+        if cur.ha != cfg.ha {
+            tracing::warn!("l4.ha takes effect at the next start");
         }
         // Sessions survive when the new plane extends the old (see
         // `Plane::extends`); the workers check that themselves.
@@ -655,7 +660,7 @@ impl Lane {
         self.walked = Instant::now();
         self.walk_credit = (self.walk_credit + slots * elapsed / sync.cfg.refresh.as_secs_f64()).min(slots);
         let bulk = self.worker.bulk_left() > 0;
-        if bulk || !self.busy {
+        if sync.room() && (bulk || !self.busy) {
             let budget = if bulk { self.walk_credit.max(16_384.0) } else { self.walk_credit } as usize;
             if budget > 0 {
                 self.worker.sync_walk(&self.published, now, budget);
