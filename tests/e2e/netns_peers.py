@@ -3,7 +3,7 @@ modules): a real server and the clients.
 
     python3 netns_peers.py server NAME            HTTP on :80 and :8080 answering NAME (/health: 200,
                                                   or 503 after a GET /down until a GET /up;
-                                                  /whoami: the client's address),
+                                                  /whoami: the client's address and port),
                                                   UDP echo on :7 answering NAME:payload
     python3 netns_peers.py count URL N            N requests, each on a new connection;
                                                   prints {"name": count, ..., "errors": n}
@@ -46,7 +46,7 @@ def server(name):
             elif self.path == "/health" and not healthy.is_set():
                 status = 503
             elif self.path == "/whoami":
-                body = self.client_address[0].encode()
+                body = f"{self.client_address[0]} {self.client_address[1]}".encode()
             self.send_response(status)
             self.send_header("content-length", str(len(body)))
             self.end_headers()

@@ -168,6 +168,7 @@ l4:
     - name: out
       sources: []
       addresses: []
+      ports: 9000-80
   services:
     - name: web
       address: 10.0.0.100:80
@@ -187,5 +188,6 @@ def test_snat_mistakes_name_their_fields(tmp_path):
         ("l4.snat[0].sources[1]", "no address of its family"),
         ("l4.snat[1].sources", "at least one network"),
         ("l4.snat[1].addresses", "at least one address"),
+        ("l4.snat[1].ports", "port range such as 1024-65535"),
     ])
     assert 'l4.snat[1].name: duplicate SNAT rule name "out"' in err, err

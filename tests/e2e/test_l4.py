@@ -68,6 +68,7 @@ l4:
     - name: servers
       sources: [10.77.0.0/24]
       addresses: [10.77.0.5]
+      ports: 20000-29999
   services:
     - name: web-nat
       address: 10.77.0.100:80
@@ -302,8 +303,8 @@ def test_snat_takes_real_servers_out_and_replies_back(l4):
     come back to s1, over TCP and UDP."""
     outside = start_server("c")
     try:
-        seen = ns("s1", "curl", "-s", "--max-time", "5", "http://10.78.0.10/whoami")
-        assert seen == "10.77.0.5", seen
+        addr, port = ns("s1", "curl", "-s", "--max-time", "5", "http://10.78.0.10/whoami").split()
+        assert addr == "10.77.0.5" and 20000 <= int(port) <= 29999, (addr, port)
         for _ in range(5):
             assert ns("s1", "curl", "-s", "--max-time", "5", "http://10.78.0.10/") == "c"
         udp = json.loads(ns("s1", sys.executable, PEERS, "udp", "10.78.0.10", "7", "10", "43000").strip().splitlines()[-1])

@@ -413,8 +413,22 @@ fn l4_snat(l4: &L4, ctx: &mut Ctx) {
         ctx.error(None, "at most 8191 rules");
     }
     let vips: HashSet<std::net::IpAddr> = l4.services.iter().filter_map(|s| s.address.map(|a| a.ip())).collect();
+    let mut ranges: std::collections::HashMap<std::net::IpAddr, (crate::PortRange, &str)> = Default::default();
     for (i, r) in l4.snat.iter().enumerate() {
         ctx.with_index(i, |ctx| {
+            for (j, a) in r.addresses.iter().enumerate() {
+                if let Some((other, name)) = ranges.insert(*a, (r.ports, &r.name))
+                    && other != r.ports
+                {
+                    ctx.with_field("addresses", |ctx| {
+                        ctx.error_at(
+                            &format!("[{j}]"),
+                            None,
+                            format!("{a} goes out from other ports in rule {name:?}: one range per address"),
+                        )
+                    });
+                }
+            }
             if r.sources.is_empty() {
                 ctx.error_at("sources", None, "needs at least one network (such as 10.0.1.0/24)");
             }

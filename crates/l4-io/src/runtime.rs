@@ -147,7 +147,8 @@ fn build_plane(cfg: &L4, health: &HealthFn, mac: [u8; 6], workers: u16) -> Plane
             let nets: Vec<(IpAddr, u8)> = r.sources.iter().map(|n| (n.addr(), n.prefix_len())).collect();
             let t = &r.timeouts;
             let timeouts = [ticks(t.tcp_syn), ticks(t.tcp_established), ticks(t.tcp_fin), ticks(t.udp)];
-            (gatehouse_l4::plane::SnatRule::new(r.name.clone(), &nets, timeouts), r.addresses.clone())
+            let rule = gatehouse_l4::plane::SnatRule::new(r.name.clone(), &nets, timeouts);
+            (rule, r.addresses.clone(), (r.ports.first, r.ports.last))
         })
         .collect();
     // The next hop's MAC is put in per frame by the worker.

@@ -35,7 +35,36 @@ pub struct L4Snat {
     pub sources: Vec<ipnet::IpNet>,
     /// Addresses the balancer owns (and announces) to go out from.
     pub addresses: Vec<std::net::IpAddr>,
+    /// The ports they go out from, `first..=last` (default 1024-65535).
+    pub ports: PortRange,
     pub timeouts: L4Timeouts,
+}
+
+/// `"1024-65535"`: a range of ports, both ends included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl Default for PortRange {
+    fn default() -> Self {
+        PortRange { first: 1024, last: u16::MAX }
+    }
+}
+
+impl Decode for PortRange {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let text = node.scalar().unwrap_or("");
+        let parsed = text.split_once('-').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+        match parsed {
+            Some((first, last)) if first >= 1 && first <= last => Some(PortRange { first, last }),
+            _ => {
+                ctx.error(Some(node.line), format!("expected a port range such as 1024-65535, found {text:?}"));
+                None
+            }
+        }
+    }
 }
 
 impl Decode for L4Snat {
@@ -45,6 +74,7 @@ impl Decode for L4Snat {
             name: m.req(ctx, "name"),
             sources: m.req(ctx, "sources"),
             addresses: m.req(ctx, "addresses"),
+            ports: m.or(ctx, "ports", PortRange::default()),
             timeouts: m.or(ctx, "timeouts", L4Timeouts::default()),
         };
         m.finish(ctx);

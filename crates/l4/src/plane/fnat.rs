@@ -6,7 +6,7 @@ use super::Counters;
 use crate::session::{Addr, Session};
 
 /// First FNAT source port; below are left to the host.
-const FNAT_FIRST_PORT: u16 = 1024;
+pub const FNAT_PORTS: (u16, u16) = (1024, u16::MAX);
 
 /// Free FNAT ports of one local address on this core: the ports `p` with
 /// `p % cores == core`, so that the XDP program can steer replies (by their
@@ -18,8 +18,9 @@ pub(super) struct PortPool {
 }
 
 impl PortPool {
-    pub(super) fn new(core: u16, cores: u16) -> PortPool {
-        let free = (FNAT_FIRST_PORT..=u16::MAX).rev().filter(|p| p % cores == core).collect();
+    /// The ports `first..=last` of this core.
+    pub(super) fn new(core: u16, cores: u16, (first, last): (u16, u16)) -> PortPool {
+        let free = (first..=last).rev().filter(|p| p % cores == core).collect();
         PortPool { free, owner: vec![0; 65536] }
     }
 

@@ -150,6 +150,8 @@ pub struct Plane {
     by_real: HashMap<Endpoint, (u16, u16), FastHash>,
     /// FNAT local addresses (the first `fnat_locals`), then SNAT addresses.
     pub local_addrs: Vec<IpAddr>,
+    /// By local address: the ports it goes out from (`first..=last`).
+    pub local_ports: Vec<(u16, u16)>,
     pub fnat_locals: usize,
     /// SNAT rules (`l4.snat`).
     pub snat: Vec<SnatRule>,
@@ -204,6 +206,7 @@ impl Plane {
             by_vip,
             by_real,
             fnat_locals: local_addrs.len(),
+            local_ports: vec![fnat::FNAT_PORTS; local_addrs.len()],
             local_addrs,
             snat: Vec::new(),
             owned,

@@ -64,15 +64,17 @@ impl SnatRule {
 }
 
 impl Plane {
-    /// Adds SNAT rules, each with the addresses it goes out as (after the
-    /// FNAT local addresses; the plane owns and answers for them too).
-    pub fn with_snat(mut self, rules: Vec<(SnatRule, Vec<IpAddr>)>) -> Plane {
-        for (mut rule, addrs) in rules {
+    /// Adds SNAT rules, each with the addresses it goes out as and their
+    /// ports (`first..=last`), after the FNAT local addresses; the plane
+    /// owns and answers for them too.
+    pub fn with_snat(mut self, rules: Vec<(SnatRule, Vec<IpAddr>, (u16, u16))>) -> Plane {
+        for (mut rule, addrs, ports) in rules {
             for a in addrs {
                 let i = match self.local_addrs.iter().position(|x| *x == a) {
                     Some(i) => i,
                     None => {
                         self.local_addrs.push(a);
+                        self.local_ports.push(ports);
                         if !self.owned.contains(&a) {
                             self.owned.push(a);
                         }

@@ -794,7 +794,7 @@ fn snat_takes_inside_hosts_out_and_their_replies_back() {
     let rule = SnatRule::new("servers".into(), &[(IpAddr::from([10, 0, 1, 0]), 24)], [10, 900, 30, 60]);
     let plane =
         Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Rr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 1)
-            .with_snat(vec![(rule, vec![IpAddr::from(OUT)])]);
+            .with_snat(vec![(rule, vec![IpAddr::from(OUT)], (5000, 5999))]);
     let mut w = Worker::new(&plane, 0, 1024, 1);
     w.enable_sync(64, std::time::Duration::from_secs(1));
     // FNAT keeps to its own local address.
@@ -806,6 +806,7 @@ fn snat_takes_inside_hosts_out_and_their_replies_back() {
     let f = flow(&out);
     assert_eq!((f.src, f.dst, f.dport), (IpAddr::from(OUT), IpAddr::from(REMOTE), 443));
     let mapped = f.sport;
+    assert!((5000..=5999).contains(&mapped), "{mapped}: the rule's ports");
     // The same inside port to another remote: the same mapping.
     let (_, out) = run(&mut w, &plane, &tcp(INSIDE, 5555, [192, 0, 2, 8], 443, TCP_ACK), 1);
     assert_eq!((flow(&out).src, flow(&out).sport), (IpAddr::from(OUT), mapped));

@@ -238,7 +238,7 @@ impl Worker {
             core,
             t4: Table::new(v4, seed),
             t6: Table::new(v6, seed.rotate_left(17)),
-            ports: plane.local_addrs.iter().map(|_| PortPool::new(core, plane.cores)).collect(),
+            ports: plane.local_ports.iter().map(|&range| PortPool::new(core, plane.cores, range)).collect(),
             scheds,
             counters,
             scratch: Vec::with_capacity(2048),
