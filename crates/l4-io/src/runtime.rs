@@ -388,6 +388,11 @@ impl L4Runtime {
         publish(&self.shared, &cur);
     }
 
+    /// Whether every worker, sync and control thread still runs.
+    pub fn alive(&self) -> bool {
+        self.threads.lock().unwrap_or_else(|e| e.into_inner()).iter().all(|t| !t.is_finished())
+    }
+
     /// The active/standby part, when `l4.ha` is configured.
     pub fn ha(&self) -> Option<&Ha> {
         self.shared.ha.as_deref()

@@ -129,6 +129,17 @@ impl Plane for L4 {
         Ok(Box::new(StagedL4 { plane: self.clone(), cfg: config.l4.clone(), sync_key }))
     }
 
+    fn ready(&self) -> Result<(), String> {
+        let wanted = self.cfg().as_ref().is_some_and(|l| !l.services.is_empty() || !l.snat.is_empty());
+        match self.0.runtime.get() {
+            None if wanted && self.0.started.load(std::sync::atomic::Ordering::Relaxed) => {
+                Err("the L4 plane is not running".into())
+            }
+            Some(rt) if !rt.alive() => Err("an L4 worker thread has stopped".into()),
+            _ => Ok(()),
+        }
+    }
+
     fn set_ha_role(&self, role: HaRole) {
         *self.0.role.lock().unwrap_or_else(|e| e.into_inner()) = Some(role);
         if let Some(rt) = self.0.runtime.get() {

@@ -127,6 +127,15 @@ impl Node {
         &*self.store
     }
 
+    /// Whether every plane serves what its config asks: the first that
+    /// does not, and why.
+    pub fn ready(&self) -> Result<(), String> {
+        for p in &self.planes {
+            p.ready().map_err(|e| format!("{}: {e}", p.name()))?;
+        }
+        Ok(())
+    }
+
     /// The active/standby role, when there is one.
     pub fn ha(&self) -> Option<HaState> {
         *self.ha.lock().unwrap_or_else(|e| e.into_inner())

@@ -367,9 +367,11 @@ fn serve_control_socket(node: Arc<Node>, path: &Path) -> std::io::Result<tokio::
             // (`gatehouse ha`, from keepalived's notify).
             if let Some(rest) = first.trim().strip_prefix("HA") {
                 let answer = match rest.trim() {
-                    "" => node
-                        .ha()
-                        .map_or_else(|| "ERR l4.ha is not configured".to_string(), |h| format!("OK {}", h.role.name())),
+                    "" => match (node.ha(), node.ready()) {
+                        (None, _) => "ERR l4.ha is not configured".to_string(),
+                        (Some(_), Err(e)) => format!("ERR not fit to serve: {e}"),
+                        (Some(h), Ok(())) => format!("OK {}", h.role.name()),
+                    },
                     role => match gatehouse_config::HaRole::parse(role) {
                         Some(r) => match node.set_ha_role(r) {
                             Ok(h) => format!("OK {}", h.role.name()),

@@ -160,4 +160,10 @@ pub trait Plane: Send + Sync {
     /// The node's active/standby role changed (keepalived's notify), or is
     /// given before the start.
     fn set_ha_role(&self, _role: gatehouse_config::HaRole) {}
+
+    /// Whether the plane serves what its config asks (keepalived's
+    /// `track_script` asks, through `gatehouse ha`): Err says what does not.
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
