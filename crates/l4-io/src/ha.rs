@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use gatehouse_config::{HaRole, L4Sync};
-use gatehouse_l4::plane::CommitError;
 use gatehouse_l4::sync::{Key, Kind, MAX_DATAGRAM, MAX_RECORDS, Receiver, Record, Refused, Sender};
 
 /// Records a worker may have waiting for the sync thread.
@@ -48,7 +47,7 @@ pub struct SyncCounters {
     /// Datagrams refused, by [`Refused::NAMES`].
     pub refused: [AtomicU64; 5],
     pub committed: AtomicU64,
-    /// Sessions a promotion could not commit, by [`CommitError::NAMES`].
+    /// Sessions a promotion could not commit, by `gatehouse_l4::plane::CommitError::NAMES`.
     pub commit_failed: [AtomicU64; 5],
     /// Full passes made because the peer (re)joined.
     pub bulk_syncs: AtomicU64,
@@ -386,9 +385,4 @@ pub fn announce(ifindex: u32, mac: [u8; 6], addrs: &[IpAddr], count: u32) -> std
         }
     }
     Ok(sent)
-}
-
-/// Names of the commit failures, for the metrics.
-pub fn commit_error_names() -> [&'static str; 5] {
-    CommitError::NAMES
 }

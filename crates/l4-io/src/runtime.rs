@@ -641,16 +641,15 @@ impl Lane {
         (self.started.elapsed().as_millis() / TICK.as_millis()) as u32
     }
 
-    /// Between vectors: a demotion empties the tables; the peer's sessions
+    /// Between vectors (after [`Lane::refresh`]): a demotion empties the tables; the peer's sessions
     /// are committed (before the next vector is looked at); the table walk
     /// goes on (unless the last vector was full, or a peer asked for
     /// everything); queued sessions go to the sync thread.
-    fn ha_step(&mut self, shared: &Shared, port: &Port, slot: usize) {
+    fn ha_step(&mut self, shared: &Shared, slot: usize) {
         let Some(ha) = &shared.ha else { return };
         let d = ha.demotions.load(Ordering::Acquire);
         if d != self.demotions {
             self.demotions = d;
-            self.refresh(port);
             self.worker = self.new_worker(&self.published.clone());
         }
         let Some(sync) = &ha.sync else { return };
@@ -659,7 +658,6 @@ impl Lane {
             self.resyncs = r;
             self.worker.start_bulk();
         }
-        self.refresh(port);
         let now = self.now();
         let slots = self.worker.sync_slots() as f64;
         let elapsed = self.walked.elapsed().as_secs_f64();
@@ -751,12 +749,13 @@ fn worker_loop(shared: &Shared, port: &Port, queue: u32, slot: usize, backend: B
                 descs.clear();
                 if sock.recv(&mut descs, VECTOR) == 0 {
                     lane.busy = false;
-                    lane.ha_step(shared, port, slot);
+                    lane.refresh(port);
+                    lane.ha_step(shared, slot);
                     sock.wait(if lane.sync { 10 } else { 50 });
                     continue;
                 }
                 lane.refresh(port);
-                lane.ha_step(shared, port, slot);
+                lane.ha_step(shared, slot);
                 tx.clear();
                 recycle.clear();
                 match sock.frames(&descs) {
@@ -821,12 +820,13 @@ fn worker_loop(shared: &Shared, port: &Port, queue: u32, slot: usize, backend: B
                 }
                 if lens.is_empty() {
                     lane.busy = false;
-                    lane.ha_step(shared, port, slot);
+                    lane.refresh(port);
+                    lane.ha_step(shared, slot);
                     sock.wait(if lane.sync { 10 } else { 50 });
                     continue;
                 }
                 lane.refresh(port);
-                lane.ha_step(shared, port, slot);
+                lane.ha_step(shared, slot);
                 let mut bufs: Vec<Buf<'_>> = mem
                     .chunks_exact_mut(xsk::FRAME_SIZE)
                     .zip(&lens)

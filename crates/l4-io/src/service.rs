@@ -435,7 +435,7 @@ fn render_ha(o: &mut Exposition, ha: &crate::ha::Ha) {
         "counter",
         "Synced sessions a promotion could not commit, by reason.",
     );
-    for (i, name) in crate::ha::commit_error_names().iter().enumerate() {
+    for (i, name) in gatehouse_l4::plane::CommitError::NAMES.iter().enumerate() {
         o.sample("gatehouse_l4_sync_commit_failed_total", &[("reason", name)], c.commit_failed[i].load(Relaxed));
     }
 }

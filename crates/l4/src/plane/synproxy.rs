@@ -231,13 +231,13 @@ impl Worker {
         }
     }
 
-    /// A client's segment of a proxied session: while the real server's
+    /// A client's segment of a proxied session (the caller has checked it
+    /// is one): while the real server's
     /// handshake is under way it is dropped (the first data kept, an RST
     /// ending the session); after, None: it goes on as usual, and
     /// [`Worker::proxied_out`] shifts its acknowledgment.
     pub(super) fn proxied_in<A: Family>(&mut self, plane: &Plane, idx: u32, buf: &Buf<'_>, ip: &Ip) -> Option<Verdict> {
-        let s = *A::table(self).get(idx);
-        if s.flags & PROXIED == 0 || s.state != State::SynSent {
+        if A::table(self).get(idx).state != State::SynSent {
             return None;
         }
         if ip.tcp_flags & TCP_RST != 0 {
@@ -256,7 +256,7 @@ impl Worker {
     /// After a proxied session's segment was rewritten toward its real
     /// server: its acknowledgment into the server's numbers.
     pub(super) fn proxied_out<A: Family>(&mut self, idx: u32, buf: &mut Buf<'_>, ip: &Ip) {
-        if A::table(self).get(idx).flags & PROXIED == 0 || ip.tcp_flags & TCP_ACK == 0 {
+        if ip.tcp_flags & TCP_ACK == 0 {
             return;
         }
         let cap = A::table(self).capacity();
@@ -265,7 +265,8 @@ impl Worker {
         sp::shift32(buf.mem, l4, tcp::ACK, d);
     }
 
-    /// A real server's segment of a proxied session. While its handshake
+    /// A real server's segment of a proxied session (the caller has checked
+    /// it is one). While its handshake
     /// is under way: its SYN-ACK becomes the ACK that completes it (with the
     /// client's kept data), its RST an RST to the client; anything else is
     /// dropped. After: None, it goes on as usual and
@@ -279,7 +280,7 @@ impl Worker {
         now: u32,
     ) -> Option<Verdict> {
         let s = *A::table(self).get(idx);
-        if s.flags & PROXIED == 0 || s.state != State::SynSent {
+        if s.state != State::SynSent {
             return None;
         }
         let service = plane.services.get(usize::from(s.service))?;
@@ -342,9 +343,6 @@ impl Worker {
     /// After a proxied session's segment was rewritten toward the client:
     /// its sequence number into the client's (our cookie's) numbers.
     pub(super) fn proxied_back<A: Family>(&mut self, idx: u32, buf: &mut Buf<'_>, ip: &Ip) {
-        if A::table(self).get(idx).flags & PROXIED == 0 {
-            return;
-        }
         let cap = A::table(self).capacity();
         let d = self.proxy().deltas::<A>(cap)[idx as usize];
         let l4 = buf.head + ip.l4;

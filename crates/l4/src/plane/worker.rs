@@ -15,7 +15,7 @@ use super::{Buf, Counters, DropReason, Endpoint, Plane, Real, Service, ServiceCo
 use crate::encap::{Outer, Tunnel, encapsulate};
 use crate::packet::{self, Ip, PROTO_TCP, PROTO_UDP, Parsed, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 use crate::rewrite;
-use crate::session::{Key, REVERSE, Session, State, Table};
+use crate::session::{Key, PROXIED, REVERSE, Session, State, Table};
 
 fn sched_for(s: L4Scheduler) -> Sched {
     match s {
@@ -554,6 +554,7 @@ impl Worker {
                     }
                 }
                 if let Some(idx) = found
+                    && A::table(self).get(idx).flags & PROXIED != 0
                     && let Some(v) = self.proxied_in::<A>(plane, idx, buf, ip)
                 {
                     return v;
@@ -600,7 +601,7 @@ impl Worker {
                 self.track::<A>(plane, idx, ip, now);
                 let s = *A::table(self).get(idx);
                 let v = self.forward_to_real::<A>(plane, svc, s, ip, buf);
-                if v == Verdict::Forward {
+                if v == Verdict::Forward && s.flags & PROXIED != 0 {
                     self.proxied_out::<A>(idx, buf, ip);
                 }
                 v
@@ -610,18 +611,8 @@ impl Worker {
                 if self.server_gone::<A>(plane, idx) {
                     return self.reset::<A>(plane, idx, buf, ip, false);
                 }
-                if let Some(v) = self.proxied_reply::<A>(plane, idx, buf, ip, now) {
-                    return v;
-                }
-                self.track::<A>(plane, idx, ip, now);
                 let service = &plane.services[usize::from(svc)];
-                let f = buf.frame_mut();
-                if !nat(f, ip, Some((service.vip, service.port)), None) {
-                    return Verdict::Drop(DropReason::TtlExceeded);
-                }
-                rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
-                self.proxied_back::<A>(idx, buf, ip);
-                Verdict::Forward
+                self.back_to_client::<A>(plane, service, idx, buf, ip, now, None)
             }
             Class::ToLocal { .. } => {
                 let Some(idx) = hit else { return Verdict::Drop(DropReason::NoSession) };
@@ -645,19 +636,41 @@ impl Worker {
                 if self.server_gone::<A>(plane, idx) {
                     return self.reset::<A>(plane, idx, buf, ip, false);
                 }
-                if let Some(v) = self.proxied_reply::<A>(plane, idx, buf, ip, now) {
-                    return v;
-                }
-                self.track::<A>(plane, idx, ip, now);
-                let f = buf.frame_mut();
-                if !nat(f, ip, Some((service.vip, service.port)), Some((s_client, s_port))) {
-                    return Verdict::Drop(DropReason::TtlExceeded);
-                }
-                rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
-                self.proxied_back::<A>(idx, buf, ip);
-                Verdict::Forward
+                self.back_to_client::<A>(plane, service, idx, buf, ip, now, Some((s_client, s_port)))
             }
         }
+    }
+
+    /// A real server's packet of session `idx` on its way back (NAT and
+    /// FNAT replies): a proxied session's handshake is the SYN proxy's;
+    /// otherwise the session is tracked and the packet rewritten to come
+    /// from the VIP (and go to `to`, for FNAT), its sequence number shifted
+    /// for a proxied session.
+    #[allow(clippy::too_many_arguments)]
+    fn back_to_client<A: Family>(
+        &mut self,
+        plane: &Plane,
+        service: &Service,
+        idx: u32,
+        buf: &mut Buf<'_>,
+        ip: &Ip,
+        now: u32,
+        to: Option<(IpAddr, u16)>,
+    ) -> Verdict {
+        let proxied = A::table(self).get(idx).flags & PROXIED != 0;
+        if proxied && let Some(v) = self.proxied_reply::<A>(plane, idx, buf, ip, now) {
+            return v;
+        }
+        self.track::<A>(plane, idx, ip, now);
+        let f = buf.frame_mut();
+        if !nat(f, ip, Some((service.vip, service.port)), to) {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
+        if proxied {
+            self.proxied_back::<A>(idx, buf, ip);
+        }
+        Verdict::Forward
     }
 
     /// The client, client port and service of session `idx` in the table of
