@@ -46,17 +46,15 @@ pub struct Wanted {
 }
 
 /// A network as the program's LPM key: its address key, masked, and the
-/// prefix length counted in the 128-bit space (IPv4 from bit 96).
-pub fn net_key(addr: IpAddr, prefix: u8) -> ([u8; 16], u32) {
-    let len = if addr.is_ipv4() { 96 + u32::from(prefix.min(32)) } else { u32::from(prefix.min(128)) };
-    let k = u128::from_be_bytes(addr_key(addr));
-    let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
-    ((k & mask).to_be_bytes(), len)
+/// prefix length counted in the 128-bit space (IPv4 from bit 96), as the
+/// plane counts it.
+pub fn net_key(addr: IpAddr, len: u8) -> ([u8; 16], u32) {
+    let (net, len) = gatehouse_l4::plane::prefix(addr, len);
+    (net.to_be_bytes(), u32::from(len))
 }
 
 fn in_net(a: &[u8; 16], (net, len): &([u8; 16], u32)) -> bool {
-    let (a, n) = (u128::from_be_bytes(*a), u128::from_be_bytes(*net));
-    *len == 0 || (a ^ n) >> (128 - len.min(&128)) == 0
+    gatehouse_l4::plane::in_prefix(u128::from_be_bytes(*a), (u128::from_be_bytes(*net), *len as u8))
 }
 
 /// The program attached to one interface; detached when dropped.

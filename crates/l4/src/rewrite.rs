@@ -2,11 +2,11 @@
 //! and ports; every mode changes MAC addresses), with checksums updated
 //! incrementally from the words that changed rather than recomputed.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::checksum::{self, update, update16};
 use crate::field::{ethernet, icmp, ipv4, ipv6, tcp, udp};
-use crate::packet::{Ip, PROTO_ICMP, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, build};
+use crate::packet::{Ip, PROTO_ICMP, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 
 /// Where a transport protocol keeps its checksum, relative to its header.
 fn l4_checksum_at(proto: u8) -> Option<usize> {
@@ -211,36 +211,114 @@ pub fn tcp_reset(frame: &mut [u8], ip: &Ip) -> Option<usize> {
         (0, seq.wrapping_add(len), TCP_RST | TCP_ACK)
     };
     // Back where it came from: addresses and ports swapped.
-    let (to, from) = (ip.flow.src, ip.flow.dst);
-    let packet = match (from, to) {
-        (std::net::IpAddr::V4(from), std::net::IpAddr::V4(to)) => {
-            let (from, to) = (from.octets(), to.octets());
-            let pseudo = |len: usize| checksum::pseudo_v4(from, to, PROTO_TCP, len as u16);
-            build::ipv4(
-                from,
-                to,
-                PROTO_TCP,
-                &build::tcp_segment(ip.flow.dport, ip.flow.sport, r_seq, r_ack, r_flags, 0, &[], pseudo),
-            )
-        }
-        (std::net::IpAddr::V6(from), std::net::IpAddr::V6(to)) => {
-            let (from, to) = (from.octets(), to.octets());
-            let pseudo = |len: usize| checksum::pseudo_v6(from, to, PROTO_TCP, len as u32);
-            build::ipv6(
-                from,
-                to,
-                PROTO_TCP,
-                &build::tcp_segment(ip.flow.dport, ip.flow.sport, r_seq, r_ack, r_flags, 0, &[], pseudo),
-            )
-        }
-        _ => return None,
+    let reset = Segment {
+        src: ip.flow.dst,
+        dst: ip.flow.src,
+        sport: ip.flow.dport,
+        dport: ip.flow.sport,
+        seq: r_seq,
+        ack: r_ack,
+        flags: r_flags,
+        window: 0,
+        mss: None,
     };
-    let end = ip.l3 + packet.len();
-    frame.get_mut(ip.l3..end)?.copy_from_slice(&packet);
+    let end = write(frame, ip.l3, &reset, &[])?;
     let (dst, src) = (frame.get(ethernet::DST..)?.first_chunk()?, frame.get(ethernet::SRC..)?.first_chunk()?);
     let (dst, src) = (*dst, *src);
     set_macs(frame, src, dst);
     Some(end)
+}
+
+/// A TCP segment to write.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u8,
+    pub window: u16,
+    /// An MSS option (for SYNs and SYN-ACKs).
+    pub mss: Option<u16>,
+}
+
+/// Writes `s` with `data` as an IP packet at `frame[l3..]` (the Ethernet
+/// header before it stays; the caller sets its addresses); returns the end
+/// of the packet, or None if the frame is too small or the families differ.
+/// Checksums are computed whole.
+pub fn write(frame: &mut [u8], l3: usize, s: &Segment, data: &[u8]) -> Option<usize> {
+    let hl = tcp::MIN_HEADER_LEN + if s.mss.is_some() { 4 } else { 0 };
+    let tcp_len = hl + data.len();
+    let (ip_len, pseudo) = match (s.src, s.dst) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            (ipv4::MIN_HEADER_LEN, checksum::pseudo_v4(a.octets(), b.octets(), PROTO_TCP, tcp_len as u16))
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            (ipv6::HEADER_LEN, checksum::pseudo_v6(a.octets(), b.octets(), PROTO_TCP, tcp_len as u32))
+        }
+        _ => return None,
+    };
+    let end = l3 + ip_len + tcp_len;
+    let out = frame.get_mut(l3..end)?;
+    let (h, t) = out.split_at_mut(ip_len);
+    match (s.src, s.dst) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            h[ipv4::VER_IHL] = 0x45;
+            h[ipv4::VER_IHL + 1] = 0;
+            h[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&((ip_len + tcp_len) as u16).to_be_bytes());
+            h[ipv4::ID..ipv4::ID + 2].copy_from_slice(&[0, 0]);
+            // Don't fragment.
+            h[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2].copy_from_slice(&[0x40, 0]);
+            h[ipv4::TTL] = 64;
+            h[ipv4::PROTOCOL] = PROTO_TCP;
+            h[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);
+            h[ipv4::SRC..ipv4::SRC + 4].copy_from_slice(&a.octets());
+            h[ipv4::DST..ipv4::DST + 4].copy_from_slice(&b.octets());
+            let c = checksum::checksum(h);
+            h[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            h[ipv6::VER_TC_FLOW..ipv6::PAYLOAD_LEN].copy_from_slice(&[0x60, 0, 0, 0]);
+            h[ipv6::PAYLOAD_LEN..ipv6::NEXT_HEADER].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+            h[ipv6::NEXT_HEADER] = PROTO_TCP;
+            h[ipv6::HOP_LIMIT] = 64;
+            h[ipv6::SRC..ipv6::DST].copy_from_slice(&a.octets());
+            h[ipv6::DST..ipv6::HEADER_LEN].copy_from_slice(&b.octets());
+        }
+        _ => return None,
+    }
+    t[tcp::SRC_PORT..tcp::SRC_PORT + 2].copy_from_slice(&s.sport.to_be_bytes());
+    t[tcp::DST_PORT..tcp::DST_PORT + 2].copy_from_slice(&s.dport.to_be_bytes());
+    t[tcp::SEQ..tcp::SEQ + 4].copy_from_slice(&s.seq.to_be_bytes());
+    t[tcp::ACK..tcp::ACK + 4].copy_from_slice(&s.ack.to_be_bytes());
+    t[tcp::DATA_OFF] = ((hl / 4) as u8) << 4;
+    t[tcp::FLAGS] = s.flags;
+    t[tcp::WINDOW..tcp::WINDOW + 2].copy_from_slice(&s.window.to_be_bytes());
+    t[tcp::CHECKSUM..tcp::CHECKSUM + 4].copy_from_slice(&[0, 0, 0, 0]);
+    if let Some(m) = s.mss {
+        let [hi, lo] = m.to_be_bytes();
+        t[tcp::MIN_HEADER_LEN..hl].copy_from_slice(&[2, 4, hi, lo]);
+    }
+    t[hl..].copy_from_slice(data);
+    let c = !checksum::fold(checksum::add(pseudo, t));
+    t[tcp::CHECKSUM..tcp::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
+    Some(end)
+}
+
+/// Adds `delta` to the 32-bit field at `at` of the TCP segment at `l4`,
+/// keeping its checksum (sequence and acknowledgment numbers of a proxied
+/// connection).
+pub fn shift32(frame: &mut [u8], l4: usize, at: usize, delta: u32) {
+    let Some(b) = frame.get(l4 + at..l4 + at + 4) else { return };
+    let old = [b[0], b[1], b[2], b[3]];
+    let new = u32::from_be_bytes(old).wrapping_add(delta).to_be_bytes();
+    let Some(c) = frame.get(l4 + tcp::CHECKSUM..l4 + tcp::CHECKSUM + 2) else { return };
+    let hc = u16::from_be_bytes([c[0], c[1]]);
+    let hc = checksum::update(hc, &old, &new);
+    frame[l4 + at..l4 + at + 4].copy_from_slice(&new);
+    frame[l4 + tcp::CHECKSUM..l4 + tcp::CHECKSUM + 2].copy_from_slice(&hc.to_be_bytes());
 }
 
 #[cfg(test)]

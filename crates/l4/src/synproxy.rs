@@ -1,4 +1,5 @@
-//! SYN cookies and the segments of the SYN proxy, I/O-free.
+//! SYN cookies for the SYN proxy, I/O-free (the segments it writes are
+//! `rewrite::write`'s).
 //!
 //! Under a SYN flood a protected service answers SYNs itself, keeping no
 //! state: its SYN-ACK's sequence number is a cookie, a keyed hash of the
@@ -22,9 +23,7 @@
 
 use std::net::IpAddr;
 
-use crate::checksum;
-use crate::field::{ethernet, ipv4, ipv6, tcp};
-use crate::packet::PROTO_TCP;
+use crate::field::tcp;
 
 /// MSS values a cookie can encode (index 0-7), each what common paths
 /// carry.
@@ -146,107 +145,6 @@ pub fn syn_mss(seg: &[u8]) -> Option<u16> {
     None
 }
 
-/// A TCP segment to write.
-#[derive(Clone, Copy, Debug)]
-pub struct Segment {
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    pub sport: u16,
-    pub dport: u16,
-    pub seq: u32,
-    pub ack: u32,
-    pub flags: u8,
-    pub window: u16,
-    /// An MSS option (for SYNs and SYN-ACKs).
-    pub mss: Option<u16>,
-}
-
-/// Writes `s` with `data` as an IP packet at `frame[l3..]` (the Ethernet
-/// header before it stays; the caller sets its addresses); returns the end
-/// of the packet, or None if the frame is too small or the families differ.
-/// Checksums are computed whole.
-pub fn write(frame: &mut [u8], l3: usize, s: &Segment, data: &[u8]) -> Option<usize> {
-    let hl = tcp::MIN_HEADER_LEN + if s.mss.is_some() { 4 } else { 0 };
-    let tcp_len = hl + data.len();
-    let (ip_len, pseudo) = match (s.src, s.dst) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            (ipv4::MIN_HEADER_LEN, checksum::pseudo_v4(a.octets(), b.octets(), PROTO_TCP, tcp_len as u16))
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => {
-            (ipv6::HEADER_LEN, checksum::pseudo_v6(a.octets(), b.octets(), PROTO_TCP, tcp_len as u32))
-        }
-        _ => return None,
-    };
-    let end = l3 + ip_len + tcp_len;
-    let out = frame.get_mut(l3..end)?;
-    let (h, t) = out.split_at_mut(ip_len);
-    match (s.src, s.dst) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            h[ipv4::VER_IHL] = 0x45;
-            h[ipv4::VER_IHL + 1] = 0;
-            h[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&((ip_len + tcp_len) as u16).to_be_bytes());
-            h[ipv4::ID..ipv4::ID + 2].copy_from_slice(&[0, 0]);
-            // Don't fragment.
-            h[ipv4::FLAGS_FRAG..ipv4::FLAGS_FRAG + 2].copy_from_slice(&[0x40, 0]);
-            h[ipv4::TTL] = 64;
-            h[ipv4::PROTOCOL] = PROTO_TCP;
-            h[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&[0, 0]);
-            h[ipv4::SRC..ipv4::SRC + 4].copy_from_slice(&a.octets());
-            h[ipv4::DST..ipv4::DST + 4].copy_from_slice(&b.octets());
-            let c = checksum::checksum(h);
-            h[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => {
-            h[ipv6::VER_TC_FLOW..ipv6::PAYLOAD_LEN].copy_from_slice(&[0x60, 0, 0, 0]);
-            h[ipv6::PAYLOAD_LEN..ipv6::NEXT_HEADER].copy_from_slice(&(tcp_len as u16).to_be_bytes());
-            h[ipv6::NEXT_HEADER] = PROTO_TCP;
-            h[ipv6::HOP_LIMIT] = 64;
-            h[ipv6::SRC..ipv6::DST].copy_from_slice(&a.octets());
-            h[ipv6::DST..ipv6::HEADER_LEN].copy_from_slice(&b.octets());
-        }
-        _ => return None,
-    }
-    t[tcp::SRC_PORT..tcp::SRC_PORT + 2].copy_from_slice(&s.sport.to_be_bytes());
-    t[tcp::DST_PORT..tcp::DST_PORT + 2].copy_from_slice(&s.dport.to_be_bytes());
-    t[tcp::SEQ..tcp::SEQ + 4].copy_from_slice(&s.seq.to_be_bytes());
-    t[tcp::ACK..tcp::ACK + 4].copy_from_slice(&s.ack.to_be_bytes());
-    t[tcp::DATA_OFF] = ((hl / 4) as u8) << 4;
-    t[tcp::FLAGS] = s.flags;
-    t[tcp::WINDOW..tcp::WINDOW + 2].copy_from_slice(&s.window.to_be_bytes());
-    t[tcp::CHECKSUM..tcp::CHECKSUM + 4].copy_from_slice(&[0, 0, 0, 0]);
-    if let Some(m) = s.mss {
-        let [hi, lo] = m.to_be_bytes();
-        t[tcp::MIN_HEADER_LEN..hl].copy_from_slice(&[2, 4, hi, lo]);
-    }
-    t[hl..].copy_from_slice(data);
-    let c = !checksum::fold(checksum::add(pseudo, t));
-    t[tcp::CHECKSUM..tcp::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
-    Some(end)
-}
-
-/// Swaps a frame's Ethernet addresses (an answer goes back where its
-/// question came from).
-pub fn swap_macs(frame: &mut [u8]) {
-    if frame.len() >= ethernet::ETHERTYPE {
-        let (d, s) = frame[..ethernet::ETHERTYPE].split_at_mut(6);
-        d.swap_with_slice(s);
-    }
-}
-
-/// Adds `delta` to the 32-bit field at `at` of the TCP segment at `l4`,
-/// keeping its checksum (sequence and acknowledgment numbers of a proxied
-/// connection).
-pub fn shift32(frame: &mut [u8], l4: usize, at: usize, delta: u32) {
-    let Some(b) = frame.get(l4 + at..l4 + at + 4) else { return };
-    let old = [b[0], b[1], b[2], b[3]];
-    let new = u32::from_be_bytes(old).wrapping_add(delta).to_be_bytes();
-    let Some(c) = frame.get(l4 + tcp::CHECKSUM..l4 + tcp::CHECKSUM + 2) else { return };
-    let hc = u16::from_be_bytes([c[0], c[1]]);
-    let hc = checksum::update(hc, &old, &new);
-    frame[l4 + at..l4 + at + 4].copy_from_slice(&new);
-    frame[l4 + tcp::CHECKSUM..l4 + tcp::CHECKSUM + 2].copy_from_slice(&hc.to_be_bytes());
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +200,7 @@ mod tests {
 
     #[test]
     fn written_segments_parse_with_valid_checksums() {
+        use crate::rewrite::{Segment, shift32, write};
         for (src, dst) in [("10.0.0.100", "10.0.0.1"), ("2001:db8::100", "2001:db8::1")] {
             let mut f = vec![0u8; 200];
             f[12..14].copy_from_slice(&if src.contains(':') { [0x86, 0xdd] } else { [8, 0] });

@@ -30,7 +30,7 @@ use gatehouse_balance::MaglevTable;
 use gatehouse_config::{L4Mode, L4Scheduler};
 
 pub use counters::{Counters, DROP_KINDS, DropReason, ServiceCounters, SnatCounters};
-pub use snat::{SNAT, SnatRule, is_snat};
+pub use snat::{SNAT, SnatRule, in_prefix, is_snat, prefix};
 pub use sync::{CommitError, SyncOut};
 pub use worker::Worker;
 

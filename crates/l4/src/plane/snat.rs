@@ -43,22 +43,23 @@ pub fn is_snat(service: u16) -> bool {
     service & SNAT != 0 && service & crate::session::REVERSE == 0
 }
 
-fn in_net(a: u128, (net, len): (u128, u8)) -> bool {
+/// A network as one 128-bit space holds both families (IPv4 as
+/// `::ffff:a.b.c.d`): its address, masked, and its prefix length there.
+pub fn prefix(addr: IpAddr, len: u8) -> (u128, u8) {
+    let len = if addr.is_ipv4() { len.min(32) + 96 } else { len.min(128) };
+    let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+    (addr_key(addr) & mask, len)
+}
+
+/// Whether address `a` (as [`prefix`] counts it) is in network `net`.
+pub fn in_prefix(a: u128, (net, len): (u128, u8)) -> bool {
     len == 0 || (a ^ net) >> (128 - u32::from(len.min(128))) == 0
 }
 
 impl SnatRule {
     /// A rule from networks given as (address, prefix length in its family).
     pub fn new(name: String, nets: &[(IpAddr, u8)], timeouts: [u32; 4]) -> SnatRule {
-        let sources = nets
-            .iter()
-            .map(|&(a, len)| {
-                let len = if a.is_ipv4() { len.min(32) + 96 } else { len.min(128) };
-                let k = addr_key(a);
-                let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
-                (k & mask, len)
-            })
-            .collect();
+        let sources = nets.iter().map(|&(a, len)| prefix(a, len)).collect();
         SnatRule { name, sources, addrs: Vec::new(), timeouts }
     }
 }
@@ -95,7 +96,7 @@ impl Plane {
             return None;
         }
         let a = addr_key(src);
-        self.snat.iter().position(|r| r.sources.iter().any(|&n| in_net(a, n))).map(|i| i as u16)
+        self.snat.iter().position(|r| r.sources.iter().any(|&n| in_prefix(a, n))).map(|i| i as u16)
     }
 
     /// The timeouts of a session's service or SNAT rule.

@@ -22,8 +22,9 @@ use super::{Buf, DropReason, Plane, Service, Verdict, Worker};
 use crate::field::tcp;
 use crate::packet::{Ip, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN};
 use crate::rewrite::set_macs;
+use crate::rewrite::{Segment, shift32, write};
 use crate::session::{PROXIED, State};
-use crate::synproxy::{self as sp, Ends, Segment};
+use crate::synproxy::{self as sp, Ends};
 
 /// Ticks `Auto` stays on after the SYN rate was last above the threshold.
 pub const HOLD: u32 = 10;
@@ -262,7 +263,7 @@ impl Worker {
         let cap = A::table(self).capacity();
         let d = self.proxy().deltas::<A>(cap)[idx as usize];
         let l4 = buf.head + ip.l4;
-        sp::shift32(buf.mem, l4, tcp::ACK, d);
+        shift32(buf.mem, l4, tcp::ACK, d);
     }
 
     /// A real server's segment of a proxied session (the caller has checked
@@ -346,7 +347,7 @@ impl Worker {
         let cap = A::table(self).capacity();
         let d = self.proxy().deltas::<A>(cap)[idx as usize];
         let l4 = buf.head + ip.l4;
-        sp::shift32(buf.mem, l4, tcp::SEQ, d.wrapping_neg());
+        shift32(buf.mem, l4, tcp::SEQ, d.wrapping_neg());
     }
 }
 
@@ -354,5 +355,5 @@ impl Worker {
 /// buffer has past the frame; returns the new frame length.
 fn write_at(buf: &mut Buf<'_>, ip: &Ip, s: &Segment, data: &[u8]) -> Option<usize> {
     let room = &mut buf.mem[buf.head..];
-    sp::write(room, ip.l3, s, data)
+    write(room, ip.l3, s, data)
 }

@@ -656,18 +656,9 @@ fn seg(
 ) -> Vec<u8> {
     let mut f = vec![0u8; 14 + 20 + 24 + data.len()];
     f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-    let s = crate::synproxy::Segment {
-        src: src.into(),
-        dst: dst.into(),
-        sport,
-        dport,
-        seq,
-        ack,
-        flags,
-        window: 29200,
-        mss,
-    };
-    let n = crate::synproxy::write(&mut f, 14, &s, data).expect("room");
+    let s =
+        crate::rewrite::Segment { src: src.into(), dst: dst.into(), sport, dport, seq, ack, flags, window: 29200, mss };
+    let n = crate::rewrite::write(&mut f, 14, &s, data).expect("room");
     f.truncate(n);
     f
 }
