@@ -73,10 +73,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if a.write:
-        path = B.ROOT / a.write
-        old = path.read_text()
-        at = old.find("\n## 2")
-        path.write_text(old + "\n" + text if at < 0 else old[: at + 1] + text + "\n" + old[at + 1:])
+        B.insert_section(a.write, text)
 
 
 if __name__ == "__main__":

@@ -266,6 +266,15 @@ def make_cert(d, kind):
 # ------------------------------------------------------------------ runs
 
 
+def insert_section(relative, text):
+    """Puts a dated section into the markdown file at ROOT/`relative`,
+    newest first: before its first dated (`## 2...`) section."""
+    path = ROOT / relative
+    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    at = old.find("\n## 2")
+    path.write_text(old + "\n" + text if at < 0 else old[: at + 1] + text + "\n" + old[at + 1:])
+
+
 def cpu_model():
     """The CPU, with its Zen generation: IFMA-bound ratios differ by it."""
     info = Path("/proc/cpuinfo").read_text()
@@ -455,12 +464,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:
-        # Newest run first: insert before the first dated section.
-        path = ROOT / args.write
-        old = path.read_text() if path.exists() else "# Benchmarks\n\n"
-        at = old.find("\n## 2")
-        new = old + "\n" + text if at < 0 else old[: at + 1] + text + "\n" + old[at + 1 :]
-        path.write_text(new)
+        insert_section(args.write, text)
     shutil.rmtree(workdir, ignore_errors=True)
 
 

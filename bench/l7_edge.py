@@ -255,10 +255,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:
-        path = B.ROOT / args.write
-        old = path.read_text()
-        at = old.find("\n## 2")
-        path.write_text(old + "\n" + text if at < 0 else old[: at + 1] + text + "\n" + old[at + 1:])
+        B.insert_section(args.write, text)
     shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -256,10 +256,10 @@ def main():
     text = "\n".join(lines)
     print("\n" + text)
     if a.write:
-        path = ROOT / a.write
-        old = path.read_text()
-        at = old.find("\n## 2")
-        path.write_text(old + "\n" + text if at < 0 else old[: at + 1] + text + "\n" + old[at + 1:])
+        sys.path.insert(0, str(ROOT / "bench"))
+        import l7_bench  # noqa: E402 - only for its section writer
+
+        l7_bench.insert_section(a.write, text)
 
 
 if __name__ == "__main__":
