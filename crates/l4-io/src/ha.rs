@@ -264,14 +264,12 @@ pub fn sync_loop(ha: &Ha, stop: &std::sync::atomic::AtomicBool) {
     let c = &s.counters;
     tracing::info!(listen = %s.cfg.listen, peer = %s.cfg.peer, node, "L4 session sync started");
     while !stop.load(Ordering::Relaxed) {
-        // Take in what the peer sent (the read waits at most SEND_PERIOD).
+        // Take in what the peer sent: wait at most SEND_PERIOD for it, then
+        // read all there is (the socket does not block).
+        wait(&socket, nix::poll::PollFlags::POLLIN, SEND_PERIOD);
         while let Ok((n, from)) = socket.recv_from(&mut buf) {
             receive(ha, s, &mut receiver, &buf[..n], from, started);
-            if socket.set_nonblocking(true).is_err() {
-                break;
-            }
         }
-        let _ = socket.set_nonblocking(false);
         // Gather and send.
         for q in &s.outbox {
             let mut q = lock(q);
@@ -287,14 +285,18 @@ pub fn sync_loop(ha: &Ha, stop: &std::sync::atomic::AtomicBool) {
             pending.drain(..over);
             c.sessions_dropped.fetch_add(over as u64, Ordering::Relaxed);
         }
-        while !pending.is_empty() && tokens >= 1.0 {
-            let n = pending.len().min(MAX_RECORDS).min(tokens as usize);
-            sender.seal(Kind::Sessions, &pending[..n], &mut out);
+        // Datagrams from the front while tokens last; what they took is
+        // removed once (not per datagram: a bulk sync keeps a large backlog).
+        let mut at = 0;
+        while at < pending.len() && tokens >= 1.0 {
+            let n = (pending.len() - at).min(MAX_RECORDS).min(tokens as usize);
+            sender.seal(Kind::Sessions, &pending[at..at + n], &mut out);
             send(&socket, s, &out);
             c.sessions_sent.fetch_add(n as u64, Ordering::Relaxed);
-            pending.drain(..n);
+            at += n;
             tokens -= n as f64;
         }
+        pending.drain(..at);
         s.backlog.store(pending.len() as u64, Ordering::Relaxed);
         if s.hello.swap(false, Ordering::AcqRel) {
             sender.seal(Kind::Hello, &[], &mut out);
@@ -319,12 +321,28 @@ fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     let _ = sock.set_freebind_v4(true);
     sock.bind(&addr.into())?;
     let sock: UdpSocket = sock.into();
-    sock.set_read_timeout(Some(SEND_PERIOD))?;
+    sock.set_nonblocking(true)?;
     Ok(sock)
 }
 
+/// Waits until `socket` is ready for `what`, or `timeout` has passed.
+fn wait(socket: &UdpSocket, what: nix::poll::PollFlags, timeout: Duration) {
+    use nix::poll::{PollFd, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(socket.as_fd(), what)];
+    let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::ZERO);
+    let _ = poll(&mut fds, ms);
+}
+
+/// Sends one datagram to the peer; a full socket buffer is waited out (a
+/// little: the socket does not block).
 fn send(socket: &UdpSocket, s: &SyncShared, d: &[u8]) {
-    match socket.send_to(d, s.cfg.peer) {
+    let mut r = socket.send_to(d, s.cfg.peer);
+    if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+        wait(socket, nix::poll::PollFlags::POLLOUT, SEND_PERIOD);
+        r = socket.send_to(d, s.cfg.peer);
+    }
+    match r {
         Ok(_) => s.counters.datagrams_sent.fetch_add(1, Ordering::Relaxed),
         Err(_) => s.counters.send_errors.fetch_add(1, Ordering::Relaxed),
     };
