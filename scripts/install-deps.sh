@@ -34,6 +34,11 @@ need iperf3 iperf3
 need keepalived keepalived
 # ... and floods a protected VIP with spoofed SYNs.
 need hping3 hping3
+# The dashboard's tests drive a real headless browser.
+need chromium chromium
+need chromedriver chromium-driver
+# ... whose screenshot needs a font.
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || want_pkgs+=(fonts-dejavu-core)
 if [ "${1:-}" = "--bench" ]; then
   need haproxy haproxy
 fi
@@ -63,6 +68,10 @@ fi
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
 # The Prometheus project's text-format parser checks /metrics in the tests.
 python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q prometheus-client || python3 -m pip install -q --break-system-packages prometheus-client
+
+# Selenium drives Chromium in the dashboard's tests (with Debian's chromedriver:
+# nothing is downloaded at test time).
+python3 -c 'import selenium' 2>/dev/null || python3 -m pip install -q selenium || python3 -m pip install -q --break-system-packages selenium
 
 # h2spec, the HTTP/2 conformance suite, from the Go module proxy.
 gobin="$(go env GOPATH)/bin"

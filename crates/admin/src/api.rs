@@ -102,6 +102,21 @@ fn refused(e: WriteError) -> Response<Body> {
     }
 }
 
+/// `POST /config/reload`: reads the config file again and applies it, as
+/// SIGHUP does; answers the new version, or the errors with their paths
+/// (the running config stays).
+pub fn reload(req: Request<Incoming>, node: &Node) -> Response<Body> {
+    if req.method() != Method::POST {
+        let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "/config/reload answers POST only");
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return r;
+    }
+    match node.reload() {
+        Ok(version) => with_etag(json_response(StatusCode::OK, &json!({ "version": version })), version),
+        Err(e) => refused(e.into_write_error(None)),
+    }
+}
+
 /// `/config`: the whole document.
 pub async fn config(req: Request<Incoming>, node: &Node) -> Response<Body> {
     match *req.method() {

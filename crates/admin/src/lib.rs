@@ -1,11 +1,13 @@
 //! The admin listener: Prometheus metrics at `/metrics`, a JSON `/status`,
-//! and (as it grows) the admin API, on an address of its own.
+//! `/stats` (both in one document, for the dashboard), the admin API, and
+//! the dashboard at `/ui/`, on an address of its own.
 //!
 //! It runs on the control thread, never on a worker. Access: an optional
 //! allow-list of client networks (else 403), and the key in `X-API-KEY`
-//! (else 401), which every path needs except the read-only `/metrics` and
-//! `/status` (unless `admin.read_requires_key`). The settings are read from
-//! the live config on every request, so a reload rotates the key.
+//! (else 401), which every path needs except the read-only `/metrics`,
+//! `/status` and `/stats` (unless `admin.read_requires_key`) and the
+//! dashboard's static files. The settings are read from the live config on
+//! every request, so a reload rotates the key.
 
 #![forbid(unsafe_code)]
 // An early return of a whole response is the natural error here, and this
@@ -13,6 +15,7 @@
 #![allow(clippy::result_large_err)]
 
 mod api;
+mod ui;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -81,6 +84,13 @@ pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response<Body> 
     r
 }
 
+/// JSON without indentation, for what is polled.
+fn compact_json(body: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
 /// An error in the shape APISIX's Admin API uses.
 pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     json_response(status, &json!({ "error_msg": msg.into() }))
@@ -121,7 +131,12 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, node: &Node) -> Respon
         l => l,
     };
     let path = req.uri().path();
-    let read_only = matches!(path, "/metrics" | "/status");
+    // The dashboard's files hold nothing secret: with `read_requires_key`
+    // the page asks for the key before it reads anything.
+    if path == "/" || path == "/ui" || path.starts_with("/ui/") {
+        return ui::serve(req.method(), path, req.headers().get(header::IF_NONE_MATCH));
+    }
+    let read_only = matches!(path, "/metrics" | "/status" | "/stats");
     let allowed = match level {
         Access::Full => true,
         Access::Read => read_only && !cfg.read_requires_key,
@@ -152,7 +167,13 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, node: &Node) -> Respon
             r
         }),
         "/status" => get_only(&|| json_response(StatusCode::OK, &node.status())),
+        "/stats" => get_only(&|| {
+            let mut r = compact_json(&node.stats());
+            r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r
+        }),
         "/config" => api::config(req, node).await,
+        "/config/reload" => api::reload(req, node),
         "/ha" => api::ha(req, node).await,
         "/openapi.json" => get_only(&|| {
             let mut r = Response::new(Full::new(Bytes::from_static(OPENAPI.as_bytes())));

@@ -148,7 +148,35 @@ impl Plane for L4 {
     }
 
     fn status(&self, out: &mut serde_json::Map<String, serde_json::Value>) {
-        let Some(ha) = self.0.runtime.get().and_then(|rt| rt.ha()) else { return };
+        let Some(rt) = self.0.runtime.get() else { return };
+        let services: Vec<serde_json::Value> = self
+            .cfg()
+            .iter()
+            .flat_map(|l| &l.services)
+            .map(|s| {
+                let group = health_group(&s.name);
+                let reals: Vec<serde_json::Value> = s
+                    .real_servers
+                    .iter()
+                    .filter_map(|r| r.address.map(|a| (a, r.weight)))
+                    .map(|(a, weight)| {
+                        let up = self.0.health.get(&group, a).is_up();
+                        serde_json::json!({ "address": a.to_string(), "weight": weight, "healthy": up })
+                    })
+                    .collect();
+                let name = |d: &dyn std::fmt::Debug| format!("{d:?}").to_lowercase();
+                serde_json::json!({
+                    "name": s.name,
+                    "address": s.address.map(|a| a.to_string()),
+                    "protocol": name(&s.protocol),
+                    "scheduler": name(&s.scheduler),
+                    "mode": name(&s.mode),
+                    "real_servers": reals,
+                })
+            })
+            .collect();
+        out.insert("l4_services".into(), serde_json::Value::from(services));
+        let Some(ha) = rt.ha() else { return };
         let mut m = serde_json::Map::new();
         m.insert("role".into(), ha.role().name().into());
         if let Some(s) = &ha.sync {

@@ -253,15 +253,24 @@ impl Plane for L7 {
                     .endpoints
                     .iter()
                     .map(|e| {
+                        let last = e.health.last_check();
                         json!({
                             "address": e.addr.to_string(),
                             "weight": e.weight,
                             "healthy": e.health.is_up(),
+                            "ejected": e.health.ejected(),
                             "in_flight": e.health.in_flight(),
+                            "last_check": last.as_ref().map(|c| c.at),
+                            "last_check_error": last.and_then(|c| c.failure),
                         })
                     })
                     .collect();
-                json!({ "name": &*u.name, "endpoints": endpoints })
+                json!({
+                    "name": &*u.name,
+                    "balance": u.pool.cfg.balance.name(),
+                    "health_check": u.pool.cfg.health_check.as_ref().map(|c| format!("{:?}", c.kind).to_lowercase()),
+                    "endpoints": endpoints,
+                })
             })
             .collect();
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
@@ -276,7 +285,33 @@ impl Plane for L7 {
                 })
             })
             .collect();
+        let routes: Vec<Value> = snap
+            .config
+            .routes
+            .iter()
+            .map(|r| {
+                let m = &r.matches;
+                json!({
+                    "name": r.name,
+                    "listeners": r.listeners,
+                    "hosts": m.hosts,
+                    "path": m.path,
+                    "path_prefix": m.path_prefix.clone().or_else(|| m.path.is_none().then(|| "/".to_string())),
+                    "methods": m.methods,
+                    "upstream": r.upstream,
+                    "direct_response": r.direct_response.as_ref().map(|d| d.status),
+                    "canary": r.canary.as_ref().map(|c| json!({
+                        "upstream": c.upstream,
+                        "weight": c.weight,
+                        "header": c.header.as_ref().map(|h| &h.name),
+                    })),
+                    "rate_limit": r.rate_limit.as_ref().map(|l| l.rate),
+                    "access_list": !r.allow.is_empty() || !r.deny.is_empty(),
+                })
+            })
+            .collect();
         out.insert("listeners".into(), Value::from(listeners));
+        out.insert("routes".into(), Value::from(routes));
         out.insert("upstreams".into(), Value::from(upstreams));
         out.insert("certificates".into(), Value::from(certificates));
     }

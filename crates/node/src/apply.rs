@@ -37,7 +37,7 @@ impl std::error::Error for ApplyError {}
 impl ApplyError {
     /// As the error of a resource write to the entry at `within` (its
     /// path in the config: `routes[3]`).
-    pub(crate) fn into_write_error(self, within: Option<String>) -> WriteError {
+    pub fn into_write_error(self, within: Option<String>) -> WriteError {
         match self {
             ApplyError::Invalid(errors) => WriteError::Invalid { errors, within },
             ApplyError::Store(e) => WriteError::Failed(e.to_string()),
@@ -233,36 +233,35 @@ impl Node {
         self.health.retain(&|g, a| keep.iter().any(|(kg, ka)| kg == g && *ka == a));
     }
 
-    /// Re-reads the config file (merged with the store's resources). On any
-    /// error: logs every problem and keeps the running config, listeners
-    /// included.
-    pub fn reload(&self) {
-        let refuse = |lines: &str| {
-            for line in lines.lines() {
-                tracing::error!("reload refused: {line}");
-            }
-            tracing::error!(version = self.running.load().version, "reload refused; the running config stays");
-            self.metrics.reloaded(false);
-        };
-        let local = match crate::run::read_document(&self.config_path) {
-            Ok(d) => d,
-            Err(e) => return refuse(&e.to_string()),
-        };
-        let composed = match self.store.compose(&local) {
-            Ok(c) => c,
-            Err(e) => return refuse(&format!("{}: {e}", self.config_path.display())),
-        };
-        let mut control = self.control();
-        match self.apply(&mut control, composed.doc, false) {
-            Ok(version) => {
-                control.local = local;
-                if let Some(v) = composed.versions {
-                    control.versions = v;
+    /// Re-reads the config file (merged with the store's resources) and
+    /// applies it: SIGHUP, and the admin API's `POST /config/reload`.
+    /// Returns the new version. On any error: logs every problem and keeps
+    /// the running config, listeners included.
+    pub fn reload(&self) -> Result<u64, ApplyError> {
+        let result = self.reload_inner();
+        match &result {
+            Ok(version) => tracing::info!(version, "configuration reloaded"),
+            Err(e) => {
+                for line in e.to_string().lines() {
+                    tracing::error!("reload refused: {line}");
                 }
-                tracing::info!(version, "configuration reloaded");
+                tracing::error!(version = self.running.load().version, "reload refused; the running config stays");
+                self.metrics.reloaded(false);
             }
-            Err(e) => refuse(&e.to_string()),
         }
+        result
+    }
+
+    fn reload_inner(&self) -> Result<u64, ApplyError> {
+        let local = crate::run::read_document(&self.config_path).map_err(ApplyError::Invalid)?;
+        let composed = self.store.compose(&local).map_err(ApplyError::Store)?;
+        let mut control = self.control();
+        let version = self.apply(&mut control, composed.doc, false)?;
+        control.local = local;
+        if let Some(v) = composed.versions {
+            control.versions = v;
+        }
+        Ok(version)
     }
 
     /// Replaces the whole document (the admin API's `PUT /config`), written

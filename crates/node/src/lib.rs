@@ -166,13 +166,27 @@ impl Node {
 
     /// The Prometheus exposition of the process and every plane.
     pub fn scrape(&self) -> String {
-        let mut o = Exposition::default();
+        self.expose(Exposition::default()).into_text()
+    }
+
+    fn expose(&self, mut o: Exposition) -> Exposition {
         self.metrics.render(&mut o, self.running.load().version);
         self.store.metrics(&mut o);
         for p in &self.planes {
             p.metrics(&mut o);
         }
-        o.into_text()
+        o
+    }
+
+    /// `/stats`, what the dashboard polls: the time (Unix milliseconds),
+    /// `/status`, and every figure of `/metrics` as JSON, read from the
+    /// same counters (nothing more is counted for it).
+    pub fn stats(&self) -> Value {
+        json!({
+            "at": gatehouse_plane::metrics::unix_ms(SystemTime::now()),
+            "status": self.status(),
+            "metrics": self.expose(Exposition::json()).into_json(),
+        })
     }
 
     /// `/status`: what is running, in one document.

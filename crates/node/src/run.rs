@@ -306,7 +306,9 @@ async fn control_loop(node: Arc<Node>, mut signals: Signals) {
     loop {
         tokio::select! {
             _ = node.handed_over.notified() => break,
-            _ = signals.hup.recv() => node.reload(),
+            _ = signals.hup.recv() => {
+                let _ = node.reload();
+            }
             _ = signals.term.recv() => break,
             _ = signals.int.recv() => break,
         }

@@ -37,6 +37,18 @@ pub struct EndpointHealth {
     /// Requests in flight, one slot per worker (written only by its worker,
     /// summed when read): for least connections and the status page.
     in_flight: Box<[InFlight]>,
+    /// The last active check, for the status page (written by the
+    /// checker on the control thread only).
+    last_check: Mutex<Option<LastCheck>>,
+}
+
+/// When an endpoint was last checked, and what came of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastCheck {
+    /// Unix seconds.
+    pub at: f64,
+    /// `None` when it passed; else why it failed.
+    pub failure: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +63,7 @@ impl EndpointHealth {
             ejected_until: AtomicU64::new(0),
             connect_failures: AtomicU32::new(0),
             in_flight: (0..workers.max(1)).map(|_| InFlight::default()).collect(),
+            last_check: Mutex::new(None),
         }
     }
 
@@ -81,6 +94,22 @@ impl EndpointHealth {
 
     pub fn is_up(&self) -> bool {
         self.available(now_ms())
+    }
+
+    /// Whether passive ejection holds it out of rotation now.
+    pub fn ejected(&self) -> bool {
+        self.ejected_until.load(Ordering::Relaxed) > now_ms()
+    }
+
+    /// The last active check; `None` before the first, or without one.
+    pub fn last_check(&self) -> Option<LastCheck> {
+        self.last_check.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn checked(&self, result: &Result<(), String>) {
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        let c = LastCheck { at: (at * 1000.0).round() / 1000.0, failure: result.clone().err() };
+        *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
     }
 
     /// Counts a failed connect; returns true if this failure ejected it.
@@ -234,6 +263,7 @@ pub async fn check_loop(upstream: String, health: Arc<EndpointHealth>, check: He
     loop {
         tick.tick().await;
         let result = probe(health.addr, &check).await;
+        health.checked(&result);
         if let Some(up) = state.observe(result.is_ok()) {
             health.set_active(up);
             match (&result, up) {

@@ -388,18 +388,23 @@ impl Decode for UpstreamProtocol {
     }
 }
 
+const BALANCES: [(&str, Balance); 4] = [
+    ("round_robin", Balance::RoundRobin),
+    ("weighted_round_robin", Balance::WeightedRoundRobin),
+    ("least_connections", Balance::LeastConnections),
+    ("maglev", Balance::Maglev),
+];
+
+impl Balance {
+    /// The name the config file uses.
+    pub fn name(&self) -> &'static str {
+        BALANCES.iter().find(|(_, b)| b == self).map_or("round_robin", |(n, _)| n)
+    }
+}
+
 impl Decode for Balance {
     fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
-        decode_enum(
-            node,
-            ctx,
-            &[
-                ("round_robin", Balance::RoundRobin),
-                ("weighted_round_robin", Balance::WeightedRoundRobin),
-                ("least_connections", Balance::LeastConnections),
-                ("maglev", Balance::Maglev),
-            ],
-        )
+        decode_enum(node, ctx, &BALANCES)
     }
 }
 
