@@ -37,6 +37,8 @@ need hping3 hping3
 # The dashboard's tests drive a real headless browser.
 need chromium chromium
 need chromedriver chromium-driver
+# ... which reaches admin listeners inside test namespaces through socat.
+need socat socat
 # ... whose screenshot needs a font.
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || want_pkgs+=(fonts-dejavu-core)
 if [ "${1:-}" = "--bench" ]; then

@@ -40,6 +40,16 @@ def raw_upstream():
 
 
 @pytest.fixture
+def browser(tmp_path):
+    """A headless Chromium with a fresh profile (tests/e2e/browser.py)."""
+    from browser import chromium
+
+    d = chromium(tmp_path / "chromium-profile")
+    yield d
+    d.quit()
+
+
+@pytest.fixture
 def gatehouse(tmp_path):
     """Factory: gatehouse(config, wait_ports=[...]) starts Gatehouse."""
     made = []

@@ -5,20 +5,17 @@ The second test saves the screenshot docs/dashboard.png under load."""
 
 import http.client
 import json
-import shutil
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from harness import NginxBackend, Upstream, curl, free_port, wait_for
+from browser import console_errors, open_dashboard, points, requested_urls, row, text_of
+from harness import NginxBackend, curl, free_port, wait_for
 from test_admin_api import KEY, api
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -42,43 +39,6 @@ routes:
 """
 
 
-@pytest.fixture
-def browser(tmp_path):
-    """A headless Chromium with a fresh profile, offline as this machine is."""
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "chromium and chromium-driver are installed by make test's dependency step"
-    o = webdriver.ChromeOptions()
-    o.binary_location = chromium
-    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-              "--window-size=1400,1250", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        o.add_argument(a)
-    o.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    d = webdriver.Chrome(service=Service(driver), options=o)
-    d.set_page_load_timeout(20)
-    yield d
-    d.quit()
-
-
-def console_errors(d, allow=()):
-    """SEVERE console entries, except network ones naming an allowed path."""
-    errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
-    return [e for e in errors if not (e.get("source") == "network" and any(p in e["message"] for p in allow))]
-
-
-def requested_urls(d):
-    """Every URL the page's network stack was asked for (the browser's own
-    chrome:// new-tab page and inline data: URLs aside)."""
-    urls = []
-    for entry in d.get_log("performance"):
-        m = json.loads(entry["message"])["message"]
-        if m.get("method") == "Network.requestWillBeSent":
-            url = m["params"]["request"]["url"]
-            if not url.startswith(("chrome://", "chrome-untrusted://", "about:", "data:")):
-                urls.append(url)
-    return urls
-
-
 def get(port, path, headers=None):
     """One GET, redirects not followed: (status, headers with lower-case names, body)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -90,27 +50,9 @@ def get(port, path, headers=None):
         c.close()
 
 
-def text_of(d, css):
-    return d.find_element(By.CSS_SELECTOR, css).text
-
-
-def row(d, table_css, first_cell):
-    for tr in d.find_elements(By.CSS_SELECTOR, f"{table_css} tbody tr"):
-        cells = tr.find_elements(By.TAG_NAME, "td")
-        if cells and cells[0].text == first_cell:
-            return tr
-    return None
-
-
 def endpoint_state(d, upstream, address):
     tr = d.find_elements(By.CSS_SELECTOR, f'.upstream[data-upstream="{upstream}"] tr[data-key="{upstream}/{address}"]')
     return tr[0].find_elements(By.TAG_NAME, "td")[1].text if tr else None
-
-
-def points(d, chart):
-    """Points in a chart (it is drawn from the second poll on)."""
-    found = d.find_elements(By.ID, f"chart-{chart}")
-    return int(found[0].get_attribute("data-points") or 0) if found else 0
 
 
 def load(port, seconds):
@@ -170,9 +112,7 @@ def test_dashboard_in_a_browser(gatehouse, upstream, browser, tmp_path):
         gatehouse(config(web, admin, a.addr, b.addr, canary.addr, tls=tls), [web, admin, tls])
         base = f"http://127.0.0.1:{admin}"
         d = browser
-        d.get(f"{base}/ui/")
-        wait_for(lambda: int(d.find_element(By.TAG_NAME, "body").get_attribute("data-polls") or 0) >= 1,
-                 timeout=10, what="the first poll drawn")
+        open_dashboard(d, base)
         # The routes table lists the configured routes, with what they match.
         assert row(d, "#routes", "shop") is not None and row(d, "#routes", "hello") is not None
         assert "/shop*" in row(d, "#routes", "shop").text and "= /hello" in row(d, "#routes", "hello").text

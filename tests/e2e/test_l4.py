@@ -23,7 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from selenium.webdriver.common.by import By
+
 import netns
+from browser import cell, console_errors, forwarded_from, open_dashboard, points, requested_urls, row
 from harness import Gatehouse, wait_for
 from netns import metric, sh
 
@@ -316,6 +319,30 @@ def test_snat_takes_real_servers_out_and_replies_back(l4):
     finally:
         outside.kill()
         outside.wait()
+
+
+def test_the_dashboard_shows_the_l4_plane(l4, browser, tmp_path):
+    """The dashboard, in Chromium, on the balancer's admin listener: the
+    services with their real servers and health, and rates once traffic
+    passes."""
+    d = browser
+    with forwarded_from(NS["lb"], 9180, tmp_path) as port:
+        base = f"http://127.0.0.1:{port}"
+        open_dashboard(d, base)
+        wait_for(lambda: d.find_element(By.ID, "l4").is_displayed(), timeout=10, what="the L4 panel")
+        for name in ("web-nat", "echo-nat", "web-maglev", "web-dr", "web-fnat", "web-reset", "web-guard"):
+            assert row(d, "#l4-services", name) is not None, name
+        nat = row(d, "#l4-services", "web-nat")
+        assert cell(nat, 1) == "10.77.0.100:80 tcp" and cell(nat, 2) == "nat, wrr"
+        real = d.find_element(By.CSS_SELECTOR, 'tr[data-key="r:web-nat/10.77.0.12:80"]')
+        assert cell(real, 3) == "10.77.0.12:80" and cell(real, 4) == "UP" and cell(real, 5) == "3"
+        seen = client("count", "http://10.77.0.100/", "500")
+        assert seen["errors"] == 0, seen
+        wait_for(lambda: cell(row(d, "#l4-services", "web-nat"), 6) not in ("0", "–"), timeout=10,
+                 what="packets/s of web-nat")
+        wait_for(lambda: points(d, "l4") >= 2, timeout=10, what="the L4 packets chart")
+        assert console_errors(d) == []
+        assert all(u.startswith(base + "/") for u in requested_urls(d))
 
 
 def test_takeover_hands_the_interfaces_over(l4):

@@ -25,7 +25,9 @@ import types
 from pathlib import Path
 
 import pytest
+from selenium.webdriver.common.by import By
 
+from browser import cell, console_errors, forwarded_from, open_dashboard, requested_urls, row
 from harness import Gatehouse, wait_for
 
 TAG = f"wg{os.getpid() % 100000}"
@@ -709,6 +711,26 @@ def test_peers_through_the_admin_api(net, tmp_path):
         b.stop()
         c.stop()
         gh.stop()
+
+
+def test_the_dashboard_shows_wireguard_peers(net, tmp_path, browser):
+    """The dashboard, in Chromium, on Gatehouse's admin listener in its
+    namespace: the interface's peer with its endpoint, handshake and bytes."""
+    d = browser
+    with gatehouse_and_go(tmp_path) as (_gh, _go, _pa):
+        ping("a", inner4("b"))
+        with forwarded_from(NS["a"], 9180, tmp_path) as port:
+            base = f"http://127.0.0.1:{port}"
+            open_dashboard(d, base)
+            wait_for(lambda: d.find_element(By.ID, "wg").is_displayed(), timeout=10, what="the WireGuard panel")
+            peer = row(d, "#wg-peers", f"{ifname('a')} :{PORT['a']}")
+            assert peer is not None
+            assert cell(peer, 1) == "b" and cell(peer, 2) == f"{UNDERLAY['b']}:{PORT['b']}"
+            assert cell(peer, 3) == f"{inner4('b')}/32, {inner6('b')}/128"
+            assert cell(peer, 4).endswith(" s ago"), cell(peer, 4)
+            assert cell(peer, 7) != "0 B" and cell(peer, 8) != "0 B"
+            assert console_errors(d) == []
+            assert all(u.startswith(base + "/") for u in requested_urls(d))
 
 
 def test_peers_kept_in_etcd(net, tmp_path):
