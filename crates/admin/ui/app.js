@@ -473,17 +473,24 @@
       if (ops + single === 0) continue;
       const dt = old ? (doc.at - old.at) / 1000 : 0;
       const opsRate = old && dt > 0 ? (ops - batchedOps(old, k)) / dt : null;
-      rows.push({ k, opsRate, mean: batches ? ops / batches : null, single: rate(doc, old, 'gatehouse_keyops_single_ops_total', { key: k }) });
+      // Batches by size over the window, the commonest first: "8×120 3×4".
+      const bySize = samples(doc, 'gatehouse_keyops_batches_total').filter(([l]) => l.key === k).map(([l, v]) => {
+        const then = old ? total(old, 'gatehouse_keyops_batches_total', { key: k, size: l.size }) : 0;
+        return [l.size, v - then];
+      }).filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1]);
+      const sizes = bySize.slice(0, 4).map(([size, n]) => `${size}×${fmtNum(n)}`).join(' ') || '–';
+      rows.push({ k, opsRate, sizes, mean: batches ? ops / batches : null, single: rate(doc, old, 'gatehouse_keyops_single_ops_total', { key: k }) });
     }
     const tb = $('keyops').tBodies[0];
-    if (!rows.length) emptyRow(tb, 4, 'no private-key operations yet');
+    if (!rows.length) emptyRow(tb, 5, 'no private-key operations yet');
     else {
       syncRows(tb, rows, (r) => r.k, () => el('tr'), (tr, r) => {
-        const c = cells(tr, 4, [1, 2, 3]);
+        const c = cells(tr, 5, [1, 2, 4]);
         setText(c[0], r.k);
         setText(c[1], fmtNum(r.opsRate));
         setText(c[2], fmtNum(r.mean, 2));
-        setText(c[3], fmtNum(r.single));
+        setText(c[3], r.sizes);
+        setText(c[4], fmtNum(r.single));
       });
     }
     const delay = quantile(0.99, doc, recent[0] === doc ? null : recent[0], 'gatehouse_keyops_queue_delay_seconds');
