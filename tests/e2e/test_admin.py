@@ -2,6 +2,7 @@
 text-format parser), /status, and who may read what."""
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -116,13 +117,20 @@ def test_reloads_and_health_show_in_metrics_and_status(tmp_path, gatehouse, upst
     s = json.loads(body)
     assert s["workers"] == 2 and s["config_version"] == 1
     assert [(l["name"], l["protocol"]) for l in s["listeners"]] == [("web", "http"), ("secure", "https")]
-    assert s["upstreams"] == [{"name": "back", "endpoints": [{"address": back.addr, "weight": 1, "healthy": True, "in_flight": 0}]}]
+    assert [u["name"] for u in s["upstreams"]] == ["back"]
+    assert s["upstreams"][0]["balance"] == "round_robin" and s["upstreams"][0]["health_check"] == "http"
+    endpoint = s["upstreams"][0]["endpoints"][0]
+    assert {k: endpoint[k] for k in ("address", "weight", "healthy", "ejected", "in_flight")} == {
+        "address": back.addr, "weight": 1, "healthy": True, "ejected": False, "in_flight": 0}
     assert s["certificates"][0]["name"] == "site" and 29 < s["certificates"][0]["expires_in_days"] <= 30.1
     assert s["uptime_seconds"] >= 0 and s["version"]
 
     back.stop()
     wait_for(lambda: not json.loads(admin_get(admin, "/status")[2])["upstreams"][0]["endpoints"][0]["healthy"],
              what="the endpoint marked down in /status")
+    # The last active check says when, and why it failed.
+    endpoint = json.loads(admin_get(admin, "/status")[2])["upstreams"][0]["endpoints"][0]
+    assert abs(endpoint["last_check"] - time.time()) < 5 and endpoint["last_check_error"], endpoint
     m = samples(admin_get(admin, "/metrics")[2])
     assert value(m, "gatehouse_upstream_endpoint_up", upstream="back", endpoint=back.addr) == 0
 
