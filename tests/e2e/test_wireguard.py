@@ -713,6 +713,47 @@ def test_peers_through_the_admin_api(net, tmp_path):
         gh.stop()
 
 
+def test_a_takeover_hands_the_sessions_over(net, tmp_path):
+    """A binary upgrade: the old process stops its interface and hands its
+    sessions (keys, counters, replay windows, endpoints) to the new one,
+    which serves them without a handshake while pings keep flowing both
+    ways."""
+    with gatehouse_and_go(tmp_path) as (old, _go, _pa):
+        ping("a", inner4("b"))
+        ping("b", inner4("a"))
+        dev = ifname("a")
+        # 0.02 s apart for about 8 s, both ways, across the takeover.
+        flows = [subprocess.Popen(["ip", "netns", "exec", NS[src], "ping", "-4", "-c", "400", "-i", "0.02", "-W", "1", dst],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for src, dst in (("b", inner4("a")), ("a", inner4("b")))]
+        new = None
+        try:
+            time.sleep(2)
+            new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["a"]))
+            new.wait_log("WireGuard sessions taken over")
+            assert old.proc.wait(timeout=15) == 0
+            outs = [f.communicate(timeout=30)[0] for f in flows]
+            for out in outs:
+                m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+                assert m, out
+                sent, got = int(m.group(1)), int(m.group(2))
+                assert sent == 400 and got >= sent - 5, f"pings lost across the takeover: {out}"
+            text = metrics("a")
+            assert metric(text, "gatehouse_wg_peer_handshakes_total", peer="b") == 0, "no new handshake"
+            assert metric(text, "gatehouse_wg_peer_initiations_total", peer="b") == 0
+            assert metric(text, "gatehouse_wg_peer_rx_packets_total", peer="b") > 0
+            assert "keypairs=1" in new.stderr() or "keypairs=2" in new.stderr(), new.stderr()
+            # The new process answers wg show, with the handshake it inherited.
+            shown = ns("a", "wg", "show", dev, "latest-handshakes")
+            assert int(shown.split()[-1]) > 0, shown
+            ping("b", inner4("a"))
+        finally:
+            for f in flows:
+                f.kill()
+            if new:
+                new.stop()
+
+
 def test_the_dashboard_shows_wireguard_peers(net, tmp_path, browser):
     """The dashboard, in Chromium, on Gatehouse's admin listener in its
     namespace: the interface's peer with its endpoint, handshake and bytes."""

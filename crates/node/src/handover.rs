@@ -125,9 +125,68 @@ pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), TakeoverError> 
     Ok((inherited, s))
 }
 
-/// Tells the old process the new one is accepting.
-pub fn ready(mut s: UnixStream) -> std::io::Result<()> {
-    s.write_all(b"READY\n")
+/// Tells the old process the new one is accepting; returns the connection,
+/// on which the old process then sends its planes' state.
+pub fn ready(mut s: UnixStream) -> std::io::Result<UnixStream> {
+    s.write_all(b"READY\n")?;
+    Ok(s)
+}
+
+/// The most bytes of state one plane may hand over.
+const MAX_STATE: usize = 64 << 20;
+
+/// After `READY`: what each plane of the old process hands over, as
+/// `STATE NAME LEN` lines each followed by LEN bytes, up to `END`. Waits at
+/// most `wait` in all; a previous process that sends nothing (an older
+/// binary) or stops halfway yields what came complete.
+pub fn receive_states(s: UnixStream, wait: Duration) -> Vec<(String, zeroize::Zeroizing<Vec<u8>>)> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut states = Vec::new();
+    let mut r = std::io::BufReader::new(s);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || r.get_ref().set_read_timeout(Some(left)).is_err() {
+            tracing::warn!("takeover: the previous process's state did not all come in time");
+            return states;
+        }
+        let mut line = String::new();
+        match std::io::BufRead::read_line(&mut r, &mut line) {
+            Ok(0) | Err(_) => return states,
+            Ok(_) => {}
+        }
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next().and_then(|n| n.parse::<usize>().ok())) {
+            (Some("END"), None, None) => return states,
+            (Some("STATE"), Some(name), Some(len)) if len <= MAX_STATE => {
+                let mut bytes = zeroize::Zeroizing::new(vec![0u8; len]);
+                if r.read_exact(&mut bytes).is_err() {
+                    tracing::warn!(plane = name, "takeover: the previous process's state was cut short");
+                    return states;
+                }
+                states.push((name.to_string(), bytes));
+            }
+            _ => {
+                tracing::warn!("takeover: unexpected line from the previous process: {:?}", line.trim());
+                return states;
+            }
+        }
+    }
+}
+
+/// The old process's side of [`receive_states`]: each plane's state, then
+/// `END`.
+pub async fn send_states(
+    lines: &mut tokio::io::BufReader<tokio::net::UnixStream>,
+    states: Vec<(&str, zeroize::Zeroizing<Vec<u8>>)>,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let s = lines.get_mut();
+    for (name, bytes) in states {
+        s.write_all(format!("STATE {name} {}\n", bytes.len()).as_bytes()).await?;
+        s.write_all(&bytes).await?;
+    }
+    s.write_all(b"END\n").await?;
+    s.flush().await
 }
 
 /// Asks the process serving the control socket at `path` for its
@@ -143,13 +202,13 @@ pub fn query_role(path: &Path) -> Option<gatehouse_config::HaRole> {
 }
 
 /// The old process's side of one takeover, once `TAKEOVER` was read from
-/// `lines`: sends the sockets, then waits for `READY`. Returns true when the
-/// new process took over.
+/// `lines`: sends the sockets, then waits for `READY`. Returns the
+/// connection when the new process took over (for [`send_states`]).
 pub async fn hand_over(
     mut lines: tokio::io::BufReader<tokio::net::UnixStream>,
     registry: &std::sync::Mutex<Registry>,
     admin: Option<(SocketAddr, &TcpListener)>,
-) -> std::io::Result<bool> {
+) -> std::io::Result<Option<tokio::io::BufReader<tokio::net::UnixStream>>> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let mut line = String::new();
     // Duplicates, so the registry's lock is not held while sending.
@@ -197,7 +256,7 @@ pub async fn hand_over(
     lines.get_mut().write_all(&header[sent..]).await?;
     line.clear();
     lines.read_line(&mut line).await?;
-    Ok(line.trim() == "READY")
+    Ok((line.trim() == "READY").then_some(lines))
 }
 
 /// Turning received descriptor numbers into owned sockets.
@@ -246,8 +305,9 @@ mod tests {
                 assert!(inherited.take("web", web_addr, 0).is_none());
                 let got_admin = inherited.take_admin(admin_addr).expect("the admin socket");
                 assert_eq!(inherited.leftover(), 0);
-                ready(stream).expect("ready");
-                (got, got_admin)
+                let stream = ready(stream).expect("ready");
+                let states = receive_states(stream, Duration::from_secs(5));
+                (got, got_admin, states)
             })
         };
         let took = rt.block_on(async {
@@ -257,10 +317,21 @@ mod tests {
             let mut first = String::new();
             lines.read_line(&mut first).await.expect("the request");
             assert_eq!(first.trim(), "TAKEOVER");
-            hand_over(lines, &registry, Some((admin_addr, &admin))).await.expect("hand over")
+            let mut lines = hand_over(lines, &registry, Some((admin_addr, &admin))).await.expect("hand over");
+            if let Some(lines) = lines.as_mut() {
+                let states = vec![
+                    ("wireguard", zeroize::Zeroizing::new(b"STATE x 1\nEND\n\x00".to_vec())),
+                    ("empty", zeroize::Zeroizing::new(Vec::new())),
+                ];
+                send_states(lines, states).await.expect("states sent");
+            }
+            lines.is_some()
         });
         assert!(took);
-        let (got, got_admin) = taker.join().expect("taker");
+        let (got, got_admin, states) = taker.join().expect("taker");
+        // Each plane's bytes as sent, whatever they hold.
+        let states: Vec<(&str, &[u8])> = states.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();
+        assert_eq!(states, vec![("wireguard", &b"STATE x 1\nEND\n\x00"[..]), ("empty", &b""[..])]);
         assert_eq!(got.local_addr().expect("addr"), web_addr);
         assert_eq!(got_admin.local_addr().expect("addr"), admin_addr);
         // The same kernel socket: a connection made to it is accepted through the received copy.

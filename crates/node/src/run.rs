@@ -266,8 +266,21 @@ pub fn run(
         let _store_sync = node.store.clone().follow(node.clone()).map(|f| AbortOnDropHandle::new(tokio::spawn(f)));
         // Only now, with every worker accepting, may the old process stop.
         if let Some(ready) = ready {
-            if let Err(e) = handover::ready(ready) {
-                tracing::warn!("could not tell the previous process to stop: {e}");
+            match handover::ready(ready) {
+                // The previous process stops what its planes hand over
+                // (WireGuard's sessions), then sends it: a few
+                // milliseconds, but a process too old to say gives up.
+                Ok(s) => {
+                    for (name, state) in handover::receive_states(s, STATE_WAIT) {
+                        match node.planes.iter().find(|p| p.name() == name) {
+                            Some(p) => p.take_over_state(&state),
+                            None => {
+                                tracing::warn!(plane = %name, "takeover: state for a plane this process does not have")
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("could not tell the previous process to stop: {e}"),
             }
             for p in &node.planes {
                 p.took_over();
@@ -301,6 +314,9 @@ impl Signals {
         })
     }
 }
+
+/// How long a process taking over waits for its predecessor's planes' state.
+const STATE_WAIT: Duration = Duration::from_secs(5);
 
 async fn control_loop(node: Arc<Node>, mut signals: Signals) {
     loop {
@@ -390,12 +406,17 @@ fn serve_control_socket(node: Arc<Node>, path: &Path) -> std::io::Result<tokio::
             }
             let admin = node.admin_socket.as_ref().map(|(a, s)| (*a, s));
             match handover::hand_over(lines, node.listeners.registry(), admin).await {
-                Ok(true) => {
+                Ok(Some(mut lines)) => {
                     tracing::info!("a new process took the listening sockets over; finishing requests in flight");
+                    let states: Vec<_> =
+                        node.planes.iter().filter_map(|p| p.hand_over_state().map(|s| (p.name(), s))).collect();
+                    if let Err(e) = handover::send_states(&mut lines, states).await {
+                        tracing::warn!("takeover: the planes' state was not handed over: {e}");
+                    }
                     node.handed_over.notify_one();
                     return;
                 }
-                Ok(false) => tracing::warn!("a takeover did not complete; still serving"),
+                Ok(None) => tracing::warn!("a takeover did not complete; still serving"),
                 Err(e) => tracing::warn!("takeover failed: {e}; still serving"),
             }
         }

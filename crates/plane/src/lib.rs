@@ -137,8 +137,23 @@ pub trait Plane: Send + Sync {
     /// Starts serving the config committed first.
     fn start(&self, how: Start) -> Result<(), PlaneError>;
 
-    /// After a takeover: the previous process has been told to stop.
+    /// After a takeover: the previous process has been told to stop, and
+    /// what its plane of the same name handed over was given to
+    /// [`Plane::take_over_state`].
     fn took_over(&self) {}
+
+    /// Called on the process being replaced, once the new one serves: this
+    /// plane's live state for the new process (WireGuard: its sessions), or
+    /// `None`. The plane stops the work that state belongs to first. It may
+    /// hold keys: it goes only over the root-only control socket, and is
+    /// zeroed once sent.
+    fn hand_over_state(&self) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+        None
+    }
+
+    /// On the new process, before [`Plane::took_over`]: what the previous
+    /// process's plane of this name handed over.
+    fn take_over_state(&self, _state: &[u8]) {}
 
     /// Stops taking new work and lets work in progress finish.
     fn drain(&self);

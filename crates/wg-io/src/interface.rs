@@ -179,7 +179,15 @@ impl StartError {
 pub struct Interface {
     pub shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// Made but not yet serving (a takeover waits for the previous
+    /// process's sessions): the TUN queues and the handshake queue the
+    /// threads will take.
+    paused: Option<(Vec<std::fs::File>, HandshakeQueue)>,
 }
+
+/// Where workers put handshake messages for the control thread: datagram,
+/// source, and the local address it reached.
+type HandshakeQueue = Receiver<(Vec<u8>, SocketAddr, Option<IpAddr>)>;
 
 fn udp_socket(port: u16, fwmark: u32) -> std::io::Result<(UdpSocket, bool)> {
     let make = |v6: bool| -> std::io::Result<UdpSocket> {
@@ -236,8 +244,9 @@ fn add_peer(dev: &mut Device<OsRng>, meta: &mut HashMap<PeerId, PeerMeta>, p: &W
 
 impl Interface {
     /// Makes the interface and starts its threads: `workers` TUN queues
-    /// and sockets.
-    pub fn start(settings: Settings, workers: usize) -> Result<Interface, StartError> {
+    /// and sockets. `paused`: made, but nothing read or sent until
+    /// [`Interface::resume`] (meanwhile the kernel queues what comes).
+    pub fn start(settings: Settings, workers: usize, paused: bool) -> Result<Interface, StartError> {
         let workers = workers.max(1);
         let mut tuns = Vec::with_capacity(workers);
         for _ in 0..workers {
@@ -289,12 +298,22 @@ impl Interface {
             buffer_mtu,
             started: Instant::now(),
         });
-        let mut threads = Vec::new();
-        let spawn_err = |e: std::io::Error| StartError { field: None, message: format!("cannot start a thread: {e}") };
+        let mut i = Interface { shared, threads: Vec::new(), paused: Some((tuns, rx)) };
+        if !paused {
+            i.resume().map_err(|message| StartError { field: None, message })?;
+        }
+        Ok(i)
+    }
+
+    /// Starts the threads of an interface made paused (else nothing).
+    pub fn resume(&mut self) -> Result<(), String> {
+        let Some((tuns, rx)) = self.paused.take() else { return Ok(()) };
+        let shared = &self.shared;
+        let spawn_err = |e: std::io::Error| format!("cannot start a thread: {e}");
         for (i, tun) in tuns.into_iter().enumerate() {
             let sh = shared.clone();
             let name = format!("wg-{}-{i}", shared.name);
-            threads.push(
+            self.threads.push(
                 std::thread::Builder::new()
                     .name(name)
                     .spawn(move || crate::worker::run(sh, i, tun))
@@ -302,17 +321,25 @@ impl Interface {
             );
         }
         let sh = shared.clone();
-        threads.push(
+        self.threads.push(
             std::thread::Builder::new()
                 .name(format!("wg-{}-ctl", shared.name))
                 .spawn(move || control(sh, rx))
                 .map_err(spawn_err)?,
         );
         match crate::uapi_server::listen(shared.clone()) {
-            Ok(t) => threads.push(t),
+            Ok(t) => self.threads.push(t),
             Err(e) => tracing::warn!(interface = %shared.name, "no UAPI socket (wg show will not see it): {e}"),
         }
-        Ok(Interface { shared, threads })
+        Ok(())
+    }
+
+    /// Stops the interface and returns its live sessions for the process
+    /// taking this one's place ([`gatehouse_wg::device::Device::export_sessions`]).
+    pub fn stop_and_export(self) -> gatehouse_wg::handoff::Buffer {
+        let shared = self.shared.clone();
+        self.stop();
+        shared.device().export_sessions(Instant::now())
     }
 
     /// Applies a changed config with the same key and port: peers added,
@@ -441,7 +468,7 @@ const RESOLVE_AFTER: Duration = Duration::from_secs(135);
 
 /// The control thread: handshake messages from the workers, the timers,
 /// endpoint names resolved again.
-fn control(sh: Arc<Shared>, rx: Receiver<(Vec<u8>, SocketAddr, Option<IpAddr>)>) {
+fn control(sh: Arc<Shared>, rx: HandshakeQueue) {
     let counters = &sh.counters[sh.counters.len() - 1];
     let Some(socket) = sh.sockets.first().cloned() else { return };
     let mut out = Vec::new();

@@ -46,6 +46,12 @@ impl WireGuard {
 
     /// Brings the running interfaces in line with `wanted`.
     fn reconcile(&self, wanted: &[Settings]) -> Result<(), PlaneError> {
+        self.reconcile_paused(wanted, false)
+    }
+
+    /// As [`WireGuard::reconcile`]; interfaces made now are left paused
+    /// when `paused` (a takeover, until the sessions are handed over).
+    fn reconcile_paused(&self, wanted: &[Settings], paused: bool) -> Result<(), PlaneError> {
         let mut running = self.running();
         let names: Vec<String> = running.keys().cloned().collect();
         for name in names {
@@ -66,7 +72,7 @@ impl WireGuard {
         for (i, w) in wanted.iter().enumerate() {
             match running.get(&w.name) {
                 Some(r) => r.update(w.clone()),
-                None => match Interface::start(w.clone(), self.0.workers) {
+                None => match Interface::start(w.clone(), self.0.workers, paused) {
                     Ok(r) => {
                         tracing::info!(
                             interface = %w.name,
@@ -89,6 +95,16 @@ impl WireGuard {
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// One interface of the state [`Plane::hand_over_state`] writes: its
+/// name, its sessions, and what follows.
+fn split_interface(b: &[u8]) -> Option<(&str, &[u8], &[u8])> {
+    let (len, b) = b.split_first_chunk::<2>()?;
+    let (name, b) = b.split_at_checked(usize::from(u16::from_le_bytes(*len)))?;
+    let (len, b) = b.split_first_chunk::<4>()?;
+    let (sessions, rest) = b.split_at_checked(usize::try_from(u32::from_le_bytes(*len)).ok()?)?;
+    Some((std::str::from_utf8(name).ok()?, sessions, rest))
 }
 
 /// Reads an interface's private key.
@@ -173,13 +189,61 @@ impl Plane for WireGuard {
         Ok(Box::new(StagedWg { plane: self.clone(), wanted }))
     }
 
-    /// Taking over, the interfaces are joined: a TUN interface takes more
-    /// queues and the UDP port is shared (SO_REUSEPORT); the sessions are
-    /// the old process's, and peers handshake again with this one.
-    fn start(&self, _how: Start) -> Result<(), PlaneError> {
+    /// Taking over, the interfaces are joined (a TUN interface takes more
+    /// queues, the UDP port is shared with SO_REUSEPORT) but left paused:
+    /// the previous process stops its own, hands its sessions over, and
+    /// only then does this one serve them ([`Plane::took_over`]), so peers
+    /// carry on without a handshake and no counter is used twice.
+    fn start(&self, how: Start) -> Result<(), PlaneError> {
         self.0.started.store(true, Ordering::Relaxed);
         let wanted = self.0.wanted.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        self.reconcile(&wanted)
+        self.reconcile_paused(&wanted, matches!(how, Start::TakingOver))
+    }
+
+    fn hand_over_state(&self) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+        let all: Vec<Interface> = self.running().drain().map(|(_, i)| i).collect();
+        if all.is_empty() {
+            return None;
+        }
+        // Per interface: name length (u16), name, sessions length (u32), sessions.
+        let mut out = zeroize::Zeroizing::new(Vec::new());
+        for i in all {
+            let name = i.shared.name.clone();
+            let sessions = i.stop_and_export();
+            out.extend_from_slice(&u16::try_from(name.len()).unwrap_or(0).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&u32::try_from(sessions.len()).unwrap_or(0).to_le_bytes());
+            out.extend_from_slice(&sessions);
+            tracing::info!(interface = %name, "WireGuard interface stopped; its sessions go to the new process");
+        }
+        Some(out)
+    }
+
+    fn take_over_state(&self, state: &[u8]) {
+        let running = self.running();
+        let mut rest = state;
+        while !rest.is_empty() {
+            let Some((name, sessions, after)) = split_interface(rest) else {
+                tracing::warn!(
+                    "takeover: the WireGuard sessions handed over are malformed; peers will handshake again"
+                );
+                return;
+            };
+            rest = after;
+            let Some(i) = running.get(name) else { continue };
+            match i.shared.device().import_sessions(sessions, std::time::Instant::now()) {
+                Ok(n) => tracing::info!(interface = %name, keypairs = n, "WireGuard sessions taken over"),
+                Err(e) => tracing::warn!(interface = %name, "takeover: {e}; peers will handshake again"),
+            }
+        }
+    }
+
+    fn took_over(&self) {
+        for (name, i) in self.running().iter_mut() {
+            if let Err(e) = i.resume() {
+                tracing::error!(interface = %name, "{e}");
+            }
+        }
     }
 
     fn drain(&self) {
@@ -372,4 +436,27 @@ fn peer_rows(i: &Interface) -> Vec<PeerRow> {
         .collect();
     rows.sort_by(|a, b| a.name.cmp(&b.name));
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_interface;
+
+    #[test]
+    fn handed_over_state_splits_by_interface() {
+        let mut b = Vec::new();
+        for (name, sessions) in [("wg0", &b"abc"[..]), ("wg1", &b""[..])] {
+            b.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            b.extend_from_slice(name.as_bytes());
+            b.extend_from_slice(&(sessions.len() as u32).to_le_bytes());
+            b.extend_from_slice(sessions);
+        }
+        let (n, s, rest) = split_interface(&b).expect("first");
+        assert_eq!((n, s), ("wg0", &b"abc"[..]));
+        let (n, s, rest) = split_interface(rest).expect("second");
+        assert_eq!((n, s, rest), ("wg1", &b""[..], &b""[..]));
+        assert!(split_interface(&b[..b.len() - 1]).is_some(), "the first one stands alone");
+        assert!(split_interface(&b[..8]).is_none(), "cut inside the sessions");
+        assert!(split_interface(&[5, 0, b'w']).is_none(), "cut inside the name");
+    }
 }

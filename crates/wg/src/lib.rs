@@ -24,6 +24,7 @@ pub mod allowed_ips;
 pub mod cookie;
 pub mod crypto;
 pub mod device;
+pub mod handoff;
 pub mod handshake;
 pub mod messages;
 pub mod ratelimit;

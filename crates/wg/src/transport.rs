@@ -183,6 +183,45 @@ impl Keypair {
     }
 }
 
+impl Keypair {
+    /// Writes the keypair as a binary upgrade hands it on: indexes, keys,
+    /// the next sending counter and the whole replay window.
+    pub(crate) fn export(&self, out: &mut Vec<u8>) {
+        use crate::handoff::{put_u8, put_u32, put_u64};
+        put_u32(out, self.local);
+        put_u32(out, self.remote);
+        out.extend_from_slice(&self.send.0);
+        out.extend_from_slice(&self.recv.0);
+        put_u64(out, self.next_send);
+        put_u64(out, self.replay.next);
+        for w in &self.replay.bits {
+            put_u64(out, *w);
+        }
+        put_u8(out, u8::from(self.initiator));
+    }
+
+    /// Reads what [`Keypair::export`] wrote. The sending counter goes
+    /// `skip` further, so that no counter the previous process may have
+    /// taken is used twice with the same key.
+    pub(crate) fn import(r: &mut crate::handoff::Reader<'_>, skip: u64) -> Option<Keypair> {
+        let local = r.u32()?;
+        let remote = r.u32()?;
+        let send = Key(r.bytes()?);
+        let recv = Key(r.bytes()?);
+        let next_send = r.u64()?.saturating_add(skip).min(REJECT_AFTER_MESSAGES);
+        let mut replay = ReplayWindow { bits: [0; WORDS], next: r.u64()? };
+        for w in &mut replay.bits {
+            *w = r.u64()?;
+        }
+        let initiator = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        Some(Keypair { local, remote, send, recv, next_send, replay, initiator })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
