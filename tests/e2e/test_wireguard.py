@@ -737,7 +737,7 @@ def test_a_takeover_hands_the_sessions_over(net, tmp_path):
                 m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
                 assert m, out
                 sent, got = int(m.group(1)), int(m.group(2))
-                assert sent == 400 and got >= sent - 5, f"pings lost across the takeover: {out}"
+                assert sent == 400 and got >= sent - 2, f"pings lost across the takeover: {out}"
             text = metrics("a")
             assert metric(text, "gatehouse_wg_peer_handshakes_total", peer="b") == 0, "no new handshake"
             assert metric(text, "gatehouse_wg_peer_initiations_total", peer="b") == 0

@@ -409,6 +409,9 @@ impl Interface {
         for w in &self.shared.wake {
             let _ = nix::unistd::write(w, &1u64.to_ne_bytes());
         }
+        // Wakes the control thread at once rather than at its next tick: a
+        // takeover waits for this stop before the new process may serve.
+        let _ = self.shared.handshakes.try_send((Vec::new(), SocketAddr::from(([0, 0, 0, 0], 0)), None));
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -476,6 +479,7 @@ fn control(sh: Arc<Shared>, rx: HandshakeQueue) {
     while !sh.stop.load(Ordering::Relaxed) {
         let wait = TICK.saturating_sub(last_tick.elapsed());
         match rx.recv_timeout(wait) {
+            Ok(_) if sh.stop.load(Ordering::Relaxed) => return,
             Ok((datagram, src, local)) => {
                 let backlog = sh.queued.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
                 let mut dev = sh.device();
