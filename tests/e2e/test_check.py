@@ -115,6 +115,15 @@ listeners: [{ name: web, address: 127.0.0.1:8080 }]
     assert "store.endpoints" in p.stderr, p.stderr
 
 
+def check_refuses(tmp_path, name, text):
+    """`gatehouse check` on `text` exits 1; returns what it printed on stderr."""
+    f = tmp_path / name
+    f.write_text(text)
+    p = run_check(f)
+    assert p.returncode == 1, p.stdout
+    return p.stderr
+
+
 def assert_errors_at(err, expected):
     """Each (field path, words) has an error line at that path saying them."""
     for path, words in expected:
@@ -139,11 +148,7 @@ l4:
 
 
 def test_ha_mistakes_name_their_fields(tmp_path):
-    f = tmp_path / "ha.yaml"
-    f.write_text(HA_BAD)
-    p = run_check(f)
-    assert p.returncode == 1, p.stdout
-    err = p.stderr
+    err = check_refuses(tmp_path, "ha.yaml", HA_BAD)
     assert_errors_at(err, [
         ("l4.ha.initial", "master, backup"),
         ("l4.ha.announce", "0 to 100"),
@@ -177,11 +182,7 @@ l4:
 
 
 def test_snat_mistakes_name_their_fields(tmp_path):
-    f = tmp_path / "snat.yaml"
-    f.write_text(SNAT_BAD)
-    p = run_check(f)
-    assert p.returncode == 1, p.stdout
-    err = p.stderr
+    err = check_refuses(tmp_path, "snat.yaml", SNAT_BAD)
     assert_errors_at(err, [
         ("l4.snat[0].addresses[0]", "VIP"),
         ("l4.snat[0].addresses[1]", "FNAT local address"),

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
-use crate::{Body, error, json_response};
+use crate::{Body, error, json_response, not_allowed};
 
 /// Largest request body the API reads.
 const MAX_BODY: usize = 1 << 20;
@@ -107,9 +107,7 @@ fn refused(e: WriteError) -> Response<Body> {
 /// (the running config stays).
 pub fn reload(req: Request<Incoming>, node: &Node) -> Response<Body> {
     if req.method() != Method::POST {
-        let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "/config/reload answers POST only");
-        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return r;
+        return not_allowed("POST");
     }
     match node.reload() {
         Ok(version) => with_etag(json_response(StatusCode::OK, &json!({ "version": version })), version),
@@ -183,12 +181,6 @@ pub async fn ha(req: Request<Incoming>, node: &Node) -> Response<Body> {
         }
         _ => not_allowed("GET, HEAD, PUT"),
     }
-}
-
-fn not_allowed(allow: &'static str) -> Response<Body> {
-    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, format!("allowed methods: {allow}"));
-    r.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
-    r
 }
 
 /// `/{kind}` and `/{kind}/{name}`; for peers (`scope`: the interface)

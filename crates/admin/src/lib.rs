@@ -91,6 +91,13 @@ fn compact_json(body: &Value) -> Response<Body> {
     r
 }
 
+/// 405, naming the methods `Allow` lists.
+pub(crate) fn not_allowed(allow: &'static str) -> Response<Body> {
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, format!("allowed methods: {allow}"));
+    r.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
 /// An error in the shape APISIX's Admin API uses.
 pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     json_response(status, &json!({ "error_msg": msg.into() }))
@@ -151,13 +158,7 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, node: &Node) -> Respon
         return error(StatusCode::UNAUTHORIZED, msg);
     }
     let get_only = |f: &dyn Fn() -> Response<Body>| {
-        if req.method() == Method::GET || req.method() == Method::HEAD {
-            f()
-        } else {
-            let mut r = error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} answers GET only"));
-            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-            r
-        }
+        if req.method() == Method::GET || req.method() == Method::HEAD { f() } else { not_allowed("GET, HEAD") }
     };
     match path {
         "/metrics" => get_only(&|| {

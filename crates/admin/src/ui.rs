@@ -13,10 +13,10 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::Full;
 
-use crate::{Body, error};
+use crate::{Body, error, not_allowed};
 
 /// The page may load and fetch only from its own origin; nothing inline.
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                        connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 struct Asset {
@@ -66,7 +66,7 @@ fn etags() -> &'static [String] {
 }
 
 /// Headers every dashboard response carries, errors included.
-pub fn harden(headers: &mut HeaderMap) {
+fn harden(headers: &mut HeaderMap) {
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
@@ -92,9 +92,7 @@ fn respond(method: &Method, path: &str, if_none_match: Option<&HeaderValue>) -> 
         return redirect("/ui/");
     }
     if method != Method::GET && method != Method::HEAD {
-        let mut r = error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} answers GET only"));
-        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return r;
+        return not_allowed("GET, HEAD");
     }
     let name = path.strip_prefix("/ui/").map(|p| if p.is_empty() { "index.html" } else { p });
     let Some((i, asset)) = name.and_then(|n| ASSETS.iter().enumerate().find(|(_, a)| a.path == n)) else {

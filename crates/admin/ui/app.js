@@ -288,8 +288,11 @@
     if (td.className !== c.trim()) td.className = c.trim();
   }
 
-  function pill(text, cls) {
-    return el('span', { class: `pill ${cls}`, text });
+  // A cell's state pill, replaced only when the state changed.
+  function setPill(td, [label, cls]) {
+    if (!td.firstChild || td.firstChild.textContent !== label) {
+      td.replaceChildren(el('span', { class: `pill ${cls}`, text: label }));
+    }
   }
 
   function emptyRow(tbody, cols, text) {
@@ -442,9 +445,7 @@
       }, (tr, e) => {
         const c = tr.cells;
         setText(c[0], e.address);
-        const [label, cls] = endpointState(e);
-        const current = c[1].firstChild;
-        if (!current || current.textContent !== label) c[1].replaceChildren(pill(label, cls));
+        setPill(c[1], endpointState(e));
         setText(c[2], String(e.weight));
         setText(c[3], String(e.in_flight));
         const check = e.last_check ? fmtAge(now - e.last_check) + (e.last_check_error ? `: ${e.last_check_error}` : '') : u.health_check ? 'pending' : '–';
@@ -493,7 +494,7 @@
         setText(c[4], fmtNum(r.single));
       });
     }
-    const delay = quantile(0.99, doc, recent[0] === doc ? null : recent[0], 'gatehouse_keyops_queue_delay_seconds');
+    const delay = quantile(0.99, doc, old, 'gatehouse_keyops_queue_delay_seconds');
     const faults = total(doc, 'gatehouse_keyops_faults_total');
     const flushes = total(doc, 'gatehouse_keyops_timer_flushes_total');
     $('keyops-summary').textContent = `queue delay p99 ${fmtMs(delay)}; batches sent by the timer ${fmtNum(flushes)}; faults ${fmtNum(faults)}`;
@@ -536,8 +537,7 @@
         setText(c[1], '');
         setText(c[2], '');
         setText(c[3], x.r.address);
-        const [label, cls] = x.r.healthy ? (x.r.weight === 0 ? ['DRAINED', 'drained'] : ['UP', 'up']) : ['DOWN', 'down'];
-        if (!c[4].firstChild || c[4].firstChild.textContent !== label) c[4].replaceChildren(pill(label, cls));
+        setPill(c[4], endpointState(x.r));
         setText(c[5], String(x.r.weight));
         setText(c[6], fmtNum(rate(doc, old, 'gatehouse_l4_real_packets_total', want)));
         setText(c[7], '');

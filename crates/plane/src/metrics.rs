@@ -51,13 +51,11 @@ impl Exposition {
     /// One sample line.
     pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         if self.json.is_some() {
-            let text = value.to_string();
-            let v = text.parse::<f64>().ok().and_then(|f| serde_json::Number::from_f64(f).map(Value::Number));
             // Whole numbers stay integers; NaN and infinities become null.
-            let v = match text.parse::<u64>() {
-                Ok(n) => Value::from(n),
-                Err(_) => v.unwrap_or(Value::Null),
-            };
+            let text = value.to_string();
+            let v = text.parse::<u64>().map(Value::from).unwrap_or_else(|_| {
+                text.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number)
+            });
             return self.push_json(name, labels, v);
         }
         self.text.push_str(name);

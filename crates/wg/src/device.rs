@@ -1062,7 +1062,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     /// indexes already in use are left out. Malformed input changes
     /// nothing.
     pub fn import_sessions(&mut self, bytes: &[u8], now: Instant) -> Result<usize, HandoffError> {
-        let handed = self.read_export(bytes, now).ok_or(HandoffError::Malformed)??;
+        let handed = self.read_export(bytes, now)?;
         let mut taken = 0;
         for h in handed {
             let Some(&id) = self.by_key.get(&h.public) else { continue };
@@ -1099,44 +1099,50 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         Ok(taken)
     }
 
-    /// Reads a whole export before anything is changed. `None`: malformed.
-    fn read_export(&self, bytes: &[u8], now: Instant) -> Option<Result<Vec<Handed>, HandoffError>> {
+    /// Reads a whole export before anything is changed.
+    fn read_export(&self, bytes: &[u8], now: Instant) -> Result<Vec<Handed>, HandoffError> {
         let mut r = crate::handoff::Reader::new(bytes);
-        if r.bytes::<4>()? != HANDOFF_MAGIC {
-            return None;
+        if r.bytes::<4>() != Some(HANDOFF_MAGIC) {
+            return Err(HandoffError::Malformed);
         }
-        if r.bytes::<KEY_LEN>()? != *self.me.public() {
-            return Some(Err(HandoffError::OtherKey));
+        match r.bytes::<KEY_LEN>() {
+            Some(k) if k == *self.me.public() => read_peers(&mut r, now).ok_or(HandoffError::Malformed),
+            Some(_) => Err(HandoffError::OtherKey),
+            None => Err(HandoffError::Malformed),
         }
-        let n = r.u32()?;
-        let mut handed = Vec::new();
-        for _ in 0..n {
-            let public = r.bytes::<KEY_LEN>()?;
-            let endpoint = r.addr()?;
-            let last_timestamp = match r.u8()? {
-                0 => None,
-                1 => Some(r.bytes::<TIMESTAMP_LEN>()?),
-                _ => return None,
-            };
-            let last_handshake = read_age(&mut r, now)?;
-            let mut slots: [Option<Timed>; 3] = [None, None, None];
-            for s in &mut slots {
-                match r.u8()? {
-                    0 => {}
-                    1 => {
-                        let born = read_age(&mut r, now)?;
-                        let keys = Keypair::import(&mut r, HANDOFF_COUNTER_SKIP)?;
-                        *s = born
-                            .filter(|b| now.saturating_duration_since(*b) < REJECT_AFTER_TIME)
-                            .map(|born| Timed { keys, born });
-                    }
-                    _ => return None,
-                }
-            }
-            handed.push(Handed { public, endpoint, last_timestamp, last_handshake, slots });
-        }
-        r.is_empty().then_some(Ok(handed))
     }
+}
+
+/// The peers of an export, after its header; `None`: malformed.
+fn read_peers(r: &mut crate::handoff::Reader<'_>, now: Instant) -> Option<Vec<Handed>> {
+    let n = r.u32()?;
+    let mut handed = Vec::new();
+    for _ in 0..n {
+        let public = r.bytes::<KEY_LEN>()?;
+        let endpoint = r.addr()?;
+        let last_timestamp = match r.u8()? {
+            0 => None,
+            1 => Some(r.bytes::<TIMESTAMP_LEN>()?),
+            _ => return None,
+        };
+        let last_handshake = read_age(r, now)?;
+        let mut slots: [Option<Timed>; 3] = [None, None, None];
+        for s in &mut slots {
+            match r.u8()? {
+                0 => {}
+                1 => {
+                    let born = read_age(r, now)?;
+                    let keys = Keypair::import(r, HANDOFF_COUNTER_SKIP)?;
+                    *s = born
+                        .filter(|b| now.saturating_duration_since(*b) < REJECT_AFTER_TIME)
+                        .map(|born| Timed { keys, born });
+                }
+                _ => return None,
+            }
+        }
+        handed.push(Handed { public, endpoint, last_timestamp, last_handshake, slots });
+    }
+    r.is_empty().then_some(handed)
 }
 
 /// A transport message for `packet` sealed by `plan`, one at a time.
