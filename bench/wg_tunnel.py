@@ -10,7 +10,10 @@ delivered per daemon CPU-second). The machine's softirq time is shown too,
 so that kernel work is not hidden.
 
     sudo python3 bench/wg_tunnel.py [--seconds 8] [--only gatehouse,wireguard-go]
+                                    [--workloads tcp1,tcp4,udp] [--gatehouse PATH]
                                     [--write docs/BENCHMARKS.md]
+
+--gatehouse runs another build (to compare two builds, interleaved).
 
 Prints a Markdown table; with --write, inserts it as a dated section.
 """
@@ -196,19 +199,19 @@ def iperf(pair, seconds, args):
         srv.wait()
 
 
-def run(kind, seconds, rows):
+def run(kind, seconds, rows, workloads):
     with tempfile.TemporaryDirectory() as tmp:
         pair = Pair.__new__(Pair)
         pair.procs = []
         try:
             pair.__init__(kind, tmp)
-            for streams in (1, 4):
+            for streams in [s for s in (1, 4) if f"tcp{s}" in workloads]:
                 out, cpu, soft, wall = iperf(pair, seconds, ["-P", str(streams)])
                 bits = out["end"]["sum_received"]["bytes"] * 8
                 rows.append((kind, f"TCP {streams} stream{'s' if streams > 1 else ''}", f"{bits / wall / 1e9:.2f} Gbit/s",
                              f"{bits / 1e9 / max(cpu, 1e-9):.2f} Gbit/s", f"{cpu / wall:.2f}", f"{soft / wall:.2f}"))
                 print(rows[-1], flush=True)
-            for rate in UDP_RATES:
+            for rate in UDP_RATES if "udp" in workloads else []:
                 out, cpu, soft, wall = iperf(pair, seconds, ["-u", "-l", "64", "-b", str(rate * 64 * 8)])
                 s = out["end"]["sum"]
                 delivered = s["packets"] - s["lost_packets"]
@@ -223,8 +226,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--only", default="gatehouse,wireguard-go,boringtun")
+    ap.add_argument("--workloads", default="tcp1,tcp4,udp")
+    ap.add_argument("--gatehouse", help="the gatehouse binary to run (default: target/release/gatehouse)")
     ap.add_argument("--write", help="insert the results into this markdown file")
     a = ap.parse_args()
+    if a.gatehouse:
+        global GATEHOUSE
+        GATEHOUSE = Path(a.gatehouse).resolve()
     if os.geteuid() != 0:
         raise SystemExit("needs root (namespaces, TUN)")
     rows = []
@@ -235,7 +243,7 @@ def main():
             if kind in exe and not exe[kind]:
                 print(f"{kind} is not installed: left out (scripts/install-deps.sh --bench)", file=sys.stderr)
                 continue
-            run(kind, a.seconds, rows)
+            run(kind, a.seconds, rows, a.workloads.split(","))
     finally:
         teardown()
     cpu = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")).split(":")[1].strip()
