@@ -60,12 +60,12 @@ fn otk(block: &[u8; 64]) -> [u8; 32] {
 
 /// What a part-empty group costs against packets one at a time, in
 /// nanoseconds on Zen 5 (`gatehouse bench wg-crypto`): a group of sixteen
-/// about 480 + 3.5 per byte of its longest packet; BoringSSL about 170 +
+/// about 500 + 3.2 per byte of its longest packet; BoringSSL about 170 +
 /// 0.36 per byte for each packet. The ratio holds within a factor of two
 /// on Zen 4 (its IFMA is half as fast, and so is the group's slope).
 fn one_by_one_is_cheaper(lens: impl Iterator<Item = usize> + Clone) -> bool {
     let longest = lens.clone().max().unwrap_or(0) as u64;
-    let group = 480 + longest * 7 / 2;
+    let group = 500 + longest * 16 / 5;
     let single: u64 = lens.map(|l| 170 + l as u64 * 36 / 100).sum();
     single < group
 }

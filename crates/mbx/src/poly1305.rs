@@ -208,14 +208,15 @@ pub fn ifma_available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512ifma")
 }
 
-/// Computes every job's tag: eight at a time with IFMA (the last group
-/// with lanes to spare), or one by one without it.
+/// Computes every job's tag: sixteen at a time with IFMA (two chains of
+/// eight lanes; the last group with lanes to spare), or one by one
+/// without it.
 pub fn poly1305_batch(jobs: &mut [PolyJob<'_>]) {
     if ifma_available() {
-        for group in jobs.chunks_mut(POLY_LANES) {
+        for group in jobs.chunks_mut(2 * POLY_LANES) {
             // SAFETY: the CPU has AVX-512F and IFMA (checked above), the
             // kernel's target features.
-            unsafe { tags8(group) };
+            unsafe { if group.len() > POLY_LANES { tags::<2>(group) } else { tags::<1>(group) } }
         }
         return;
     }
@@ -316,62 +317,80 @@ unsafe fn gather_blocks(at: __m512i, whole: __mmask8) -> [__m512i; 3] {
     [g0, g1, g2]
 }
 
-/// Up to eight tags; lanes past `jobs.len()` idle.
+/// Up to `8·S` tags; lanes past `jobs.len()` idle. Each set of eight lanes
+/// is one dependent chain of multiply, accumulate and carry per block, so
+/// one set leaves the multiplier waiting on its own latency: `S` sets are
+/// stepped side by side in one loop to fill it.
 #[target_feature(enable = "avx512f,avx512ifma")]
-fn tags8(jobs: &mut [PolyJob<'_>]) {
-    let lanes = jobs.len().min(POLY_LANES);
-    let present: __mmask8 = ((1u16 << lanes) - 1) as u8;
-    let rs: [[u64; 3]; POLY_LANES] = std::array::from_fn(|j| jobs.get(j).map_or([0; 3], |job| r_limbs(job.key)));
-    let key = Key8 {
-        r: std::array::from_fn(|k| to_vec(std::array::from_fn(|j| rs[j][k]))),
-        r1_20: to_vec(std::array::from_fn(|j| rs[j][1] * 20)),
-        r2_20: to_vec(std::array::from_fn(|j| rs[j][2] * 20)),
-    };
+fn tags<const S: usize>(jobs: &mut [PolyJob<'_>]) {
+    let lanes = jobs.len().min(S * POLY_LANES);
+    let job = |j: usize| jobs.get(j).filter(|_| j < lanes);
+    let present: [__mmask8; S] = std::array::from_fn(|s| {
+        let n = lanes.saturating_sub(s * POLY_LANES).min(POLY_LANES);
+        ((1u16 << n) - 1) as u8
+    });
+    let keys: [Key8; S] = std::array::from_fn(|s| {
+        let rs: [[u64; 3]; POLY_LANES] =
+            std::array::from_fn(|j| job(s * POLY_LANES + j).map_or([0; 3], |job| r_limbs(job.key)));
+        Key8 {
+            r: std::array::from_fn(|k| to_vec(std::array::from_fn(|j| rs[j][k]))),
+            r1_20: to_vec(std::array::from_fn(|j| rs[j][1] * 20)),
+            r2_20: to_vec(std::array::from_fn(|j| rs[j][2] * 20)),
+        }
+    });
     let zero = _mm512_setzero_si512();
-    let mut h = [zero; 3];
-    let blocks = jobs.iter().map(|j| j.input.blocks()).max().unwrap_or(0);
+    let mut h = [[zero; 3]; S];
+    let blocks = jobs.iter().take(lanes).map(|j| j.input.blocks()).max().unwrap_or(0);
     // First the blocks every lane has whole, at addresses that step by 16:
     // no look at each lane per block.
-    let leading: [(*const u8, usize); POLY_LANES] =
-        std::array::from_fn(|j| jobs.get(j).map_or((core::ptr::null(), 0), |job| job.input.leading()));
-    let common = leading.iter().take(lanes).map(|l| l.1).min().unwrap_or(0);
-    let mut at = to_vec(std::array::from_fn(|j| leading[j].0 as u64));
+    let leading: [[(*const u8, usize); POLY_LANES]; S] = std::array::from_fn(|s| {
+        std::array::from_fn(|j| job(s * POLY_LANES + j).map_or((core::ptr::null(), 0), |job| job.input.leading()))
+    });
+    let common = leading.iter().flatten().take(lanes).map(|l| l.1).min().unwrap_or(0);
+    let mut at: [__m512i; S] = std::array::from_fn(|s| to_vec(std::array::from_fn(|j| leading[s][j].0 as u64)));
     let sixteen = _mm512_set1_epi64(16);
     for _ in 0..common {
-        // SAFETY: block i < `common` of every present lane is whole: 16
-        // readable bytes at its segment's start plus 16 i, borrowed for
-        // this call; idle lanes are masked off.
-        let n = unsafe { gather_blocks(at, present) };
-        step(&mut h, n, &key, present);
-        at = _mm512_add_epi64(at, sixteen);
+        for s in 0..S {
+            // SAFETY: block i < `common` of every present lane is whole: 16
+            // readable bytes at its segment's start plus 16 i, borrowed for
+            // this call; idle lanes are masked off.
+            let n = unsafe { gather_blocks(at[s], present[s]) };
+            step(&mut h[s], n, &keys[s], present[s]);
+            at[s] = _mm512_add_epi64(at[s], sixteen);
+        }
     }
     // Then the rest lane by lane: whole blocks by address, padded and
     // length blocks as limbs, made one by one.
     for i in common..blocks {
-        let mut addr = [0u64; POLY_LANES];
-        let mut whole: u8 = 0;
-        let mut n = [[0u64; POLY_LANES]; 3];
-        let mut made: u8 = 0;
-        for (j, job) in jobs.iter().enumerate() {
-            if let Some(b) = job.input.whole(i) {
-                addr[j] = b.as_ptr() as u64;
-                whole |= 1 << j;
-            } else if let Some(b) = job.input.block(i) {
-                made |= 1 << j;
-                for k in 0..3 {
-                    n[k][j] = b[k];
+        for s in 0..S {
+            let mut addr = [0u64; POLY_LANES];
+            let mut whole: u8 = 0;
+            let mut n = [[0u64; POLY_LANES]; 3];
+            let mut made: u8 = 0;
+            for j in 0..POLY_LANES {
+                let Some(job) = job(s * POLY_LANES + j) else { break };
+                if let Some(b) = job.input.whole(i) {
+                    addr[j] = b.as_ptr() as u64;
+                    whole |= 1 << j;
+                } else if let Some(b) = job.input.block(i) {
+                    made |= 1 << j;
+                    for k in 0..3 {
+                        n[k][j] = b[k];
+                    }
                 }
             }
+            // SAFETY: each lane in `whole` holds the address of 16 readable
+            // bytes of its job's input, borrowed for this call.
+            let g = unsafe { gather_blocks(to_vec(addr), whole) };
+            let nv: [__m512i; 3] = std::array::from_fn(|k| _mm512_mask_blend_epi64(made, g[k], to_vec(n[k])));
+            step(&mut h[s], nv, &keys[s], whole | made);
         }
-        // SAFETY: each lane in `whole` holds the address of 16 readable
-        // bytes of its job's input, borrowed for this call.
-        let g = unsafe { gather_blocks(to_vec(addr), whole) };
-        let nv: [__m512i; 3] = std::array::from_fn(|k| _mm512_mask_blend_epi64(made, g[k], to_vec(n[k])));
-        step(&mut h, nv, &key, whole | made);
     }
-    let limbs: [[u64; POLY_LANES]; 3] = std::array::from_fn(|k| from_vec(h[k]));
-    for (j, job) in jobs.iter_mut().enumerate() {
-        *job.tag = finish([limbs[0][j], limbs[1][j], limbs[2][j]], job.key);
+    for (s, h) in h.iter().enumerate() {
+        let limbs: [[u64; POLY_LANES]; 3] = std::array::from_fn(|k| from_vec(h[k]));
+        for (j, job) in jobs.iter_mut().skip(s * POLY_LANES).take(POLY_LANES).enumerate() {
+            *job.tag = finish([limbs[0][j], limbs[1][j], limbs[2][j]], job.key);
+        }
     }
 }
 
