@@ -355,6 +355,25 @@ impl<'a> MapReader<'a> {
     }
 }
 
+/// An enum the config file spells by name: one table both decodes it and
+/// names it back (in `/status`), so the two cannot drift apart.
+pub trait Named: Copy + PartialEq + 'static {
+    /// Every value with the name the config file uses for it.
+    const NAMES: &'static [(&'static str, Self)];
+
+    /// The name the config file uses.
+    fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, v)| *v == self).map_or("", |(n, _)| n)
+    }
+}
+
+/// A [`Named`] enum decodes from its name.
+impl<T: Named> Decode for T {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<T> {
+        decode_enum(node, ctx, T::NAMES)
+    }
+}
+
 /// Decodes a scalar that must be one of `names`, mapping each to a value.
 pub fn decode_enum<T: Copy>(node: &Node, ctx: &mut Ctx, choices: &[(&str, T)]) -> Option<T> {
     let text = node.scalar();
@@ -380,6 +399,31 @@ mod tests {
         assert_eq!(parse_duration("5"), None);
         assert_eq!(parse_duration("s"), None);
         assert_eq!(parse_duration("5 parsecs"), None);
+    }
+
+    /// Every name of a table decodes to its value and is written back
+    /// the same, and the default value has a name.
+    fn round_trips<T: Named + Decode + Default + std::fmt::Debug>() {
+        for &(name, value) in T::NAMES {
+            let mut ctx = Ctx::default();
+            let node = parse(name).expect("yaml");
+            assert_eq!(T::decode(&node, &mut ctx), Some(value), "{name}");
+            assert_eq!(value.name(), name);
+        }
+        assert_ne!(T::default().name(), "", "{:?} has no name", T::default());
+    }
+
+    #[test]
+    fn named_enums_decode_and_name_back_alike() {
+        use crate::model::{Balance, HealthCheckKind, L4Mode, L4Protocol, L4Scheduler};
+        round_trips::<Balance>();
+        round_trips::<HealthCheckKind>();
+        round_trips::<L4Protocol>();
+        round_trips::<L4Scheduler>();
+        round_trips::<L4Mode>();
+        let mut ctx = Ctx::default();
+        assert_eq!(L4Mode::decode(&parse("tunnel").expect("yaml"), &mut ctx), None);
+        assert!(ctx.errors[0].message.contains("nat, fnat, dr, ipip, gue"), "{:?}", ctx.errors);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod yaml;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use decode::{Ctx, FieldError};
+pub use decode::{Ctx, FieldError, Named};
 pub use model::*;
 
 /// Everything wrong with one config file, each error on its own line as

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use gatehouse_config::{Config, FieldError, HaRole, KeySource, L4 as L4Config};
+use gatehouse_config::{Config, FieldError, HaRole, KeySource, L4 as L4Config, Named};
 use gatehouse_l4::sync::Key;
 use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::metrics::Exposition;
@@ -164,13 +164,12 @@ impl Plane for L4 {
                         serde_json::json!({ "address": a.to_string(), "weight": weight, "healthy": up })
                     })
                     .collect();
-                let name = |d: &dyn std::fmt::Debug| format!("{d:?}").to_lowercase();
                 serde_json::json!({
                     "name": s.name,
                     "address": s.address.map(|a| a.to_string()),
-                    "protocol": name(&s.protocol),
-                    "scheduler": name(&s.scheduler),
-                    "mode": name(&s.mode),
+                    "protocol": s.protocol.name(),
+                    "scheduler": s.scheduler.name(),
+                    "mode": s.mode.name(),
                     "real_servers": reals,
                 })
             })

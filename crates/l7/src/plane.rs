@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use gatehouse_config::{Config, FieldError, Protocol};
+use gatehouse_config::{Config, FieldError, Named, Protocol};
 use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::listeners::Listeners;
 use gatehouse_plane::metrics::Exposition;
@@ -268,7 +268,7 @@ impl Plane for L7 {
                 json!({
                     "name": &*u.name,
                     "balance": u.pool.cfg.balance.name(),
-                    "health_check": u.pool.cfg.health_check.as_ref().map(|c| format!("{:?}", c.kind).to_lowercase()),
+                    "health_check": u.pool.cfg.health_check.as_ref().map(|c| c.kind.name()),
                     "endpoints": endpoints,
                 })
             })

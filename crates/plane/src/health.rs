@@ -107,8 +107,8 @@ impl EndpointHealth {
     }
 
     fn checked(&self, result: &Result<(), String>) {
-        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let c = LastCheck { at: (at * 1000.0).round() / 1000.0, failure: result.clone().err() };
+        let at = crate::metrics::unix_ms(std::time::SystemTime::now()) as f64 / 1000.0;
+        let c = LastCheck { at, failure: result.clone().err() };
         *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
     }
 

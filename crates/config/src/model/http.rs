@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::decode::{Ctx, Decode, MapReader, decode_enum};
+use crate::decode::{Ctx, Decode, MapReader, Named, decode_enum};
 use crate::yaml::Node;
 
 use super::KeyProvider;
@@ -388,24 +388,13 @@ impl Decode for UpstreamProtocol {
     }
 }
 
-const BALANCES: [(&str, Balance); 4] = [
-    ("round_robin", Balance::RoundRobin),
-    ("weighted_round_robin", Balance::WeightedRoundRobin),
-    ("least_connections", Balance::LeastConnections),
-    ("maglev", Balance::Maglev),
-];
-
-impl Balance {
-    /// The name the config file uses.
-    pub fn name(&self) -> &'static str {
-        BALANCES.iter().find(|(_, b)| b == self).map_or("round_robin", |(n, _)| n)
-    }
-}
-
-impl Decode for Balance {
-    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
-        decode_enum(node, ctx, &BALANCES)
-    }
+impl Named for Balance {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("round_robin", Balance::RoundRobin),
+        ("weighted_round_robin", Balance::WeightedRoundRobin),
+        ("least_connections", Balance::LeastConnections),
+        ("maglev", Balance::Maglev),
+    ];
 }
 
 /// `client_ip`, `header:NAME` or `cookie:NAME`.
@@ -438,10 +427,8 @@ impl Decode for Endpoint {
     }
 }
 
-impl Decode for HealthCheckKind {
-    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
-        decode_enum(node, ctx, &[("http", HealthCheckKind::Http), ("tcp", HealthCheckKind::Tcp)])
-    }
+impl Named for HealthCheckKind {
+    const NAMES: &'static [(&'static str, Self)] = &[("http", HealthCheckKind::Http), ("tcp", HealthCheckKind::Tcp)];
 }
 
 impl Decode for HealthCheck {

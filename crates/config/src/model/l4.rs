@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Endpoint, HealthCheck};
 
-use crate::decode::{Ctx, Decode, MapReader, decode_enum};
+use crate::decode::{Ctx, Decode, MapReader, Named, decode_enum};
 use crate::yaml::Node;
 
 /// `l4`: the packet load balancer.
@@ -365,41 +365,27 @@ impl Decode for L4 {
     }
 }
 
-impl Decode for L4Protocol {
-    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
-        decode_enum(node, ctx, &[("tcp", L4Protocol::Tcp), ("udp", L4Protocol::Udp)])
-    }
+impl Named for L4Protocol {
+    const NAMES: &'static [(&'static str, Self)] = &[("tcp", L4Protocol::Tcp), ("udp", L4Protocol::Udp)];
 }
 
-impl Decode for L4Scheduler {
-    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
-        decode_enum(
-            node,
-            ctx,
-            &[
-                ("rr", L4Scheduler::Rr),
-                ("wrr", L4Scheduler::Wrr),
-                ("wlc", L4Scheduler::Wlc),
-                ("maglev", L4Scheduler::Maglev),
-            ],
-        )
-    }
+impl Named for L4Scheduler {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("rr", L4Scheduler::Rr),
+        ("wrr", L4Scheduler::Wrr),
+        ("wlc", L4Scheduler::Wlc),
+        ("maglev", L4Scheduler::Maglev),
+    ];
 }
 
-impl Decode for L4Mode {
-    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
-        decode_enum(
-            node,
-            ctx,
-            &[
-                ("nat", L4Mode::Nat),
-                ("fnat", L4Mode::Fnat),
-                ("dr", L4Mode::Dr),
-                ("ipip", L4Mode::Ipip),
-                ("gue", L4Mode::Gue),
-            ],
-        )
-    }
+impl Named for L4Mode {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("nat", L4Mode::Nat),
+        ("fnat", L4Mode::Fnat),
+        ("dr", L4Mode::Dr),
+        ("ipip", L4Mode::Ipip),
+        ("gue", L4Mode::Gue),
+    ];
 }
 
 impl Decode for OnServerDown {
