@@ -25,10 +25,20 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "target" / "release" / "gatehouse"
 
 
+_PORTS_GIVEN = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this run: the kernel may
+    offer a port it just offered again, and a test asking for two ports
+    (a listener and the admin) must not get the same one twice."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
 
 
 def wait_for(cond, timeout=10.0, interval=0.02, what="condition"):
