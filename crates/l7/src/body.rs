@@ -12,6 +12,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::completion::Completion;
 use crate::h1client::H1Body;
+use crate::proxy::ClientBody;
 use crate::upstream::UpstreamBody;
 use crate::{BoxError, ClientBodyError};
 
@@ -66,11 +67,40 @@ impl Body for AnyBody {
     }
 }
 
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut *self {
+            ClientBody::None => Poll::Ready(None),
+            ClientBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(|e| Box::new(e) as BoxError),
+            ClientBody::H2(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::None => true,
+            ClientBody::Hyper(b) => b.is_end_stream(),
+            ClientBody::H2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::None => SizeHint::with_exact(0),
+            ClientBody::Hyper(b) => b.size_hint(),
+            ClientBody::H2(b) => b.size_hint(),
+        }
+    }
+}
+
 /// A client's request body on its way upstream: enforces the size limit,
 /// counts bytes, and replays a first frame that was read ahead.
 pub struct RequestBody {
     first: Option<Frame<Bytes>>,
-    inner: Incoming,
+    inner: ClientBody,
     limit: u64,
     seen: Arc<AtomicU64>,
 }
@@ -79,7 +109,7 @@ impl RequestBody {
     /// Reads the first frame before anything goes upstream, so a body that
     /// is malformed from its first byte (a bad chunk size) or already too
     /// large is refused with nothing sent.
-    pub async fn read_ahead(mut inner: Incoming, limit: u64, seen: Arc<AtomicU64>) -> Result<Self, ClientBodyError> {
+    pub async fn read_ahead(mut inner: ClientBody, limit: u64, seen: Arc<AtomicU64>) -> Result<Self, ClientBodyError> {
         let first = match inner.frame().await {
             None => None,
             Some(Err(e)) => return Err(ClientBodyError::Read(e)),

@@ -102,6 +102,9 @@ pin_project_lite::pin_project! {
         // written already.
         combined: Vec<u8>,
         sent: usize,
+        // Off when the writer frames its own output into whole writes
+        // (Gatehouse's HTTP/2 server): nothing to combine.
+        gather: bool,
         // A flush of less than a record was put off once; flushes to come
         // that are not put off because records went out lately (see
         // `poll_flush_combined`).
@@ -131,6 +134,7 @@ impl<T> ClientIo<T> {
             rejection_logged: false,
             combined: Vec::new(),
             sent: 0,
+            gather: true,
             flush_deferred: false,
             streamed: 0,
         }
@@ -141,6 +145,12 @@ impl<T> ClientIo<T> {
     /// Whether the client opened with the HTTP/2 connection preface.
     pub fn is_h2(&self) -> bool {
         self.h2
+    }
+
+    /// The writer hands over whole batches of frames: write them as they
+    /// come, without combining.
+    pub fn write_frames_whole(self: Pin<&mut Self>) {
+        *self.project().gather = false;
     }
 
     /// Heads are checked by the reader itself from now on: no scanning.
@@ -242,7 +252,7 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
 impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = self.project();
-        if *this.h2 && !this.inner.is_write_vectored() {
+        if *this.h2 && *this.gather && !this.inner.is_write_vectored() {
             return poll_write_combined(this.inner, cx, this.combined, this.sent, this.streamed, buf);
         }
         note_rejection(this.state, *this.mode, *this.h2, *this.head_requests, this.rejection_logged, buf);
@@ -255,7 +265,7 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.project();
-        if *this.h2 && !this.inner.is_write_vectored() {
+        if *this.h2 && *this.gather && !this.inner.is_write_vectored() {
             let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
             return poll_write_combined(this.inner, cx, this.combined, this.sent, this.streamed, first);
         }

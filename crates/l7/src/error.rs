@@ -9,7 +9,7 @@ pub enum ClientBodyError {
     /// It went past `http.max_body_bytes` (the client gets 413).
     TooLarge,
     /// It was malformed or cut off (the client gets 400).
-    Read(hyper::Error),
+    Read(crate::BoxError),
 }
 
 impl std::fmt::Display for ClientBodyError {
@@ -25,7 +25,7 @@ impl std::error::Error for ClientBodyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ClientBodyError::TooLarge => None,
-            ClientBodyError::Read(e) => Some(e),
+            ClientBodyError::Read(e) => Some(e.as_ref()),
         }
     }
 }

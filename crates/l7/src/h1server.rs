@@ -4,8 +4,8 @@
 //! and writes the response head and body itself, gathering a small body
 //! into the head's write. A request of any other shape hands the
 //! connection, with the bytes read so far, to hyper, which serves the rest
-//! of it (and answers 400 or 431 to heads it refuses); so does the HTTP/2
-//! preface.
+//! of it (and answers 400 or 431 to heads it refuses). The HTTP/2 preface
+//! hands it to Gatehouse's HTTP/2 server ([`crate::h2::server`]).
 //!
 //! Timeouts (408 for a slow head, the idle timeout) come from the
 //! [`ClientIo`] this reads through, as they do under hyper.
@@ -37,8 +37,9 @@ pub type ClientStream<T> = Pin<Box<ClientIo<T>>>;
 pub enum Served<T> {
     /// The connection is done (closed by either side, or after an error).
     Closed,
-    /// hyper takes the connection from here; these bytes, read but not
-    /// consumed, come first.
+    /// hyper (or, after the HTTP/2 preface, Gatehouse's HTTP/2 server)
+    /// takes the connection from here; these bytes, read but not consumed,
+    /// come first.
     Handover(ClientStream<T>, Bytes),
 }
 

@@ -2,7 +2,8 @@
 //! and per-route filters, run under the node as [`L7`].
 //!
 //! Data flow: accept (worker's SO_REUSEPORT socket) → TLS (SNI picks a
-//! certificate) → HTTP (Gatehouse's HTTP/1 server, or hyper) → route →
+//! certificate) → HTTP (Gatehouse's HTTP/1.1 and HTTP/2 servers; hyper for
+//! HTTP/1.1 requests with bodies) → route →
 //! filters (ACL, rate limit, canary) → balancer → pooled upstream
 //! connection → response streamed back → access log line.
 
@@ -17,6 +18,7 @@ pub mod filters;
 pub mod h1;
 pub mod h1client;
 pub mod h1server;
+pub mod h2;
 pub mod metrics;
 pub mod plane;
 pub mod proxy;

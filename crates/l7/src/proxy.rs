@@ -120,6 +120,8 @@ pub enum ClientBody {
     /// bodiless requests).
     None,
     Hyper(Incoming),
+    /// From Gatehouse's own HTTP/2 server.
+    H2(crate::h2::recv::RecvBody),
 }
 
 /// Who writes the response head to the client.
@@ -129,8 +131,9 @@ pub enum HeadWriter {
     /// fields as they arrived, so they are not made into a header map:
     /// the response body carries them ([`ResponseBody::raw_head`]).
     Own,
-    /// hyper's server, from the response's header map.
-    Hyper,
+    /// From the response's header map (hyper's HTTP/1.1 server, and
+    /// Gatehouse's own HTTP/2 server).
+    Map,
 }
 
 /// The entry point for every request of every client.
@@ -141,6 +144,16 @@ pub async fn handle(
 ) -> Result<Response<ResponseBody>, Infallible> {
     conn.in_flight.fetch_add(1, Ordering::Relaxed);
     conn.requests.fetch_add(1, Ordering::Relaxed);
+    // A request dropped before it has a response (its client reset the
+    // HTTP/2 stream) is no longer in flight; once it has one, the
+    // response body's completion says when it ends.
+    struct Unanswered<'a>(&'a ConnState);
+    impl Drop for Unanswered<'_> {
+        fn drop(&mut self) {
+            self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    let unanswered = Unanswered(&conn);
     let snap = conn.worker.shared.snapshot.load_full();
     let http1 = req.version() <= Version::HTTP_11;
     // What only the log line needs is copied only when there is a log.
@@ -178,6 +191,7 @@ pub async fn handle(
     if conn.closing.load(Ordering::Relaxed) && http1 && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    std::mem::forget(unanswered);
     let completion = Completion { status: resp.status().as_u16(), ex, conn, snap };
     Ok(resp.map(|b| ResponseBody::new(b, completion)))
 }
@@ -242,7 +256,7 @@ async fn process(
     let (mut parts, body) = req.into_parts();
     let raw_fields = writer == HeadWriter::Own;
     let body: UpstreamBody = match body {
-        ClientBody::Hyper(body) if !body.is_end_stream() => {
+        body if !body.is_end_stream() => {
             let seen = Arc::new(AtomicU64::new(0));
             ex.bytes_in = Some(seen.clone());
             let read = RequestBody::read_ahead(body, max_body, seen);

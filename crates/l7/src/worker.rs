@@ -2,7 +2,9 @@
 //! tokio runtime, accepting on its own SO_REUSEPORT socket of every
 //! listener, so the kernel spreads connections and the hot path shares
 //! nothing but the snapshot pointer. A connection goes TLS (when the
-//! listener has it), then Gatehouse's own HTTP/1 server or hyper.
+//! listener has it), then Gatehouse's own HTTP/2 server (ALPN h2, or the
+//! cleartext preface) or its own HTTP/1.1 server, which hands requests of
+//! other shapes to hyper's.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,8 +13,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -172,7 +173,8 @@ fn client_ip_value(peer: SocketAddr) -> http::HeaderValue {
 /// prior-knowledge HTTP/2 are told apart by the connection preface.
 ///
 /// HTTP/1.x starts on Gatehouse's own server ([`crate::h1server`]), which
-/// hands the connection to hyper at the first request it does not take.
+/// hands the connection to hyper at the first request it does not take,
+/// or to [`crate::h2::server`] when it reads the HTTP/2 preface.
 async fn serve_http<T>(io: T, state: Arc<ConnState>, http: &gatehouse_config::HttpSettings, alpn_h2: Option<bool>)
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -196,45 +198,27 @@ where
             Served::Handover(client, prefix) => (client, prefix),
         }
     };
-    let io = TokioIo::new(Rewound::new(prefix, client));
-    let h1_state = (alpn_h2 != Some(true)).then(|| state.clone());
-    // Boxed: hyper moves a request's future several times before it runs
-    // (into its stream task, and for HTTP/2 into a task spawned per
-    // stream), and the proxy's future is kilobytes, so each move was a
-    // large memcpy; a box moves as one pointer.
-    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        Box::pin(proxy::handle(req.map(ClientBody::Hyper), state.clone(), HeadWriter::Hyper))
-    });
-    let max_header_list = u32::try_from(http.max_header_bytes).unwrap_or(u32::MAX);
-    match alpn_h2 {
-        Some(true) => {
-            let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-            b.timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
-            drive(b.serve_connection(io, svc), drain, None, |c| c.graceful_shutdown()).await;
-        }
-        Some(false) => {
-            let mut b = hyper::server::conn::http1::Builder::new();
-            b.timer(TokioTimer::new())
-                .max_buf_size(http.max_header_bytes.max(8192))
-                .max_headers(http.max_headers)
-                // ClientIo enforces the head timeout (and answers 408);
-                // hyper's own would arm a second timer per request.
-                .header_read_timeout(None)
-                .keep_alive(true);
-            drive(b.serve_connection(io, svc).with_upgrades(), drain, h1_state, |c| c.graceful_shutdown()).await;
-        }
-        None => {
-            let mut b = auto::Builder::new(TokioExecutor::new());
-            b.http1()
-                .timer(TokioTimer::new())
-                .max_buf_size(http.max_header_bytes.max(8192))
-                .max_headers(http.max_headers)
-                .header_read_timeout(None)
-                .keep_alive(true);
-            b.http2().timer(TokioTimer::new()).max_header_list_size(max_header_list).max_concurrent_streams(256);
-            drive(b.serve_connection_with_upgrades(io, svc), drain, h1_state, |c| c.graceful_shutdown()).await;
-        }
+    if alpn_h2 == Some(true) || client.is_h2() {
+        let limits = crate::h2::server::Limits::new(http);
+        return crate::h2::server::serve(client, prefix, state, limits, &mut drain).await;
     }
+    let io = TokioIo::new(Rewound::new(prefix, client));
+    let h1_state = state.clone();
+    // Boxed: hyper moves a request's future before it runs, and the
+    // proxy's future is kilobytes, so each move was a large memcpy; a box
+    // moves as one pointer.
+    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        Box::pin(proxy::handle(req.map(ClientBody::Hyper), state.clone(), HeadWriter::Map))
+    });
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .max_buf_size(http.max_header_bytes.max(8192))
+        .max_headers(http.max_headers)
+        // ClientIo enforces the head timeout (and answers 408); hyper's
+        // own would arm a second timer per request.
+        .header_read_timeout(None)
+        .keep_alive(true);
+    drive(b.serve_connection(io, svc).with_upgrades(), drain, Some(h1_state), |c| c.graceful_shutdown()).await;
 }
 
 /// How long a draining HTTP/1 connection may go on before it is closed even

@@ -1,0 +1,139 @@
+"""Gatehouse's own HTTP/2 server with real clients and raw frames: request
+bodies larger than every window arrive whole, responses wait for the
+client's windows, streams past the concurrency limit are refused while the
+connection carries on, and a draining server says GOAWAY and still finishes
+the streams it took. (Hostile input is in test_h2_hostile.py, conformance
+in test_h2spec.py.)"""
+
+import hashlib
+import json
+import os
+import signal
+import struct
+import subprocess
+
+import pytest
+
+from h2raw import (
+    DATA, END_STREAM, GOAWAY, HEADERS, NO_ERROR, RST_STREAM, WINDOW_UPDATE, H2Conn, frame, goaway_code,
+    request_fields, response_status, rst_code,
+)
+from harness import NginxBackend, RawUpstream, free_port, wait_for
+
+REFUSED_STREAM = 0x7
+SETTINGS_INITIAL_WINDOW_SIZE = 0x4
+
+
+def config(port, upstream, extra=""):
+    return f"""
+access_log: {{ path: off }}
+shutdown_timeout: 10s
+listeners: [{{ name: web, address: 127.0.0.1:{port} }}]
+upstreams: [{{ name: a, endpoints: [{upstream.addr}] }}]
+routes: [{{ name: a, upstream: a }}]
+{extra}"""
+
+
+def test_uploads_larger_than_every_window_arrive_whole(tmp_path, upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    gatehouse(config(port, up), [port])
+    # 5 MiB: twenty stream windows, five connection windows.
+    body = os.urandom(5 * 1024 * 1024)
+    src = tmp_path / "upload.bin"
+    src.write_bytes(body)
+    p = subprocess.run(
+        ["curl", "-s", "-S", "--http2-prior-knowledge", "--max-time", "20", "-D", "-", "-o", "/dev/null",
+         "--data-binary", f"@{src}", f"http://127.0.0.1:{port}/upload"],
+        capture_output=True, text=True, timeout=30)
+    head = p.stdout.lower()
+    assert head.startswith("http/2 200"), (head, p.stderr)
+    assert f"x-body-len: {len(body)}" in head, head
+    assert f"x-body-sha256: {hashlib.sha256(body).hexdigest()}" in head, head
+
+
+def test_many_streams_at_once_on_one_connection(tmp_path, gatehouse, request):
+    # NGINX: Python's test server accepts too few connections at once.
+    up = NginxBackend(tmp_path)
+    request.addfinalizer(up.stop)
+    port = free_port()
+    gatehouse(config(port, up), [port])
+    # h2load speaks HTTP/2 with prior knowledge to http:// URLs.
+    p = subprocess.run(["h2load", "-n", "400", "-c", "1", "-m", "100", f"http://127.0.0.1:{port}/many"],
+                       capture_output=True, text=True, timeout=60)
+    assert "400 succeeded, 0 failed, 0 errored" in p.stdout, p.stdout
+    assert "status codes: 400 2xx" in p.stdout, p.stdout
+
+
+@pytest.fixture
+def big_upstream():
+    body = bytes(range(256)) * 80  # 20,480 bytes
+    up = RawUpstream(response=b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+    yield up, body
+    up.stop()
+
+
+def test_response_data_never_exceeds_the_window_the_client_gave(big_upstream, gatehouse):
+    up, body = big_upstream
+    port = free_port()
+    gatehouse(config(port, up), [port])
+    c = H2Conn(port, settings=struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE, 1000))
+    try:
+        c.send(c.headers(1, request_fields("/big")))
+        frames = c.frames_until(lambda f: f[0] == DATA and f[2] == 1, timeout=5)
+        # Nothing more comes while the window is shut.
+        frames += c.frames_until(lambda f: False, timeout=0.5)
+        data = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1)
+        assert response_status(frames, 1) == 200, frames
+        assert len(data) == 1000, len(data)
+        c.send(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 100_000)))
+        rest = c.frames_until(lambda f: f[0] == DATA and f[1] & END_STREAM, timeout=5)
+        data += b"".join(f[3] for f in rest if f[0] == DATA and f[2] == 1)
+        assert data == body
+    finally:
+        c.close()
+
+
+def test_streams_past_the_limit_are_refused_and_the_connection_goes_on(upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    gatehouse(config(port, up), [port])
+    c = H2Conn(port)
+    try:
+        # 256 streams held open (each waits for its body), then one more.
+        post = request_fields("/held", method="POST", extra=[("content-length", "2")])
+        c.send(b"".join(c.headers(s, post, end_stream=False) for s in range(1, 514, 2)))
+        frames = c.frames_until(lambda f: f[0] in (RST_STREAM, GOAWAY), timeout=5)
+        assert rst_code(frames, 513) == REFUSED_STREAM, frames
+        assert goaway_code(frames) is None, frames
+        # A held stream still completes.
+        c.send(frame(DATA, END_STREAM, 1, b"ok"))
+        frames = c.frames_until(lambda f: f[0] == HEADERS and f[2] == 1, timeout=5)
+        assert response_status(frames, 1) == 200, frames
+    finally:
+        c.close()
+
+
+def test_draining_says_goaway_and_finishes_the_streams_it_took(upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    g = gatehouse(config(port, up), [port])
+    c = H2Conn(port)
+    try:
+        c.send(c.headers(1, request_fields("/slow?t=1.5")))
+        wait_for(lambda: up.seen("/slow"), what="the slow request at the upstream")
+        g.proc.send_signal(signal.SIGTERM)
+        frames = c.frames_until(lambda f: f[0] == GOAWAY, timeout=5)
+        assert goaway_code(frames) == NO_ERROR, frames
+        last = struct.unpack(">I", [f for f in frames if f[0] == GOAWAY][0][3][:4])[0] & 0x7FFFFFFF
+        assert last == 1, last
+        # A stream opened after GOAWAY is refused; stream 1 still finishes.
+        c.send(c.headers(3, request_fields("/late")))
+        frames += c.frames_until(lambda f: f[0] == DATA and f[2] == 1 and f[1] & END_STREAM, timeout=5)
+        assert response_status(frames, 1) == 200, frames
+        assert json.loads(b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1))["path"] == "/slow?t=1.5"
+        assert not up.seen("/late")
+    finally:
+        c.close()
+    g.proc.wait(timeout=10)
+    assert g.proc.returncode == 0
