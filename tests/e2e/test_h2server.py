@@ -11,6 +11,7 @@ import os
 import signal
 import struct
 import subprocess
+import time
 
 import pytest
 
@@ -137,3 +138,23 @@ def test_draining_says_goaway_and_finishes_the_streams_it_took(upstream, gatehou
         c.close()
     g.proc.wait(timeout=10)
     assert g.proc.returncode == 0
+
+
+def test_a_client_that_opens_no_window_is_closed_after_the_idle_timeout(big_upstream, gatehouse):
+    up, _ = big_upstream
+    port = free_port()
+    gatehouse(config(port, up, "http: { client_idle_timeout: 1s }"), [port])
+    # A window of 0: the response's head can go, none of its data.
+    c = H2Conn(port, settings=struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE, 0))
+    try:
+        c.send(c.headers(1, request_fields("/big")))
+        start = time.monotonic()
+        frames = c.frames_until(lambda f: False, timeout=8)
+        closed_after = time.monotonic() - start
+        assert response_status(frames, 1) == 200, frames
+        assert not [f for f in frames if f[0] == DATA], frames
+        # The connection ended (frames_until saw EOF) after about the
+        # timeout, not at the test's own deadline.
+        assert 0.8 < closed_after < 5, closed_after
+    finally:
+        c.close()

@@ -22,7 +22,9 @@ pub struct HttpSettings {
     pub max_body_bytes: u64,
     /// Time a client has to send a complete request head; then 408.
     pub client_header_timeout: Duration,
-    /// Time an idle keep-alive client connection is kept open.
+    /// Time an idle keep-alive client connection is kept open; also how
+    /// long an HTTP/2 client may leave its responses unread or without a
+    /// flow-control window before its connection is closed.
     pub client_idle_timeout: Duration,
 }
 

@@ -48,6 +48,11 @@ pub struct Limits {
     pub stream_window: u32,
     /// The window all request bodies share.
     pub conn_window: u32,
+    /// How long a client may leave what is owed to it unread: responses
+    /// queued it does not read, or held for a window it does not open.
+    /// Then the connection closes, and the upstream exchanges it held
+    /// with it.
+    pub stall_timeout: std::time::Duration,
 }
 
 impl Limits {
@@ -58,6 +63,7 @@ impl Limits {
             max_fields: http.max_headers,
             stream_window: 256 * 1024,
             conn_window: 1024 * 1024,
+            stall_timeout: http.client_idle_timeout,
         }
     }
 }
@@ -187,6 +193,15 @@ struct Conn<T> {
     /// Writes left before small ones are put off again, after whole
     /// records went out.
     streamed: u8,
+    /// A stream waits for the client to open a window.
+    window_wait: bool,
+    /// The client opened a window since the last poll.
+    window_opened: bool,
+    /// Armed while the client owes us reading or a window: when it last
+    /// moved, plus the stall timeout. The timer is moved lazily: it is
+    /// re-armed when it fires before the deadline.
+    stall_deadline: Option<tokio::time::Instant>,
+    stall: Pin<Box<tokio::time::Sleep>>,
     /// After a connection error or the end of input: nothing more is read.
     read_done: bool,
     peer_goaway: bool,
@@ -273,6 +288,10 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             budget: RESET_BUDGET,
             goaway_sent: false,
             write_put_off: false,
+            window_wait: false,
+            window_opened: false,
+            stall_deadline: None,
+            stall: Box::pin(tokio::time::sleep(limits.stall_timeout)),
             streamed: 0,
             read_done: false,
             peer_goaway: false,
@@ -359,10 +378,17 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             if self.put_off_write() {
                 return Poll::Ready(Step::PutOffWrite);
             }
-            match self.poll_write(cx) {
+            let wrote = match self.poll_write(cx) {
                 Poll::Ready(Err(())) => return Poll::Ready(Step::Done),
-                Poll::Ready(Ok(true)) => progress = true,
-                _ => {}
+                Poll::Ready(Ok(wrote)) => wrote,
+                Poll::Pending => false,
+            };
+            progress |= wrote;
+            if self.stalled(cx, wrote) {
+                // The client stopped taking what it asked for.
+                self.read_done = true;
+                self.drop_streams();
+                return Poll::Ready(Step::Done);
             }
             if self.queued() == 0 && self.finished() {
                 let _ = self.io.as_mut().poll_shutdown(cx);
@@ -372,6 +398,33 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// Whether the client has owed us reading or a window for the stall
+    /// timeout. `moved`: bytes went out in this poll.
+    fn stalled(&mut self, cx: &mut Context<'_>, moved: bool) -> bool {
+        use tokio::time::Instant;
+        let waiting = self.queued() > 0 || self.window_wait;
+        let moved = moved || std::mem::take(&mut self.window_opened);
+        if !waiting {
+            self.stall_deadline = None;
+            return false;
+        }
+        if moved || self.stall_deadline.is_none() {
+            let deadline = Instant::now() + self.limits.stall_timeout;
+            if self.stall_deadline.is_none() {
+                self.stall.as_mut().reset(deadline);
+            }
+            self.stall_deadline = Some(deadline);
+        }
+        let Some(deadline) = self.stall_deadline else { return false };
+        while self.stall.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
+                return true;
+            }
+            self.stall.as_mut().reset(deadline);
+        }
+        false
     }
 
     /// Whether the connection has nothing left to do.
@@ -802,6 +855,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
                         }
                         if delta > 0 {
                             self.mark_ready(slot);
+                            self.window_opened();
                         }
                     }
                 }
@@ -837,6 +891,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             for slot in std::mem::take(&mut self.conn_blocked) {
                 self.mark_ready(slot);
             }
+            self.window_opened();
             return Ok(());
         }
         if head.stream > self.last_stream {
@@ -854,7 +909,15 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             return Ok(());
         }
         self.mark_ready(slot);
+        self.window_opened();
         Ok(())
+    }
+
+    /// Streams held for a window go again (and set `window_wait` again
+    /// if still held).
+    fn window_opened(&mut self) {
+        self.window_wait = false;
+        self.window_opened = true;
     }
 
     fn spend_budget(&mut self) -> Result<(), ConnError> {
@@ -956,6 +1019,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
         while !s.pending.is_empty() {
             let allowed = s.send_window.min(self.conn_send_window);
             if allowed <= 0 {
+                self.window_wait = true;
                 if self.conn_send_window <= 0 {
                     self.conn_blocked.push(slot);
                 }
