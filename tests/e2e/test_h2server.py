@@ -158,3 +158,35 @@ def test_a_client_that_opens_no_window_is_closed_after_the_idle_timeout(big_upst
         assert 0.8 < closed_after < 5, closed_after
     finally:
         c.close()
+
+
+def test_request_bodies_no_one_reads_give_the_connection_window_back(upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    gatehouse(f"""
+access_log: {{ path: off }}
+listeners: [{{ name: web, address: 127.0.0.1:{port} }}]
+upstreams: [{{ name: a, endpoints: [{up.addr}] }}]
+routes: [{{ name: a, match: {{ hosts: [a.test] }}, upstream: a }}]
+""", [port])
+    c = H2Conn(port)
+    try:
+        chunk = b"x" * 16384
+        # Eight streams of 192 KiB to a host with no route: each is answered
+        # 404 before its body is read, 1.5 MiB in all, past the 1 MiB
+        # connection window unless the unread bytes are given back.
+        for s in range(1, 17, 2):
+            post = request_fields("/lost", authority="b.test", method="POST")
+            c.send(c.headers(s, post, end_stream=False)
+                   + b"".join(frame(DATA, END_STREAM if i == 11 else 0, s, chunk) for i in range(12)))
+            frames = c.frames_until(lambda f, s=s: f[0] == GOAWAY or (f[0] in (DATA, HEADERS) and f[2] == s
+                                                                      and f[1] & END_STREAM), timeout=5)
+            assert response_status(frames, s) == 404, frames
+            assert goaway_code(frames) is None, frames
+        c.send(c.headers(17, request_fields("/after", method="POST"), end_stream=False) + frame(DATA, END_STREAM, 17, b"ok"))
+        frames = c.frames_until(lambda f: f[0] == GOAWAY or (f[0] == DATA and f[2] == 17 and f[1] & END_STREAM), timeout=5)
+        assert goaway_code(frames) is None, frames
+        assert response_status(frames, 17) == 200, frames
+        assert up.seen("/after")[0]["body"] == b"ok"
+    finally:
+        c.close()

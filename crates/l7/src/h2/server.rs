@@ -113,6 +113,11 @@ struct Stream {
     recv_window: i64,
     /// Request body bytes taken and not yet given back to its window.
     unacked: i64,
+    /// Request body bytes received and not yet given back to the
+    /// connection's window: given back as they are taken, and all at
+    /// once when the stream closes (a response that ends before its
+    /// request body leaves bytes no one will take).
+    unreleased: usize,
     content_length: Option<u64>,
     received: u64,
 }
@@ -624,6 +629,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             return Ok(());
         }
         let empty_flood = data.is_empty() && !end;
+        s.unreleased += data.len();
         if let Some(body) = &s.body {
             if !data.is_empty() {
                 body.data(data);
@@ -773,6 +779,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             body: sender,
             recv_window: i64::from(self.limits.stream_window),
             unacked: 0,
+            unreleased: 0,
             content_length,
             received: 0,
         };
@@ -1059,6 +1066,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
         let Some(body) = &s.body else { return };
         let taken = body.take_released();
         self.conn_released += taken;
+        s.unreleased = s.unreleased.saturating_sub(taken);
         s.unacked += taken as i64;
         if s.unacked >= window / 2 && !s.remote_closed {
             frame::put_window_update(&mut self.out, s.id, s.unacked as u32);
@@ -1104,10 +1112,8 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
     fn close(&mut self, slot: usize) {
         let Some(s) = self.slots[slot].take() else { return };
         self.ids[slot] = 0;
-        // Bytes the stream received that no one will take.
-        if let Some(body) = &s.body {
-            self.conn_released += body.take_released();
-        }
+        // Bytes the stream received and not given back yet, taken or not.
+        self.conn_released += s.unreleased;
         self.open -= 1;
         self.free.push(slot);
         self.remember_closed(s.id);
