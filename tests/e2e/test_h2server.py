@@ -190,3 +190,26 @@ routes: [{{ name: a, match: {{ hosts: [a.test] }}, upstream: a }}]
         assert up.seen("/after")[0]["body"] == b"ok"
     finally:
         c.close()
+
+
+def test_padding_is_given_back_to_the_streams_window(upstream, gatehouse):
+    up = upstream("a")
+    port = free_port()
+    gatehouse(config(port, up), [port])
+    c = H2Conn(port)
+    padded = 0x8
+    try:
+        post = request_fields("/padded", method="POST", extra=[("content-length", "601")])
+        # 600 frames of one byte and 250 bytes of padding: 151,200 bytes of
+        # the stream's 256 KiB window, of which no reader takes 150,600.
+        one = frame(DATA, padded, 1, bytes([250]) + b"p" + b"\0" * 250)
+        c.send(c.headers(1, post, end_stream=False) + one * 600)
+        frames = c.frames_until(lambda f: f[0] == WINDOW_UPDATE and f[2] == 1, timeout=5)
+        updates = [struct.unpack(">I", f[3])[0] for f in frames if f[0] == WINDOW_UPDATE and f[2] == 1]
+        assert updates and updates[0] >= 128 * 1024, frames
+        c.send(frame(DATA, END_STREAM, 1, b"p"))
+        frames = c.frames_until(lambda f: f[0] == HEADERS and f[2] == 1, timeout=5)
+        assert response_status(frames, 1) == 200, frames
+        assert up.seen("/padded")[0]["body"] == b"p" * 601
+    finally:
+        c.close()

@@ -620,6 +620,9 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             return Ok(());
         }
         s.recv_window -= len;
+        // Padding counts against the stream's window too, and no reader
+        // will take it: it is owed back with the next update.
+        s.unacked += len - data.len() as i64;
         s.received += data.len() as u64;
         let overrun = s.content_length.is_some_and(|cl| s.received > cl);
         let short = end && s.content_length.is_some_and(|cl| s.received != cl);
