@@ -1,5 +1,5 @@
-//! One client connection: its shared state and the I/O wrapper hyper reads
-//! through.
+//! One client connection: its shared state and the I/O wrapper every HTTP
+//! server (Gatehouse's and hyper's) reads through.
 //!
 //! [`ClientIo`] does three things hyper does not do the way an edge proxy
 //! must:
@@ -97,19 +97,6 @@ pin_project_lite::pin_project! {
         // 431) and the service never saw it, so we log it here.
         head_requests: u32,
         rejection_logged: bool,
-        // HTTP/2 over TLS: writes combined until a record is full or the
-        // writer flushes (see `poll_write_combined`); `sent` of them are
-        // written already.
-        combined: Vec<u8>,
-        sent: usize,
-        // Off when the writer frames its own output into whole writes
-        // (Gatehouse's HTTP/2 server): nothing to combine.
-        gather: bool,
-        // A flush of less than a record was put off once; flushes to come
-        // that are not put off because records went out lately (see
-        // `poll_flush_combined`).
-        flush_deferred: bool,
-        streamed: u8,
     }
 }
 
@@ -132,11 +119,6 @@ impl<T> ClientIo<T> {
             scanning: true,
             head_requests: 0,
             rejection_logged: false,
-            combined: Vec::new(),
-            sent: 0,
-            gather: true,
-            flush_deferred: false,
-            streamed: 0,
         }
     }
 }
@@ -145,12 +127,6 @@ impl<T> ClientIo<T> {
     /// Whether the client opened with the HTTP/2 connection preface.
     pub fn is_h2(&self) -> bool {
         self.h2
-    }
-
-    /// The writer hands over whole batches of frames: write them as they
-    /// come, without combining.
-    pub fn write_frames_whole(self: Pin<&mut Self>) {
-        *self.project().gather = false;
     }
 
     /// Heads are checked by the reader itself from now on: no scanning.
@@ -252,9 +228,6 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
 impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = self.project();
-        if *this.h2 && *this.gather && !this.inner.is_write_vectored() {
-            return poll_write_combined(this.inner, cx, this.combined, this.sent, this.streamed, buf);
-        }
         note_rejection(this.state, *this.mode, *this.h2, *this.head_requests, this.rejection_logged, buf);
         this.inner.poll_write(cx, buf)
     }
@@ -265,10 +238,6 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.project();
-        if *this.h2 && *this.gather && !this.inner.is_write_vectored() {
-            let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
-            return poll_write_combined(this.inner, cx, this.combined, this.sent, this.streamed, first);
-        }
         if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
             note_rejection(this.state, *this.mode, *this.h2, *this.head_requests, this.rejection_logged, first);
         }
@@ -280,99 +249,12 @@ impl<T: AsyncWrite> AsyncWrite for ClientIo<T> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let mut this = self.project();
-        let put_off = (this.flush_deferred, this.streamed);
-        ready!(poll_flush_combined(this.inner.as_mut(), cx, this.combined, this.sent, put_off))?;
-        this.inner.poll_flush(cx)
+        self.project().inner.poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let mut this = self.project();
-        ready!(poll_write_out(this.inner.as_mut(), cx, this.combined, this.sent))?;
-        this.inner.poll_shutdown(cx)
+        self.project().inner.poll_shutdown(cx)
     }
-}
-
-/// The most plaintext one TLS record carries (RFC 8446 5.1).
-const TLS_RECORD: usize = 16 * 1024;
-
-/// HTTP/2 over TLS: a write is kept in `combined` until a record's worth
-/// has gathered or the writer flushes (the h2 crate flushes at the end of
-/// every batch of frames it writes). On TLS every write is a record and a
-/// send, and the h2 crate writes each DATA frame above 1 KiB as two writes,
-/// its head (with the frames queued before it) and its payload: combined,
-/// the responses of many streams share records and sends, as HAProxy's
-/// do. A write of a record or more, with nothing combined before it, goes
-/// straight through.
-fn poll_write_combined<W: AsyncWrite>(
-    mut inner: Pin<&mut W>,
-    cx: &mut Context<'_>,
-    combined: &mut Vec<u8>,
-    sent: &mut usize,
-    streamed: &mut u8,
-    buf: &[u8],
-) -> Poll<std::io::Result<usize>> {
-    if combined.len() + buf.len() > TLS_RECORD && !combined.is_empty() {
-        *streamed = STREAMED_FLUSHES;
-        ready!(poll_write_out(inner.as_mut(), cx, combined, sent))?;
-    }
-    if buf.len() >= TLS_RECORD {
-        *streamed = STREAMED_FLUSHES;
-        return inner.poll_write(cx, buf);
-    }
-    combined.extend_from_slice(buf);
-    Poll::Ready(Ok(buf.len()))
-}
-
-/// A flush of HTTP/2 over TLS. The h2 crate flushes at the end of each
-/// batch of frames, and with many streams each stream's response tends to
-/// be a batch of its own: a record and a send each. So a flush of less than
-/// a record is put off once, to the end of the tasks ready now (the
-/// connection's task wakes itself and yields): the streams whose answers
-/// are being finished meanwhile add their frames, and one record and one
-/// send carry them all, as HAProxy's one send per loop does. The next flush
-/// writes whatever is there. A connection that sent whole records lately
-/// (large responses, streaming) flushes at once for the next
-/// [`STREAMED_FLUSHES`] flushes: its records fill without waiting, and
-/// measured, waiting cost 64 KiB responses a third more CPU.
-fn poll_flush_combined<W: AsyncWrite>(
-    inner: Pin<&mut W>,
-    cx: &mut Context<'_>,
-    combined: &mut Vec<u8>,
-    sent: &mut usize,
-    (deferred, streamed): (&mut bool, &mut u8),
-) -> Poll<std::io::Result<()>> {
-    if !combined.is_empty() && *sent == 0 && combined.len() < TLS_RECORD && !*deferred && *streamed == 0 {
-        *deferred = true;
-        cx.waker().wake_by_ref();
-        return Poll::Pending;
-    }
-    *deferred = false;
-    *streamed = streamed.saturating_sub(1);
-    poll_write_out(inner, cx, combined, sent)
-}
-
-/// Flushes not put off after whole records went out.
-const STREAMED_FLUSHES: u8 = 64;
-
-/// Writes out what `combined` holds. A write that must wait is retried
-/// with the same bytes at the same address, as BoringSSL requires.
-fn poll_write_out<W: AsyncWrite>(
-    mut inner: Pin<&mut W>,
-    cx: &mut Context<'_>,
-    combined: &mut Vec<u8>,
-    sent: &mut usize,
-) -> Poll<std::io::Result<()>> {
-    while *sent < combined.len() {
-        let n = ready!(inner.as_mut().poll_write(cx, &combined[*sent..]))?;
-        if n == 0 {
-            return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-        }
-        *sent += n;
-    }
-    combined.clear();
-    *sent = 0;
-    Poll::Ready(Ok(()))
 }
 
 /// Vectored writes up to this size are copied into one buffer and written
@@ -667,110 +549,6 @@ mod tests {
         let big = vec![7u8; COALESCE_WRITES_UP_TO];
         let (n, calls) = write_once(usize::MAX, &[head, &big]);
         assert_eq!((n, calls.len(), calls[0].0), (head.len() + big.len(), 1, true));
-    }
-
-    #[test]
-    fn http2_writes_to_tls_are_combined_into_records() {
-        let mut w = Recorder { limit: usize::MAX, ..Recorder::default() };
-        let (mut combined, mut sent) = (Vec::new(), 0);
-        let waker = futures_util::task::noop_waker();
-        let mut cx = Context::from_waker(&waker);
-        let write = |w: &mut Recorder, combined: &mut Vec<u8>, sent: &mut usize, buf: &[u8]| {
-            let waker = futures_util::task::noop_waker();
-            let mut cx = Context::from_waker(&waker);
-            let Poll::Ready(Ok(n)) = poll_write_combined(Pin::new(w), &mut cx, combined, sent, &mut 0, buf) else {
-                panic!("pending")
-            };
-            n
-        };
-        // Frame heads and payloads of several streams: nothing written yet.
-        let head = [0u8, 0x10, 0, 0, 0, 0, 0, 0, 1];
-        let payload = vec![3u8; 4096];
-        for _ in 0..3 {
-            assert_eq!(write(&mut w, &mut combined, &mut sent, &head), head.len());
-            assert_eq!(write(&mut w, &mut combined, &mut sent, &payload), payload.len());
-        }
-        assert!(w.calls.is_empty());
-        // The fourth payload would pass a record: what came before goes out
-        // as one write first.
-        write(&mut w, &mut combined, &mut sent, &head);
-        write(&mut w, &mut combined, &mut sent, &payload);
-        assert_eq!(w.calls.len(), 1);
-        assert_eq!(w.calls[0].1.len(), 3 * (head.len() + payload.len()) + head.len());
-        // A flush writes the rest.
-        let Poll::Ready(Ok(())) = poll_write_out(Pin::new(&mut w), &mut cx, &mut combined, &mut sent) else {
-            panic!("pending")
-        };
-        assert_eq!(w.calls.len(), 2);
-        assert_eq!(w.calls[1].1, payload);
-        assert!(combined.is_empty());
-        // A record's worth or more with nothing combined goes straight.
-        let big = vec![5u8; TLS_RECORD];
-        assert_eq!(write(&mut w, &mut combined, &mut sent, &big), TLS_RECORD);
-        assert_eq!((w.calls.len(), combined.len()), (3, 0));
-    }
-
-    #[test]
-    fn a_small_flush_is_put_off_once() {
-        let mut w = Recorder { limit: usize::MAX, ..Recorder::default() };
-        let (mut combined, mut sent, mut deferred, mut streamed) = (b"frames".to_vec(), 0, false, 0);
-        let woken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        struct Count(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-        impl std::task::Wake for Count {
-            fn wake(self: std::sync::Arc<Self>) {
-                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        let waker = std::task::Waker::from(std::sync::Arc::new(Count(woken.clone())));
-        let mut cx = Context::from_waker(&waker);
-        // Put off: nothing written, the task woken to come back.
-        assert!(
-            poll_flush_combined(Pin::new(&mut w), &mut cx, &mut combined, &mut sent, (&mut deferred, &mut streamed))
-                .is_pending()
-        );
-        assert_eq!((w.calls.len(), woken.load(std::sync::atomic::Ordering::Relaxed)), (0, 1));
-        // More frames meanwhile; the next flush writes them all at once.
-        combined.extend_from_slice(b" and more");
-        assert!(
-            poll_flush_combined(Pin::new(&mut w), &mut cx, &mut combined, &mut sent, (&mut deferred, &mut streamed))
-                .is_ready()
-        );
-        assert_eq!(w.calls.len(), 1);
-        assert_eq!(w.calls[0].1, b"frames and more");
-        // An empty flush, or a record's worth, is never put off.
-        assert!(
-            poll_flush_combined(Pin::new(&mut w), &mut cx, &mut combined, &mut sent, (&mut deferred, &mut streamed))
-                .is_ready()
-        );
-        combined.extend_from_slice(&vec![1u8; TLS_RECORD]);
-        assert!(
-            poll_flush_combined(Pin::new(&mut w), &mut cx, &mut combined, &mut sent, (&mut deferred, &mut streamed))
-                .is_ready()
-        );
-        assert_eq!(w.calls.len(), 2);
-        // Nor are the flushes of a connection that sent records lately.
-        combined.extend_from_slice(b"tail");
-        streamed = 2;
-        assert!(
-            poll_flush_combined(Pin::new(&mut w), &mut cx, &mut combined, &mut sent, (&mut deferred, &mut streamed))
-                .is_ready()
-        );
-        assert_eq!((w.calls.len(), streamed), (3, 1));
-    }
-
-    #[test]
-    fn a_combined_write_that_is_cut_short_resumes_where_it_stopped() {
-        let mut w = Recorder { limit: 5, ..Recorder::default() };
-        let (mut combined, mut sent) = (b"0123456789ab".to_vec(), 0);
-        let waker = futures_util::task::noop_waker();
-        let mut cx = Context::from_waker(&waker);
-        let Poll::Ready(Ok(())) = poll_write_out(Pin::new(&mut w), &mut cx, &mut combined, &mut sent) else {
-            panic!("pending")
-        };
-        let written: Vec<u8> = w.calls.iter().flat_map(|c| c.1.clone()).collect();
-        assert_eq!(written, b"0123456789ab");
-        assert_eq!(w.calls.len(), 3);
-        assert!(combined.is_empty() && sent == 0);
     }
 
     #[test]

@@ -7,6 +7,14 @@
 pub mod frame;
 pub mod hpack;
 mod huffman;
+mod output;
 pub mod recv;
 pub mod request;
 pub mod server;
+
+use crate::h1::{HOP_CONNECTION, HOP_KEEP_ALIVE, HOP_PROXY_CONNECTION, HOP_TRANSFER_ENCODING, HOP_UPGRADE};
+
+/// The fields HTTP/2 does not carry (RFC 9113 8.2.2), as bits of
+/// [`crate::h1::hop_by_hop_name`]; `te` is allowed as `trailers` only.
+pub const CONNECTION_SPECIFIC: u8 =
+    HOP_CONNECTION | HOP_KEEP_ALIVE | HOP_PROXY_CONNECTION | HOP_TRANSFER_ENCODING | HOP_UPGRADE;

@@ -10,6 +10,9 @@
 use http::header::{COOKIE, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri, Version};
 
+use super::CONNECTION_SPECIFIC;
+use crate::h1::{HOP_TE, hop_by_hop_name};
+
 /// What went wrong with a header block, once decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -109,11 +112,9 @@ impl Fields {
         if name.is_empty() || !name.iter().all(|&b| is_tchar_lower(b)) {
             return self.refuse(Refused::Malformed);
         }
-        match name {
-            b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade" => {
-                return self.refuse(Refused::Malformed);
-            }
-            b"te" if value != b"trailers" => return self.refuse(Refused::Malformed),
+        match hop_by_hop_name(name) {
+            bit if bit & CONNECTION_SPECIFIC != 0 => return self.refuse(Refused::Malformed),
+            HOP_TE if value != b"trailers" => return self.refuse(Refused::Malformed),
             _ => {}
         }
         let Ok(value) = HeaderValue::from_bytes(value) else {

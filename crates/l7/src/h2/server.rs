@@ -29,13 +29,16 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::CONNECTION_SPECIFIC;
 use super::frame::{self, Head, Reason};
 use super::hpack::{self, Decoder, Encoder};
+use super::output::Output;
 use super::recv;
 use super::request::{Fields, Refused};
 use crate::accesslog::reason;
 use crate::body::ResponseBody;
 use crate::conn::{ClientIo, ConnState};
+use crate::h1::hop_by_hop_bit;
 use crate::proxy::{self, ClientBody, HeadWriter};
 
 /// What a connection allows and advertises.
@@ -70,10 +73,6 @@ impl Limits {
 
 /// Output queued past which the client is not read until it takes some.
 const OUTPUT_HIGH: usize = 256 * 1024;
-/// The most plaintext one TLS record carries (RFC 8446 5.1).
-const TLS_RECORD: usize = 16 * 1024;
-/// Writes not put off after whole records went out.
-const STREAMED_WRITES: u8 = 64;
 /// Bytes read at a time.
 const READ_CHUNK: usize = 16 * 1024;
 /// Cancelled and refused streams allowed beyond those finished.
@@ -144,12 +143,19 @@ impl Wake for SlotWaker {
     }
 }
 
-/// A header block being gathered from HEADERS and CONTINUATION frames.
-struct Block {
+/// What the HEADERS frame that starts a header block says.
+#[derive(Clone, Copy)]
+struct BlockHead {
     stream: u32,
     end_stream: bool,
     /// A stream that depends on itself (a stream error once decoded).
     self_dependent: bool,
+}
+
+/// A header block being gathered from HEADERS and CONTINUATION frames
+/// (one that fits its HEADERS frame is decoded where it lies).
+struct Block {
+    head: BlockHead,
     bytes: Vec<u8>,
 }
 
@@ -163,11 +169,7 @@ struct Conn<T> {
     input: BytesMut,
     preface_done: bool,
     settings_seen: bool,
-    /// Frames queued, and frames being written (left alone until written:
-    /// TLS retries a write with the same bytes).
-    out: Vec<u8>,
-    writing: Vec<u8>,
-    written: usize,
+    out: Output,
     decoder: Decoder,
     encoder: Encoder,
     block: Option<Block>,
@@ -193,11 +195,6 @@ struct Conn<T> {
     closed: VecDeque<u32>,
     budget: i64,
     goaway_sent: bool,
-    /// The last small write was put off (see `put_off_write`).
-    write_put_off: bool,
-    /// Writes left before small ones are put off again, after whole
-    /// records went out.
-    streamed: u8,
     /// A stream waits for the client to open a window.
     window_wait: bool,
     /// The client opened a window since the last poll.
@@ -240,12 +237,11 @@ enum Step {
 }
 
 impl<T: AsyncRead + AsyncWrite> Conn<T> {
-    fn new(mut io: Pin<Box<ClientIo<T>>>, prefix: Bytes, state: Arc<ConnState>, limits: Limits) -> Self {
-        io.as_mut().write_frames_whole();
+    fn new(io: Pin<Box<ClientIo<T>>>, prefix: Bytes, state: Arc<ConnState>, limits: Limits) -> Self {
         let words = limits.max_concurrent.div_ceil(64);
-        let mut out = Vec::with_capacity(4096);
+        let mut out = Output::default();
         frame::put_settings(
-            &mut out,
+            &mut out.buf,
             &[
                 (frame::SETTINGS_ENABLE_PUSH, 0),
                 (frame::SETTINGS_MAX_CONCURRENT_STREAMS, limits.max_concurrent as u32),
@@ -255,7 +251,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
         );
         let conn_extra = limits.conn_window.saturating_sub(frame::DEFAULT_WINDOW as u32);
         if conn_extra > 0 {
-            frame::put_window_update(&mut out, 0, conn_extra);
+            frame::put_window_update(&mut out.buf, 0, conn_extra);
         }
         let mut input = BytesMut::with_capacity(READ_CHUNK);
         input.extend_from_slice(&prefix);
@@ -267,8 +263,6 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             preface_done: false,
             settings_seen: false,
             out,
-            writing: Vec::new(),
-            written: 0,
             decoder: Decoder::default(),
             encoder: Encoder::default(),
             block: None,
@@ -292,50 +286,23 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             closed: VecDeque::with_capacity(CLOSED_REMEMBERED),
             budget: RESET_BUDGET,
             goaway_sent: false,
-            write_put_off: false,
             window_wait: false,
             window_opened: false,
             stall_deadline: None,
             stall: Box::pin(tokio::time::sleep(limits.stall_timeout)),
-            streamed: 0,
             read_done: false,
             peer_goaway: false,
         }
     }
 
     fn queued(&self) -> usize {
-        self.out.len() + self.writing.len() - self.written
+        self.out.queued()
     }
 
     async fn run(&mut self) {
         while let Step::PutOffWrite = poll_fn(|cx| self.poll(cx)).await {
             tokio::task::yield_now().await;
         }
-    }
-
-    /// Whether to put off writing what is queued. Many streams finishing
-    /// close together each wake the connection; a small write put off until
-    /// the runtime has looked for I/O once more (tokio's `yield_now` runs
-    /// the task again after that) takes the answers finished meanwhile
-    /// into the same TLS record and send, as HAProxy's one send per loop
-    /// does. Only once in a row, only under a record, and not while the
-    /// connection streams whole records (large responses fill records
-    /// without waiting; waiting only adds latency).
-    fn put_off_write(&mut self) -> bool {
-        let small = !self.out.is_empty() && self.written == self.writing.len() && self.out.len() < TLS_RECORD;
-        if small && self.open > 0 && !self.write_put_off && self.streamed == 0 && !self.read_done {
-            self.write_put_off = true;
-            return true;
-        }
-        if !self.out.is_empty() {
-            self.write_put_off = false;
-            if self.out.len() >= TLS_RECORD {
-                self.streamed = STREAMED_WRITES;
-            } else {
-                self.streamed = self.streamed.saturating_sub(1);
-            }
-        }
-        false
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
@@ -380,10 +347,10 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
                 self.poll_streams();
             }
             self.release_conn_window();
-            if self.put_off_write() {
+            if !self.read_done && self.out.put_off(self.open > 0) {
                 return Poll::Ready(Step::PutOffWrite);
             }
-            let wrote = match self.poll_write(cx) {
+            let wrote = match self.out.poll_write(self.io.as_mut(), cx) {
                 Poll::Ready(Err(())) => return Poll::Ready(Step::Done),
                 Poll::Ready(Ok(wrote)) => wrote,
                 Poll::Pending => false,
@@ -442,36 +409,6 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             || self.ready.bits.iter().any(|w| w.load(Ordering::Acquire) != 0)
     }
 
-    /// Writes what is queued. `Ok(true)`: something went out.
-    fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, ()>> {
-        let mut wrote = false;
-        loop {
-            if self.written == self.writing.len() {
-                if self.out.is_empty() {
-                    break;
-                }
-                self.writing.clear();
-                self.written = 0;
-                std::mem::swap(&mut self.writing, &mut self.out);
-            }
-            match self.io.as_mut().poll_write(cx, &self.writing[self.written..]) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
-                Poll::Ready(Ok(n)) => {
-                    self.written += n;
-                    wrote = true;
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        if wrote {
-            match self.io.as_mut().poll_flush(cx) {
-                Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
-                Poll::Ready(Ok(())) | Poll::Pending => {}
-            }
-        }
-        Poll::Ready(Ok(wrote))
-    }
-
     // ---- input ----
 
     fn process_input(&mut self) -> Result<(), ConnError> {
@@ -509,7 +446,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
 
     fn frame(&mut self, head: Head, payload: Bytes) -> Result<(), ConnError> {
         if let Some(block) = &self.block
-            && (head.kind != frame::CONTINUATION || head.stream != block.stream)
+            && (head.kind != frame::CONTINUATION || head.stream != block.head.stream)
         {
             return Err(ConnError(Reason::Protocol));
         }
@@ -541,7 +478,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
                     return Err(ConnError(Reason::FrameSize));
                 }
                 if !head.has(frame::ACK) {
-                    frame::put_ping_ack(&mut self.out, &payload);
+                    frame::put_ping_ack(&mut self.out.buf, &payload);
                 }
                 Ok(())
             }
@@ -667,34 +604,30 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             fragment.advance(5);
             self_dependent = dep == head.stream;
         }
-        let block = Block {
-            stream: head.stream,
-            end_stream: head.has(frame::END_STREAM),
-            self_dependent,
-            bytes: fragment.to_vec(),
-        };
+        let block = BlockHead { stream: head.stream, end_stream: head.has(frame::END_STREAM), self_dependent };
         if head.has(frame::END_HEADERS) {
-            self.header_block(block)
+            self.header_block(block, &fragment)
         } else {
-            self.block = Some(block);
+            self.block = Some(Block { head: block, bytes: fragment.to_vec() });
             Ok(())
         }
     }
 
     fn continuation(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
-        let Some(block) = self.block.as_mut() else { return Err(ConnError(Reason::Protocol)) };
-        if block.bytes.len() + payload.len() > self.limits.max_header_list + 1024 {
-            // A block that never ends (CONTINUATION flood).
-            return Err(ConnError(Reason::EnhanceYourCalm));
-        }
         if payload.is_empty() && !head.has(frame::END_HEADERS) {
             self.spend_budget()?;
         }
+        let limit = self.limits.max_header_list + 1024;
         let Some(block) = self.block.as_mut() else { return Err(ConnError(Reason::Protocol)) };
+        if block.bytes.len() + payload.len() > limit {
+            // A block that never ends (CONTINUATION flood).
+            return Err(ConnError(Reason::EnhanceYourCalm));
+        }
         block.bytes.extend_from_slice(payload);
-        if head.has(frame::END_HEADERS) {
-            let block = self.block.take().ok_or(ConnError(Reason::Protocol))?;
-            return self.header_block(block);
+        if head.has(frame::END_HEADERS)
+            && let Some(block) = self.block.take()
+        {
+            return self.header_block(block.head, &block.bytes);
         }
         Ok(())
     }
@@ -704,15 +637,15 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
     }
 
     /// A whole header block: a request, or a request's trailers.
-    fn header_block(&mut self, block: Block) -> Result<(), ConnError> {
+    fn header_block(&mut self, block: BlockHead, bytes: &[u8]) -> Result<(), ConnError> {
         let id = block.stream;
         if id <= self.last_stream {
             let Some(slot) = self.slot_of(id) else {
-                self.decode(&block.bytes, &mut Fields::new(true, usize::MAX, usize::MAX))?;
+                self.decode(bytes, &mut Fields::new(true, usize::MAX, usize::MAX))?;
                 return Err(ConnError(if self.closed.contains(&id) { Reason::StreamClosed } else { Reason::Protocol }));
             };
             let mut fields = Fields::new(true, self.limits.max_header_list, self.limits.max_fields);
-            self.decode(&block.bytes, &mut fields)?;
+            self.decode(bytes, &mut fields)?;
             let s = self.stream(slot);
             if s.remote_closed {
                 self.stream_error(id, Reason::StreamClosed);
@@ -741,22 +674,22 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
 
         // A new stream.
         let mut fields = Fields::new(false, self.limits.max_header_list, self.limits.max_fields);
-        self.decode(&block.bytes, &mut fields)?;
+        self.decode(bytes, &mut fields)?;
         self.last_stream = id;
         if block.self_dependent {
             self.remember_closed(id);
-            frame::put_rst(&mut self.out, id, Reason::Protocol);
+            frame::put_rst(&mut self.out.buf, id, Reason::Protocol);
             return Ok(());
         }
         if self.goaway_sent {
             // Past the last stream GOAWAY promised to serve.
             self.remember_closed(id);
-            frame::put_rst(&mut self.out, id, Reason::RefusedStream);
+            frame::put_rst(&mut self.out.buf, id, Reason::RefusedStream);
             return Ok(());
         }
         let Some(slot) = self.free.pop().or_else(|| self.new_slot()) else {
             self.remember_closed(id);
-            frame::put_rst(&mut self.out, id, Reason::RefusedStream);
+            frame::put_rst(&mut self.out.buf, id, Reason::RefusedStream);
             return self.spend_budget();
         };
         let waker = self.wakers[slot]
@@ -881,7 +814,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
                 _ => {}
             }
         }
-        frame::put_settings_ack(&mut self.out);
+        frame::put_settings_ack(&mut self.out.buf);
         Ok(())
     }
 
@@ -977,10 +910,10 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
                     let id = s.id;
                     s.task = if end { Task::Done } else { Task::Sending(body) };
                     s.local_closed = end;
-                    write_head(
-                        &mut self.out,
+                    write_fields(
+                        &mut self.out.buf,
                         &mut self.encoder,
-                        (id, parts.status),
+                        (id, Some(parts.status)),
                         &parts.headers,
                         end,
                         self.peer_max_frame,
@@ -1038,7 +971,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             let n = (allowed as usize).min(max_frame).min(s.pending.len());
             let chunk = s.pending.split_to(n);
             let end = s.pending.is_empty() && s.pending_end && s.pending_trailers.is_none();
-            frame::put_data(&mut self.out, s.id, &chunk, end);
+            frame::put_data(&mut self.out.buf, s.id, &chunk, end);
             s.send_window -= n as i64;
             self.conn_send_window -= n as i64;
             if end {
@@ -1049,11 +982,11 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             }
         }
         if let Some(t) = s.pending_trailers.take() {
-            write_trailers(&mut self.out, &mut self.encoder, s.id, &t, max_frame);
+            write_fields(&mut self.out.buf, &mut self.encoder, (s.id, None), &t, true, max_frame);
             s.local_closed = true;
             s.task = Task::Done;
         } else if s.pending_end {
-            frame::put_data(&mut self.out, s.id, &[], true);
+            frame::put_data(&mut self.out.buf, s.id, &[], true);
             s.pending_end = false;
             s.local_closed = true;
             s.task = Task::Done;
@@ -1072,7 +1005,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
         s.unreleased = s.unreleased.saturating_sub(taken);
         s.unacked += taken as i64;
         if s.unacked >= window / 2 && !s.remote_closed {
-            frame::put_window_update(&mut self.out, s.id, s.unacked as u32);
+            frame::put_window_update(&mut self.out.buf, s.id, s.unacked as u32);
             s.recv_window += s.unacked;
             s.unacked = 0;
         }
@@ -1081,7 +1014,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
     fn release_conn_window(&mut self) {
         let window = i64::from(self.limits.conn_window);
         if self.conn_released > 0 && (self.conn_released as i64) >= window / 4 && !self.read_done {
-            frame::put_window_update(&mut self.out, 0, self.conn_released as u32);
+            frame::put_window_update(&mut self.out.buf, 0, self.conn_released as u32);
             self.conn_recv_window += self.conn_released as i64;
             self.conn_released = 0;
         }
@@ -1094,7 +1027,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
         let s = self.stream(slot);
         let id = s.id;
         s.local_closed = true;
-        write_head(&mut self.out, &mut self.encoder, (id, status), &HeaderMap::new(), true, max_frame);
+        write_fields(&mut self.out.buf, &mut self.encoder, (id, Some(status)), &HeaderMap::new(), true, max_frame);
         self.maybe_close(slot);
     }
 
@@ -1106,7 +1039,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             return;
         }
         if !s.remote_closed {
-            frame::put_rst(&mut self.out, s.id, Reason::NoError);
+            frame::put_rst(&mut self.out.buf, s.id, Reason::NoError);
         }
         self.budget = (self.budget + 1).min(RESET_BUDGET);
         self.close(slot);
@@ -1145,21 +1078,21 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
 
     fn stream_error_at(&mut self, slot: usize, why: Reason) {
         let id = self.stream(slot).id;
-        frame::put_rst(&mut self.out, id, why);
+        frame::put_rst(&mut self.out.buf, id, why);
         self.close(slot);
     }
 
     fn stream_error(&mut self, id: u32, why: Reason) {
         match self.slot_of(id) {
             Some(slot) => self.stream_error_at(slot, why),
-            None => frame::put_rst(&mut self.out, id, why),
+            None => frame::put_rst(&mut self.out.buf, id, why),
         }
     }
 
     fn go_away(&mut self, why: Reason) {
         if !self.goaway_sent {
             self.goaway_sent = true;
-            frame::put_goaway(&mut self.out, self.last_stream, why);
+            frame::put_goaway(&mut self.out.buf, self.last_stream, why);
         }
     }
 
@@ -1176,47 +1109,30 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
     }
 }
 
-fn is_connection_specific(name: &http::HeaderName) -> bool {
-    use http::header::{CONNECTION, TRANSFER_ENCODING, UPGRADE};
-    name == CONNECTION
-        || name == TRANSFER_ENCODING
-        || name == UPGRADE
-        || name == "keep-alive"
-        || name == "proxy-connection"
-}
-
-/// A response head as HEADERS (and CONTINUATION) frames.
-fn write_head(
+/// A response head (`status`) or trailers (`None`) as HEADERS and, past
+/// the client's frame size, CONTINUATION frames. Fields that mean
+/// something only to one HTTP/1.1 connection are left out: responses made
+/// here may carry `Connection: close`.
+fn write_fields(
     out: &mut Vec<u8>,
     encoder: &mut Encoder,
-    (id, status): (u32, StatusCode),
-    headers: &HeaderMap,
+    (id, status): (u32, Option<StatusCode>),
+    fields: &HeaderMap,
     end: bool,
     max_frame: usize,
 ) {
     BLOCK.with_borrow_mut(|block| {
         block.clear();
         encoder.begin_block(block);
-        hpack::encode_status(block, status.as_u16());
-        for (name, value) in headers {
-            if !is_connection_specific(name) {
+        if let Some(status) = status {
+            hpack::encode_status(block, status.as_u16());
+        }
+        for (name, value) in fields {
+            if hop_by_hop_bit(name) & CONNECTION_SPECIFIC == 0 {
                 encoder.field(block, name.as_str(), value.as_bytes());
             }
         }
         frame::put_headers(out, id, block, end, max_frame);
-    });
-}
-
-fn write_trailers(out: &mut Vec<u8>, encoder: &mut Encoder, id: u32, trailers: &HeaderMap, max_frame: usize) {
-    BLOCK.with_borrow_mut(|block| {
-        block.clear();
-        encoder.begin_block(block);
-        for (name, value) in trailers {
-            if !is_connection_specific(name) {
-                encoder.field(block, name.as_str(), value.as_bytes());
-            }
-        }
-        frame::put_headers(out, id, block, true, max_frame);
     });
 }
 

@@ -1,0 +1,184 @@
+//! A connection's output: frames queued as they are made, written out in
+//! as few writes as the client's socket takes, and small writes put off
+//! once so that the answers of streams finishing close together share a
+//! TLS record and a send.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::AsyncWrite;
+
+/// The most plaintext one TLS record carries (RFC 8446 5.1).
+const TLS_RECORD: usize = 16 * 1024;
+/// Writes not put off after whole records went out.
+const STREAMED_WRITES: u8 = 64;
+
+#[derive(Default)]
+pub struct Output {
+    /// Frames queued since the last write began.
+    pub buf: Vec<u8>,
+    /// Frames being written, left alone until written: TLS retries a write
+    /// with the same bytes at the same address.
+    writing: Vec<u8>,
+    written: usize,
+    /// The last small write was put off.
+    put_off: bool,
+    /// Writes left before small ones are put off again, after whole
+    /// records went out.
+    streamed: u8,
+}
+
+impl Output {
+    /// Bytes queued or being written.
+    pub fn queued(&self) -> usize {
+        self.buf.len() + self.writing.len() - self.written
+    }
+
+    /// Whether to put off writing what is queued, while `more_may_come`
+    /// (streams are open). Many streams finishing close together each wake
+    /// the connection; a small write put off until the runtime has looked
+    /// for I/O once more takes the answers finished meanwhile into the same
+    /// record and send, as HAProxy's one send per loop does. Only once in a
+    /// row, only under a record, and not while the connection streams whole
+    /// records (large responses fill records without waiting; waiting only
+    /// adds latency).
+    pub fn put_off(&mut self, more_may_come: bool) -> bool {
+        let small = !self.buf.is_empty() && self.written == self.writing.len() && self.buf.len() < TLS_RECORD;
+        if small && more_may_come && !self.put_off && self.streamed == 0 {
+            self.put_off = true;
+            return true;
+        }
+        if !self.buf.is_empty() {
+            self.put_off = false;
+            if self.buf.len() >= TLS_RECORD {
+                self.streamed = STREAMED_WRITES;
+            } else {
+                self.streamed = self.streamed.saturating_sub(1);
+            }
+        }
+        false
+    }
+
+    /// Writes what is queued. `Ok(true)`: something went out; `Err`: the
+    /// client is gone.
+    pub fn poll_write<W: AsyncWrite + ?Sized>(
+        &mut self,
+        mut io: Pin<&mut W>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<bool, ()>> {
+        let mut wrote = false;
+        loop {
+            if self.written == self.writing.len() {
+                if self.buf.is_empty() {
+                    break;
+                }
+                self.writing.clear();
+                self.written = 0;
+                std::mem::swap(&mut self.writing, &mut self.buf);
+            }
+            match io.as_mut().poll_write(cx, &self.writing[self.written..]) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Ready(Ok(n)) => {
+                    self.written += n;
+                    wrote = true;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if wrote && let Poll::Ready(Err(_)) = io.as_mut().poll_flush(cx) {
+            return Poll::Ready(Err(()));
+        }
+        Poll::Ready(Ok(wrote))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records each write; takes at most `limit` bytes of one.
+    #[derive(Default)]
+    struct Recorder {
+        limit: usize,
+        calls: Vec<Vec<u8>>,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.limit);
+            self.calls.push(buf[..n].to_vec());
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn write(out: &mut Output, w: &mut Recorder) -> bool {
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let Poll::Ready(Ok(wrote)) = out.poll_write(Pin::new(w), &mut cx) else { panic!("pending or failed") };
+        wrote
+    }
+
+    #[test]
+    fn frames_of_many_streams_go_out_as_one_write() {
+        let mut w = Recorder { limit: usize::MAX, ..Recorder::default() };
+        let mut out = Output::default();
+        let head = [0u8, 0x10, 0, 0, 0, 0, 0, 0, 1];
+        let payload = vec![3u8; 4096];
+        for _ in 0..3 {
+            out.buf.extend_from_slice(&head);
+            out.buf.extend_from_slice(&payload);
+        }
+        assert!(write(&mut out, &mut w));
+        assert_eq!(w.calls.len(), 1);
+        assert_eq!(w.calls[0].len(), 3 * (head.len() + payload.len()));
+        assert_eq!(out.queued(), 0);
+        assert!(!write(&mut out, &mut w), "nothing queued, nothing written");
+    }
+
+    #[test]
+    fn a_small_write_is_put_off_once() {
+        let mut w = Recorder { limit: usize::MAX, ..Recorder::default() };
+        let mut out = Output::default();
+        out.buf.extend_from_slice(b"frames");
+        // Put off: nothing written.
+        assert!(out.put_off(true));
+        // More frames meanwhile; the next time they all go at once.
+        out.buf.extend_from_slice(b" and more");
+        assert!(!out.put_off(true));
+        write(&mut out, &mut w);
+        assert_eq!(w.calls, [b"frames and more".to_vec()]);
+        // Nothing queued, or no stream left to answer: never put off.
+        assert!(!out.put_off(true));
+        out.buf.extend_from_slice(b"last");
+        assert!(!out.put_off(false));
+        write(&mut out, &mut w);
+        // A record's worth is never put off, nor are the writes of a
+        // connection that sent records lately.
+        out.buf.extend_from_slice(&vec![1u8; TLS_RECORD]);
+        assert!(!out.put_off(true));
+        write(&mut out, &mut w);
+        out.buf.extend_from_slice(b"tail");
+        assert!(!out.put_off(true));
+        assert_eq!(out.streamed, STREAMED_WRITES - 1);
+    }
+
+    #[test]
+    fn a_write_that_is_cut_short_resumes_where_it_stopped() {
+        let mut w = Recorder { limit: 5, ..Recorder::default() };
+        let mut out = Output::default();
+        out.buf.extend_from_slice(b"0123456789ab");
+        write(&mut out, &mut w);
+        let written: Vec<u8> = w.calls.concat();
+        assert_eq!(written, b"0123456789ab");
+        assert_eq!(w.calls.len(), 3);
+        assert_eq!(out.queued(), 0);
+    }
+}
