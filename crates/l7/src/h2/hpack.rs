@@ -106,21 +106,62 @@ fn entry_size(name: &[u8], value: &[u8]) -> usize {
     name.len() + value.len() + 32
 }
 
-/// The decoder's half of the connection's HPACK state.
-pub struct Decoder {
+/// A dynamic table (RFC 7541 2.3.2, 4): the decoder and the encoder each
+/// keep one, and the two ends of a connection keep them alike.
+struct Table {
     /// Newest first.
     entries: VecDeque<Entry>,
     size: usize,
     max_size: usize,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table { entries: VecDeque::new(), size: 0, max_size: TABLE_SIZE }
+    }
+}
+
+impl Table {
+    fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        self.entries.get(i).map(|(n, v)| (&n[..], &v[..]))
+    }
+
+    fn insert(&mut self, name: &[u8], value: &[u8]) {
+        let size = entry_size(name, value);
+        if size > self.max_size {
+            // An entry larger than the table empties it (RFC 7541 4.4).
+            self.entries.clear();
+            self.size = 0;
+            return;
+        }
+        self.evict(size);
+        self.size += size;
+        self.entries.push_front((name.into(), value.into()));
+    }
+
+    fn set_max_size(&mut self, size: usize) {
+        self.max_size = size;
+        self.evict(0);
+    }
+
+    /// Evicts until `room` more bytes fit.
+    fn evict(&mut self, room: usize) {
+        while self.size + room > self.max_size {
+            match self.entries.pop_back() {
+                Some((n, v)) => self.size -= entry_size(&n, &v),
+                None => break,
+            }
+        }
+    }
+}
+
+/// The decoder's half of the connection's HPACK state.
+#[derive(Default)]
+pub struct Decoder {
+    table: Table,
     /// Huffman-decoded strings of the field being read.
     name_buf: Vec<u8>,
     value_buf: Vec<u8>,
-}
-
-impl Default for Decoder {
-    fn default() -> Self {
-        Decoder { entries: VecDeque::new(), size: 0, max_size: TABLE_SIZE, name_buf: Vec::new(), value_buf: Vec::new() }
-    }
 }
 
 /// Where a field's name or value lies while a representation is decoded.
@@ -154,8 +195,7 @@ impl Decoder {
                 if fields_seen || size > TABLE_SIZE {
                     return Err(HpackError::BadSizeUpdate);
                 }
-                self.max_size = size;
-                self.evict(0);
+                self.table.set_max_size(size);
             } else {
                 // Literal: with incremental indexing (01), without (0000),
                 // never indexed (0001).
@@ -174,7 +214,7 @@ impl Decoder {
                 fields_seen = true;
                 if index_it {
                     let entry: Entry = (name_bytes.into(), value_bytes.into());
-                    self.insert(entry);
+                    self.table.insert(&entry.0, &entry.1);
                 }
             }
         }
@@ -198,30 +238,7 @@ impl Decoder {
                 let (n, v) = STATIC_TABLE[index - 1];
                 Ok((n.as_bytes(), v.as_bytes()))
             }
-            _ => self.entries.get(index - 62).map(|(n, v)| (&n[..], &v[..])).ok_or(HpackError::BadIndex),
-        }
-    }
-
-    fn insert(&mut self, entry: Entry) {
-        let size = entry_size(&entry.0, &entry.1);
-        if size > self.max_size {
-            // An entry larger than the table empties it (RFC 7541 4.4).
-            self.entries.clear();
-            self.size = 0;
-            return;
-        }
-        self.evict(size);
-        self.size += size;
-        self.entries.push_front(entry);
-    }
-
-    /// Evicts until `room` more bytes fit.
-    fn evict(&mut self, room: usize) {
-        while self.size + room > self.max_size {
-            match self.entries.pop_back() {
-                Some((n, v)) => self.size -= entry_size(&n, &v),
-                None => break,
-            }
+            _ => self.table.get(index - 62).ok_or(HpackError::BadIndex),
         }
     }
 }
@@ -318,21 +335,13 @@ pub fn encode_status(out: &mut Vec<u8>, status: u16) {
 /// `etag`) goes into the dynamic table once and is one byte after that;
 /// fields that change on every response (`date`) or may carry secrets
 /// (`set-cookie`) are never put in the table.
+#[derive(Default)]
 pub struct Encoder {
-    /// Newest first.
-    entries: VecDeque<Entry>,
-    size: usize,
-    max_size: usize,
+    table: Table,
     /// Size updates owed at the start of the next block: the smallest the
     /// limit went to, then where it ended (RFC 7541 4.2).
     min_update: Option<usize>,
     final_update: Option<usize>,
-}
-
-impl Default for Encoder {
-    fn default() -> Self {
-        Encoder { entries: VecDeque::new(), size: 0, max_size: TABLE_SIZE, min_update: None, final_update: None }
-    }
 }
 
 /// Values longer than this are not put in the table: they are unlikely to
@@ -344,11 +353,10 @@ impl Encoder {
     /// [`TABLE_SIZE`] whatever the client allows.
     pub fn set_peer_table_size(&mut self, size: usize) {
         let size = size.min(TABLE_SIZE);
-        if size == self.max_size {
+        if size == self.table.max_size {
             return;
         }
-        self.max_size = size;
-        self.evict(0);
+        self.table.set_max_size(size);
         self.min_update = Some(self.min_update.map_or(size, |m| m.min(size)));
         self.final_update = Some(size);
     }
@@ -365,22 +373,29 @@ impl Encoder {
 
     /// One field; `name` must be lower case.
     pub fn field(&mut self, out: &mut Vec<u8>, name: &str, value: &[u8]) {
-        let mut name_index = static_name_index(name);
-        for (i, (n, v)) in self.entries.iter().enumerate() {
-            if &n[..] == name.as_bytes() {
-                if &v[..] == value {
-                    write_int(out, 0x80, 7, 62 + i);
-                    return;
-                }
-                name_index = name_index.or(Some(62 + i));
-            }
-        }
         let (flags, prefix) = match name {
             "set-cookie" | "authorization" | "proxy-authorization" | "cookie" => (0x10, 4),
             "date" | "content-length" | "last-modified" | "expires" | "age" => (0x00, 4),
-            _ if value.len() <= INDEX_VALUES_UP_TO && entry_size(name.as_bytes(), value) <= self.max_size => (0x40, 6),
+            _ if value.len() <= INDEX_VALUES_UP_TO && entry_size(name.as_bytes(), value) <= self.table.max_size => {
+                (0x40, 6)
+            }
             _ => (0x00, 4),
         };
+        let mut name_index = static_name_index(name);
+        // The table holds only fields of the indexed kind: the others (and
+        // `date` on every response) need not look through it for a static
+        // name.
+        if flags == 0x40 || name_index.is_none() {
+            for (i, (n, v)) in self.table.entries.iter().enumerate() {
+                if &n[..] == name.as_bytes() {
+                    if &v[..] == value {
+                        write_int(out, 0x80, 7, 62 + i);
+                        return;
+                    }
+                    name_index = name_index.or(Some(62 + i));
+                }
+            }
+        }
         match name_index {
             Some(i) => write_int(out, flags, prefix, i),
             None => {
@@ -390,19 +405,7 @@ impl Encoder {
         }
         write_raw_string(out, value);
         if flags == 0x40 {
-            let size = entry_size(name.as_bytes(), value);
-            self.evict(size);
-            self.size += size;
-            self.entries.push_front((name.as_bytes().into(), value.into()));
-        }
-    }
-
-    fn evict(&mut self, room: usize) {
-        while self.size + room > self.max_size {
-            match self.entries.pop_back() {
-                Some((n, v)) => self.size -= entry_size(&n, &v),
-                None => break,
-            }
+            self.table.insert(name.as_bytes(), value);
         }
     }
 }
@@ -456,7 +459,7 @@ mod tests {
                 first,
                 pairs(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")])
             );
-            assert_eq!(d.size, 57);
+            assert_eq!(d.table.size, 57);
             let second = decode_all(&mut d, &hex(blocks[1])).expect("second");
             assert_eq!(
                 second,
@@ -479,8 +482,8 @@ mod tests {
                     ("custom-key", "custom-value"),
                 ])
             );
-            assert_eq!(d.size, 164);
-            assert_eq!(d.entries.len(), 3);
+            assert_eq!(d.table.size, 164);
+            assert_eq!(d.table.entries.len(), 3);
         }
     }
 
@@ -490,7 +493,7 @@ mod tests {
     fn rfc7541_response_examples_with_eviction() {
         let mut d = Decoder::default();
         d.decode(&hex("3f e1 01"), |_, _| {}).expect("size update to 256");
-        assert_eq!(d.max_size, 256);
+        assert_eq!(d.table.max_size, 256);
         let first = decode_all(
             &mut d,
             &hex("4882 6402 5885 aec3 771a 4b61 96d0 7abe 9410 54d4 44a8 2005 9504 0b81 66e0 82a6 2d1b ff6e 919d 29ad 1718 63c7 8f0b 97c8 e9ae 82ae 43d3"),
@@ -505,10 +508,10 @@ mod tests {
                 ("location", "https://www.example.com"),
             ])
         );
-        assert_eq!(d.size, 222);
+        assert_eq!(d.table.size, 222);
         let second = decode_all(&mut d, &hex("4883 640e ffc1 c0bf")).expect("second");
         assert_eq!(second[0], (":status".into(), "307".into()));
-        assert_eq!(d.size, 222);
+        assert_eq!(d.table.size, 222);
         let third = decode_all(
             &mut d,
             &hex("88c1 6196 d07a be94 1054 d444 a820 0595 040b 8166 e084 a62d 1bff c05a 839b d9ab 77ad 94e7 821d d7f2 e6c7 b335 dfdf cd5b 3960 d5af 2708 7f36 72c1 ab27 0fb5 291f 9587 3160 65c0 03ed 4ee5 b106 3d50 07"),
@@ -516,8 +519,8 @@ mod tests {
         .expect("third");
         assert_eq!(third.len(), 6);
         assert_eq!(third[5], ("set-cookie".into(), "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1".into()));
-        assert_eq!(d.size, 215);
-        assert_eq!(d.entries.len(), 3);
+        assert_eq!(d.table.size, 215);
+        assert_eq!(d.table.entries.len(), 3);
     }
 
     #[test]
@@ -570,8 +573,8 @@ mod tests {
             assert_eq!(got[5].1.len(), 300);
             assert_eq!(got[6], ("x-custom".into(), format!("v{round}")));
             // Both tables agree, entry by entry.
-            assert_eq!(d.entries, e.entries);
-            assert!(!d.entries.iter().any(|(n, _)| &n[..] == b"set-cookie" || &n[..] == b"date"));
+            assert_eq!(d.table.entries, e.table.entries);
+            assert!(!d.table.entries.iter().any(|(n, _)| &n[..] == b"set-cookie" || &n[..] == b"date"));
             sizes.push(out.len());
         }
         // content-type and server went from literals to one byte each.
@@ -593,9 +596,9 @@ mod tests {
         e.field(&mut out, "x-b", b"1");
         assert_eq!(&out[..2], &[0x20, 0x3f], "updates to 0, then to 64 (0x3f 0x21)");
         decode_all(&mut d, &out).expect("decodes");
-        assert_eq!(d.max_size, 64);
-        assert_eq!(d.entries, e.entries);
-        assert!(e.size <= 64);
+        assert_eq!(d.table.max_size, 64);
+        assert_eq!(d.table.entries, e.table.entries);
+        assert!(e.table.size <= 64);
     }
 
     #[test]
