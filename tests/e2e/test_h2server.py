@@ -35,10 +35,15 @@ routes: [{{ name: a, upstream: a }}]
 {extra}"""
 
 
+def serve(gatehouse, up, extra=""):
+    """Gatehouse in front of `up`; its listener's port and the process."""
+    port = free_port()
+    return port, gatehouse(config(port, up, extra), [port])
+
+
 def test_uploads_larger_than_every_window_arrive_whole(tmp_path, upstream, gatehouse):
     up = upstream("a")
-    port = free_port()
-    gatehouse(config(port, up), [port])
+    port, _ = serve(gatehouse, up)
     # 5 MiB: twenty stream windows, five connection windows.
     body = os.urandom(5 * 1024 * 1024)
     src = tmp_path / "upload.bin"
@@ -57,8 +62,7 @@ def test_many_streams_at_once_on_one_connection(tmp_path, gatehouse, request):
     # NGINX: Python's test server accepts too few connections at once.
     up = NginxBackend(tmp_path)
     request.addfinalizer(up.stop)
-    port = free_port()
-    gatehouse(config(port, up), [port])
+    port, _ = serve(gatehouse, up)
     # h2load speaks HTTP/2 with prior knowledge to http:// URLs.
     p = subprocess.run(["h2load", "-n", "400", "-c", "1", "-m", "100", f"http://127.0.0.1:{port}/many"],
                        capture_output=True, text=True, timeout=60)
@@ -76,8 +80,7 @@ def big_upstream():
 
 def test_response_data_never_exceeds_the_window_the_client_gave(big_upstream, gatehouse):
     up, body = big_upstream
-    port = free_port()
-    gatehouse(config(port, up), [port])
+    port, _ = serve(gatehouse, up)
     c = H2Conn(port, settings=struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE, 1000))
     try:
         c.send(c.headers(1, request_fields("/big")))
@@ -97,8 +100,7 @@ def test_response_data_never_exceeds_the_window_the_client_gave(big_upstream, ga
 
 def test_streams_past_the_limit_are_refused_and_the_connection_goes_on(upstream, gatehouse):
     up = upstream("a")
-    port = free_port()
-    gatehouse(config(port, up), [port])
+    port, _ = serve(gatehouse, up)
     c = H2Conn(port)
     try:
         # 256 streams held open (each waits for its body), then one more.
@@ -117,8 +119,7 @@ def test_streams_past_the_limit_are_refused_and_the_connection_goes_on(upstream,
 
 def test_draining_says_goaway_and_finishes_the_streams_it_took(upstream, gatehouse):
     up = upstream("a")
-    port = free_port()
-    g = gatehouse(config(port, up), [port])
+    port, g = serve(gatehouse, up)
     c = H2Conn(port)
     try:
         c.send(c.headers(1, request_fields("/slow?t=1.5")))
@@ -142,8 +143,7 @@ def test_draining_says_goaway_and_finishes_the_streams_it_took(upstream, gatehou
 
 def test_a_client_that_opens_no_window_is_closed_after_the_idle_timeout(big_upstream, gatehouse):
     up, _ = big_upstream
-    port = free_port()
-    gatehouse(config(port, up, "http: { client_idle_timeout: 1s }"), [port])
+    port, _ = serve(gatehouse, up, "http: { client_idle_timeout: 1s }")
     # A window of 0: the response's head can go, none of its data.
     c = H2Conn(port, settings=struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE, 0))
     try:
@@ -194,8 +194,7 @@ routes: [{{ name: a, match: {{ hosts: [a.test] }}, upstream: a }}]
 
 def test_padding_is_given_back_to_the_streams_window(upstream, gatehouse):
     up = upstream("a")
-    port = free_port()
-    gatehouse(config(port, up), [port])
+    port, _ = serve(gatehouse, up)
     c = H2Conn(port)
     padded = 0x8
     try:
