@@ -63,10 +63,11 @@ def request_fields(path="/", authority="a.test", method="GET", extra=()):
 
 
 class H2Conn:
-    """One HTTP/2 connection with prior knowledge on cleartext."""
+    """One HTTP/2 connection with prior knowledge on cleartext, or on a
+    connected `sock` given (a TLS socket that chose h2)."""
 
-    def __init__(self, port, host="127.0.0.1", settings=b""):
-        self.sock = socket.create_connection((host, port), timeout=5)
+    def __init__(self, port, host="127.0.0.1", settings=b"", sock=None):
+        self.sock = sock or socket.create_connection((host, port), timeout=5)
         self.buf = b""
         self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
 

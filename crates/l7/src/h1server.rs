@@ -174,11 +174,15 @@ where
             let frame = match poll_now(&mut body) {
                 Some(f) => f,
                 None => {
+                    // What is written goes out before the wait for more.
                     if !out.is_empty() {
                         if io.write_all(out).await.is_err() {
                             return false;
                         }
                         out.clear();
+                    }
+                    if io.flush().await.is_err() {
+                        return false;
                     }
                     poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
                 }

@@ -15,6 +15,7 @@ pub mod context;
 mod deadline;
 pub mod error;
 pub mod filters;
+pub mod gather;
 pub mod h1;
 pub mod h1client;
 pub mod h1server;

@@ -19,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::conn::{ClientIo, ConnState};
 use crate::context::Worker;
+use crate::gather::Gather;
 use crate::h1server::{Rewound, Served};
 use crate::metrics::{HandshakeResult, Metrics};
 use crate::proxy::{self, ClientBody, HeadWriter};
@@ -144,8 +145,9 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
             // BoringSSL reads a record as two reads, its 5-byte header then its
             // body; a small buffer under it turns a flight of records that
             // arrived together into one recvfrom. Reads larger than the buffer
-            // (bulk request bodies) bypass it.
-            let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream);
+            // (bulk request bodies) bypass it. It writes one record at a
+            // time; `Gather` sends a large response's records together.
+            let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, Gather::new(stream));
             let accepted =
                 tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)).await;
             let tls_stream = match accepted {

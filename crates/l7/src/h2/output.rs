@@ -26,12 +26,15 @@ pub struct Output {
     /// Writes left before small ones are put off again, after whole
     /// records went out.
     streamed: u8,
+    /// Written, and the flush that sends it on has not finished (the
+    /// TLS socket under it gathers records; see `crate::gather`).
+    unflushed: bool,
 }
 
 impl Output {
     /// Bytes queued or being written.
     pub fn queued(&self) -> usize {
-        self.buf.len() + self.writing.len() - self.written
+        self.buf.len() + self.writing.len() - self.written + usize::from(self.unflushed)
     }
 
     /// Whether to put off writing what is queued, while `more_may_come`
@@ -85,8 +88,15 @@ impl Output {
                 Poll::Pending => return Poll::Pending,
             }
         }
-        if wrote && let Poll::Ready(Err(_)) = io.as_mut().poll_flush(cx) {
-            return Poll::Ready(Err(()));
+        self.unflushed |= wrote;
+        if self.unflushed {
+            match io.as_mut().poll_flush(cx) {
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                // The socket's readiness wakes the connection, which calls
+                // this again.
+                Poll::Pending => {}
+            }
         }
         Poll::Ready(Ok(wrote))
     }
@@ -101,6 +111,9 @@ mod tests {
     struct Recorder {
         limit: usize,
         calls: Vec<Vec<u8>>,
+        /// Flushes that come back `Pending` before one finishes.
+        flush_pending: usize,
+        flushes: usize,
     }
 
     impl AsyncWrite for Recorder {
@@ -110,7 +123,12 @@ mod tests {
             Poll::Ready(Ok(n))
         }
 
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            self.flushes += 1;
+            if self.flush_pending > 0 {
+                self.flush_pending -= 1;
+                return Poll::Pending;
+            }
             Poll::Ready(Ok(()))
         }
 
@@ -168,6 +186,22 @@ mod tests {
         out.buf.extend_from_slice(b"tail");
         assert!(!out.put_off(true));
         assert_eq!(out.streamed, STREAMED_WRITES - 1);
+    }
+
+    #[test]
+    fn a_flush_left_pending_is_finished_by_the_next_call() {
+        // The socket under TLS gathers records and sends them at the
+        // flush; a full socket leaves that flush pending.
+        let mut w = Recorder { limit: usize::MAX, flush_pending: 1, ..Recorder::default() };
+        let mut out = Output::default();
+        out.buf.extend_from_slice(b"last frames");
+        assert!(write(&mut out, &mut w));
+        assert_eq!((w.flushes, out.queued()), (1, 1), "unsent until the flush finishes");
+        // Woken when the socket has room, with nothing new to write.
+        assert!(!write(&mut out, &mut w));
+        assert_eq!((w.flushes, out.queued()), (2, 0));
+        assert!(!write(&mut out, &mut w));
+        assert_eq!(w.flushes, 2, "no flush once it finished");
     }
 
     #[test]

@@ -1,0 +1,252 @@
+//! A TLS client's socket, with the records of a large response gathered
+//! into one send.
+//!
+//! BoringSSL seals at most 16 KiB of plaintext into a record and hands
+//! each record to its transport on its own, so a 64 KiB response went out
+//! as four `sendto` calls, four TCP segments and four wake-ups of the
+//! client. [`Gather`] sits under the TLS stream and keeps large writes
+//! (whole records) until the writer flushes or [`SEND_AT`] bytes wait;
+//! then they go out in one send. Small writes with nothing gathered pass
+//! straight through, so a small response costs no copy.
+//!
+//! Whoever writes through it must flush before waiting for anything else,
+//! as with any buffered writer: Gatehouse's HTTP/1.1 and HTTP/2 servers
+//! do, hyper flushes after every write, and BoringSSL flushes each
+//! handshake flight and fatal alert. Shutdown sends what is gathered first.
+
+use std::cell::RefCell;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Writes at least this large are gathered: whole records, or most of one.
+const GATHER_FROM: usize = 4 * 1024;
+/// Gathered bytes are sent once this many wait, flush or not: four full
+/// records, what the kernel's loopback and GSO take as one segment.
+pub const SEND_AT: usize = 64 * 1024;
+/// A record's plaintext and its sealing overhead, with room to spare.
+const RECORD_MAX: usize = 16 * 1024 + 512;
+/// Gather buffers a worker keeps for the next large response.
+const SPARES: usize = 8;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+pub struct Gather<T> {
+    inner: T,
+    /// Gathered bytes; `sent` of them are written. Empty with no capacity
+    /// while nothing is gathered: an idle connection holds no buffer.
+    out: Vec<u8>,
+    sent: usize,
+}
+
+impl<T> Gather<T> {
+    pub fn new(inner: T) -> Self {
+        Gather { inner, out: Vec::new(), sent: 0 }
+    }
+
+    /// Bytes gathered and not yet written to the socket.
+    pub fn pending(&self) -> usize {
+        self.out.len() - self.sent
+    }
+}
+
+impl<T: AsyncWrite + Unpin> Gather<T> {
+    /// Writes everything gathered; then the buffer goes back to the spares.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.out.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.sent = 0;
+        if self.out.capacity() > 0 {
+            let mut buf = std::mem::take(&mut self.out);
+            buf.clear();
+            SPARE.with_borrow_mut(|spare| {
+                if spare.len() < SPARES {
+                    spare.push(buf);
+                }
+            });
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Gather<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Gather<T> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        // Bounded: a write is taken only while fewer than SEND_AT bytes are
+        // gathered, sent or not.
+        if this.out.len() >= SEND_AT {
+            ready!(this.poll_drain(cx))?;
+        }
+        if this.out.is_empty() && buf.len() < GATHER_FROM {
+            return Pin::new(&mut this.inner).poll_write(cx, buf);
+        }
+        if this.out.capacity() == 0 {
+            this.out = SPARE.with_borrow_mut(Vec::pop).unwrap_or_else(|| Vec::with_capacity(SEND_AT + RECORD_MAX));
+        }
+        this.out.extend_from_slice(buf);
+        if this.out.len() >= SEND_AT {
+            // The bytes are taken either way; what the socket does not take
+            // now goes before the next write, or at the flush.
+            if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket that records each write and takes at most `room` bytes
+    /// before it is full (then `Pending` until `room` grows).
+    #[derive(Default)]
+    struct Socket {
+        room: usize,
+        writes: Vec<Vec<u8>>,
+        shut: bool,
+    }
+
+    impl AsyncRead for Socket {
+        fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for Socket {
+        fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.room);
+            if n == 0 {
+                return Poll::Pending;
+            }
+            self.room -= n;
+            self.writes.push(buf[..n].to_vec());
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.shut = true;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn cx() -> Context<'static> {
+        Context::from_waker(futures_util::task::noop_waker_ref())
+    }
+
+    fn write(g: &mut Gather<Socket>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(g).poll_write(&mut cx(), buf)
+    }
+
+    fn flush(g: &mut Gather<Socket>) -> Poll<io::Result<()>> {
+        Pin::new(g).poll_flush(&mut cx())
+    }
+
+    fn record(n: usize, fill: u8) -> Vec<u8> {
+        vec![fill; n]
+    }
+
+    #[test]
+    fn records_go_out_in_one_send_at_the_flush() {
+        let mut g = Gather::new(Socket { room: usize::MAX, ..Socket::default() });
+        let (a, b, c) = (record(16_406, 1), record(16_406, 2), record(9_000, 3));
+        for r in [&a, &b, &c] {
+            assert!(matches!(write(&mut g, r), Poll::Ready(Ok(n)) if n == r.len()));
+        }
+        assert!(g.inner.writes.is_empty(), "nothing is sent before the flush");
+        assert!(matches!(flush(&mut g), Poll::Ready(Ok(()))));
+        assert_eq!(g.inner.writes, vec![[a, b, c].concat()]);
+        assert_eq!(g.pending(), 0);
+        assert_eq!(g.out.capacity(), 0, "an idle connection keeps no buffer");
+    }
+
+    #[test]
+    fn small_writes_pass_straight_through() {
+        let mut g = Gather::new(Socket { room: usize::MAX, ..Socket::default() });
+        assert!(matches!(write(&mut g, b"hello"), Poll::Ready(Ok(5))));
+        assert_eq!(g.inner.writes, vec![b"hello".to_vec()]);
+        // Behind gathered bytes a small write waits its turn, in order.
+        let big = record(8_000, 7);
+        assert!(matches!(write(&mut g, &big), Poll::Ready(Ok(_))));
+        assert!(matches!(write(&mut g, b"tail"), Poll::Ready(Ok(4))));
+        assert!(matches!(flush(&mut g), Poll::Ready(Ok(()))));
+        assert_eq!(g.inner.writes, vec![b"hello".to_vec(), [big, b"tail".to_vec()].concat()]);
+    }
+
+    #[test]
+    fn four_records_are_sent_without_waiting_for_the_flush() {
+        let mut g = Gather::new(Socket { room: usize::MAX, ..Socket::default() });
+        let records: Vec<Vec<u8>> = (0..5).map(|i| record(16_406, i)).collect();
+        for r in &records {
+            assert!(matches!(write(&mut g, r), Poll::Ready(Ok(_))));
+        }
+        assert_eq!(g.inner.writes, vec![records[..4].concat()]);
+        assert!(matches!(flush(&mut g), Poll::Ready(Ok(()))));
+        assert_eq!(g.inner.writes[1], records[4]);
+    }
+
+    #[test]
+    fn a_full_socket_holds_writes_back_and_loses_nothing() {
+        let mut g = Gather::new(Socket { room: 20_000, ..Socket::default() });
+        let records: Vec<Vec<u8>> = (0..9).map(|i| record(16_406, i)).collect();
+        let mut taken = 0;
+        for r in &records {
+            match write(&mut g, r) {
+                Poll::Ready(Ok(n)) => {
+                    assert_eq!(n, r.len());
+                    taken += 1;
+                }
+                Poll::Pending => break,
+                Poll::Ready(Err(e)) => panic!("{e}"),
+            }
+        }
+        assert_eq!(taken, 4, "a fifth record waits while four are unsent");
+        assert!(flush(&mut g).is_pending());
+        g.inner.room = usize::MAX;
+        for r in &records[taken..] {
+            assert!(matches!(write(&mut g, r), Poll::Ready(Ok(_))));
+        }
+        assert!(matches!(flush(&mut g), Poll::Ready(Ok(()))));
+        assert_eq!(g.inner.writes.concat(), records.concat());
+    }
+
+    #[test]
+    fn shutdown_sends_what_is_gathered_first() {
+        let mut g = Gather::new(Socket { room: usize::MAX, ..Socket::default() });
+        let r = record(10_000, 9);
+        assert!(matches!(write(&mut g, &r), Poll::Ready(Ok(_))));
+        assert!(matches!(Pin::new(&mut g).poll_shutdown(&mut cx()), Poll::Ready(Ok(()))));
+        assert_eq!(g.inner.writes, vec![r]);
+        assert!(g.inner.shut);
+    }
+}
