@@ -1,8 +1,8 @@
-"""Responses over TLS, whose records Gatehouse gathers into large sends
-(crates/l7/src/gather.rs): large bodies arrive whole to clients that read
-slowly, and a response the upstream sends in pieces reaches the client
-piece by piece, nothing held back while Gatehouse waits for the rest.
-Over HTTPS/1.1 and HTTP/2 alike."""
+"""Responses over TLS, whose records Gatehouse gathers into large sends on
+HTTP/1.1 (crates/l7/src/gather.rs; HTTP/2 batches its frames itself):
+large bodies arrive whole to clients that read slowly, and a response the
+upstream sends in pieces reaches the client piece by piece, nothing held
+back while Gatehouse waits for the rest. Over HTTPS/1.1 and HTTP/2 alike."""
 
 import hashlib
 import os

@@ -13,6 +13,10 @@
 //! as with any buffered writer: Gatehouse's HTTP/1.1 and HTTP/2 servers
 //! do, hyper flushes after every write, and BoringSSL flushes each
 //! handshake flight and fatal alert. Shutdown sends what is gathered first.
+//!
+//! HTTP/2 connections turn it off ([`Gather::pass_through`]): their output
+//! writes many streams' frames at once already, and gathering their
+//! records as well measured worse.
 
 use std::cell::RefCell;
 use std::io;
@@ -41,11 +45,21 @@ pub struct Gather<T> {
     /// while nothing is gathered: an idle connection holds no buffer.
     out: Vec<u8>,
     sent: usize,
+    /// Every write goes straight to the socket.
+    pass_through: bool,
 }
 
 impl<T> Gather<T> {
     pub fn new(inner: T) -> Self {
-        Gather { inner, out: Vec::new(), sent: 0 }
+        Gather { inner, out: Vec::new(), sent: 0, pass_through: false }
+    }
+
+    /// Stops gathering (nothing is gathered yet): for HTTP/2, whose
+    /// output already writes the frames of many streams at once. Its
+    /// records gathered as well cost 6–10% more CPU a request in A/B runs
+    /// of 64 KiB responses (docs/BENCHMARKS.md, 2026-11-24).
+    pub fn pass_through(&mut self) {
+        self.pass_through = true;
     }
 
     /// Bytes gathered and not yet written to the socket.
@@ -92,7 +106,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Gather<T> {
         if this.out.len() >= SEND_AT {
             ready!(this.poll_drain(cx))?;
         }
-        if this.out.is_empty() && buf.len() < GATHER_FROM {
+        if this.out.is_empty() && (buf.len() < GATHER_FROM || this.pass_through) {
             return Pin::new(&mut this.inner).poll_write(cx, buf);
         }
         if this.out.capacity() == 0 {
@@ -238,6 +252,18 @@ mod tests {
         }
         assert!(matches!(flush(&mut g), Poll::Ready(Ok(()))));
         assert_eq!(g.inner.writes.concat(), records.concat());
+    }
+
+    #[test]
+    fn passing_through_gathers_nothing() {
+        let mut g = Gather::new(Socket { room: usize::MAX, ..Socket::default() });
+        g.pass_through();
+        let records: Vec<Vec<u8>> = (0..3).map(|i| record(16_406, i)).collect();
+        for r in &records {
+            assert!(matches!(write(&mut g, r), Poll::Ready(Ok(_))));
+        }
+        assert_eq!(g.inner.writes, records);
+        assert_eq!(g.out.capacity(), 0);
     }
 
     #[test]

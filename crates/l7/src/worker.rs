@@ -146,11 +146,12 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
             // body; a small buffer under it turns a flight of records that
             // arrived together into one recvfrom. Reads larger than the buffer
             // (bulk request bodies) bypass it. It writes one record at a
-            // time; `Gather` sends a large response's records together.
+            // time; `Gather` sends a large response's records together
+            // (on HTTP/1.1: HTTP/2 gathers its frames itself).
             let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, Gather::new(stream));
             let accepted =
                 tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)).await;
-            let tls_stream = match accepted {
+            let mut tls_stream = match accepted {
                 Ok(Ok(s)) => s,
                 Ok(Err(_)) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Failed),
                 Err(_) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Timeout),
@@ -159,6 +160,9 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
             let is_h2 = ssl.selected_alpn_protocol() == Some(b"h2");
             let info = (ssl.version_str(), ssl.current_cipher().map_or("-", |c| c.name()));
             metrics.handshake(worker.id, info.0, info.1, HandshakeResult::Ok);
+            if is_h2 {
+                tls_stream.get_mut().get_mut().pass_through();
+            }
             serve_http(tls_stream, state(Some(info), is_h2), &http, Some(is_h2)).await;
         }
         None => serve_http(stream, state(None, false), &http, None).await,
