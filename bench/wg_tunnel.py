@@ -8,11 +8,12 @@ Gbit/s per daemon CPU-second: both daemons' utime+stime from /proc), and
 UDP with 64-byte payloads at stepped offered rates (packets delivered, and
 delivered per daemon CPU-second; in brackets, counting as well what the
 tunnel delivered and iperf3's socket dropped because iperf3 on CPU 1 could
-not keep up). The machine's softirq time is shown too,
+not keep up); and the same in four flows at once (`udp4`). The machine's
+softirq time is shown too,
 so that kernel work is not hidden.
 
     sudo python3 bench/wg_tunnel.py [--seconds 8] [--only gatehouse,wireguard-go]
-                                    [--workloads tcp1,tcp4,udp] [--gatehouse PATH]
+                                    [--workloads tcp1,tcp4,udp,udp4] [--gatehouse PATH]
                                     [--write docs/BENCHMARKS.md]
 
 --gatehouse runs another build (to compare two builds, interleaved).
@@ -39,6 +40,7 @@ INNER = {"bwx": "10.90.0.1", "bwy": "10.90.0.2"}
 PORT = {"bwx": 51830, "bwy": 51831}
 DEV = {"bwx": "bwgx", "bwy": "bwgy"}
 UDP_RATES = [50_000, 100_000, 200_000, 400_000]
+UDP4_RATES = [100_000, 200_000, 400_000]
 
 
 def sh(*cmd, check=True, input=None):
@@ -245,13 +247,19 @@ def run(kind, seconds, rows, workloads):
                 rows.append((kind, f"TCP {streams} stream{'s' if streams > 1 else ''}", f"{bits / wall / 1e9:.2f} Gbit/s",
                              f"{bits / 1e9 / max(cpu, 1e-9):.2f} Gbit/s", f"{cpu / wall:.2f}", f"{soft / wall:.2f}"))
                 print(rows[-1], flush=True)
-            for rate in UDP_RATES if "udp" in workloads else []:
-                out, cpu, soft, wall = iperf(pair, seconds, ["-u", "-l", "64", "-b", str(rate * 64 * 8)])
+            udp = [(rate, 1) for rate in UDP_RATES] if "udp" in workloads else []
+            # Four flows at once: the tunnel's receive queues hold several
+            # packets per wake sooner (iperf3's -b is per flow).
+            udp += [(rate, 4) for rate in UDP4_RATES] if "udp4" in workloads else []
+            for rate, flows in udp:
+                per_flow = ["-b", str(rate // flows * 64 * 8), "-P", str(flows)]
+                out, cpu, soft, wall = iperf(pair, seconds, ["-u", "-l", "64", *per_flow])
                 s = out["end"]["sum"]
                 delivered = s["packets"] - s["lost_packets"]
                 # Through the tunnel: taken by iperf3, or dropped at its full socket.
                 through = delivered + out["socket_drops"]
-                rows.append((kind, f"UDP 64 B offered {rate // 1000} kpps",
+                name = f"UDP 64 B offered {rate // 1000} kpps" + (f" in {flows} flows" if flows > 1 else "")
+                rows.append((kind, name,
                              f"{delivered / wall / 1e3:.0f} kpps ({through / wall / 1e3:.0f})",
                              f"{delivered / 1e3 / max(cpu, 1e-9):.0f} kpkt ({through / 1e3 / max(cpu, 1e-9):.0f})",
                              f"{cpu / wall:.2f}", f"{soft / wall:.2f}"))
@@ -264,7 +272,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--only", default="gatehouse,wireguard-go,boringtun")
-    ap.add_argument("--workloads", default="tcp1,tcp4,udp")
+    ap.add_argument("--workloads", default="tcp1,tcp4,udp,udp4")
     ap.add_argument("--gatehouse", help="the gatehouse binary to run (default: target/release/gatehouse)")
     ap.add_argument("--write", help="insert the results into this markdown file")
     a = ap.parse_args()
