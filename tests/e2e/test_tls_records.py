@@ -6,6 +6,7 @@ back while Gatehouse waits for the rest. Over HTTPS/1.1 and HTTP/2 alike."""
 
 import hashlib
 import os
+import select
 import socket
 import ssl
 import struct
@@ -16,23 +17,25 @@ import time
 import pytest
 
 from h2raw import DATA, END_STREAM, WINDOW_UPDATE, H2Conn, frame, response_status
-from harness import free_port, make_cert
+from harness import free_port, make_cert, wait_for
 
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 
 
 class PiecewiseUpstream:
-    """Answers every request with `first`, then after `pause` seconds
+    """Answers every request with `first`, then, once `release` is set,
     `rest`, as one response of their total length."""
 
-    def __init__(self, first, rest, pause):
-        self.first, self.rest, self.pause = first, rest, pause
+    def __init__(self, first, rest, held=False):
+        self.first, self.rest = first, rest
+        self.release = threading.Event()
+        if not held:
+            self.release.set()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
-        self.sent_first = []
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self):
@@ -55,9 +58,8 @@ class PiecewiseUpstream:
                     head += chunk
                 size = len(self.first) + len(self.rest)
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size + self.first)
-                self.sent_first.append(time.monotonic())
-                time.sleep(self.pause)
-                conn.sendall(self.rest)
+                if self.release.wait(timeout=20):
+                    conn.sendall(self.rest)
                 conn.recv(4096)  # until the proxy closes or idles out
             except OSError:
                 pass
@@ -107,17 +109,24 @@ def slow_tls_client(port, alpn):
     return tls
 
 
+def sending_blocked(port):
+    """Whether Gatehouse holds unsent bytes on its socket to a client of
+    listener `port`: the client's receive buffer is full."""
+    out = subprocess.run(["ss", "-Htn", "state", "established", "sport", "=", f":{port}"],
+                         capture_output=True, text=True).stdout
+    return any(int(line.split()[1]) > 0 for line in out.splitlines() if line.strip())
+
+
 def slow_get_h1(port, size):
     tls = slow_tls_client(port, "http/1.1")
     with tls:
         tls.sendall(b"GET /x HTTP/1.1\r\nhost: a.test\r\n\r\n")
-        time.sleep(0.5)  # nothing read: the socket fills
+        wait_for(lambda: sending_blocked(port), what="Gatehouse's socket to fill")
         got = b""
         while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < size:
             chunk = tls.recv(16384)
             assert chunk, f"closed after {len(got)} bytes"
             got += chunk
-            time.sleep(0.002)
         head, body = got.split(b"\r\n\r\n", 1)
         assert head.startswith(b"HTTP/1.1 200"), head
         return body
@@ -130,7 +139,7 @@ def slow_get_h2(port, size):
     with tls:
         c.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1 - 65535)))
         c.send(c.headers(1, [(":method", "GET"), (":scheme", "https"), (":path", "/x"), (":authority", "a.test")]))
-        time.sleep(0.5)  # nothing read: the socket fills
+        wait_for(lambda: sending_blocked(port), what="Gatehouse's socket to fill")
         frames, body = [], b""
         while True:
             f = c.read_frame(timeout=10)
@@ -138,7 +147,6 @@ def slow_get_h2(port, size):
             frames.append(f)
             if f[0] == DATA and f[2] == 1:
                 body += f[3]
-                time.sleep(0.002)
                 if f[1] & END_STREAM:
                     break
         assert response_status(frames, 1) == 200, frames[:3]
@@ -148,7 +156,7 @@ def slow_get_h2(port, size):
 @pytest.mark.parametrize("get", [pytest.param(slow_get_h1, id="https1"), pytest.param(slow_get_h2, id="h2")])
 def test_large_bodies_reach_a_slow_reader_whole(get, tmp_path, gatehouse):
     body = os.urandom(4 * 1024 * 1024)
-    up = PiecewiseUpstream(body[:100_000], body[100_000:], 0)
+    up = PiecewiseUpstream(body[:100_000], body[100_000:])
     try:
         port = proxy(gatehouse, tmp_path, up)
         got = get(port, len(body))
@@ -161,22 +169,28 @@ def test_large_bodies_reach_a_slow_reader_whole(get, tmp_path, gatehouse):
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_piece_goes_on_while_the_upstream_holds_the_rest(protocol, tmp_path, gatehouse):
     # 40 KiB first: more than two records, which Gatehouse gathers. They
-    # must reach the client while the upstream pauses, not with the rest.
-    first, rest, pause = os.urandom(40 * 1024), os.urandom(30 * 1024), 3.0
-    up = PiecewiseUpstream(first, rest, pause)
+    # must reach the client while the upstream holds the rest back, not
+    # with it.
+    first, rest = os.urandom(40 * 1024), os.urandom(30 * 1024)
+    up = PiecewiseUpstream(first, rest, held=True)
     try:
         port = proxy(gatehouse, tmp_path, up)
         p = subprocess.Popen(curl(port, protocol, "-N", "--max-time", "20"), stdout=subprocess.PIPE)
         got = b""
+        deadline = time.monotonic() + 5
         while len(got) < len(first):
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select([p.stdout], [], [], max(left, 0))
+            assert readable, f"{len(got)} of the first {len(first)} bytes while the upstream holds the rest"
             chunk = p.stdout.read1(65536)
             assert chunk, "the response ended early"
             got += chunk
-        arrived = time.monotonic()
+        # The first piece arrived before the rest was sent.
+        assert not up.release.is_set()
+        up.release.set()
         got += p.stdout.read()
         assert p.wait(timeout=10) == 0
         assert got == first + rest
-        # The first piece arrived well inside the pause.
-        assert arrived - up.sent_first[0] < pause / 2, arrived - up.sent_first[0]
     finally:
+        up.release.set()
         up.stop()
