@@ -25,6 +25,8 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::spare::{self, Spares};
+
 /// Writes at least this large are gathered: whole records, or most of one.
 const GATHER_FROM: usize = 4 * 1024;
 /// Gathered bytes are sent once this many wait, flush or not: four full
@@ -32,12 +34,11 @@ const GATHER_FROM: usize = 4 * 1024;
 pub const SEND_AT: usize = 64 * 1024;
 /// A record's plaintext and its sealing overhead, with room to spare.
 const RECORD_MAX: usize = 16 * 1024 + 512;
-/// Gather buffers a worker keeps for the next large response.
-const SPARES: usize = 8;
-
 thread_local! {
-    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static POOL: spare::Pool = const { RefCell::new(Vec::new()) };
 }
+/// Gather buffers a worker keeps for the next large response.
+static SPARE: Spares = Spares { pool: &POOL, keep: 8, largest: SEND_AT + RECORD_MAX };
 
 pub struct Gather<T> {
     inner: T,
@@ -79,15 +80,7 @@ impl<T: AsyncWrite + Unpin> Gather<T> {
             self.sent += n;
         }
         self.sent = 0;
-        if self.out.capacity() > 0 {
-            let mut buf = std::mem::take(&mut self.out);
-            buf.clear();
-            SPARE.with_borrow_mut(|spare| {
-                if spare.len() < SPARES {
-                    spare.push(buf);
-                }
-            });
-        }
+        SPARE.give(std::mem::take(&mut self.out));
         Poll::Ready(Ok(()))
     }
 }
@@ -110,7 +103,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Gather<T> {
             return Pin::new(&mut this.inner).poll_write(cx, buf);
         }
         if this.out.capacity() == 0 {
-            this.out = SPARE.with_borrow_mut(Vec::pop).unwrap_or_else(|| Vec::with_capacity(SEND_AT + RECORD_MAX));
+            this.out = SPARE.take().unwrap_or_else(|| Vec::with_capacity(SEND_AT + RECORD_MAX));
         }
         this.out.extend_from_slice(buf);
         if this.out.len() >= SEND_AT {

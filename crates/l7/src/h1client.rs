@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use crate::spare::{self, Spares};
 use bytes::{Bytes, BytesMut};
 use http::Method;
 use http::header;
@@ -55,19 +56,19 @@ pub struct Outgoing {
     pub is_head: bool,
 }
 
-/// Spare request-head buffers per worker, so serialising a head does not
-/// allocate once the first few requests have run.
-const SPARE_HEADS: usize = 64;
-
 thread_local! {
-    static HEAD_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static HEAD_POOL: spare::Pool = const { std::cell::RefCell::new(Vec::new()) };
 }
+/// Spare request-head buffers per worker, so serialising a head does not
+/// allocate once the first few requests have run; an unusually large head
+/// is not kept.
+static HEAD_BUFFERS: Spares = Spares { pool: &HEAD_POOL, keep: 64, largest: 16 * 1024 };
 
 impl Outgoing {
     /// Serialises `parts`; `has_body` says whether a body follows.
     pub fn new(parts: &http::request::Parts, has_body: bool) -> Self {
         let chunked = has_body && !parts.headers.contains_key(header::CONTENT_LENGTH);
-        let mut head = HEAD_BUFFERS.with_borrow_mut(Vec::pop).unwrap_or_default();
+        let mut head = HEAD_BUFFERS.take().unwrap_or_default();
         encode_request_head(parts, chunked, &mut head);
         Outgoing { head, chunked, is_head: parts.method == Method::HEAD }
     }
@@ -75,16 +76,7 @@ impl Outgoing {
 
 impl Drop for Outgoing {
     fn drop(&mut self) {
-        let mut head = std::mem::take(&mut self.head);
-        // An unusually large head is not kept.
-        if head.capacity() <= 16 * 1024 {
-            head.clear();
-            HEAD_BUFFERS.with_borrow_mut(|spare| {
-                if spare.len() < SPARE_HEADS {
-                    spare.push(head);
-                }
-            });
-        }
+        HEAD_BUFFERS.give(std::mem::take(&mut self.head));
     }
 }
 

@@ -25,6 +25,7 @@ pub mod plane;
 pub mod proxy;
 pub mod router;
 pub mod snapshot;
+pub mod spare;
 pub mod tls;
 pub mod upstream;
 pub mod worker;
