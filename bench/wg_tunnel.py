@@ -227,12 +227,12 @@ def iperf(pair, seconds, args):
         out = json.loads(p.stdout)
         if "error" in out:
             raise SystemExit(f"iperf3: {out['error']}")
-        out["socket_drops"] = drops.stop()
-        return out, c1 - c0, s1 - s0, t1 - t0
     finally:
-        drops.stop()
+        out_drops = drops.stop()
         srv.kill()
         srv.wait()
+    out["socket_drops"] = out_drops
+    return out, c1 - c0, s1 - s0, t1 - t0
 
 
 def run(kind, seconds, rows, workloads):
