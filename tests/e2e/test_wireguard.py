@@ -11,12 +11,10 @@ Tunnel addresses: 10.60.0.N/24 and fd60::N/64 for namespace N (a=1...).
 """
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -358,11 +356,12 @@ def test_a_gibibyte_over_tcp_each_way_with_wireguard_go(net, tmp_path):
         assert metric(m, "gatehouse_wg_drops_total", reason="not_allowed_source") == 0
 
 
+@pytest.mark.parametrize("with_psk", [False, True], ids=["no-psk", "psk"])
 @pytest.mark.parametrize("first", ["a", "b"])
-def test_gatehouse_to_gatehouse_with_a_preshared_key(net, tmp_path, first):
+def test_gatehouse_to_gatehouse(net, tmp_path, first, with_psk):
     ga, pa = genkey()
     gb, pb = genkey()
-    psk = sh("wg", "genpsk").strip()
+    psk = sh("wg", "genpsk").strip() if with_psk else None
     a = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, psk=psk))
     b = start_gatehouse(tmp_path, "b", gb, peer_yaml("a", pa, psk=psk))
     try:
@@ -370,7 +369,11 @@ def test_gatehouse_to_gatehouse_with_a_preshared_key(net, tmp_path, first):
         traffic_both_ways(first, "b" if first == "a" else "a")
         assert metric(metrics(first), "gatehouse_wg_peer_initiations_total") >= 1
         assert metric(metrics("b" if first == "a" else "a"), "gatehouse_wg_peer_initiations_total") == 0
-        if first == "b":
+        # Gatehouse's UAPI shows the session, and the key only where there is one.
+        dump = ns("a", "wg", "show", ifname("a"), "dump").splitlines()[1].split("\t")
+        assert dump[0] == pb and dump[1] == (psk or "(none)") and int(dump[4]) > 0, dump
+        # The bulk transfers run once, in the case with every key.
+        if first == "b" or not with_psk:
             return
         out = iperf("b", "a", inner4("b"), extra=("-n", "1G"))
         assert out["end"]["sum_sent"]["bytes"] >= 1 << 30
