@@ -31,6 +31,7 @@ from harness import Gatehouse, wait_for
 TAG = f"wg{os.getpid() % 100000}"
 NS = {k: f"{TAG}-{k}" for k in ("r", "a", "b", "c")}
 UNDERLAY = {"a": "192.168.60.1", "b": "192.168.60.2", "c": "192.168.60.3"}
+UNDERLAY6 = {"a": "fd61::1", "b": "fd61::2", "c": "fd61::3"}
 INNER = {"a": 1, "b": 2, "c": 3}
 PORT = {"a": 51820, "b": 51821, "c": 51822}
 
@@ -67,6 +68,7 @@ def build_topology():
         sh("ip", "-n", r, "link", "add", f"p{k}", "type", "veth", "peer", "name", "eth0", "netns", NS[k])
         sh("ip", "-n", r, "link", "set", f"p{k}", "master", "br0", "up")
         sh("ip", "-n", NS[k], "addr", "add", f"{addr}/24", "dev", "eth0")
+        sh("ip", "-n", NS[k], "addr", "add", f"{UNDERLAY6[k]}/64", "dev", "eth0", "nodad")
         sh("ip", "-n", NS[k], "link", "set", "eth0", "up")
 
 
@@ -107,14 +109,19 @@ def inner6(k):
     return f"fd60::{INNER[k]}"
 
 
-def peer_yaml(k, public, psk=None, endpoint=True, keepalive=None, name=None):
+def outer(k, v6=False):
+    """k's endpoint on the underlay, over IPv4 or IPv6."""
+    return f"[{UNDERLAY6[k]}]:{PORT[k]}" if v6 else f"{UNDERLAY[k]}:{PORT[k]}"
+
+
+def peer_yaml(k, public, psk=None, endpoint=True, keepalive=None, name=None, outer6=False):
     lines = [
         f"        - name: {name or k}",
         f"          public_key: {public}",
         f"          allowed_ips: [{inner4(k)}/32, \"{inner6(k)}/128\"]",
     ]
     if endpoint:
-        lines.append(f"          endpoint: {UNDERLAY[k]}:{PORT[k]}")
+        lines.append(f"          endpoint: \"{outer(k, outer6)}\"")
     if psk:
         lines.append(f"          preshared_key: {psk}")
     if keepalive:
@@ -179,14 +186,15 @@ class WireGuardGo:
 
 
 @contextlib.contextmanager
-def gatehouse_and_go(tmp_path, psk=None, keepalive=None, endpoint=True):
+def gatehouse_and_go(tmp_path, psk=None, keepalive=None, endpoint=True, outer6=False):
     """Gatehouse in namespace a with peer b, wireguard-go in b with peer a;
     yields (gatehouse, wireguard-go, a's public key)."""
     ga, pa = genkey()
     gb, pb = genkey()
-    gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, psk=psk, keepalive=keepalive, endpoint=endpoint))
+    peer = peer_yaml("b", pb, psk=psk, keepalive=keepalive, endpoint=endpoint, outer6=outer6)
+    gh = start_gatehouse(tmp_path, "a", ga, peer)
     try:
-        go = WireGuardGo("b", gb, [go_peer("a", pa, psk=psk)])
+        go = WireGuardGo("b", gb, [go_peer("a", pa, psk=psk, outer6=outer6)])
         try:
             yield gh, go, pa
         finally:
@@ -216,10 +224,10 @@ def gatehouse_and_two_go(tmp_path):
         t.gh.stop()
 
 
-def go_peer(k, public, psk=None, endpoint=True, keepalive=None):
+def go_peer(k, public, psk=None, endpoint=True, keepalive=None, outer6=False):
     s = f"[Peer]\nPublicKey = {public}\nAllowedIPs = {inner4(k)}/32, {inner6(k)}/128\n"
     if endpoint:
-        s += f"Endpoint = {UNDERLAY[k]}:{PORT[k]}\n"
+        s += f"Endpoint = {outer(k, outer6)}\n"
     if psk:
         s += f"PresharedKey = {psk}\n"
     if keepalive:
@@ -837,26 +845,48 @@ def test_peers_kept_in_etcd(net, tmp_path):
         etcd.wait(10)
 
 
-def test_replies_leave_from_the_address_the_peer_reached(net, tmp_path):
+@pytest.mark.parametrize("v6", [False, True], ids=["ipv4", "ipv6"])
+def test_replies_leave_from_the_address_the_peer_reached(net, tmp_path, v6):
     """a has a second address; b reaches a at it. Gatehouse answers from
     that address (sticky source), so b's endpoint for a stays put: b would
-    otherwise roam to the route's address."""
-    second = "192.168.60.21"
-    ns("a", "ip", "addr", "add", f"{second}/24", "dev", "eth0")
+    otherwise roam to the route's address. The second IPv6 address is
+    deprecated, so that the kernel never picks it as a source itself."""
+    if v6:
+        second, prefix, extra, shown = "fd61::21", 64, ("nodad", "preferred_lft", "0"), "[fd61::21]"
+    else:
+        second, prefix, extra, shown = "192.168.60.21", 24, (), "192.168.60.21"
+    ns("a", "ip", "addr", "add", f"{second}/{prefix}", "dev", "eth0", *extra)
     try:
         ga, pa = genkey()
         gb, pb = genkey()
         gh = start_gatehouse(tmp_path, "a", ga, peer_yaml("b", pb, endpoint=False))
-        go_conf = go_peer("a", pa).replace(f"Endpoint = {UNDERLAY['a']}:", f"Endpoint = {second}:")
+        go_conf = go_peer("a", pa).replace(f"Endpoint = {UNDERLAY['a']}:", f"Endpoint = {shown}:")
         go = WireGuardGo("b", gb, [go_conf])
         try:
             ping("b", inner4("a"))
             ping("a", inner4("b"))
-            ping("b", inner4("a"))
+            ping("b", inner6("a"), v6=True)
             endpoints = ns("b", "wg", "show", go.dev, "endpoints")
-            assert f"{second}:{PORT['a']}" in endpoints, endpoints
+            assert f"{shown}:{PORT['a']}" in endpoints, endpoints
         finally:
             go.stop()
             gh.stop()
     finally:
-        ns("a", "ip", "addr", "del", f"{second}/24", "dev", "eth0", check=False)
+        ns("a", "ip", "addr", "del", f"{second}/{prefix}", "dev", "eth0", check=False)
+
+
+@pytest.mark.parametrize("first", ["gatehouse", "wireguard-go"])
+def test_an_ipv6_underlay(net, tmp_path, first):
+    """Sites joined over IPv6: both endpoints are IPv6 addresses, and
+    either side starts the handshake."""
+    with gatehouse_and_go(tmp_path, outer6=True) as (gh, go, _):
+        traffic_both_ways(*(("a", "b") if first == "gatehouse" else ("b", "a")))
+        show = ns("a", "wg", "show", ifname("a"), "endpoints")
+        assert outer("b", v6=True) in show, show
+        show = ns("b", "wg", "show", go.dev, "endpoints")
+        assert outer("a", v6=True) in show, show
+        status = json.loads(ns("a", "curl", "-s", "http://127.0.0.1:9180/status"))
+        assert status["wireguard"]["interfaces"][0]["peers"][0]["endpoint"] == outer("b", v6=True)
+        m = metrics("a")
+        assert metric(m, "gatehouse_wg_peer_handshakes_total", peer="b") >= 1
+        assert metric(m, "gatehouse_wg_peer_rx_packets_total", peer="b") >= 12
