@@ -48,14 +48,28 @@ pub fn from_str(text: &str, file: &Path) -> Result<Config, ConfigErrors> {
 
 /// Parses YAML text into a document, or one error with its line.
 pub fn parse_document(text: &str, file: &Path) -> Result<yaml::Node, ConfigErrors> {
-    yaml::parse(text).map_err(|e| ConfigErrors {
-        file: file.to_path_buf(),
-        errors: vec![FieldError {
-            path: String::new(),
-            message: format!("invalid YAML: {}", e.message),
-            line: Some(e.line),
-        }],
+    yaml::parse(text).map_err(|e| {
+        let mut message = format!("invalid YAML: {}", e.message);
+        // The usual cause: an IPv6 address with a port, left unquoted.
+        let near = e.line.saturating_sub(1)..=e.line;
+        let lines = text.lines().enumerate().filter(|(i, _)| near.contains(&(i + 1)));
+        if let Some(value) = lines.filter_map(|(_, l)| bare_bracketed_address(l)).last() {
+            message.push_str(&format!("; quote {value} as \"{value}\": a bare [ starts a YAML list"));
+        }
+        ConfigErrors {
+            file: file.to_path_buf(),
+            errors: vec![FieldError { path: String::new(), message, line: Some(e.line) }],
+        }
     })
+}
+
+/// The value of a `key: [addr]:port` or `- [addr]:port` line, unquoted.
+fn bare_bracketed_address(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    let t = t.strip_prefix("- ").unwrap_or(t);
+    let value = t.split_once(": ").map_or(t, |(_, v)| v).trim();
+    let (_, port) = value.strip_prefix('[')?.rsplit_once("]:")?;
+    (!port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())).then_some(value)
 }
 
 /// Decodes and validates a document (`file` names it in errors).
@@ -208,6 +222,25 @@ routes:
     fn yaml_syntax_errors_are_reported_with_a_line() {
         let err = from_str("listeners: [\n", Path::new("s.yaml")).expect_err("invalid");
         assert!(err.to_string().starts_with("s.yaml: (document): invalid YAML"), "{err}");
+        assert!(!err.to_string().contains("quote"), "{err}");
+    }
+
+    #[test]
+    fn an_unquoted_ipv6_address_with_a_port_is_named() {
+        for (text, value) in [
+            ("listeners:\n  - name: web\n    address: [::]:8443\n", "[::]:8443"),
+            (
+                "l4:\n  services:\n    - name: dns\n      real_servers:\n        - [2001:db8::1]:53\n",
+                "[2001:db8::1]:53",
+            ),
+        ] {
+            let err = from_str(text, Path::new("s.yaml")).expect_err("invalid");
+            let want = format!("quote {value} as \"{value}\": a bare [ starts a YAML list");
+            assert!(err.to_string().contains(&want), "{err}");
+        }
+        assert_eq!(bare_bracketed_address("    endpoint: [fd61::2]:51821"), Some("[fd61::2]:51821"));
+        assert_eq!(bare_bracketed_address("    allowed_ips: [10.0.0.0/8]"), None);
+        assert_eq!(bare_bracketed_address("    address: \"[::1]:80\""), None);
     }
 
     #[test]
