@@ -20,7 +20,7 @@ upstreams:
   - name: api
     balance: random
     endpoints: [127.0.0.1:9001]
-    health_check: { interval: soon, rise: 0 }
+    health_check: { interval: soon, rise: 0, timout: 1s }
 routes:
   - name: r1
     upstream: api-v2
@@ -50,9 +50,20 @@ def test_several_mistakes_are_each_listed_with_their_path(tmp_path):
         "routes[0].upstream: no upstream named \"api-v2\"",
         "routes[0].match.path: must start with /",
         "routes[0].colour: unknown field",
+        "upstreams[0].health_check.timout: unknown field; did you mean timeout?",
     ]
     for e in expected:
         assert any(l.startswith(f"{f}: {e}") for l in lines), f"missing {e!r} in:\n{p.stderr}"
+    # A key near no known one gets no guess.
+    assert not any("colour: unknown field; did you mean" in l for l in lines), p.stderr
+
+
+def test_an_unquoted_ipv6_listener_address_is_named(tmp_path):
+    f = tmp_path / "v6.yaml"
+    f.write_text("listeners:\n  - name: web\n    address: [::]:8443\nroutes: [{ name: r, direct_response: { status: 200 } }]\n")
+    p = run_check(f)
+    assert p.returncode == 1
+    assert 'quote [::]:8443 as "[::]:8443": a bare [ starts a YAML list (line 3)' in p.stderr, p.stderr
 
 
 def test_unreadable_certificate_files_are_reported(tmp_path):

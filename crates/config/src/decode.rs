@@ -275,11 +275,50 @@ impl<T: Decode> Decode for Vec<(String, T)> {
     }
 }
 
+/// The known key `name` is most likely a typo of: at most one edit away
+/// for short keys, two for keys of six characters or more.
+fn closest<'k>(name: &str, known: &'k [String]) -> Option<&'k str> {
+    let most = if name.chars().count() >= 6 { 2 } else { 1 };
+    known
+        .iter()
+        .map(|k| (edits(name, k), k))
+        .filter(|(d, _)| *d <= most)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.as_str())
+}
+
+/// Edits from `a` to `b`: insertions, deletions, substitutions and swaps
+/// of two neighbours (optimal string alignment distance).
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // d[i][j]: edits from a's first i characters to b's first j.
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 /// Reads the fields of one mapping. Unknown keys are reported by [`MapReader::finish`].
 pub struct MapReader<'a> {
     pub line: usize,
     entries: &'a [(Node, Node)],
     seen: Vec<bool>,
+    /// The keys readers asked for: what an unknown key may be a typo of.
+    asked: Vec<String>,
 }
 
 impl<'a> MapReader<'a> {
@@ -287,8 +326,10 @@ impl<'a> MapReader<'a> {
     pub fn new(node: &'a Node, ctx: &mut Ctx) -> Option<Self> {
         static EMPTY: [(Node, Node); 0] = [];
         match &node.value {
-            Value::Map(entries) => Some(MapReader { line: node.line, entries, seen: vec![false; entries.len()] }),
-            Value::Null => Some(MapReader { line: node.line, entries: &EMPTY, seen: Vec::new() }),
+            Value::Map(entries) => {
+                Some(MapReader { line: node.line, entries, seen: vec![false; entries.len()], asked: Vec::new() })
+            }
+            Value::Null => Some(MapReader { line: node.line, entries: &EMPTY, seen: Vec::new(), asked: Vec::new() }),
             _ => {
                 expected(node, ctx, "a mapping");
                 None
@@ -297,6 +338,9 @@ impl<'a> MapReader<'a> {
     }
 
     fn find(&mut self, key: &str) -> Option<&'a Node> {
+        if !self.asked.iter().any(|k| k == key) {
+            self.asked.push(key.to_string());
+        }
         let pos = self.entries.iter().position(|(k, _)| k.scalar() == Some(key))?;
         self.seen[pos] = true;
         Some(&self.entries[pos].1)
@@ -349,7 +393,11 @@ impl<'a> MapReader<'a> {
         for ((k, _), seen) in self.entries.iter().zip(&self.seen) {
             if !seen {
                 let name = k.scalar().unwrap_or("?");
-                ctx.error_at(name, Some(k.line), "unknown field");
+                let message = match closest(name, &self.asked) {
+                    Some(known) => format!("unknown field; did you mean {known}?"),
+                    None => "unknown field".to_string(),
+                };
+                ctx.error_at(name, Some(k.line), &message);
             }
         }
     }
@@ -447,7 +495,27 @@ mod tests {
         let _name: String = m.req(&mut ctx, "name");
         m.finish(&mut ctx);
         let text: Vec<String> = ctx.errors.iter().map(ToString::to_string).collect();
-        assert_eq!(text, ["name: is required (line 1)", "nmae: unknown field (line 1)"]);
+        assert_eq!(text, ["name: is required (line 1)", "nmae: unknown field; did you mean name? (line 1)"]);
+        let root = parse("adress: x\nhealth_chek: y\ncolour: z\n").expect("yaml");
+        let mut ctx = Ctx::default();
+        let mut m = MapReader::new(&root, &mut ctx).expect("map");
+        let _a: Option<String> = m.opt(&mut ctx, "address");
+        let _h: Option<String> = m.opt(&mut ctx, "health_check");
+        let _n: Option<String> = m.opt(&mut ctx, "name");
+        m.finish(&mut ctx);
+        let text: Vec<String> = ctx.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "adress: unknown field; did you mean address? (line 1)",
+                "health_chek: unknown field; did you mean health_check? (line 2)",
+                "colour: unknown field (line 3)",
+            ]
+        );
+        assert_eq!(
+            (edits("", "abc"), edits("kitten", "sitting"), edits("same", "same"), edits("nmae", "name")),
+            (3, 3, 0, 1)
+        );
     }
 
     #[test]
