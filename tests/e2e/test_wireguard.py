@@ -890,3 +890,32 @@ def test_an_ipv6_underlay(net, tmp_path, first):
         m = metrics("a")
         assert metric(m, "gatehouse_wg_peer_handshakes_total", peer="b") >= 1
         assert metric(m, "gatehouse_wg_peer_rx_packets_total", peer="b") >= 12
+
+
+def test_a_gateway_that_does_not_forward_is_told_so(net, tmp_path):
+    """Peers with networks behind them (sites) on a host whose IP
+    forwarding is off: the tunnel would carry only this host's own traffic
+    with them. Gatehouse says so at start, naming the networks, and says
+    nothing once forwarding is on."""
+    ga, _ = genkey()
+    _, pb = genkey()
+    peer = peer_yaml("b", pb).replace(f"[{inner4('b')}/32, ", f"[{inner4('b')}/32, 192.168.70.0/24, ")
+    for forwarding in ("0", "1"):
+        ns("a", "sysctl", "-qw", f"net.ipv4.ip_forward={forwarding}")
+        try:
+            gh = start_gatehouse(tmp_path, "a", ga, peer)
+            try:
+                # The warning comes, if at all, before start is done.
+                gh.wait_log("gatehouse started")
+                log = gh.stderr()
+                warned = [l for l in log.splitlines() if "IPv4 forwarding is off" in l]
+                if forwarding == "0":
+                    assert len(warned) == 1 and "192.168.70.0/24" in warned[0], log
+                else:
+                    assert not warned, log
+                # The peer's own tunnel address is inside the interface's networks.
+                assert "IPv6 forwarding is off" not in log, log
+            finally:
+                gh.stop()
+        finally:
+            ns("a", "sysctl", "-qw", "net.ipv4.ip_forward=0")

@@ -430,6 +430,37 @@ fn routes_of(s: &Settings) -> Vec<(IpAddr, u8)> {
     r
 }
 
+/// The peers' prefixes outside every network of the interface's own
+/// addresses: networks behind the peers (sites), which hosts other than
+/// this one reach through it only if it forwards IP packets. Default
+/// routes are left out: a host sending everything to a peer is its client.
+pub fn networks_behind_peers(s: &Settings) -> Vec<(IpAddr, u8)> {
+    let mut nets: Vec<(IpAddr, u8)> = s
+        .peers
+        .iter()
+        .flat_map(|p| p.allowed_ips.iter().map(|n| (n.network(), n.prefix_len())))
+        .filter(|&(a, len)| len > 0 && !s.addresses.iter().any(|&(own, own_len)| within(a, len, own, own_len)))
+        .collect();
+    nets.sort();
+    nets.dedup();
+    nets
+}
+
+/// Whether `a/len` lies inside `net/net_len`.
+fn within(a: IpAddr, len: u8, net: IpAddr, net_len: u8) -> bool {
+    let (a, net, bits) = match (a, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => (u128::from(u32::from(a)), u128::from(u32::from(n)), 32),
+        (IpAddr::V6(a), IpAddr::V6(n)) => (u128::from(a), u128::from(n), 128),
+        _ => return false,
+    };
+    let net_len = u32::from(net_len.min(bits));
+    if u32::from(len) < net_len {
+        return false;
+    }
+    let shift = u32::from(bits) - net_len;
+    net_len == 0 || a >> shift == net >> shift
+}
+
 /// The link up with its MTU, addresses and routes.
 fn setup_link(index: u32, s: &Settings) -> Result<(), String> {
     netlink::link_up(index, s.mtu).map_err(|e| format!("cannot bring {} up with MTU {}: {e}", s.name, s.mtu))?;
@@ -531,5 +562,48 @@ fn resolve_again(sh: &Shared, now: Instant) {
         if quiet && let Some(addr) = resolve_endpoint(&name) {
             sh.device().set_endpoint(id, addr);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gatehouse_config::{WgPeer, WgPublicKey, WgSecret};
+
+    fn peer(n: u8, allowed: &[&str]) -> WgPeer {
+        WgPeer {
+            name: format!("p{n}"),
+            public_key: WgPublicKey([n; 32]),
+            preshared_key: None,
+            endpoint: None,
+            allowed_ips: allowed.iter().map(|a| a.parse().expect("a prefix")).collect(),
+            persistent_keepalive: None,
+        }
+    }
+
+    #[test]
+    fn networks_behind_peers_are_those_outside_the_interface_s_own() {
+        let s = Settings {
+            name: "wg0".into(),
+            secret: WgSecret(zeroize::Zeroizing::new([1; 32])),
+            public: [2; 32],
+            listen_port: 51820,
+            addresses: vec![("10.9.0.1".parse().expect("ip"), 24), ("fd09::1".parse().expect("ip"), 64)],
+            mtu: 1420,
+            fwmark: 0,
+            routes: true,
+            peers: vec![
+                peer(1, &["10.9.0.2/32", "fd09::2/128", "192.168.2.0/24", "10.9.0.0/16"]),
+                peer(2, &["10.9.0.3/32", "2001:db8:5::/48", "192.168.2.0/24"]),
+                peer(3, &["0.0.0.0/0", "::/0"]),
+            ],
+        };
+        let nets: Vec<String> = networks_behind_peers(&s).iter().map(|(a, l)| format!("{a}/{l}")).collect();
+        // 10.9.0.0/16 is wider than the interface's /24: a site too.
+        assert_eq!(nets, ["10.9.0.0/16", "192.168.2.0/24", "2001:db8:5::/48"]);
+        let none = Settings { peers: vec![peer(1, &["10.9.0.2/32", "fd09::2/128"])], ..s.clone() };
+        assert!(networks_behind_peers(&none).is_empty());
+        assert!(within("0.0.0.0".parse().expect("ip"), 0, "1.2.3.4".parse().expect("ip"), 0));
+        assert!(!within("10.0.0.0".parse().expect("ip"), 8, "fd09::".parse().expect("ip"), 0));
     }
 }

@@ -3,7 +3,7 @@
 //! or port changed is made again), stopped on a drain, and rendering its
 //! peers' counters and state.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +28,8 @@ struct Inner {
     wanted: Mutex<Vec<Settings>>,
     running: Mutex<HashMap<String, Interface>>,
     started: AtomicBool,
+    /// Forwarding warnings given (interface and networks), each once.
+    warned: Mutex<HashSet<String>>,
 }
 
 impl WireGuard {
@@ -37,6 +39,7 @@ impl WireGuard {
             wanted: Mutex::new(Vec::new()),
             running: Mutex::new(HashMap::new()),
             started: AtomicBool::new(false),
+            warned: Mutex::new(HashSet::new()),
         }))
     }
 
@@ -93,7 +96,36 @@ impl WireGuard {
                 },
             }
         }
+        self.note_forwarding(wanted);
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Warns, once for each interface and set of networks, when peers have
+    /// networks behind them but this host does not forward IP packets: the
+    /// tunnel then carries only this host's own traffic with those networks
+    /// (the usual surprise of a new site-to-site gateway).
+    fn note_forwarding(&self, wanted: &[Settings]) {
+        const FAMILIES: [(bool, &str, &str); 2] =
+            [(false, "IPv4", "net.ipv4.ip_forward"), (true, "IPv6", "net.ipv6.conf.all.forwarding")];
+        let mut warned = self.0.warned.lock().unwrap_or_else(|e| e.into_inner());
+        for w in wanted {
+            let behind = crate::interface::networks_behind_peers(w);
+            for (v6, family, sysctl) in FAMILIES {
+                let nets: Vec<String> =
+                    behind.iter().filter(|(a, _)| a.is_ipv6() == v6).map(|(a, l)| format!("{a}/{l}")).collect();
+                let path = format!("/proc/sys/{}", sysctl.replace('.', "/"));
+                let off = std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "0");
+                if nets.is_empty() || !off || !warned.insert(format!("{} {}", w.name, nets.join(" "))) {
+                    continue;
+                }
+                tracing::warn!(
+                    interface = %w.name,
+                    networks = %nets.join(", "),
+                    "{family} forwarding is off ({sysctl} = 0): this host reaches the networks behind its \
+                     peers, but routes nothing between them and its other interfaces"
+                );
+            }
+        }
     }
 }
 
