@@ -176,7 +176,7 @@ def test_steering_with_the_key(gatehouse, upstream, browser):
     # A wrong key is refused and not kept.
     d.find_element(By.ID, "key-input").send_keys("not-the-key-at-all")
     d.find_element(By.ID, "key-use").click()
-    wait_for(lambda: "refused" in text_of(d, "#message-text"), timeout=5, what="the wrong key refused")
+    wait_for(lambda: "refused" in text_of(d, "#message-text"), timeout=15, what="the wrong key refused")
     assert "wrong X-API-KEY" in text_of(d, "#message-text")
     assert d.execute_script("return sessionStorage.getItem('gatehouse.key')") is None
 
@@ -184,7 +184,7 @@ def test_steering_with_the_key(gatehouse, upstream, browser):
     d.find_element(By.ID, "key-input").clear()
     d.find_element(By.ID, "key-input").send_keys(KEY)
     d.find_element(By.ID, "key-use").click()
-    wait_for(lambda: "changes allowed" in text_of(d, "#key-state"), timeout=5, what="the key in use")
+    wait_for(lambda: "changes allowed" in text_of(d, "#key-state"), timeout=15, what="the key in use")
 
     def drain_button(addr):
         return d.find_element(By.CSS_SELECTOR, f'tr[data-key="shop/{addr}"] button.drain')
@@ -194,32 +194,32 @@ def test_steering_with_the_key(gatehouse, upstream, browser):
                 for e in api(admin, "GET", "/upstreams/shop")[2]["value"]["endpoints"]}
 
     # Drain b: the API reports weight 0, the page DRAINED; traffic goes to a only.
-    wait_for(lambda: drain_button(b.addr).is_displayed(), timeout=5, what="the drain button")
+    wait_for(lambda: drain_button(b.addr).is_displayed(), timeout=15, what="the drain button")
     drain_button(b.addr).click()
-    wait_for(lambda: api_weights().get(b.addr) == 0, timeout=5, what="b drained in the API")
+    wait_for(lambda: api_weights().get(b.addr) == 0, timeout=15, what="b drained in the API")
     assert api_weights()[a.addr] == 1
-    wait_for(lambda: endpoint_state(d, "shop", b.addr) == "DRAINED", timeout=6, what="b shown drained")
+    wait_for(lambda: endpoint_state(d, "shop", b.addr) == "DRAINED", timeout=15, what="b shown drained")
     before = len(b.seen("/shop"))
     for _ in range(20):
         assert curl(f"http://127.0.0.1:{web}/shop")[0] == 200
     assert len(b.seen("/shop")) == before, "a drained endpoint gets no new requests"
 
     # And back.
-    wait_for(lambda: drain_button(b.addr).text == "Enable", timeout=5, what="the enable button")
+    wait_for(lambda: drain_button(b.addr).text == "Enable", timeout=15, what="the enable button")
     drain_button(b.addr).click()
-    wait_for(lambda: api_weights().get(b.addr) == 1, timeout=5, what="b enabled in the API")
-    wait_for(lambda: endpoint_state(d, "shop", b.addr) == "UP", timeout=6, what="b shown up")
+    wait_for(lambda: api_weights().get(b.addr) == 1, timeout=15, what="b enabled in the API")
+    wait_for(lambda: endpoint_state(d, "shop", b.addr) == "UP", timeout=15, what="b shown up")
 
     # Draining the last endpoint too is refused by the API, with its path.
-    wait_for(lambda: drain_button(a.addr).is_displayed(), timeout=5, what="a's drain button")
+    wait_for(lambda: drain_button(a.addr).is_displayed(), timeout=15, what="a's drain button")
     drain_button(a.addr).click()
-    wait_for(lambda: endpoint_state(d, "shop", a.addr) == "DRAINED", timeout=6, what="a shown drained")
+    wait_for(lambda: endpoint_state(d, "shop", a.addr) == "DRAINED", timeout=15, what="a shown drained")
     drain_button(b.addr).click()
-    wait_for(lambda: "refused" in text_of(d, "#message-text"), timeout=5, what="the last drain refused")
+    wait_for(lambda: "refused" in text_of(d, "#message-text"), timeout=15, what="the last drain refused")
     assert "upstreams[0].endpoints" in text_of(d, "#message-errors"), text_of(d, "#message")
     assert api_weights()[b.addr] == 1, "the refused write changed nothing"
     drain_button(a.addr).click()  # a back in: its button says Enable now
-    wait_for(lambda: api_weights().get(a.addr) == 1, timeout=5, what="a enabled again")
+    wait_for(lambda: api_weights().get(a.addr) == 1, timeout=15, what="a enabled again")
 
     # The canary weight: set, and a refused value shows the API's field path.
     tr = d.find_element(By.CSS_SELECTOR, 'tr[data-key="shop:canary"]')
@@ -227,18 +227,18 @@ def test_steering_with_the_key(gatehouse, upstream, browser):
     weight.send_keys(Keys.CONTROL, "a")  # as a user would: select what is there, type over it
     weight.send_keys("30")
     tr.find_element(By.CSS_SELECTOR, "button.canary-set").click()
-    wait_for(lambda: api(admin, "GET", "/routes/shop")[2]["value"]["canary"]["weight"] == 30, timeout=5,
+    wait_for(lambda: api(admin, "GET", "/routes/shop")[2]["value"]["canary"]["weight"] == 30, timeout=15,
              what="the canary weight in the API")
     weight.send_keys(Keys.CONTROL, "a")
     weight.send_keys("150")
     tr.find_element(By.CSS_SELECTOR, "button.canary-set").click()
-    wait_for(lambda: "routes[0].canary.weight" in text_of(d, "#message-errors"), timeout=5, what="the field path shown")
+    wait_for(lambda: "routes[0].canary.weight" in text_of(d, "#message-errors"), timeout=15, what="the field path shown")
     assert "0 to 100" in text_of(d, "#message-errors")
     assert api(admin, "GET", "/routes/shop")[2]["value"]["canary"]["weight"] == 30
 
     # Reload from the page.
     d.find_element(By.ID, "reload").click()
-    wait_for(lambda: "config version" in text_of(d, "#message-text"), timeout=5, what="the reload acknowledged")
+    wait_for(lambda: "config version" in text_of(d, "#message-text"), timeout=15, what="the reload acknowledged")
 
     # The only errors logged are the network errors of the refused writes.
     assert console_errors(d, allow=("/upstreams", "/routes/shop")) == []
