@@ -781,6 +781,8 @@ def test_the_dashboard_shows_wireguard_peers(net, tmp_path, browser):
             assert cell(peer, 3) == f"{inner4('b')}/32, {inner6('b')}/128"
             assert cell(peer, 4).endswith(" s ago"), cell(peer, 4)
             assert cell(peer, 7) != "0 B" and cell(peer, 8) != "0 B"
+            # Peers with no networks behind them: nothing to warn of.
+            assert d.find_elements(By.CSS_SELECTOR, "#wg-warnings li") == []
             assert console_errors(d) == []
             assert all(u.startswith(base + "/") for u in requested_urls(d))
 
@@ -892,14 +894,23 @@ def test_an_ipv6_underlay(net, tmp_path, first):
         assert metric(m, "gatehouse_wg_peer_rx_packets_total", peer="b") >= 12
 
 
-def test_a_gateway_that_does_not_forward_is_told_so(net, tmp_path):
+def test_a_gateway_that_does_not_forward_is_told_so(net, tmp_path, browser):
     """Peers with networks behind them (sites) on a host whose IP
     forwarding is off: the tunnel would carry only this host's own traffic
-    with them. Gatehouse says so at start, naming the networks, and says
-    nothing once forwarding is on."""
+    with them. Gatehouse says so at start, naming the networks, and in
+    /status and on the dashboard for as long as it lasts; started with
+    forwarding on, it says nothing."""
     ga, _ = genkey()
     _, pb = genkey()
     peer = peer_yaml("b", pb).replace(f"[{inner4('b')}/32, ", f"[{inner4('b')}/32, 192.168.70.0/24, ")
+
+    def warnings():
+        status = json.loads(ns("a", "curl", "-s", "http://127.0.0.1:9180/status"))
+        return status["wireguard"]["interfaces"][0]["warnings"]
+
+    def shown(d):
+        return [li.text for li in d.find_elements(By.CSS_SELECTOR, "#wg-warnings li")]
+
     for forwarding in ("0", "1"):
         ns("a", "sysctl", "-qw", f"net.ipv4.ip_forward={forwarding}")
         try:
@@ -909,12 +920,24 @@ def test_a_gateway_that_does_not_forward_is_told_so(net, tmp_path):
                 gh.wait_log("gatehouse started")
                 log = gh.stderr()
                 warned = [l for l in log.splitlines() if "IPv4 forwarding is off" in l]
-                if forwarding == "0":
-                    assert len(warned) == 1 and "192.168.70.0/24" in warned[0], log
-                else:
-                    assert not warned, log
                 # The peer's own tunnel address is inside the interface's networks.
                 assert "IPv6 forwarding is off" not in log, log
+                if forwarding == "1":
+                    assert not warned and warnings() == [], log
+                    continue
+                assert len(warned) == 1 and "192.168.70.0/24" in warned[0], log
+                w = warnings()
+                assert len(w) == 1 and w[0].startswith("IPv4 forwarding is off") and "192.168.70.0/24" in w[0], w
+                with forwarded_from(NS["a"], 9180, tmp_path) as port:
+                    d = browser
+                    open_dashboard(d, f"http://127.0.0.1:{port}")
+                    wait_for(lambda: len(shown(d)) == 1, timeout=10, what="the warning on the dashboard")
+                    assert shown(d)[0] == f"{ifname('a')}: {w[0]}"
+                    # Turned on, the warning goes from /status and the page.
+                    ns("a", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+                    assert warnings() == []
+                    wait_for(lambda: shown(d) == [], timeout=10, what="the warning gone from the dashboard")
+                    assert console_errors(d) == []
             finally:
                 gh.stop()
         finally:

@@ -564,6 +564,14 @@
     $('wg').classList.toggle('hidden', !wg);
     if (!wg) return;
     const now = doc.at / 1000;
+    // What the plane warns of (such as a gateway that does not forward), while it lasts.
+    const warnings = [];
+    for (const i of wg.interfaces || []) for (const w of i.warnings || []) warnings.push(`${i.name}: ${w}`);
+    const list = $('wg-warnings');
+    if (list.dataset.shown !== JSON.stringify(warnings)) {
+      list.replaceChildren(...warnings.map((w) => el('li', { class: 'warn' }, w)));
+      list.dataset.shown = JSON.stringify(warnings);
+    }
     const rows = [];
     for (const i of wg.interfaces || []) for (const p of i.peers || []) rows.push({ i, p });
     const tb = $('wg-peers').tBodies[0];

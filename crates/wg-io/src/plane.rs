@@ -103,30 +103,55 @@ impl WireGuard {
     /// Warns, once for each interface and set of networks, when peers have
     /// networks behind them but this host does not forward IP packets: the
     /// tunnel then carries only this host's own traffic with those networks
-    /// (the usual surprise of a new site-to-site gateway).
+    /// (the usual surprise of a new site-to-site gateway). `/status` shows
+    /// the same while it lasts.
     fn note_forwarding(&self, wanted: &[Settings]) {
-        const FAMILIES: [(bool, &str, &str); 2] =
-            [(false, "IPv4", "net.ipv4.ip_forward"), (true, "IPv6", "net.ipv6.conf.all.forwarding")];
         let mut warned = self.0.warned.lock().unwrap_or_else(|e| e.into_inner());
         for w in wanted {
-            let behind = crate::interface::networks_behind_peers(w);
-            for (v6, family, sysctl) in FAMILIES {
-                let nets: Vec<String> =
-                    behind.iter().filter(|(a, _)| a.is_ipv6() == v6).map(|(a, l)| format!("{a}/{l}")).collect();
-                let path = format!("/proc/sys/{}", sysctl.replace('.', "/"));
-                let off = std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "0");
-                if nets.is_empty() || !off || !warned.insert(format!("{} {}", w.name, nets.join(" "))) {
-                    continue;
+            for off in forwarding_off(w) {
+                if warned.insert(format!("{} {}", w.name, off.networks.join(" "))) {
+                    tracing::warn!(interface = %w.name, networks = %off.networks.join(", "), "{}", off.message());
                 }
-                tracing::warn!(
-                    interface = %w.name,
-                    networks = %nets.join(", "),
-                    "{family} forwarding is off ({sysctl} = 0): this host reaches the networks behind its \
-                     peers, but routes nothing between them and its other interfaces"
-                );
             }
         }
     }
+}
+
+/// A family whose forwarding is off while peers have networks of it behind them.
+struct ForwardingOff {
+    family: &'static str,
+    sysctl: &'static str,
+    networks: Vec<String>,
+}
+
+impl ForwardingOff {
+    fn message(&self) -> String {
+        format!(
+            "{} forwarding is off ({} = 0): this host reaches the networks behind its peers ({}), but routes \
+             nothing between them and its other interfaces",
+            self.family,
+            self.sysctl,
+            self.networks.join(", ")
+        )
+    }
+}
+
+/// The families of `s`'s networks behind peers whose forwarding this host
+/// has off (read from /proc/sys, in this process's network namespace).
+fn forwarding_off(s: &Settings) -> Vec<ForwardingOff> {
+    const FAMILIES: [(bool, &str, &str); 2] =
+        [(false, "IPv4", "net.ipv4.ip_forward"), (true, "IPv6", "net.ipv6.conf.all.forwarding")];
+    let behind = crate::interface::networks_behind_peers(s);
+    FAMILIES
+        .iter()
+        .filter_map(|&(v6, family, sysctl)| {
+            let networks: Vec<String> =
+                behind.iter().filter(|(a, _)| a.is_ipv6() == v6).map(|(a, l)| format!("{a}/{l}")).collect();
+            let path = format!("/proc/sys/{}", sysctl.replace('.', "/"));
+            let off = std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "0");
+            (off && !networks.is_empty()).then_some(ForwardingOff { family, sysctl, networks })
+        })
+        .collect()
 }
 
 /// One interface of the state [`Plane::hand_over_state`] writes: its
@@ -424,6 +449,7 @@ impl Plane for WireGuard {
                     "listen_port": s.listen_port,
                     "mtu": s.mtu,
                     "peers": peers,
+                    "warnings": forwarding_off(&s).iter().map(ForwardingOff::message).collect::<Vec<_>>(),
                 })
             })
             .collect();
