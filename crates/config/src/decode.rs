@@ -281,35 +281,11 @@ fn closest<'k>(name: &str, known: &'k [String]) -> Option<&'k str> {
     let most = if name.chars().count() >= 6 { 2 } else { 1 };
     known
         .iter()
-        .map(|k| (edits(name, k), k))
+        // A swap of two neighbours counts as one edit (optimal string alignment).
+        .map(|k| (strsim::osa_distance(name, k), k))
         .filter(|(d, _)| *d <= most)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k.as_str())
-}
-
-/// Edits from `a` to `b`: insertions, deletions, substitutions and swaps
-/// of two neighbours (optimal string alignment distance).
-fn edits(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    // d[i][j]: edits from a's first i characters to b's first j.
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// Reads the fields of one mapping. Unknown keys are reported by [`MapReader::finish`].
@@ -512,6 +488,8 @@ mod tests {
                 "colour: unknown field (line 3)",
             ]
         );
+        // The metric the guesses use counts a swap of neighbours as one edit.
+        let edits = strsim::osa_distance;
         assert_eq!(
             (edits("", "abc"), edits("kitten", "sitting"), edits("same", "same"), edits("nmae", "name")),
             (3, 3, 0, 1)
