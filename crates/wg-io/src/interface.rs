@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 use gatehouse_config::WgPeer;
 use gatehouse_wg::crypto::StaticSecret;
 use gatehouse_wg::device::{Device, DropReason, PeerId};
+use ipnet::IpNet;
 use rand_core::OsRng;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -419,46 +420,34 @@ impl Interface {
     }
 }
 
+/// Every peer's allowed prefixes, each once, in order (the config holds
+/// them as network addresses).
+fn allowed_prefixes(s: &Settings) -> Vec<IpNet> {
+    let mut r: Vec<IpNet> = s.peers.iter().flat_map(|p| p.allowed_ips.iter().copied()).collect();
+    r.sort();
+    r.dedup();
+    r
+}
+
 fn routes_of(s: &Settings) -> Vec<(IpAddr, u8)> {
     if !s.routes {
         return Vec::new();
     }
-    let mut r: Vec<(IpAddr, u8)> =
-        s.peers.iter().flat_map(|p| p.allowed_ips.iter().map(|n| (n.addr(), n.prefix_len()))).collect();
-    r.sort();
-    r.dedup();
-    r
+    allowed_prefixes(s).iter().map(|n| (n.addr(), n.prefix_len())).collect()
 }
 
 /// The peers' prefixes outside every network of the interface's own
 /// addresses: networks behind the peers (sites), which hosts other than
 /// this one reach through it only if it forwards IP packets. Default
 /// routes are left out: a host sending everything to a peer is its client.
-pub fn networks_behind_peers(s: &Settings) -> Vec<(IpAddr, u8)> {
-    let mut nets: Vec<(IpAddr, u8)> = s
-        .peers
-        .iter()
-        .flat_map(|p| p.allowed_ips.iter().map(|n| (n.network(), n.prefix_len())))
-        .filter(|&(a, len)| len > 0 && !s.addresses.iter().any(|&(own, own_len)| within(a, len, own, own_len)))
-        .collect();
-    nets.sort();
-    nets.dedup();
-    nets
+pub fn networks_behind_peers(s: &Settings) -> Vec<IpNet> {
+    let own: Vec<IpNet> = s.addresses.iter().filter_map(|&(a, len)| IpNet::new(a, len).ok()).collect();
+    allowed_prefixes(s).into_iter().filter(|n| n.prefix_len() > 0 && !inside_any(&own, n)).collect()
 }
 
-/// Whether `a/len` lies inside `net/net_len`.
-fn within(a: IpAddr, len: u8, net: IpAddr, net_len: u8) -> bool {
-    let (a, net, bits) = match (a, net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => (u128::from(u32::from(a)), u128::from(u32::from(n)), 32),
-        (IpAddr::V6(a), IpAddr::V6(n)) => (u128::from(a), u128::from(n), 128),
-        _ => return false,
-    };
-    let net_len = u32::from(net_len.min(bits));
-    if u32::from(len) < net_len {
-        return false;
-    }
-    let shift = u32::from(bits) - net_len;
-    net_len == 0 || a >> shift == net >> shift
+/// Whether `n` lies inside one of `nets` (of its own family).
+fn inside_any(nets: &[IpNet], n: &IpNet) -> bool {
+    nets.iter().any(|o| o.contains(n))
 }
 
 /// The link up with its MTU, addresses and routes.
@@ -598,12 +587,13 @@ mod tests {
                 peer(3, &["0.0.0.0/0", "::/0"]),
             ],
         };
-        let nets: Vec<String> = networks_behind_peers(&s).iter().map(|(a, l)| format!("{a}/{l}")).collect();
+        let nets: Vec<String> = networks_behind_peers(&s).iter().map(IpNet::to_string).collect();
         // 10.9.0.0/16 is wider than the interface's /24: a site too.
         assert_eq!(nets, ["10.9.0.0/16", "192.168.2.0/24", "2001:db8:5::/48"]);
         let none = Settings { peers: vec![peer(1, &["10.9.0.2/32", "fd09::2/128"])], ..s.clone() };
         assert!(networks_behind_peers(&none).is_empty());
-        assert!(within("0.0.0.0".parse().expect("ip"), 0, "1.2.3.4".parse().expect("ip"), 0));
-        assert!(!within("10.0.0.0".parse().expect("ip"), 8, "fd09::".parse().expect("ip"), 0));
+        let net = |t: &str| t.parse::<IpNet>().expect("a prefix");
+        assert!(inside_any(&[net("1.2.3.4/0")], &net("0.0.0.0/0")));
+        assert!(!inside_any(&[net("fd09::/0")], &net("10.0.0.0/8")));
     }
 }

@@ -146,10 +146,14 @@ fn forwarding_off(s: &Settings) -> Vec<ForwardingOff> {
         .iter()
         .filter_map(|&(v6, family, sysctl)| {
             let networks: Vec<String> =
-                behind.iter().filter(|(a, _)| a.is_ipv6() == v6).map(|(a, l)| format!("{a}/{l}")).collect();
+                behind.iter().filter(|n| n.addr().is_ipv6() == v6).map(ToString::to_string).collect();
+            // The sysctl is read only for a family with networks behind peers.
+            if networks.is_empty() {
+                return None;
+            }
             let path = format!("/proc/sys/{}", sysctl.replace('.', "/"));
             let off = std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "0");
-            (off && !networks.is_empty()).then_some(ForwardingOff { family, sysctl, networks })
+            off.then_some(ForwardingOff { family, sysctl, networks })
         })
         .collect()
 }
