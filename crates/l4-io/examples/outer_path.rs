@@ -20,7 +20,8 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use gatehouse_l4::checksum;
+use gatehouse_l4::packet::{ETHERTYPE_IPV4, PROTO_UDP, build};
+use gatehouse_l4::{checksum, rewrite};
 use gatehouse_l4_io::{steer, xsk};
 use nix::sys::socket::{setsockopt, sockopt};
 
@@ -42,26 +43,14 @@ fn mac(s: &str) -> [u8; 6] {
     v.try_into().expect("a MAC address as aa:bb:cc:dd:ee:ff")
 }
 
-/// Writes an Ethernet + IPv4 + UDP frame of [`PAYLOAD`] bytes; returns its length.
-fn frame(buf: &mut [u8], macs: ([u8; 6], [u8; 6]), src: Ipv4Addr, dst: Ipv4Addr, port: u16) -> usize {
-    buf[0..6].copy_from_slice(&macs.1);
-    buf[6..12].copy_from_slice(&macs.0);
-    buf[12..14].copy_from_slice(&[0x08, 0x00]);
-    let total = (20 + 8 + PAYLOAD) as u16;
-    let ip = &mut buf[14..34];
-    ip.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[12..16].copy_from_slice(&src.octets());
-    ip[16..20].copy_from_slice(&dst.octets());
-    let sum = checksum::checksum(ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    let udp = &mut buf[34..42];
-    udp[0..2].copy_from_slice(&SOURCE_PORT.to_be_bytes());
-    udp[2..4].copy_from_slice(&port.to_be_bytes());
-    udp[4..6].copy_from_slice(&((8 + PAYLOAD) as u16).to_be_bytes());
-    udp[6..8].fill(0); // no UDP checksum over IPv4
-    buf[42..42 + PAYLOAD].fill(7);
-    42 + PAYLOAD
+/// The Ethernet + IPv4 + UDP frame every datagram is sent as, built once.
+fn frame(macs: ([u8; 6], [u8; 6]), src: Ipv4Addr, dst: Ipv4Addr, port: u16) -> Vec<u8> {
+    let (src, dst) = (src.octets(), dst.octets());
+    let udp =
+        build::udp(SOURCE_PORT, port, &[7u8; PAYLOAD], |len| checksum::pseudo_v4(src, dst, PROTO_UDP, len as u16));
+    let mut f = build::eth(ETHERTYPE_IPV4, &build::ipv4(src, dst, PROTO_UDP, &udp));
+    rewrite::set_macs(&mut f, macs.1, macs.0);
+    f
 }
 
 /// Calls `send` once per burst, `pps / burst` times a second, until `end`;
@@ -129,9 +118,13 @@ fn transmit(a: &[String], end: Instant) -> u64 {
         let (pps, burst): (f64, usize) = (arg(a, 9, "packets per second"), arg(a, 10, "burst"));
         let ifindex = nix::net::if_::if_nametoindex(a[3].as_str()).expect("the interface's index");
         let mut s = xsk::Socket::open(ifindex, 0, xsk::Config::default()).expect("opens an AF_XDP socket");
+        let f = frame(macs, src, dst, port);
         return paced(pps, burst, end, || {
             s.reclaim();
-            s.transmit(burst, |b| frame(b, macs, src, dst, port))
+            s.transmit(burst, |b| {
+                b[..f.len()].copy_from_slice(&f);
+                f.len()
+            })
         });
     }
     let to: SocketAddr = arg(a, 3, "destination address:port");
