@@ -248,6 +248,10 @@ def metrics(k):
     return ns(k, "curl", "-s", "http://127.0.0.1:9180/metrics")
 
 
+def status(k):
+    return json.loads(ns(k, "curl", "-s", "http://127.0.0.1:9180/status"))
+
+
 def metric(text, name, **labels):
     total = None
     for line in text.splitlines():
@@ -388,8 +392,7 @@ def test_gatehouse_to_gatehouse(net, tmp_path, first, with_psk):
         assert out["end"]["sum_received"]["bytes"] >= 0.97 * (1 << 30)
         out = iperf("a", "b", inner6("a"), extra=("-n", "256M"))
         assert out["end"]["sum_received"]["bytes"] >= 0.95 * (256 << 20)
-        status = json.loads(ns("a", "curl", "-s", "http://127.0.0.1:9180/status"))
-        iface = status["wireguard"]["interfaces"][0]
+        iface = status("a")["wireguard"]["interfaces"][0]
         assert iface["name"] == ifname("a") and iface["public_key"] == pa
         peer = iface["peers"][0]
         assert peer["name"] == "b" and peer["public_key"] == pb and peer["last_handshake"] > 0
@@ -887,8 +890,7 @@ def test_an_ipv6_underlay(net, tmp_path, first):
         assert outer("b", v6=True) in show, show
         show = ns("b", "wg", "show", go.dev, "endpoints")
         assert outer("a", v6=True) in show, show
-        status = json.loads(ns("a", "curl", "-s", "http://127.0.0.1:9180/status"))
-        assert status["wireguard"]["interfaces"][0]["peers"][0]["endpoint"] == outer("b", v6=True)
+        assert status("a")["wireguard"]["interfaces"][0]["peers"][0]["endpoint"] == outer("b", v6=True)
         m = metrics("a")
         assert metric(m, "gatehouse_wg_peer_handshakes_total", peer="b") >= 1
         assert metric(m, "gatehouse_wg_peer_rx_packets_total", peer="b") >= 12
@@ -905,8 +907,7 @@ def test_a_gateway_that_does_not_forward_is_told_so(net, tmp_path, browser):
     peer = peer_yaml("b", pb).replace(f"[{inner4('b')}/32, ", f"[{inner4('b')}/32, 192.168.70.0/24, ")
 
     def warnings():
-        status = json.loads(ns("a", "curl", "-s", "http://127.0.0.1:9180/status"))
-        return status["wireguard"]["interfaces"][0]["warnings"]
+        return status("a")["wireguard"]["interfaces"][0]["warnings"]
 
     def shown(d):
         return [li.text for li in d.find_elements(By.CSS_SELECTOR, "#wg-warnings li")]
