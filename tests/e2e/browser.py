@@ -52,6 +52,13 @@ def text_of(d, css):
     return d.find_element(By.CSS_SELECTOR, css).text
 
 
+def texts_of(d, css):
+    """The text of every element matching `css`, read in one step: a list
+    the page redraws between finding its items and reading them would
+    leave stale elements behind."""
+    return d.execute_script("return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)", css)
+
+
 def row(d, table_css, first_cell):
     """The row of a table whose first cell reads `first_cell`, or None."""
     for tr in d.find_elements(By.CSS_SELECTOR, f"{table_css} tbody tr"):

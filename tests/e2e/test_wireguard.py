@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 
-from browser import cell, console_errors, forwarded_from, open_dashboard, requested_urls, row
+from browser import cell, console_errors, forwarded_from, open_dashboard, requested_urls, row, texts_of
 from harness import Gatehouse, wait_for
 
 TAG = f"wg{os.getpid() % 100000}"
@@ -910,7 +910,7 @@ def test_a_gateway_that_does_not_forward_is_told_so(net, tmp_path, browser):
         return status("a")["wireguard"]["interfaces"][0]["warnings"]
 
     def shown(d):
-        return [li.text for li in d.find_elements(By.CSS_SELECTOR, "#wg-warnings li")]
+        return texts_of(d, "#wg-warnings li")
 
     for forwarding in ("0", "1"):
         ns("a", "sysctl", "-qw", f"net.ipv4.ip_forward={forwarding}")
