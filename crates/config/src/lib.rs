@@ -51,9 +51,9 @@ pub fn parse_document(text: &str, file: &Path) -> Result<yaml::Node, ConfigError
     yaml::parse(text).map_err(|e| {
         let mut message = format!("invalid YAML: {}", e.message);
         // The usual cause: an IPv6 address with a port, left unquoted.
-        let near = e.line.saturating_sub(1)..=e.line;
-        let lines = text.lines().enumerate().filter(|(i, _)| near.contains(&(i + 1)));
-        if let Some(value) = lines.filter_map(|(_, l)| bare_bracketed_address(l)).last() {
+        // The line of the error, and the one before (lines count from 1).
+        let near = text.lines().skip(e.line.saturating_sub(2)).take(e.line.min(2));
+        if let Some(value) = near.filter_map(bare_bracketed_address).last() {
             message.push_str(&format!("; quote {value} as \"{value}\": a bare [ starts a YAML list"));
         }
         ConfigErrors {
