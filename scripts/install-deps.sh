@@ -4,45 +4,67 @@
 set -euo pipefail
 
 want_pkgs=()
-need() { command -v "$1" >/dev/null 2>&1 || want_pkgs+=("$2"); }
-need cmake cmake
-need clang clang
-need curl curl
-need openssl openssl
-need h2load nghttp2-client
-need nghttpd nghttp2-server
-need wrk wrk
-need go golang-go
-need python3 python3
-need ss iproute2
+# A package is wanted unless dpkg says it is installed: a tool on the PATH
+# can come from elsewhere, and library and header packages (libprotobuf-dev,
+# libclang-dev) put nothing on the PATH at all.
+installed() {
+  [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
+}
+# need PACKAGE [FILE]: the package, unless it is installed, or FILE (what the
+# build uses from it) exists where dpkg is not the package manager.
+need() {
+  if command -v dpkg-query >/dev/null 2>&1; then
+    installed "$1" || want_pkgs+=("$1")
+  elif [ -n "${2:-}" ] && [ ! -e "$2" ]; then
+    want_pkgs+=("$1")
+  fi
+}
+need cmake /usr/bin/cmake
+need clang /usr/bin/clang
+# boring-sys generates its bindings with bindgen, which loads libclang.
+need libclang-dev
+need curl /usr/bin/curl
+need openssl /usr/bin/openssl
+need nghttp2-client /usr/bin/h2load
+need nghttp2-server /usr/bin/nghttpd
+need wrk /usr/bin/wrk
+# Toolchains may come from outside dpkg (a Go tarball, pyenv): a working
+# command is enough for them.
+command -v go >/dev/null 2>&1 || want_pkgs+=(golang-go)
+command -v python3 >/dev/null 2>&1 || want_pkgs+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || want_pkgs+=(python3-pip)
+need iproute2 /usr/bin/ss
 # The L4 tests build network namespaces and turn checksum offload off on their veths.
-need ethtool ethtool
+need ethtool /usr/sbin/ethtool
 # The XDP program is compiled against the kernel UAPI headers.
-[ -e /usr/include/linux/bpf.h ] || want_pkgs+=(linux-libc-dev)
-# The etcd client crate compiles etcd's protobuf definitions; the tests run a real etcd.
-need protoc protobuf-compiler
-need etcd etcd-server
-need etcdctl etcd-client
-[ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || want_pkgs+=(libclang-dev)
+need linux-libc-dev /usr/include/linux/bpf.h
+# The etcd client crate compiles etcd's protobuf definitions with protoc,
+# which imports the well-known types (google/protobuf/descriptor.proto):
+# those come in libprotobuf-dev, which protobuf-compiler only recommends.
+need protobuf-compiler /usr/bin/protoc
+need libprotobuf-dev /usr/include/google/protobuf/descriptor.proto
+# The tests run a real etcd.
+need etcd-server /usr/bin/etcd
+need etcd-client /usr/bin/etcdctl
 # A real NGINX is the backend of the upstream-pool test (and of the benchmarks).
-need nginx nginx
+need nginx /usr/sbin/nginx
 # The WireGuard tests: wg against Gatehouse's UAPI, ping and iperf3 through tunnels.
-need wg wireguard-tools
-need ping iputils-ping
-need iperf3 iperf3
+need wireguard-tools /usr/bin/wg
+need iputils-ping /usr/bin/ping
+need iperf3 /usr/bin/iperf3
 # The L4 high-availability test runs VRRP between two balancers.
-need keepalived keepalived
+need keepalived /usr/sbin/keepalived
 # ... and floods a protected VIP with spoofed SYNs.
-need hping3 hping3
+need hping3 /usr/sbin/hping3
 # The dashboard's tests drive a real headless browser.
-need chromium chromium
-need chromedriver chromium-driver
+need chromium /usr/bin/chromium
+need chromium-driver /usr/bin/chromedriver
 # ... which reaches admin listeners inside test namespaces through socat.
-need socat socat
+need socat /usr/bin/socat
 # ... whose screenshot needs a font.
-[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || want_pkgs+=(fonts-dejavu-core)
+need fonts-dejavu-core /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 if [ "${1:-}" = "--bench" ]; then
-  need haproxy haproxy
+  need haproxy /usr/sbin/haproxy
 fi
 
 if [ ${#want_pkgs[@]} -gt 0 ]; then
