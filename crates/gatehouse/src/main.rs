@@ -406,8 +406,8 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             };
             let proto = match proto.as_str() {
-                "udp" => gatehouse_l4::packet::PROTO_UDP,
-                "tcp" => gatehouse_l4::packet::PROTO_TCP,
+                "udp" => gatehouse_wire::packet::PROTO_UDP,
+                "tcp" => gatehouse_wire::packet::PROTO_TCP,
                 other => {
                     eprintln!("gatehouse bench l4-wire: --proto {other}: expected tcp or udp");
                     return ExitCode::FAILURE;

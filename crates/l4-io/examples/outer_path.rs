@@ -20,9 +20,10 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use gatehouse_l4::packet::{ETHERTYPE_IPV4, PROTO_UDP, build};
-use gatehouse_l4::{checksum, rewrite};
+use gatehouse_l4::rewrite;
 use gatehouse_l4_io::{steer, xsk};
+use gatehouse_wire::checksum;
+use gatehouse_wire::packet::{ETHERTYPE_IPV4, PROTO_UDP, build};
 use nix::sys::socket::{setsockopt, sockopt};
 
 /// UDP payload bytes of every datagram: a 64-byte packet sealed by WireGuard.

@@ -224,7 +224,7 @@ pub fn solicit(addr: IpAddr, device: &str) -> std::io::Result<()> {
     let mut msg = [kind, 0, 0, 0, 0x67, 0x68, 0, 1];
     if addr.is_ipv4() {
         // ICMPv4 checksums are the sender's (the kernel does ICMPv6's).
-        let sum = gatehouse_l4::checksum::checksum(&msg);
+        let sum = gatehouse_wire::checksum::checksum(&msg);
         msg[2..4].copy_from_slice(&sum.to_be_bytes());
     }
     sock.send_to(&msg, &SockAddr::from(SocketAddr::new(addr, 0)))?;

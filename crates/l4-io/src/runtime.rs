@@ -559,8 +559,8 @@ fn control_loop(shared: &Shared) {
 /// Puts the next hop's MAC into a forwarded frame. ARP answers and
 /// neighbour advertisements are already addressed to their asker.
 fn address_frame(frame: &mut [u8], hint: Option<IpAddr>, hops: &NextHops) -> Result<(), Miss> {
-    use gatehouse_l4::field::{ethernet, icmp, ipv4, ipv6};
-    use gatehouse_l4::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMPV6};
+    use gatehouse_wire::field::{ethernet, icmp, ipv4, ipv6};
+    use gatehouse_wire::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMPV6};
     let l3 = ethernet::HEADER_LEN;
     let ethertype = match frame.get(ethernet::ETHERTYPE..l3) {
         Some(&[a, b]) => u16::from_be_bytes([a, b]),

@@ -139,8 +139,8 @@ fn sync<const N: usize>(
 /// The program's choice, made in user space (AF_PACKET sees every frame):
 /// whether the plane wants `frame`.
 pub fn wants(frame: &[u8], w: &Wanted) -> bool {
-    use gatehouse_l4::field::{arp, ethernet, icmp, ipv4, ipv6, nd, tcp};
-    use gatehouse_l4::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP};
+    use gatehouse_wire::field::{arp, ethernet, icmp, ipv4, ipv6, nd, tcp};
+    use gatehouse_wire::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP};
     let Some(ethertype) =
         frame.get(ethernet::ETHERTYPE..ethernet::HEADER_LEN).map(|b| u16::from_be_bytes([b[0], b[1]]))
     else {

@@ -14,8 +14,8 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use gatehouse_l4::checksum;
-use gatehouse_l4::packet::{ETHERTYPE_IPV4, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_SYN, build};
+use gatehouse_wire::checksum;
+use gatehouse_wire::packet::{ETHERTYPE_IPV4, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_SYN, build};
 
 use crate::runtime::{parse_mac, sys};
 use crate::xsk;
@@ -206,7 +206,7 @@ fn generate_af_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<Wi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gatehouse_l4::packet::{Checks, Frame, parse};
+    use gatehouse_wire::packet::{Checks, Frame, parse};
 
     #[test]
     fn frames_are_64_bytes_on_the_wire_with_valid_checksums() {

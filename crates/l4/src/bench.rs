@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use gatehouse_config::{L4Mode, L4Scheduler};
 
-use crate::checksum;
-#[cfg(test)]
-use crate::packet::PROTO_UDP;
-use crate::packet::{self, Checks, ETHERTYPE_IPV4, Frame, Ip, PROTO_TCP, TCP_ACK, TCP_SYN, build};
 use crate::plane::{Buf, Plane, Real, Service, VECTOR, Verdict, Worker};
 use crate::rewrite;
+use gatehouse_wire::checksum;
+#[cfg(test)]
+use gatehouse_wire::packet::PROTO_UDP;
+use gatehouse_wire::packet::{self, Checks, ETHERTYPE_IPV4, Frame, Ip, PROTO_TCP, TCP_ACK, TCP_SYN, build};
 
 pub struct Case {
     pub mode: L4Mode,

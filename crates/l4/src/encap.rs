@@ -11,9 +11,9 @@
 
 use std::net::IpAddr;
 
-use crate::checksum;
-use crate::field::{ethernet, ipv4, udp};
-use crate::packet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_UDP};
+use gatehouse_wire::checksum;
+use gatehouse_wire::field::{ethernet, ipv4, udp};
+use gatehouse_wire::packet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_UDP};
 
 const PROTO_IPIP: u8 = 4;
 const PROTO_IPV6_IN: u8 = 41;
@@ -140,8 +140,8 @@ fn udp_header(out: &mut Vec<u8>, hash: u32, port: u16, inner_len: usize, sum: u1
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::build::*;
-    use crate::packet::{Checks, Frame, TCP_SYN, parse};
+    use gatehouse_wire::packet::build::*;
+    use gatehouse_wire::packet::{Checks, Frame, TCP_SYN, parse};
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn outer4() -> Outer {

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use gatehouse_config::{L4Mode, L4Scheduler};
 
-use crate::packet::{self, Checks, Frame, PROTO_TCP, PROTO_UDP};
 use crate::plane::{Buf, Plane, Real, Service, Verdict, Worker};
+use gatehouse_wire::packet::{self, Checks, Frame, PROTO_TCP, PROTO_UDP};
 
 fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz").join("corpus")
@@ -172,9 +172,9 @@ fn mutated_frames_never_break_the_plane() {
 /// files (then check them in).
 #[test]
 fn the_corpus_holds_the_seed_frames() {
-    use crate::checksum;
-    use crate::packet::build;
-    use crate::packet::{
+    use gatehouse_wire::checksum;
+    use gatehouse_wire::packet::build;
+    use gatehouse_wire::packet::{
         ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_ICMP, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN,
     };
     let dir = corpus_dir();

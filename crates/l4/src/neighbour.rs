@@ -4,9 +4,9 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::checksum;
-use crate::field::{arp, ethernet, icmp, ipv6, nd};
-use crate::packet::{ETHERTYPE_IPV6, Ip, PROTO_ICMPV6};
+use gatehouse_wire::checksum;
+use gatehouse_wire::field::{arp, ethernet, icmp, ipv6, nd};
+use gatehouse_wire::packet::{ETHERTYPE_IPV6, Ip, PROTO_ICMPV6};
 
 /// ICMPv6 neighbour solicitation and advertisement.
 pub const ND_SOLICIT: u8 = 135;
@@ -82,7 +82,7 @@ pub fn gratuitous_arp(ip: Ipv4Addr, mac: [u8; 6]) -> [u8; GARP_LEN] {
     let mut f = [0u8; GARP_LEN];
     f[ethernet::DST..ethernet::SRC].copy_from_slice(&[0xff; 6]);
     f[ethernet::SRC..ethernet::ETHERTYPE].copy_from_slice(&mac);
-    f[ethernet::ETHERTYPE..ethernet::HEADER_LEN].copy_from_slice(&crate::packet::ETHERTYPE_ARP.to_be_bytes());
+    f[ethernet::ETHERTYPE..ethernet::HEADER_LEN].copy_from_slice(&gatehouse_wire::packet::ETHERTYPE_ARP.to_be_bytes());
     let a = &mut f[ethernet::HEADER_LEN..];
     // Ethernet, IPv4, 6- and 4-byte addresses, a request.
     a[..arp::SENDER_MAC].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
@@ -124,7 +124,7 @@ fn write_advert(o: &mut [u8], dst_mac: [u8; 6], dst: [u8; 16], target: Ipv6Addr,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::{self, Checks, ETHERTYPE_ARP, Frame, build};
+    use gatehouse_wire::packet::{self, Checks, ETHERTYPE_ARP, Frame, build};
 
     #[test]
     fn an_arp_request_becomes_our_reply() {

@@ -4,9 +4,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::checksum::{self, update, update16};
-use crate::field::{ethernet, icmp, ipv4, ipv6, tcp, udp};
-use crate::packet::{Ip, PROTO_ICMP, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+use gatehouse_wire::be::{get16, put16};
+use gatehouse_wire::checksum::{self, update, update16};
+use gatehouse_wire::field::{ethernet, icmp, ipv4, ipv6, tcp, udp};
+use gatehouse_wire::packet::{Ip, PROTO_ICMP, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 
 /// Where a transport protocol keeps its checksum, relative to its header.
 fn l4_checksum_at(proto: u8) -> Option<usize> {
@@ -15,14 +16,6 @@ fn l4_checksum_at(proto: u8) -> Option<usize> {
         PROTO_UDP => Some(udp::CHECKSUM),
         _ => None,
     }
-}
-
-fn get16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 /// Adjusts the transport checksum for `old` → `new` bytes of the pseudo-header
@@ -324,8 +317,8 @@ pub fn shift32(frame: &mut [u8], l4: usize, at: usize, delta: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::build::*;
-    use crate::packet::{Checks, Frame, TCP_ACK, TCP_SYN, parse};
+    use gatehouse_wire::packet::build::*;
+    use gatehouse_wire::packet::{Checks, Frame, TCP_ACK, TCP_SYN, parse};
 
     fn ip(frame: &[u8]) -> Ip {
         match parse(frame, Checks::default()) {
@@ -427,8 +420,8 @@ mod tests {
         let mut f = tcp4(TCP_ACK, b"some data");
         let ack = 0x0102_0304u32;
         f[42..46].copy_from_slice(&ack.to_be_bytes());
-        let c = !crate::checksum::fold(crate::checksum::add(
-            crate::checksum::pseudo_v4(C4, V4, crate::packet::PROTO_TCP, 29),
+        let c = !gatehouse_wire::checksum::fold(gatehouse_wire::checksum::add(
+            gatehouse_wire::checksum::pseudo_v4(C4, V4, gatehouse_wire::packet::PROTO_TCP, 29),
             &{
                 let mut seg = f[34..].to_vec();
                 seg[16..18].copy_from_slice(&[0, 0]);
@@ -460,9 +453,10 @@ mod tests {
             [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
             [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
         );
-        let seg =
-            tcp(1234, 80, TCP_ACK, b"x", |len| crate::checksum::pseudo_v6(a, b, crate::packet::PROTO_TCP, len as u32));
-        let mut f = eth(crate::packet::ETHERTYPE_IPV6, &ipv6(a, b, crate::packet::PROTO_TCP, &seg));
+        let seg = tcp(1234, 80, TCP_ACK, b"x", |len| {
+            gatehouse_wire::checksum::pseudo_v6(a, b, gatehouse_wire::packet::PROTO_TCP, len as u32)
+        });
+        let mut f = eth(gatehouse_wire::packet::ETHERTYPE_IPV6, &ipv6(a, b, gatehouse_wire::packet::PROTO_TCP, &seg));
         let p = ip(&f);
         let n = tcp_reset(&mut f, &p).expect("a TCP segment");
         assert_eq!(n, 14 + 60);

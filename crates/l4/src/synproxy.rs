@@ -23,7 +23,7 @@
 
 use std::net::IpAddr;
 
-use crate::field::tcp;
+use gatehouse_wire::field::tcp;
 
 /// MSS values a cookie can encode (index 0-7), each what common paths
 /// carry.
@@ -148,7 +148,7 @@ pub fn syn_mss(seg: &[u8]) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::{self, Checks, Frame};
+    use gatehouse_wire::packet::{self, Checks, Frame};
 
     #[test]
     fn siphash_matches_the_reference_vectors() {

@@ -8,7 +8,6 @@
 
 pub mod interface;
 pub mod netlink;
-pub mod offload;
 pub mod plane;
 pub mod sys;
 pub mod uapi_server;

@@ -29,7 +29,7 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 
 /// Opens one queue of the TUN interface `name` (made if it does not exist),
 /// non-blocking: IP packets without a packet-information header, each
-/// behind a virtio-net header ([`crate::offload`]), with checksum and TCP
+/// behind a virtio-net header ([`gatehouse_wire::offload`]), with checksum and TCP
 /// segmentation offload on (UDP segmentation too where the kernel has it):
 /// the kernel hands over TCP super-packets of up to 64 KiB.
 pub fn open_tun(name: &str) -> io::Result<OwnedFd> {

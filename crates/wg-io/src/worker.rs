@@ -25,8 +25,8 @@ use gatehouse_wg::messages::{TRANSPORT, transport::DATA};
 use gatehouse_wg::transport::{TransportError, padded_len};
 
 use crate::interface::{Counters, Shared, Sticky};
-use crate::offload::{self, VNET_HDR_LEN, VnetHdr};
 use crate::sys::{self, BATCH, GSO_SEGMENTS, Got, Outgoing};
+use gatehouse_wire::offload::{self, VNET_HDR_LEN, VnetHdr};
 
 /// One packet from the tunnel: its buffer holds the packet at [`DATA`],
 /// then the whole transport message once sealed.

@@ -130,36 +130,6 @@ impl<P: Copy + Eq> AllowedIps<P> {
     }
 }
 
-/// The source and destination of an IP packet (IPv4 or IPv6), if it has a
-/// whole header.
-pub fn packet_addresses(packet: &[u8]) -> Option<(IpAddr, IpAddr)> {
-    match packet.first()? >> 4 {
-        4 => {
-            let h: &[u8; 20] = packet.get(..20)?.try_into().ok()?;
-            let src: [u8; 4] = h[12..16].try_into().ok()?;
-            let dst: [u8; 4] = h[16..20].try_into().ok()?;
-            Some((IpAddr::from(src), IpAddr::from(dst)))
-        }
-        6 => {
-            let h: &[u8; 40] = packet.get(..40)?.try_into().ok()?;
-            let src: [u8; 16] = h[8..24].try_into().ok()?;
-            let dst: [u8; 16] = h[24..40].try_into().ok()?;
-            Some((IpAddr::from(src), IpAddr::from(dst)))
-        }
-        _ => None,
-    }
-}
-
-/// The length an IP packet's header says it has (the rest of a decrypted
-/// packet is padding), if it has a whole header.
-pub fn packet_len(packet: &[u8]) -> Option<usize> {
-    match packet.first()? >> 4 {
-        4 => Some(usize::from(u16::from_be_bytes([*packet.get(2)?, *packet.get(3)?]))),
-        6 => Some(40 + usize::from(u16::from_be_bytes([*packet.get(4)?, *packet.get(5)?]))),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,30 +184,6 @@ mod tests {
                 .max_by_key(|(_, l, _)| *l)
                 .map(|(_, _, p)| *p);
             assert_eq!(t.lookup(IpAddr::from(std::net::Ipv4Addr::from(addr))), want, "{addr:#x}");
-        }
-    }
-
-    #[test]
-    fn packet_headers_give_their_addresses_and_length() {
-        let mut v4 = vec![0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1];
-        v4.extend([0; 8 + 4]);
-        assert_eq!(packet_addresses(&v4), Some((ip("10.0.0.2"), ip("10.0.0.1"))));
-        assert_eq!(packet_len(&v4), Some(28), "the padding is not the packet's");
-        let mut v6 = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
-        v6.extend(ip_bytes("fd00::2"));
-        v6.extend(ip_bytes("fd00::1"));
-        v6.extend([0; 8]);
-        assert_eq!(packet_addresses(&v6), Some((ip("fd00::2"), ip("fd00::1"))));
-        assert_eq!(packet_len(&v6), Some(48));
-        assert_eq!(packet_addresses(&v4[..19]), None);
-        assert_eq!(packet_addresses(&[0x50; 40]), None);
-        assert_eq!(packet_len(&[]), None);
-    }
-
-    fn ip_bytes(s: &str) -> [u8; 16] {
-        match ip(s) {
-            IpAddr::V6(a) => a.octets(),
-            IpAddr::V4(_) => [0; 16],
         }
     }
 }

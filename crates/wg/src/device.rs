@@ -8,7 +8,9 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::allowed_ips::{AllowedIps, BadPrefix, packet_addresses, packet_len};
+use gatehouse_wire::ip;
+
+use crate::allowed_ips::{AllowedIps, BadPrefix};
 use crate::cookie::{CookieChecker, CookieError, CookieJar};
 use crate::crypto::{KEY_LEN, StaticSecret};
 use crate::handshake::{self, HandshakeError, Identity, Initiated, PeerKey, TIMESTAMP_LEN};
@@ -503,7 +505,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     /// Seals `packet` to whichever peer owns its destination; starts a
     /// handshake when there is no usable session (the packet waits).
     pub fn send(&mut self, packet: &[u8], now: Instant, out: &mut Vec<Transmit>) -> Result<(), DropReason> {
-        let (_, dst) = packet_addresses(packet).ok_or(DropReason::NotIp)?;
+        let (_, dst) = ip::addresses(packet).ok_or(DropReason::NotIp)?;
         let id = self.allowed.lookup(dst).ok_or(DropReason::NoRoute)?;
         self.send_to(id, packet, now, out)
     }
@@ -517,7 +519,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         now: Instant,
         out: &mut Vec<Transmit>,
     ) -> Result<Option<SealPlan>, DropReason> {
-        let (_, dst) = packet_addresses(packet).ok_or(DropReason::NotIp)?;
+        let (_, dst) = ip::addresses(packet).ok_or(DropReason::NotIp)?;
         let id = self.allowed.lookup(dst).ok_or(DropReason::NoRoute)?;
         self.reserve(id, packet, now, out)
     }
@@ -878,7 +880,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             }
             return Received::Control;
         }
-        let Some((inner_src, _)) = packet_addresses(plain) else {
+        let Some((inner_src, _)) = ip::addresses(plain) else {
             self.note_drop(id, DropReason::NotIp);
             return Received::Dropped(DropReason::NotIp);
         };
@@ -886,7 +888,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             self.note_drop(id, DropReason::NotAllowedSource);
             return Received::Dropped(DropReason::NotAllowedSource);
         }
-        let len = packet_len(plain).filter(|l| *l <= plain.len()).unwrap_or(plain.len());
+        let len = ip::total_len(plain).filter(|l| *l <= plain.len()).unwrap_or(plain.len());
         if peer.keepalive_at.is_none() {
             peer.keepalive_at = Some(now + KEEPALIVE_TIMEOUT);
         }

@@ -1,5 +1,6 @@
 //! WireGuard, sans I/O: bytes and the time in, bytes out. No sockets, no
-//! clock, no `unsafe`.
+//! clock, no `unsafe`. The only Gatehouse crate below it is `wire`, for the
+//! inner packets' IP headers.
 //!
 //! - [`allowed_ips`]: cryptokey routing, longest prefix first;
 //! - [`crypto`]: the protocol's primitives, secrets zeroed on drop;

@@ -1,7 +1,7 @@
 //! What one core counts: packets, bytes and sessions per service and real
 //! server, and every frame dropped, by reason.
 
-use crate::packet::Malformed;
+use gatehouse_wire::packet::Malformed;
 
 /// Why a frame was dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -8,10 +8,10 @@ use gatehouse_config::L4Mode;
 
 use super::worker::Family;
 use super::{Buf, DropReason, Endpoint, Plane, Verdict, Worker};
-use crate::field::{icmp, ipv4, tcp};
-use crate::packet::{self, Ip};
 use crate::rewrite;
 use crate::session::{Key, REVERSE};
+use gatehouse_wire::field::{icmp, ipv4, tcp};
+use gatehouse_wire::packet::{self, Ip};
 
 impl Worker {
     /// An ICMP error about a packet of a session (fragmentation needed /
@@ -134,7 +134,7 @@ fn icmp_translate(
     // A header's checksum, recomputed over `range` with its field at `at`.
     let resum = |frame: &mut [u8], at: usize, range: std::ops::Range<usize>| {
         frame[at..at + 2].copy_from_slice(&[0, 0]);
-        let c = crate::checksum::checksum(&frame[range]);
+        let c = gatehouse_wire::checksum::checksum(&frame[range]);
         frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
     };
     let ihl = usize::from(frame[l3 + ipv4::VER_IHL] & 0x0f) * 4;

@@ -34,7 +34,7 @@ pub use snat::{SNAT, SnatRule, in_prefix, is_snat, prefix};
 pub use sync::{CommitError, SyncOut};
 pub use worker::Worker;
 
-use crate::packet::{Checks, PROTO_TCP, PROTO_UDP};
+use gatehouse_wire::packet::{Checks, PROTO_TCP, PROTO_UDP};
 
 /// Frames per vector, at most.
 pub const VECTOR: usize = 256;

@@ -14,9 +14,9 @@ use std::net::IpAddr;
 
 use super::worker::Family;
 use super::{Buf, DropReason, Plane, Verdict, Worker, addr_key};
-use crate::packet::{Ip, PROTO_TCP, TCP_ACK, TCP_RST, TCP_SYN};
 use crate::rewrite;
 use crate::session::{Key, Session, State};
+use gatehouse_wire::packet::{Ip, PROTO_TCP, TCP_ACK, TCP_RST, TCP_SYN};
 
 /// Marks an SNAT session's service field (and key context): the rule in
 /// the low bits.
@@ -116,7 +116,7 @@ pub(super) fn snat_key_for(rule: u16, proto: u8) -> u16 {
 
 /// The protocol of an SNAT session's service field.
 pub(super) fn snat_proto(service: u16) -> u8 {
-    if service & SNAT_TCP != 0 { PROTO_TCP } else { crate::packet::PROTO_UDP }
+    if service & SNAT_TCP != 0 { PROTO_TCP } else { gatehouse_wire::packet::PROTO_UDP }
 }
 
 /// The key of an inside host's mapping.

@@ -19,12 +19,12 @@ use gatehouse_config::{L4Mode, SynProxyMode};
 
 use super::worker::Family;
 use super::{Buf, DropReason, Plane, Service, Verdict, Worker};
-use crate::field::tcp;
-use crate::packet::{Ip, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN};
 use crate::rewrite::set_macs;
 use crate::rewrite::{Segment, shift32, write};
 use crate::session::{PROXIED, State};
 use crate::synproxy::{self as sp, Ends};
+use gatehouse_wire::field::tcp;
+use gatehouse_wire::packet::{Ip, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN};
 
 /// Ticks `Auto` stays on after the SYN rate was last above the threshold.
 pub const HOLD: u32 = 10;

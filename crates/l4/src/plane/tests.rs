@@ -3,8 +3,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use gatehouse_config::{L4Mode, L4Scheduler};
 
 use super::*;
-use crate::checksum;
-use crate::packet::{
+use gatehouse_wire::checksum;
+use gatehouse_wire::packet::{
     self, Checks, ETHERTYPE_IPV4, Malformed, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, build,
 };
 
@@ -60,7 +60,7 @@ fn run(w: &mut Worker, plane: &Plane, frame: &[u8], now: u32) -> (Verdict, Vec<u
     (verdicts[0], bufs[0].frame().to_vec())
 }
 
-fn flow(frame: &[u8]) -> crate::packet::Flow {
+fn flow(frame: &[u8]) -> gatehouse_wire::packet::Flow {
     match packet::parse(frame, Checks::default()) {
         Ok(packet::Frame::Ip(ip)) => ip.flow,
         other => panic!("{other:?}"),
@@ -204,7 +204,7 @@ fn weights_split_new_sessions() {
 
 fn tcp6(src: [u8; 16], sport: u16, dst: [u8; 16], dport: u16, flags: u8) -> Vec<u8> {
     let seg = build::tcp(sport, dport, flags, b"", |len| checksum::pseudo_v6(src, dst, PROTO_TCP, len as u32));
-    build::eth(crate::packet::ETHERTYPE_IPV6, &build::ipv6(src, dst, PROTO_TCP, &seg))
+    build::eth(gatehouse_wire::packet::ETHERTYPE_IPV6, &build::ipv6(src, dst, PROTO_TCP, &seg))
 }
 
 fn v6(last: u8) -> [u8; 16] {
@@ -269,7 +269,7 @@ fn arp_and_neighbour_discovery_for_our_addresses_are_answered() {
     let arp = |target: [u8; 4]| {
         let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 9, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0];
         a.extend_from_slice(&target);
-        build::eth(crate::packet::ETHERTYPE_ARP, &a)
+        build::eth(gatehouse_wire::packet::ETHERTYPE_ARP, &a)
     };
     for target in [VIP, LOCAL] {
         let (v, out) = run(&mut w, &plane, &arp(target), 0);
@@ -283,11 +283,14 @@ fn arp_and_neighbour_discovery_for_our_addresses_are_answered() {
     let mut ns = vec![crate::neighbour::ND_SOLICIT, 0, 0, 0, 0, 0, 0, 0];
     ns.extend_from_slice(&v6(100));
     let c = !checksum::fold(checksum::add(
-        checksum::pseudo_v6(v6(1), snm, crate::packet::PROTO_ICMPV6, ns.len() as u32),
+        checksum::pseudo_v6(v6(1), snm, gatehouse_wire::packet::PROTO_ICMPV6, ns.len() as u32),
         &ns,
     ));
     ns[2..4].copy_from_slice(&c.to_be_bytes());
-    let f = build::eth(crate::packet::ETHERTYPE_IPV6, &build::ipv6(v6(1), snm, crate::packet::PROTO_ICMPV6, &ns));
+    let f = build::eth(
+        gatehouse_wire::packet::ETHERTYPE_IPV6,
+        &build::ipv6(v6(1), snm, gatehouse_wire::packet::PROTO_ICMPV6, &ns),
+    );
     let (v, out) = run(&mut w, &plane, &f, 0);
     assert_eq!(v, Verdict::Forward);
     assert_eq!(out.len(), crate::neighbour::ND_ADVERT_LEN);
@@ -302,10 +305,10 @@ fn icmp_error(from: [u8; 4], to: [u8; 4], kind: u8, code: u8, quoted: &[u8]) -> 
     m.extend_from_slice(quoted);
     let c = checksum::checksum(&m);
     m[2..4].copy_from_slice(&c.to_be_bytes());
-    build::eth(ETHERTYPE_IPV4, &build::ipv4(from, to, crate::packet::PROTO_ICMP, &m))
+    build::eth(ETHERTYPE_IPV4, &build::ipv4(from, to, gatehouse_wire::packet::PROTO_ICMP, &m))
 }
 
-fn quoted(frame: &[u8]) -> crate::packet::Flow {
+fn quoted(frame: &[u8]) -> gatehouse_wire::packet::Flow {
     match packet::parse(frame, Checks::default()) {
         Ok(packet::Frame::Ip(ip)) => packet::quoted(frame, &ip).expect("an error quoting a flow"),
         other => panic!("{other:?}"),
@@ -341,7 +344,11 @@ fn icmp_errors_go_back_to_where_their_packet_came_from() {
     assert_eq!((f.src, f.dst), (IpAddr::from(ROUTER), real));
     let q = quoted(&out);
     assert_eq!((q.src, q.sport, q.dst, q.dport), (real, 8080, IpAddr::from(CLIENT), 40000));
-    assert_eq!(crate::checksum::checksum(&out[14 + 20 + 8..14 + 20 + 8 + 20]), 0, "the quoted header's checksum");
+    assert_eq!(
+        gatehouse_wire::checksum::checksum(&out[14 + 20 + 8..14 + 20 + 8 + 20]),
+        0,
+        "the quoted header's checksum"
+    );
     // NAT, server side: the real server says the client's port is
     // unreachable; the client gets it as coming from the VIP.
     let sent_to_real = tcp(CLIENT, 40000, real4, 8080, TCP_ACK);
@@ -425,7 +432,7 @@ fn packets_of_a_new_flow_in_one_vector_make_one_session() {
 }
 
 /// A NAT or FNAT TCP session to the first server, established.
-fn established(mode: L4Mode, reset: bool) -> (Plane, Worker, [u8; 4], crate::packet::Flow) {
+fn established(mode: L4Mode, reset: bool) -> (Plane, Worker, [u8; 4], gatehouse_wire::packet::Flow) {
     let mut svc = service(mode, L4Scheduler::Rr, PROTO_TCP);
     svc.reset_on_down = reset;
     let plane = Plane::new(vec![svc], vec![IpAddr::from(LOCAL)], MAC, HOP, 1);

@@ -13,9 +13,9 @@ use gatehouse_config::{L4Mode, L4Scheduler};
 use super::fnat::{PortPool, release};
 use super::{Buf, Counters, DropReason, Endpoint, Plane, Real, Service, ServiceCounters, VECTOR, Verdict, addr_key};
 use crate::encap::{Outer, Tunnel, encapsulate};
-use crate::packet::{self, Ip, PROTO_TCP, PROTO_UDP, Parsed, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 use crate::rewrite;
 use crate::session::{Key, PROXIED, REVERSE, Session, State, Table};
+use gatehouse_wire::packet::{self, Ip, PROTO_TCP, PROTO_UDP, Parsed, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 
 fn sched_for(s: L4Scheduler) -> Sched {
     match s {
@@ -290,7 +290,7 @@ impl Worker {
         }
         let ip: &Ip = ip;
         let f = &ip.flow;
-        if f.proto == crate::packet::PROTO_ICMPV6
+        if f.proto == gatehouse_wire::packet::PROTO_ICMPV6
             && ip.icmp.is_some_and(|i| i.kind == crate::neighbour::ND_SOLICIT)
             && let Some(t) = crate::neighbour::solicited_target(buf.frame(), ip)
             && plane.owned.contains(&IpAddr::V6(t))

@@ -27,6 +27,9 @@ pub const TCP_RST: u8 = 0x04;
 pub const TCP_PSH: u8 = 0x08;
 pub const TCP_ACK: u8 = 0x10;
 pub const TCP_URG: u8 = 0x20;
+/// ECN echo and congestion window reduced (RFC 3168).
+pub const TCP_ECE: u8 = 0x40;
+pub const TCP_CWR: u8 = 0x80;
 
 /// Why a frame is dropped (each counted separately by the plane).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,7 +7,11 @@
 //! flow are coalesced into one super-packet (GRO), so that the kernel's
 //! stack sees one packet for many.
 
-use gatehouse_l4::checksum;
+use crate::be::{get16, get32, put16, put32};
+use crate::checksum;
+use crate::field::{ipv4, ipv6, tcp, udp};
+use crate::ip::pseudo_header;
+use crate::packet::{PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_CWR, TCP_ECE, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG};
 
 /// Bytes of `struct virtio_net_hdr`.
 pub const VNET_HDR_LEN: usize = 10;
@@ -19,9 +23,6 @@ pub const GSO_TCPV4: u8 = 1;
 pub const GSO_TCPV6: u8 = 4;
 pub const GSO_UDP_L4: u8 = 5;
 pub const GSO_ECN: u8 = 0x80;
-
-const PROTO_TCP: u8 = 6;
-const PROTO_UDP: u8 = 17;
 
 /// `struct virtio_net_hdr`, in the host's byte order (as TUN uses it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,11 +105,11 @@ pub fn plan(hdr: &VnetHdr, pkt: &[u8]) -> Result<Split, SplitError> {
         });
     }
     let (v6, proto, l4) = match pkt.first().map(|b| b >> 4) {
-        Some(4) if pkt.len() >= 20 => {
-            let ihl = usize::from(pkt[0] & 15) * 4;
-            (false, pkt[9], ihl)
+        Some(4) if pkt.len() >= ipv4::MIN_HEADER_LEN => {
+            let ihl = usize::from(pkt[ipv4::VER_IHL] & 15) * 4;
+            (false, pkt[ipv4::PROTOCOL], ihl)
         }
-        Some(6) if pkt.len() >= 40 => (true, pkt[6], 40),
+        Some(6) if pkt.len() >= ipv6::HEADER_LEN => (true, pkt[ipv6::NEXT_HEADER], ipv6::HEADER_LEN),
         _ => return Err(SplitError::Malformed),
     };
     let want = match gso {
@@ -117,51 +118,27 @@ pub fn plan(hdr: &VnetHdr, pkt: &[u8]) -> Result<Split, SplitError> {
         GSO_UDP_L4 => PROTO_UDP,
         _ => return Err(SplitError::Unsupported),
     };
-    if proto != want || l4 < 20 {
+    if proto != want || l4 < ipv4::MIN_HEADER_LEN {
         return Err(SplitError::Malformed);
     }
     let l4_len = match proto {
-        PROTO_TCP => usize::from(*pkt.get(l4 + 12).ok_or(SplitError::Malformed)? >> 4) * 4,
-        _ => 8,
+        PROTO_TCP => usize::from(*pkt.get(l4 + tcp::DATA_OFF).ok_or(SplitError::Malformed)? >> 4) * 4,
+        _ => udp::HEADER_LEN,
     };
     let payload = l4 + l4_len;
     let mss = usize::from(hdr.gso_size);
-    if l4_len < 8 || payload > pkt.len() || mss == 0 {
+    if l4_len < udp::HEADER_LEN || payload > pkt.len() || mss == 0 {
         return Err(SplitError::Malformed);
     }
     let segments = (pkt.len() - payload).div_ceil(mss).max(1);
     Ok(Split { v6, proto, l4, payload, mss, segments, gso: true })
 }
 
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-/// The sum of the pseudo-header of `pkt` (an IPv4 or IPv6 packet) for an
-/// L4 header and payload of `len` bytes.
-fn pseudo_header(pkt: &[u8], v6: bool, proto: u8, len: usize) -> u64 {
-    if v6 {
-        let (mut s, mut d) = ([0u8; 16], [0u8; 16]);
-        s.copy_from_slice(&pkt[8..24]);
-        d.copy_from_slice(&pkt[24..40]);
-        checksum::pseudo_v6(s, d, proto, len as u32)
-    } else {
-        let (mut s, mut d) = ([0u8; 4], [0u8; 4]);
-        s.copy_from_slice(&pkt[12..16]);
-        d.copy_from_slice(&pkt[16..20]);
-        checksum::pseudo_v4(s, d, proto, len as u16)
-    }
-}
-
 /// The TCP or UDP checksum of `pkt` (an IP packet with its L4 header at
 /// `l4`), written into it.
 fn l4_checksum(pkt: &mut [u8], v6: bool, proto: u8, l4: usize) {
     let len = pkt.len() - l4;
-    let field = l4 + if proto == PROTO_TCP { 16 } else { 6 };
+    let field = l4 + if proto == PROTO_TCP { tcp::CHECKSUM } else { udp::CHECKSUM };
     pkt[field..field + 2].fill(0);
     let pseudo = pseudo_header(pkt, v6, proto, len);
     let mut sum = !checksum::fold(checksum::add(pseudo, &pkt[l4..]));
@@ -192,27 +169,27 @@ pub fn write_segment(hdr: &VnetHdr, s: &Split, pkt: &[u8], i: usize, out: &mut [
     out[s.payload..len].copy_from_slice(&pkt[from..from + chunk]);
     let o = &mut out[..len];
     if s.v6 {
-        put16(o, 4, (len - 40) as u16);
+        put16(o, ipv6::PAYLOAD_LEN, (len - ipv6::HEADER_LEN) as u16);
     } else {
-        put16(o, 2, len as u16);
-        let id = be16(o, 4).wrapping_add(i as u16);
-        put16(o, 4, id);
-        put16(o, 10, 0);
+        put16(o, ipv4::TOTAL_LEN, len as u16);
+        let id = get16(o, ipv4::ID).wrapping_add(i as u16);
+        put16(o, ipv4::ID, id);
+        put16(o, ipv4::CHECKSUM, 0);
         let c = checksum::checksum(&o[..s.l4]);
-        put16(o, 10, c);
+        put16(o, ipv4::CHECKSUM, c);
     }
     if s.proto == PROTO_TCP {
-        let seq = u32::from_be_bytes([o[s.l4 + 4], o[s.l4 + 5], o[s.l4 + 6], o[s.l4 + 7]]);
-        o[s.l4 + 4..s.l4 + 8].copy_from_slice(&seq.wrapping_add((i * s.mss) as u32).to_be_bytes());
-        let flags = s.l4 + 13;
+        let seq = get32(o, s.l4 + tcp::SEQ);
+        put32(o, s.l4 + tcp::SEQ, seq.wrapping_add((i * s.mss) as u32));
+        let flags = s.l4 + tcp::FLAGS;
         if i + 1 < s.segments {
-            o[flags] &= !(0x01 | 0x08); // FIN, PSH: the last segment's
+            o[flags] &= !(TCP_FIN | TCP_PSH); // the last segment's
         }
         if i > 0 {
-            o[flags] &= !0x80; // CWR: the first segment's
+            o[flags] &= !TCP_CWR; // the first segment's
         }
     } else {
-        put16(o, s.l4 + 4, (len - s.l4) as u16);
+        put16(o, s.l4 + udp::LENGTH, (len - s.l4) as u16);
     }
     l4_checksum(o, s.v6, s.proto, s.l4);
     len
@@ -248,33 +225,37 @@ impl Flow {
 /// anything else.
 pub fn flow(pkt: &[u8]) -> Option<Flow> {
     let (v6, l4, proto) = match pkt.first()? >> 4 {
-        4 if pkt.len() >= 28 && pkt[0] == 0x45 => {
+        4 if pkt.len() >= ipv4::MIN_HEADER_LEN + udp::HEADER_LEN && pkt[ipv4::VER_IHL] == 0x45 => {
             // Not a fragment (MF clear, offset zero) and as long as it says.
-            if be16(pkt, 6) & 0x3fff != 0 || usize::from(be16(pkt, 2)) != pkt.len() {
+            if get16(pkt, ipv4::FLAGS_FRAG) & 0x3fff != 0 || usize::from(get16(pkt, ipv4::TOTAL_LEN)) != pkt.len() {
                 return None;
             }
-            (false, 20, pkt[9])
+            (false, ipv4::MIN_HEADER_LEN, pkt[ipv4::PROTOCOL])
         }
-        6 if pkt.len() >= 48 && usize::from(be16(pkt, 4)) + 40 == pkt.len() => (true, 40, pkt[6]),
+        6 if pkt.len() >= ipv6::HEADER_LEN + udp::HEADER_LEN
+            && usize::from(get16(pkt, ipv6::PAYLOAD_LEN)) + ipv6::HEADER_LEN == pkt.len() =>
+        {
+            (true, ipv6::HEADER_LEN, pkt[ipv6::NEXT_HEADER])
+        }
         _ => return None,
     };
     match proto {
         PROTO_UDP => {
-            let headers = l4 + 8;
-            if headers >= pkt.len() || usize::from(be16(pkt, l4 + 4)) != pkt.len() - l4 {
+            let headers = l4 + udp::HEADER_LEN;
+            if headers >= pkt.len() || usize::from(get16(pkt, l4 + udp::LENGTH)) != pkt.len() - l4 {
                 return None;
             }
             Some(Flow { headers, l4, v6, proto, seq: 0, flags: 0, payload: pkt.len() - headers })
         }
-        PROTO_TCP if pkt.len() >= l4 + 20 => {
-            let thl = usize::from(pkt[l4 + 12] >> 4) * 4;
-            let flags = pkt[l4 + 13];
+        PROTO_TCP if pkt.len() >= l4 + tcp::MIN_HEADER_LEN => {
+            let thl = usize::from(pkt[l4 + tcp::DATA_OFF] >> 4) * 4;
+            let flags = pkt[l4 + tcp::FLAGS];
             let headers = l4 + thl;
-            // ACK set; none of CWR, ECE, URG, RST, SYN, FIN.
-            if thl < 20 || headers >= pkt.len() || flags & 0x10 == 0 || flags & 0xe7 != 0 {
+            let refused = TCP_CWR | TCP_ECE | TCP_URG | TCP_RST | TCP_SYN | TCP_FIN;
+            if thl < tcp::MIN_HEADER_LEN || headers >= pkt.len() || flags & TCP_ACK == 0 || flags & refused != 0 {
                 return None;
             }
-            let seq = u32::from_be_bytes([pkt[l4 + 4], pkt[l4 + 5], pkt[l4 + 6], pkt[l4 + 7]]);
+            let seq = get32(pkt, l4 + tcp::SEQ);
             Some(Flow { headers, l4, v6, proto, seq, flags, payload: pkt.len() - headers })
         }
         _ => None,
@@ -289,7 +270,7 @@ pub fn continues(first: &[u8], f: &Flow, so_far: usize, next: &[u8], n: &Flow) -
     if n.v6 != f.v6 || n.proto != f.proto || n.headers != f.headers || n.payload > f.payload {
         return false;
     }
-    if f.proto == PROTO_TCP && (f.flags & 0x08 != 0 || n.seq != f.seq.wrapping_add(so_far as u32)) {
+    if f.proto == PROTO_TCP && (f.flags & TCP_PSH != 0 || n.seq != f.seq.wrapping_add(so_far as u32)) {
         return false;
     }
     let same = |a: std::ops::Range<usize>| first.get(a.clone()) == next.get(a);
@@ -301,8 +282,12 @@ pub fn continues(first: &[u8], f: &Flow, so_far: usize, next: &[u8], n: &Flow) -
         return ip && same(l4..l4 + 4);
     }
     // TCP: ports; ack, offset, flags but PSH; window; options.
-    let flags_same = first[l4 + 13] & !0x08 == next[l4 + 13] & !0x08;
-    ip && same(l4..l4 + 4) && same(l4 + 8..l4 + 13) && flags_same && same(l4 + 14..l4 + 16) && same(l4 + 20..f.headers)
+    let flags_same = first[l4 + tcp::FLAGS] & !TCP_PSH == next[l4 + tcp::FLAGS] & !TCP_PSH;
+    ip && same(l4..l4 + 4)
+        && same(l4 + tcp::ACK..l4 + tcp::FLAGS)
+        && flags_same
+        && same(l4 + tcp::WINDOW..l4 + tcp::CHECKSUM)
+        && same(l4 + tcp::MIN_HEADER_LEN..f.headers)
 }
 
 /// Makes `out` (holding a first segment and the payloads of the ones
@@ -312,20 +297,20 @@ pub fn continues(first: &[u8], f: &Flow, so_far: usize, next: &[u8], n: &Flow) -
 pub fn finish_coalesced(out: &mut [u8], f: &Flow, last_flags: u8) -> VnetHdr {
     let len = out.len();
     if f.v6 {
-        put16(out, 4, (len - 40) as u16);
+        put16(out, ipv6::PAYLOAD_LEN, (len - ipv6::HEADER_LEN) as u16);
     } else {
-        put16(out, 2, len as u16);
-        put16(out, 10, 0);
-        let c = checksum::checksum(&out[..20]);
-        put16(out, 10, c);
+        put16(out, ipv4::TOTAL_LEN, len as u16);
+        put16(out, ipv4::CHECKSUM, 0);
+        let c = checksum::checksum(&out[..ipv4::MIN_HEADER_LEN]);
+        put16(out, ipv4::CHECKSUM, c);
     }
     let l4_len = len - f.l4;
     let field = if f.proto == PROTO_TCP {
-        out[f.l4 + 13] |= last_flags & 0x08;
-        16
+        out[f.l4 + tcp::FLAGS] |= last_flags & TCP_PSH;
+        tcp::CHECKSUM
     } else {
-        put16(out, f.l4 + 4, l4_len as u16);
-        6
+        put16(out, f.l4 + udp::LENGTH, l4_len as u16);
+        udp::CHECKSUM
     };
     // CHECKSUM_PARTIAL: the field holds the pseudo-header's sum.
     let pseudo = pseudo_header(out, f.v6, f.proto, l4_len);
@@ -412,7 +397,7 @@ mod tests {
                 if !v6 {
                     // IDs count up (and so the IP checksums differ);
                     // everything else as built by hand.
-                    assert_eq!(be16(&out, 4), 0x1234 + i as u16);
+                    assert_eq!(get16(&out, 4), 0x1234 + i as u16);
                     assert_eq!((&out[..4], &out[6..10], &out[12..]), (&want[..4], &want[6..10], &want[12..]));
                 } else {
                     assert_eq!(out, want);
