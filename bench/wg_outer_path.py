@@ -104,7 +104,7 @@ def main():
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (namespaces, XDP)")
-    sh("cargo", "build", "--release", "--quiet", "-p", "gatehouse-l4-io", "--example", "outer_path")
+    sh("cargo", "build", "--release", "--quiet", "-p", "gatehouse-bench", "--example", "outer_path")
     macs = topology()
     rows = []
     try:

@@ -9,7 +9,6 @@
 //! before it is used, on both paths.
 
 pub mod batcher;
-pub mod bench;
 pub mod padding;
 pub mod stats;
 
@@ -159,7 +158,9 @@ impl RsaKey {
         self.mb.as_ref().map(mbx::RsaKey::class)
     }
 
-    pub(crate) fn mb_key(&self) -> Option<&mbx::RsaKey> {
+    /// The key in the IFMA engine's form (radix 2^52, CRT), when the engine
+    /// can take it: what a batch of lanes signs with.
+    pub fn mb_key(&self) -> Option<&mbx::RsaKey> {
         self.mb.as_ref()
     }
 

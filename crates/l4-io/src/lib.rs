@@ -3,18 +3,15 @@
 //! from the host's routes and neighbours, and the worker and control
 //! threads that run [`gatehouse_l4::plane`] on real interfaces.
 //!
-//! `unsafe` is confined to [`xsk`] (AF_XDP rings and UMEM),
-//! [`packet_socket`] (AF_PACKET system calls) and [`bpf_run`] (the bpf(2)
-//! call of the benchmarks' generator).
+//! `unsafe` is confined to [`xsk`] (AF_XDP rings and UMEM) and
+//! [`packet_socket`] (AF_PACKET system calls).
 
-pub mod bpf_run;
 pub mod ha;
 pub mod nexthop;
 pub mod packet_socket;
 pub mod runtime;
 pub mod service;
 pub mod steer;
-pub mod wire;
 pub mod xsk;
 
 pub use runtime::{HaStart, HealthFn, L4Runtime, WorkerStats};

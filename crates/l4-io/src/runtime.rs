@@ -96,7 +96,9 @@ pub struct L4Runtime {
     pub backend: &'static str,
 }
 
-pub(crate) fn sys(iface: &str, file: &str) -> Result<String, String> {
+/// An attribute of network interface `iface` from sysfs
+/// (`/sys/class/net/IFACE/FILE`), trimmed.
+pub fn sys(iface: &str, file: &str) -> Result<String, String> {
     std::fs::read_to_string(format!("/sys/class/net/{iface}/{file}"))
         .map(|s| s.trim().to_string())
         .map_err(|e| format!("interface {iface}: {e}"))

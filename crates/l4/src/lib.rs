@@ -7,7 +7,6 @@
 // `unsafe` only in the named module `prefetch` (a cache hint).
 #![deny(unsafe_code)]
 
-pub mod bench;
 pub mod encap;
 mod fuzz;
 pub mod neighbour;

@@ -11,7 +11,7 @@ use boring::rsa::Rsa;
 use boring::sign::Signer;
 use gatehouse_mbx as mbx;
 
-use crate::{Engine, Hash, RsaKey, RsaScheme};
+use gatehouse_keyops::{Engine, Hash, RsaKey, RsaScheme};
 
 /// One measured engine and key.
 #[derive(Clone, Debug)]

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use gatehouse_config::{L4Mode, L4Scheduler};
 
-use crate::plane::{Buf, Plane, Real, Service, VECTOR, Verdict, Worker};
-use crate::rewrite;
+use gatehouse_l4::plane::{Buf, Plane, Real, Service, VECTOR, Verdict, Worker};
+use gatehouse_l4::rewrite;
 use gatehouse_wire::checksum;
 #[cfg(test)]
 use gatehouse_wire::packet::PROTO_UDP;
@@ -116,7 +116,7 @@ pub fn syn_flood(time: Duration) -> (f64, usize) {
 
 /// Measures the sync channel on `sessions` FNAT sessions.
 pub fn sync_channel(sessions: usize) -> ChannelResult {
-    use crate::sync::{Key, Kind, MAX_RECORDS, Receiver, Record, Sender};
+    use gatehouse_l4::sync::{Key, Kind, MAX_RECORDS, Receiver, Record, Sender};
     let case = Case { mode: L4Mode::Fnat, proto: PROTO_TCP, sessions, sync: true };
     let plane = plane_for(&case);
     // The master's sessions, as records.
@@ -141,7 +141,7 @@ pub fn sync_channel(sessions: usize) -> ChannelResult {
     let mut datagrams = Vec::with_capacity(records.len().div_ceil(MAX_RECORDS));
     let t = Instant::now();
     for chunk in records.chunks(MAX_RECORDS) {
-        let mut d = Vec::with_capacity(crate::sync::MAX_DATAGRAM);
+        let mut d = Vec::with_capacity(gatehouse_l4::sync::MAX_DATAGRAM);
         sender.seal(Kind::Sessions, chunk, &mut d);
         datagrams.push(d);
     }

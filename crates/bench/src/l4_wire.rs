@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use gatehouse_wire::checksum;
 use gatehouse_wire::packet::{ETHERTYPE_IPV4, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_SYN, build};
 
-use crate::runtime::{parse_mac, sys};
-use crate::xsk;
+use gatehouse_l4_io::runtime::{parse_mac, sys};
+use gatehouse_l4_io::xsk;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Via {
