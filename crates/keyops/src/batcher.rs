@@ -51,7 +51,7 @@ struct Pending {
 }
 
 struct Batcher {
-    /// One queue per key size, in [`CLASSES`] order.
+    /// One queue per key size, in [`mbx::KeyClass::ALL`] order.
     queues: [Vec<Pending>; 3],
     /// Bumped at every flush, so the timer knows whether its batch already ran.
     generation: u64,
@@ -67,17 +67,6 @@ thread_local! {
 }
 
 /// The key sizes, in queue order.
-const CLASSES: [mbx::KeyClass; 3] = [mbx::KeyClass::Rsa2048, mbx::KeyClass::Rsa3072, mbx::KeyClass::Rsa4096];
-
-/// A key size's index in [`CLASSES`] (queues and counters).
-pub(crate) fn slot(class: mbx::KeyClass) -> usize {
-    match class {
-        mbx::KeyClass::Rsa2048 => 0,
-        mbx::KeyClass::Rsa3072 => 1,
-        mbx::KeyClass::Rsa4096 => 2,
-    }
-}
-
 /// Queues a raw private operation for a key of `class` (which must have a
 /// multi-buffer form) on this worker; the receiver gets the result.
 pub(crate) fn submit(
@@ -90,7 +79,7 @@ pub(crate) fn submit(
         if b.queues.iter().all(Vec::is_empty) {
             b.timer.notify_one();
         }
-        let q = &mut b.queues[slot(class)];
+        let q = &mut b.queues[class.index()];
         q.push(Pending { key, input, queued: Instant::now(), reply });
         (q.len() >= mbx::BATCH).then(|| std::mem::take(q))
     });
@@ -112,7 +101,7 @@ pub fn on_idle() {
         Some(b.queues.each_mut().map(std::mem::take))
     });
     let Some(queued) = queued else { return };
-    for (class, ops) in CLASSES.into_iter().zip(queued) {
+    for (class, ops) in mbx::KeyClass::ALL.into_iter().zip(queued) {
         if !ops.is_empty() {
             run(class, ops);
         }

@@ -41,7 +41,7 @@ fn bump(a: &AtomicU64, by: u64) {
 
 pub(crate) fn record_batch(class: KeyClass, ops: usize, mb: bool) {
     MINE.with(|c| {
-        let k = crate::batcher::slot(class);
+        let k = class.index();
         if mb {
             if let Some(slot) = c.mb_batches[k].get(ops.saturating_sub(1)) {
                 bump(slot, 1);

@@ -12,7 +12,6 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::completion::Completion;
 use crate::h1client::H1Body;
-use crate::proxy::ClientBody;
 use crate::upstream::UpstreamBody;
 use crate::{BoxError, ClientBodyError};
 
@@ -65,6 +64,16 @@ impl Body for AnyBody {
             AnyBody::H2(b) => b.size_hint(),
         }
     }
+}
+
+/// A client's request body.
+pub enum ClientBody {
+    /// None: what Gatehouse's own HTTP/1.1 server reads (it takes only
+    /// bodiless requests).
+    None,
+    Hyper(Incoming),
+    /// From Gatehouse's own HTTP/2 server.
+    H2(crate::h2::recv::RecvBody),
 }
 
 impl Body for ClientBody {

@@ -24,12 +24,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
 use crate::accesslog::reason;
+use crate::body::ClientBody;
 use crate::body::ResponseBody;
 use crate::conn::{ClientIo, ConnState};
 use crate::h1::chunked::put_chunk_size;
 use crate::h1::request::{Parse, build_request, parse_head};
 use crate::h1::{CLIENT_READ_CHUNK, Framing, Span, write};
-use crate::proxy::{self, ClientBody, HeadWriter};
+use crate::proxy::{self, HeadWriter};
 
 pub type ClientStream<T> = Pin<Box<ClientIo<T>>>;
 

@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::ClientBodyError;
 use crate::accesslog::reason;
-use crate::body::{AnyBody, RequestBody, ResponseBody, empty, empty_upstream, full};
+use crate::body::{AnyBody, ClientBody, RequestBody, ResponseBody, empty, empty_upstream, full};
 use crate::completion::{Completion, Exchange};
 use crate::conn::ConnState;
 use crate::h1::response::{ResponseFraming, ResponseHead};
@@ -112,16 +112,6 @@ fn protocol_name(v: Version) -> &'static str {
         Version::HTTP_2 => "HTTP/2.0",
         _ => "HTTP/3.0",
     }
-}
-
-/// A client's request body.
-pub enum ClientBody {
-    /// None: what Gatehouse's own HTTP/1.1 server reads (it takes only
-    /// bodiless requests).
-    None,
-    Hyper(Incoming),
-    /// From Gatehouse's own HTTP/2 server.
-    H2(crate::h2::recv::RecvBody),
 }
 
 /// Who writes the response head to the client.

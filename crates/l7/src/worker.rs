@@ -17,12 +17,13 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::body::ClientBody;
 use crate::conn::{ClientIo, ConnState};
 use crate::context::Worker;
 use crate::gather::Gather;
 use crate::h1server::{Rewound, Served};
 use crate::metrics::{HandshakeResult, Metrics};
-use crate::proxy::{self, ClientBody, HeadWriter};
+use crate::proxy::{self, HeadWriter};
 
 /// A listener's identity for sockets: a name moved to another address is a
 /// new socket; a protocol or TLS change is not (it is read per connection).

@@ -24,6 +24,7 @@
 compile_error!("gatehouse-mbx needs x86_64 (AVX-512 IFMA); other targets use the BoringSSL provider");
 
 pub mod aead;
+mod batch;
 mod bn;
 pub mod chacha;
 mod engine;
@@ -31,8 +32,9 @@ mod ifma;
 pub mod poly1305;
 mod rsa;
 
+pub use batch::{BATCH, Op, OpError, private_batch, private_batch_with_fault};
 pub use engine::{Fault, available};
-pub use rsa::{BATCH, Components, KeyClass, KeyError, Op, OpError, RsaKey, private_batch, private_batch_with_fault};
+pub use rsa::{Components, KeyClass, KeyError, RsaKey};
 
 #[cfg(test)]
 mod tests;

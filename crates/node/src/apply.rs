@@ -3,14 +3,14 @@
 //! store it when asked, then commit every plane and swap the running config.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use gatehouse_config::yaml::Node as Doc;
 use gatehouse_config::{Config, ConfigErrors, FieldError, doc};
 use serde_json::{Map, Value};
 
-use crate::store::{Planned, StoreError, Versions, WriteError};
-use crate::{Control, Node, Running};
+use crate::store::{Planned, StoreError, Target, WriteError};
+use crate::{Control, Node, Running, Versions};
 use gatehouse_plane::{HealthTarget, Prepare, Purpose, Staged};
 
 /// Why a change was not applied. Nothing changed in either case.
@@ -175,6 +175,28 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 /// A decoded config and every plane's staged form of it.
 pub(crate) type Prepared = (Arc<Config>, Vec<Box<dyn Staged>>);
 
+impl Target for Node {
+    fn control(&self) -> MutexGuard<'_, Control> {
+        Node::control(self)
+    }
+
+    fn version(&self) -> u64 {
+        self.running().version
+    }
+
+    fn apply(&self, control: &mut Control, doc: Doc, persist: bool, within: Option<String>) -> Result<u64, WriteError> {
+        Node::apply(self, control, doc, persist).map_err(|e| e.into_write_error(within))
+    }
+
+    fn check(&self, doc: &Doc, within: Option<String>) -> Result<(), WriteError> {
+        self.check_doc(doc).map_err(|e| e.into_write_error(within))
+    }
+
+    fn refused(&self) {
+        self.metrics.reloaded(false);
+    }
+}
+
 impl Node {
     fn config_errors(&self, errors: Vec<FieldError>) -> ConfigErrors {
         ConfigErrors { file: self.config_path.clone(), errors }
@@ -253,7 +275,7 @@ impl Node {
     }
 
     fn reload_inner(&self) -> Result<u64, ApplyError> {
-        let local = crate::run::read_document(&self.config_path).map_err(ApplyError::Invalid)?;
+        let local = crate::store::read_document(&self.config_path).map_err(ApplyError::Invalid)?;
         let composed = self.store.compose(&local).map_err(ApplyError::Store)?;
         let mut control = self.control();
         let version = self.apply(&mut control, composed.doc, false)?;

@@ -12,6 +12,7 @@
 //! over the control socket).
 
 mod apply;
+mod control;
 pub mod handover;
 pub mod metrics;
 mod run;
@@ -23,26 +24,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use gatehouse_config::Config;
-use gatehouse_config::yaml::Node as Doc;
 use serde_json::{Map, Value, json};
 
 pub use apply::{ApplyError, Change, Expect, Written};
+pub use control::{Control, Running, Versions};
 pub use run::{AdminStart, MakePlanes, RunError, check, ha_request, run};
 
 use gatehouse_plane::Plane;
-use gatehouse_plane::health::{HealthChecks, HealthRegistry};
+use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::listeners::Listeners;
 use gatehouse_plane::metrics::Exposition;
 
 use crate::metrics::ProcessMetrics;
-use crate::store::{Store, Versions};
-
-/// The config in service.
-pub struct Running {
-    pub version: u64,
-    pub config: Arc<Config>,
-}
+use crate::store::Store;
 
 /// The process.
 pub struct Node {
@@ -84,25 +78,6 @@ impl std::fmt::Display for HaError {
 }
 
 impl std::error::Error for HaError {}
-
-/// What changes the config, behind [`Node::control`]: SIGHUP, the admin API
-/// and the store's watch take turns on it.
-pub struct Control {
-    checks: HealthChecks,
-    /// The running config as a document: what the admin API reads and edits.
-    pub doc: Doc,
-    /// The config file's document. The same as `doc` with the file store;
-    /// with etcd, `doc` is this with its resource lists taken from etcd.
-    pub local: Doc,
-    /// Each resource's version, by (list, name): the config version that last
-    /// changed it (with etcd: its mod revision).
-    pub versions: Versions,
-}
-
-/// The directory a config file's relative paths are relative to.
-pub fn base_dir(path: &Path) -> PathBuf {
-    path.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-}
 
 fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())

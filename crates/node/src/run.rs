@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use gatehouse_config::yaml::Node as Doc;
 use gatehouse_config::{ConfigErrors, FieldError};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -22,7 +21,8 @@ use gatehouse_plane::listeners::{Listeners, bind_exclusive};
 use gatehouse_plane::resolve;
 use gatehouse_plane::{Init, Plane, PlaneError, Purpose, Start};
 
-use crate::{Control, Node, Running, base_dir};
+use crate::store::{base_dir, read_document};
+use crate::{Control, Node, Running};
 
 /// Builds the planes, once, from the config the process starts with.
 pub type MakePlanes<'a> = Box<dyn FnOnce(&Init<'_>) -> Result<Vec<Arc<dyn Plane>>, PlaneError> + 'a>;
@@ -69,15 +69,6 @@ impl std::error::Error for RunError {}
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
     let what = what.into();
     move |error| RunError::Io { what, error }
-}
-
-/// Reads and parses a config file into its document.
-pub(crate) fn read_document(path: &Path) -> Result<Doc, ConfigErrors> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
-        file: path.to_path_buf(),
-        errors: vec![FieldError { path: String::new(), message: format!("cannot read: {e}"), line: None }],
-    })?;
-    gatehouse_config::parse_document(&text, path)
 }
 
 /// `gatehouse check`: everything `run` checks, without binding or writing.
@@ -263,7 +254,11 @@ pub fn run(
     rt.block_on(async move {
         let _admin = admin_server.map(|server| AbortOnDropHandle::new(tokio::spawn(server)));
         node.reconcile_health(&mut node.control());
-        let _store_sync = node.store.clone().follow(node.clone()).map(|f| AbortOnDropHandle::new(tokio::spawn(f)));
+        let _store_sync = node
+            .store
+            .clone()
+            .follow(node.clone() as Arc<dyn crate::store::Target>)
+            .map(|f| AbortOnDropHandle::new(tokio::spawn(f)));
         // Only now, with every worker accepting, may the old process stop.
         if let Some(ready) = ready {
             match handover::ready(ready) {

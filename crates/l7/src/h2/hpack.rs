@@ -279,7 +279,7 @@ fn read_string(block: &[u8], pos: &mut usize, buf: &mut Vec<u8>) -> Result<Str, 
         return Ok(Str::Raw(start, end));
     }
     buf.clear();
-    super::huffman::decode(&block[start..end], buf)?;
+    super::huffman::decode(&block[start..end], buf).map_err(|_| HpackError::BadHuffman)?;
     Ok(Str::Decoded)
 }
 

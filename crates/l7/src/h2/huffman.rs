@@ -6,7 +6,11 @@
 //! whole code, and decoding walks one bit at a time comparing against each
 //! length's first code (the tests check it against the RFC's examples).
 
-use super::hpack::HpackError;
+/// A Huffman-coded string that no code sequence produces: a code not in
+/// the table, padding longer than seven bits, padding not of 1s, or the
+/// end-of-string symbol inside the string (RFC 7541, 5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadHuffman;
 
 /// Code length in bits of symbols 0..=255 and EOS (256).
 const CODE_LENGTHS: [u8; 257] = [
@@ -65,7 +69,7 @@ const fn build() -> Canonical {
 static CANONICAL: Canonical = build();
 
 /// Appends the decoded bytes of `src` to `out`.
-pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
+pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), BadHuffman> {
     let c = &CANONICAL;
     let mut code = 0u32;
     let mut len = 0usize;
@@ -77,20 +81,20 @@ pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
             if offset < c.count[len] {
                 let symbol = c.symbols[(c.start[len] as u32 + offset) as usize];
                 if symbol == EOS {
-                    return Err(HpackError::BadHuffman);
+                    return Err(BadHuffman);
                 }
                 out.push(symbol as u8);
                 code = 0;
                 len = 0;
             } else if len == MAX_LEN {
-                return Err(HpackError::BadHuffman);
+                return Err(BadHuffman);
             }
         }
     }
     // What is left must be padding: fewer than 8 bits, all ones (the
     // start of EOS).
     if len > 7 || code != (1 << len) - 1 {
-        return Err(HpackError::BadHuffman);
+        return Err(BadHuffman);
     }
     Ok(())
 }
@@ -150,13 +154,13 @@ mod tests {
     #[test]
     fn eos_and_bad_padding_are_refused() {
         // EOS itself (30 ones), padded.
-        assert_eq!(decode(&[0xff, 0xff, 0xff, 0xff], &mut Vec::new()), Err(HpackError::BadHuffman));
+        assert_eq!(decode(&[0xff, 0xff, 0xff, 0xff], &mut Vec::new()), Err(BadHuffman));
         // Eight bits of padding.
         let mut a = encode(b"a");
         a.push(0xff);
-        assert_eq!(decode(&a, &mut Vec::new()), Err(HpackError::BadHuffman));
+        assert_eq!(decode(&a, &mut Vec::new()), Err(BadHuffman));
         // Padding of zeros: 'a' is 00011 (5 bits), then 000.
-        assert_eq!(decode(&[0b0001_1000], &mut Vec::new()), Err(HpackError::BadHuffman));
+        assert_eq!(decode(&[0b0001_1000], &mut Vec::new()), Err(BadHuffman));
         assert_eq!(decode(&[0b0001_1111], &mut Vec::new()), Ok(()));
     }
 }

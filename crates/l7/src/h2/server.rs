@@ -36,10 +36,11 @@ use super::output::Output;
 use super::recv;
 use super::request::{Fields, Refused};
 use crate::accesslog::reason;
+use crate::body::ClientBody;
 use crate::body::ResponseBody;
 use crate::conn::{ClientIo, ConnState};
 use crate::h1::hop_by_hop_bit;
-use crate::proxy::{self, ClientBody, HeadWriter};
+use crate::proxy::{self, HeadWriter};
 
 /// What a connection allows and advertises.
 #[derive(Clone, Copy, Debug)]

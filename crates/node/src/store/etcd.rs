@@ -25,8 +25,8 @@ use gatehouse_config::yaml::Node as Doc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{BoxFuture, Committed, Composed, Planned, Store, StoreError, Versions, WriteError, write_atomically};
-use crate::{Control, Node};
+use super::{BoxFuture, Committed, Composed, Planned, Store, StoreError, Target, WriteError, write_atomically};
+use crate::control::{Control, Versions};
 use gatehouse_plane::metrics::Exposition;
 
 /// Everything under the prefix, as last seen.
@@ -276,7 +276,7 @@ impl Etcd {
 /// config. A mirror that does not validate (someone wrote a bad value into
 /// etcd directly) is refused like a bad reload: logged, and the running
 /// config stays.
-fn apply_mirror(node: &Node, etcd: &Etcd) {
+fn apply_mirror(node: &dyn Target, etcd: &Etcd) {
     let mirror = lock(&etcd.mirror).clone();
     etcd.loaded.store(true, Ordering::Relaxed);
     let mut control = node.control();
@@ -288,14 +288,14 @@ fn apply_mirror(node: &Node, etcd: &Etcd) {
         control.versions = mirror.versions();
         return;
     }
-    match node.apply(&mut control, doc, false) {
+    match node.apply(&mut control, doc, false, None) {
         Ok(version) => {
             control.versions = mirror.versions();
             etcd.save_cache(&mirror);
             tracing::info!(version, revision = mirror.revision, "configuration updated from etcd");
         }
         Err(e) => {
-            node.metrics.reloaded(false);
+            node.refused();
             for line in e.to_string().lines() {
                 tracing::error!("etcd change refused: {line}");
             }
@@ -304,10 +304,10 @@ fn apply_mirror(node: &Node, etcd: &Etcd) {
 }
 
 /// Keeps the node in step with etcd for the life of the process.
-async fn run(node: Arc<Node>, etcd: Arc<Etcd>) {
+async fn run(node: Arc<dyn Target>, etcd: Arc<Etcd>) {
     let mut backoff = Duration::from_millis(200);
     loop {
-        match follow(&node, &etcd).await {
+        match follow(&*node, &etcd).await {
             Ok(()) => backoff = Duration::from_millis(200),
             Err(e) => {
                 etcd.forget_client().await;
@@ -321,7 +321,7 @@ async fn run(node: Arc<Node>, etcd: Arc<Etcd>) {
 
 /// One full read, then the watch from the next revision until it fails or a
 /// compaction makes a full read necessary again (`Ok`).
-async fn follow(node: &Node, etcd: &Etcd) -> Result<(), String> {
+async fn follow(node: &dyn Target, etcd: &Etcd) -> Result<(), String> {
     let fresh = etcd.read_all().await?;
     let from = fresh.revision + 1;
     *lock(&etcd.mirror) = fresh;
@@ -450,10 +450,10 @@ impl Store for Etcd {
     /// A transaction that holds only if the key's mod revision is still the
     /// one this node knows (another node may have changed it), then applied
     /// here at once; other nodes get it through their watch.
-    fn commit<'a>(&'a self, node: &'a Node, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>> {
+    fn commit<'a>(&'a self, node: &'a dyn Target, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>> {
         Box::pin(async move {
             // The whole resulting config must be valid before anything is written.
-            node.check_doc(&plan.doc).map_err(|e| e.into_write_error(plan.within.clone()))?;
+            node.check(&plan.doc, plan.within.clone())?;
             let expected = i64::try_from(plan.expected).unwrap_or(i64::MAX);
             let revision = self.write(plan.kind, &plan.name, plan.entry.as_ref(), expected).await?;
             apply_mirror(node, self);
@@ -461,7 +461,7 @@ impl Store for Etcd {
         })
     }
 
-    fn follow(self: Arc<Self>, node: Arc<Node>) -> Option<BoxFuture<'static, ()>> {
+    fn follow(self: Arc<Self>, node: Arc<dyn Target>) -> Option<BoxFuture<'static, ()>> {
         Some(Box::pin(run(node, self)))
     }
 }

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use gatehouse_config::yaml::Node as Doc;
 use serde_json::{Value, json};
 
-use super::{BoxFuture, Committed, Composed, Planned, Store, StoreError, WriteError};
-use crate::{Control, Node, base_dir};
+use gatehouse_config::{ConfigErrors, FieldError};
+
+use super::{BoxFuture, Committed, Composed, Planned, Store, StoreError, Target, WriteError};
+use crate::control::Control;
 
 pub struct FileStore {
     path: PathBuf,
@@ -54,18 +56,18 @@ impl Store for FileStore {
         Some((gatehouse_config::doc::to_json(entry), version))
     }
 
-    fn commit<'a>(&'a self, node: &'a Node, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>> {
+    fn commit<'a>(&'a self, node: &'a dyn Target, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>> {
         Box::pin(async move {
             let mut control = node.control();
             // Writes take turns, but a SIGHUP may have come in between.
-            if node.running().version != plan.base_version {
+            if node.version() != plan.base_version {
                 return Err(WriteError::Conflict(format!(
                     "{}/{} could not be written: the config changed meanwhile; retry",
                     plan.kind, plan.name
                 )));
             }
             let within = plan.within.clone();
-            let config_version = node.apply(&mut control, plan.doc, true).map_err(|e| e.into_write_error(within))?;
+            let config_version = node.apply(&mut control, plan.doc, true, within)?;
             let version = match plan.entry {
                 Some(_) => control.versions.get(&(plan.kind, plan.name)).copied().unwrap_or(config_version),
                 None => config_version,
@@ -73,6 +75,20 @@ impl Store for FileStore {
             Ok(Committed { version })
         })
     }
+}
+
+/// Reads and parses a config file into its document.
+pub fn read_document(path: &Path) -> Result<Doc, ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        file: path.to_path_buf(),
+        errors: vec![FieldError { path: String::new(), message: format!("cannot read: {e}"), line: None }],
+    })?;
+    gatehouse_config::parse_document(&text, path)
+}
+
+/// The directory a config file's relative paths are relative to.
+pub fn base_dir(path: &Path) -> PathBuf {
+    path.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 /// Writes `text` to `path` so that a crash at any moment leaves either the

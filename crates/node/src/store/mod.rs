@@ -6,25 +6,21 @@
 pub mod etcd;
 mod file;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use gatehouse_config::ConfigErrors;
 use gatehouse_config::yaml::Node as Doc;
 use serde_json::Value;
 
-pub use file::{FileStore, write_atomically};
+pub use file::{FileStore, base_dir, read_document, write_atomically};
 
-use crate::{Control, Node};
+use crate::control::{Control, Versions};
 use gatehouse_plane::metrics::Exposition;
 
 /// A future the store runs on the control thread.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Each resource's version, by (list, name).
-pub type Versions = HashMap<(&'static str, String), u64>;
 
 /// The document to run, and the versions the store gives its resources
 /// (`None`: the node numbers them by config version).
@@ -118,6 +114,29 @@ impl std::fmt::Display for WriteError {
 
 impl std::error::Error for WriteError {}
 
+/// The node as a store sees it: what a store brings in step with the
+/// changes it takes (the admin API's writes) and the ones it sees (etcd's
+/// watch). The node implements it; a store never names the node itself.
+pub trait Target: Send + Sync {
+    /// The control state, locked: writes take turns on it.
+    fn control(&self) -> MutexGuard<'_, Control>;
+
+    /// The running config's version.
+    fn version(&self) -> u64;
+
+    /// Makes `doc` the running config (and, when `persist`, the config
+    /// file's); returns its version. A refusal is said as a write error
+    /// about the resource at `within` (`routes[3]`), the running config
+    /// unchanged.
+    fn apply(&self, control: &mut Control, doc: Doc, persist: bool, within: Option<String>) -> Result<u64, WriteError>;
+
+    /// Whether `doc` would be accepted, changing nothing.
+    fn check(&self, doc: &Doc, within: Option<String>) -> Result<(), WriteError>;
+
+    /// Counts a change that came from the store and was refused.
+    fn refused(&self);
+}
+
 /// Where the config lives.
 pub trait Store: Send + Sync {
     /// `file` or `etcd`.
@@ -151,11 +170,11 @@ pub trait Store: Send + Sync {
     fn current(&self, control: &Control, kind: &'static str, name: &str) -> Option<(Value, u64)>;
 
     /// Stores a planned change, then brings `node` in step with it.
-    fn commit<'a>(&'a self, node: &'a Node, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>>;
+    fn commit<'a>(&'a self, node: &'a dyn Target, plan: Planned) -> BoxFuture<'a, Result<Committed, WriteError>>;
 
     /// Keeps the node in step with the store for the life of the process
     /// (etcd's watch); `None` when nothing changes behind the node's back.
-    fn follow(self: Arc<Self>, _node: Arc<Node>) -> Option<BoxFuture<'static, ()>> {
+    fn follow(self: Arc<Self>, _node: Arc<dyn Target>) -> Option<BoxFuture<'static, ()>> {
         None
     }
 }
