@@ -126,12 +126,51 @@ def references(text, here, is_dir_module):
     return out
 
 
-def resolve(path, files):
-    """The file holding the item `path` names: its longest module prefix."""
-    for n in range(len(path), -1, -1):
-        if path[:n] in files:
-            return path[:n], path[n:]
-    return None, None
+def resolve(path, files, reexports):
+    """The file holding the item `path` names: its longest module prefix,
+    followed through `pub use` re-exports to the file that defines it."""
+    for _ in range(8):
+        for n in range(len(path), -1, -1):
+            if path[:n] in files:
+                mod, rest = path[:n], path[n:]
+                break
+        else:
+            return None, None
+        target = reexports.get((mod, rest[0])) if rest else None
+        if target is None:
+            return mod, rest
+        path = target + rest[1:]
+    return mod, rest
+
+
+def reexports_of(files):
+    """(module, name) -> the absolute path it re-exports (`pub use a::B`)."""
+    out = {}
+    for mod, path in files.items():
+        text = strip_test_items(strip_comments_and_strings(path.read_text()))
+        for m in re.finditer(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]*);", text, flags=re.S):
+            for p in expand_use(m.group(1)):
+                p = p.strip()
+                alias = re.search(r"\s+as\s+(\w+)$", p)
+                segs = [x for x in re.split(r"\s*::\s*", re.sub(r"\s+as\s+\w+$", "", p)) if x]
+                if not segs or segs[-1] in ("*", "self"):
+                    continue
+                name = alias.group(1) if alias else segs[-1]
+                if segs[0] == "crate":
+                    absolute = tuple(segs[1:])
+                elif segs[0] in ("super", "self"):
+                    base = list(mod)
+                    while segs and segs[0] in ("super", "self"):
+                        if segs[0] == "super" and base:
+                            base.pop()
+                        segs = segs[1:]
+                    absolute = tuple(base + segs)
+                elif (mod + (segs[0],)) in files:
+                    absolute = mod + tuple(segs)
+                else:
+                    continue
+                out[(mod, name)] = absolute
+    return out
 
 
 def sccs(graph):
@@ -169,6 +208,7 @@ def main():
     found = 0
     for src in sorted(ROOT.glob("crates/*/src")):
         files = crate_files(src)
+        reexports = reexports_of(files)
         graph, names = {}, {}
         reexports_only = {}
         for mod, path in files.items():
@@ -178,7 +218,7 @@ def main():
             # unless the file also uses Y itself; left out.
             text_no_reexport = re.sub(r"\bpub(\([^)]*\))?\s+use\s+[^;]*;", "", text, flags=re.S)
             for ref in references(text_no_reexport, mod, is_dir):
-                target, rest = resolve(ref, files)
+                target, rest = resolve(ref, files, reexports)
                 if target is None or target == mod:
                     continue
                 # Naming a child module alone (`crate::a::b` where b is a

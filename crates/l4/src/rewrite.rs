@@ -314,6 +314,39 @@ pub fn shift32(frame: &mut [u8], l4: usize, at: usize, delta: u32) {
     frame[l4 + tcp::CHECKSUM..l4 + tcp::CHECKSUM + 2].copy_from_slice(&hc.to_be_bytes());
 }
 
+/// Replaces the source and/or destination (address, port) and decrements the
+/// TTL: IPv4 in one fused pass, IPv6 step by step (no header checksum
+/// there). False when the TTL runs out.
+pub fn nat(frame: &mut [u8], ip: &Ip, src: Option<(IpAddr, u16)>, dst: Option<(IpAddr, u16)>) -> bool {
+    let v4 = |x: Option<(IpAddr, u16)>| match x {
+        Some((IpAddr::V4(a), p)) => Ok(Some((a, p))),
+        None => Ok(None),
+        Some(_) => Err(()),
+    };
+    if let (Ok(s4), Ok(d4)) = (v4(src), v4(dst))
+        && ip.flow.src.is_ipv4()
+    {
+        return nat_v4(frame, ip, s4, d4);
+    }
+    if !decrement_ttl(frame, ip) {
+        return false;
+    }
+    for (is_src, change) in [(false, dst), (true, src)] {
+        if let Some((a, p)) = change {
+            set_addr(frame, ip, is_src, a);
+            set_port(frame, ip, is_src, p);
+        }
+    }
+    true
+}
+
+fn set_addr(frame: &mut [u8], ip: &Ip, src: bool, a: IpAddr) {
+    match a {
+        IpAddr::V4(a) => set_ipv4_addr(frame, ip, src, a),
+        IpAddr::V6(a) => set_ipv6_addr(frame, ip, src, a),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

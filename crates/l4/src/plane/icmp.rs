@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use gatehouse_config::L4Mode;
 
-use super::worker::Family;
+use super::family::Family;
 use super::{Buf, DropReason, Endpoint, Plane, Verdict, Worker};
 use crate::rewrite;
 use crate::session::{Key, REVERSE};
@@ -28,8 +28,8 @@ impl Worker {
         // Client side: the quoted packet left the VIP toward the client.
         if let Some(&svc) = plane.by_vip.get(&Endpoint::new(q.src, q.sport, q.proto)) {
             let key = Key { addr: A::of(q.dst), port: q.dport, context: svc };
-            let Some(idx) = A::table(self).find(&key) else { return Verdict::Drop(DropReason::NoSession) };
-            let s = *A::table(self).get(idx);
+            let Some(idx) = A::table(&self.tables).find(&key) else { return Verdict::Drop(DropReason::NoSession) };
+            let s = *A::table(&self.tables).get(idx);
             let service = &plane.services[usize::from(svc)];
             let Some(real) = service.reals.get(usize::from(s.real)) else {
                 return Verdict::Drop(DropReason::NoSession);
@@ -59,7 +59,7 @@ impl Worker {
         // Server side, NAT: the quoted packet went from the client to the real server.
         if let Some(&(svc, real_idx)) = plane.by_real.get(&Endpoint::new(q.dst, q.dport, q.proto)) {
             let key = Key { addr: A::of(q.src), port: q.sport, context: REVERSE | real_idx };
-            if A::table(self).find(&key).is_some() {
+            if A::table(&self.tables).find(&key).is_some() {
                 let service = &plane.services[usize::from(svc)];
                 if !icmp_translate(
                     buf.frame_mut(),
@@ -78,9 +78,9 @@ impl Worker {
         // Server side, FNAT: the quoted packet left one of our local addresses.
         if let Some(local) = plane.local_addrs.iter().position(|a| *a == q.src)
             && let Some(idx) = self.port_owner(local, q.sport)
-            && (idx as usize) < A::table(self).capacity()
+            && (idx as usize) < A::table(&self.tables).capacity()
         {
-            let s = *A::table(self).get(idx);
+            let s = *A::table(&self.tables).get(idx);
             let Some(service) = plane.services.get(usize::from(s.service)) else {
                 return Verdict::Drop(DropReason::NoSession);
             };

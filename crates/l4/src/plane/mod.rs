@@ -14,6 +14,7 @@
 //! - `counters`: what a core counts, drop reasons among them.
 
 mod counters;
+mod family;
 mod fnat;
 mod icmp;
 mod snat;

@@ -12,7 +12,7 @@
 
 use std::net::IpAddr;
 
-use super::worker::Family;
+use super::family::Family;
 use super::{Buf, DropReason, Plane, Verdict, Worker, addr_key};
 use crate::rewrite;
 use crate::session::{Key, Session, State};
@@ -151,14 +151,14 @@ impl Worker {
             }
         };
         self.track::<A>(plane, idx, ip, now);
-        let s = *A::table(self).get(idx);
+        let s = *A::table(&self.tables).get(idx);
         let Some(&out) = plane.local_addrs.get(usize::from(s.local)) else {
             return Verdict::Drop(DropReason::NoSession);
         };
         if out.is_ipv4() != ip.flow.src.is_ipv4() {
             return Verdict::Drop(DropReason::Unsupported);
         }
-        if !super::worker::nat(buf.frame_mut(), ip, Some((out, s.local_port)), None) {
+        if !rewrite::nat(buf.frame_mut(), ip, Some((out, s.local_port)), None) {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
         rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
@@ -195,7 +195,7 @@ impl Worker {
             flags: 0,
             expires: now.saturating_add(r.timeouts[state as usize]),
         };
-        let idx = match A::table_mut(self).insert(s, false) {
+        let idx = match A::table_mut(&mut self.tables).insert(s, false) {
             Ok(i) => i,
             Err(_) => {
                 self.ports[local].free.push(port);
@@ -221,7 +221,7 @@ impl Worker {
         ip: &Ip,
         now: u32,
     ) -> Verdict {
-        let s = *A::table(self).get(idx);
+        let s = *A::table(&self.tables).get(idx);
         if (ip.flow.proto == PROTO_TCP) != (s.service & SNAT_TCP != 0) {
             return Verdict::Drop(DropReason::NoSession);
         }
@@ -230,7 +230,7 @@ impl Worker {
         if inside.is_ipv4() != ip.flow.dst.is_ipv4() {
             return Verdict::Drop(DropReason::Unsupported);
         }
-        if !super::worker::nat(buf.frame_mut(), ip, None, Some((inside, s.client_port))) {
+        if !rewrite::nat(buf.frame_mut(), ip, None, Some((inside, s.client_port))) {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
         rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use gatehouse_config::L4Mode;
 
-use super::worker::Family;
+use super::family::Family;
 use super::{Endpoint, Plane, Worker};
 use crate::session::{Session, State};
 use crate::sync::Record;
@@ -72,7 +72,7 @@ impl Worker {
 
     /// Queues session `idx` for the peer (when syncing).
     pub(super) fn export<A: Family>(&mut self, plane: &Plane, idx: u32, now: u32) {
-        let s = *A::table(self).get(idx);
+        let s = *A::table(&self.tables).get(idx);
         if let Some(out) = self.sync.as_deref_mut() {
             push_record(out, plane, &s, now);
         }
@@ -80,7 +80,7 @@ impl Worker {
 
     /// Record slots a full walk visits.
     pub fn sync_slots(&self) -> usize {
-        A4::table(self).capacity() + A6::table(self).capacity()
+        A4::table(&self.tables).capacity() + A6::table(&self.tables).capacity()
     }
 
     /// Asks for a full pass over the tables (a peer joined): the next walks
@@ -102,7 +102,7 @@ impl Worker {
     /// how many it queued. Walked in full every `refresh`, it keeps the
     /// peer's copies from expiring while the sessions live.
     pub fn sync_walk(&mut self, plane: &Plane, now: u32, budget: usize) -> usize {
-        let (n4, n6) = (self.t4.capacity(), self.t6.capacity());
+        let (n4, n6) = (self.tables.v4.capacity(), self.tables.v6.capacity());
         let Some(out) = self.sync.as_deref_mut() else { return 0 };
         let total = n4 + n6;
         let mut queued = 0;
@@ -114,9 +114,13 @@ impl Worker {
             out.cursor = if i + 1 >= total { 0 } else { i + 1 };
             out.bulk_left = out.bulk_left.saturating_sub(1);
             let pushed = if i < n4 {
-                self.t4.live_at(i).filter(|s| worth_refresh(s)).is_some_and(|s| push_record(out, plane, s, now))
+                self.tables.v4.live_at(i).filter(|s| worth_refresh(s)).is_some_and(|s| push_record(out, plane, s, now))
             } else {
-                self.t6.live_at(i - n4).filter(|s| worth_refresh(s)).is_some_and(|s| push_record(out, plane, s, now))
+                self.tables
+                    .v6
+                    .live_at(i - n4)
+                    .filter(|s| worth_refresh(s))
+                    .is_some_and(|s| push_record(out, plane, s, now))
             };
             queued += usize::from(pushed);
         }
@@ -178,8 +182,8 @@ impl Worker {
             flags: if owner { 0 } else { crate::session::COPY },
             expires: now.saturating_add(ticks),
         };
-        if let Some(idx) = A::table(self).find(&s.forward_key()) {
-            let cur = A::table_mut(self).get_mut(idx);
+        if let Some(idx) = A::table(&self.tables).find(&s.forward_key()) {
+            let cur = A::table_mut(&mut self.tables).get_mut(idx);
             if (cur.real, cur.local, cur.local_port) == (s.real, s.local, s.local_port) {
                 cur.state = s.state;
                 cur.expires = cur.expires.max(s.expires);
@@ -195,7 +199,7 @@ impl Worker {
         {
             return Err(CommitError::PortTaken);
         }
-        let idx = A::table_mut(self).insert(s, nat).map_err(|_| CommitError::Full)?;
+        let idx = A::table_mut(&mut self.tables).insert(s, nat).map_err(|_| CommitError::Full)?;
         if let Some((l, p)) = port_slot
             && let Some(pool) = self.ports.get_mut(l)
         {

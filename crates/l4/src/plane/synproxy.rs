@@ -17,7 +17,7 @@ use std::net::IpAddr;
 
 use gatehouse_config::{L4Mode, SynProxyMode};
 
-use super::worker::Family;
+use super::family::Family;
 use super::{Buf, DropReason, Plane, Service, Verdict, Worker};
 use crate::rewrite::set_macs;
 use crate::rewrite::{Segment, shift32, write};
@@ -182,15 +182,15 @@ impl Worker {
             Ok(i) => i,
             Err(d) => return Some(Verdict::Drop(d)),
         };
-        let cap = A::table(self).capacity();
+        let cap = A::table(&self.tables).capacity();
         let data = payload(buf.frame(), ip).to_vec();
         let p = self.proxy();
         p.deltas::<A>(cap)[idx as usize] = cookie;
         if !data.is_empty() && p.parked.len() < PARKED_MAX {
             p.parked.insert((A::V6, idx), data);
         }
-        let s = *A::table(self).get(idx);
-        A::table_mut(self).get_mut(idx).flags |= PROXIED;
+        let s = *A::table(&self.tables).get(idx);
+        A::table_mut(&mut self.tables).get_mut(idx).flags |= PROXIED;
         let real = service.reals.get(usize::from(s.real))?;
         let (src, sport) = self.real_side_source(plane, service, &s, ip)?;
         let syn = Segment {
@@ -238,7 +238,7 @@ impl Worker {
     /// ending the session); after, None: it goes on as usual, and
     /// [`Worker::proxied_out`] shifts its acknowledgment.
     pub(super) fn proxied_in<A: Family>(&mut self, plane: &Plane, idx: u32, buf: &Buf<'_>, ip: &Ip) -> Option<Verdict> {
-        if A::table(self).get(idx).state != State::SynSent {
+        if A::table(&self.tables).get(idx).state != State::SynSent {
             return None;
         }
         if ip.tcp_flags & TCP_RST != 0 {
@@ -260,7 +260,7 @@ impl Worker {
         if ip.tcp_flags & TCP_ACK == 0 {
             return;
         }
-        let cap = A::table(self).capacity();
+        let cap = A::table(&self.tables).capacity();
         let d = self.proxy().deltas::<A>(cap)[idx as usize];
         let l4 = buf.head + ip.l4;
         shift32(buf.mem, l4, tcp::ACK, d);
@@ -280,12 +280,12 @@ impl Worker {
         ip: &Ip,
         now: u32,
     ) -> Option<Verdict> {
-        let s = *A::table(self).get(idx);
+        let s = *A::table(&self.tables).get(idx);
         if s.state != State::SynSent {
             return None;
         }
         let service = plane.services.get(usize::from(s.service))?;
-        let cap = A::table(self).capacity();
+        let cap = A::table(&self.tables).capacity();
         let cookie = self.proxy().deltas::<A>(cap)[idx as usize];
         let (seq, ack) = {
             let seg = buf.frame().get(ip.l4..ip.end).unwrap_or(&[]);
@@ -335,7 +335,7 @@ impl Worker {
         let Some(n) = write_at(buf, ip, &done, &data) else { return Some(Verdict::Drop(DropReason::Unsupported)) };
         buf.len = n;
         set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
-        let t = A::table_mut(self).get_mut(idx);
+        let t = A::table_mut(&mut self.tables).get_mut(idx);
         t.state = State::Established;
         t.expires = now.saturating_add(service.timeouts[State::Established as usize]);
         Some(Verdict::Forward)
@@ -344,7 +344,7 @@ impl Worker {
     /// After a proxied session's segment was rewritten toward the client:
     /// its sequence number into the client's (our cookie's) numbers.
     pub(super) fn proxied_back<A: Family>(&mut self, idx: u32, buf: &mut Buf<'_>, ip: &Ip) {
-        let cap = A::table(self).capacity();
+        let cap = A::table(&self.tables).capacity();
         let d = self.proxy().deltas::<A>(cap)[idx as usize];
         let l4 = buf.head + ip.l4;
         shift32(buf.mem, l4, tcp::SEQ, d.wrapping_neg());

@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use gatehouse_balance::{Backends, LeastConnections, RoundRobin, SmoothWeighted};
 use gatehouse_config::{L4Mode, L4Scheduler};
 
+use super::family::{Family, Tables};
 use super::fnat::{PortPool, release};
 use super::{Buf, Counters, DropReason, Endpoint, Plane, Real, Service, ServiceCounters, VECTOR, Verdict, addr_key};
 use crate::encap::{Outer, Tunnel, encapsulate};
@@ -100,58 +101,10 @@ impl Class {
     }
 }
 
-/// An address family's session table and conversions.
-pub(super) trait Family: crate::session::Addr {
-    const V6: bool;
-    fn of(ip: IpAddr) -> Self;
-    fn ip(self) -> IpAddr;
-    fn table(w: &Worker) -> &Table<Self>;
-    fn table_mut(w: &mut Worker) -> &mut Table<Self>;
-}
-
-impl Family for u32 {
-    const V6: bool = false;
-    fn of(ip: IpAddr) -> u32 {
-        match ip {
-            IpAddr::V4(a) => u32::from(a),
-            IpAddr::V6(_) => 0,
-        }
-    }
-    fn ip(self) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::from(self))
-    }
-    fn table(w: &Worker) -> &Table<u32> {
-        &w.t4
-    }
-    fn table_mut(w: &mut Worker) -> &mut Table<u32> {
-        &mut w.t4
-    }
-}
-
-impl Family for u128 {
-    const V6: bool = true;
-    fn of(ip: IpAddr) -> u128 {
-        match ip {
-            IpAddr::V6(a) => u128::from(a),
-            IpAddr::V4(_) => 0,
-        }
-    }
-    fn ip(self) -> IpAddr {
-        IpAddr::V6(std::net::Ipv6Addr::from(self))
-    }
-    fn table(w: &Worker) -> &Table<u128> {
-        &w.t6
-    }
-    fn table_mut(w: &mut Worker) -> &mut Table<u128> {
-        &mut w.t6
-    }
-}
-
 /// One core's state.
 pub struct Worker {
     pub core: u16,
-    pub(super) t4: Table<u32>,
-    pub(super) t6: Table<u128>,
+    pub(super) tables: Tables,
     pub(super) ports: Vec<PortPool>,
     scheds: Vec<Sched>,
     pub counters: Counters,
@@ -181,39 +134,6 @@ struct Probe {
     indexed: bool,
 }
 
-/// Replaces the source and/or destination (address, port) and decrements the
-/// TTL: IPv4 in one fused pass, IPv6 step by step (no header checksum
-/// there). False when the TTL runs out.
-pub(super) fn nat(frame: &mut [u8], ip: &Ip, src: Option<(IpAddr, u16)>, dst: Option<(IpAddr, u16)>) -> bool {
-    let v4 = |x: Option<(IpAddr, u16)>| match x {
-        Some((IpAddr::V4(a), p)) => Ok(Some((a, p))),
-        None => Ok(None),
-        Some(_) => Err(()),
-    };
-    if let (Ok(s4), Ok(d4)) = (v4(src), v4(dst))
-        && ip.flow.src.is_ipv4()
-    {
-        return rewrite::nat_v4(frame, ip, s4, d4);
-    }
-    if !rewrite::decrement_ttl(frame, ip) {
-        return false;
-    }
-    for (is_src, change) in [(false, dst), (true, src)] {
-        if let Some((a, p)) = change {
-            set_addr(frame, ip, is_src, a);
-            rewrite::set_port(frame, ip, is_src, p);
-        }
-    }
-    true
-}
-
-fn set_addr(frame: &mut [u8], ip: &Ip, src: bool, a: IpAddr) {
-    match a {
-        IpAddr::V4(a) => rewrite::set_ipv4_addr(frame, ip, src, a),
-        IpAddr::V6(a) => rewrite::set_ipv6_addr(frame, ip, src, a),
-    }
-}
-
 impl Worker {
     /// A worker for up to `capacity` sessions of each family.
     pub fn new(plane: &Plane, core: u16, capacity: usize, seed: u64) -> Worker {
@@ -236,8 +156,7 @@ impl Worker {
         };
         Worker {
             core,
-            t4: Table::new(v4, seed),
-            t6: Table::new(v6, seed.rotate_left(17)),
+            tables: Tables { v4: Table::new(v4, seed), v6: Table::new(v6, seed.rotate_left(17)) },
             ports: plane.local_ports.iter().map(|&range| PortPool::new(core, plane.cores, range)).collect(),
             scheds,
             counters,
@@ -269,12 +188,12 @@ impl Worker {
     }
 
     pub fn sessions(&self) -> usize {
-        self.t4.len() + self.t6.len()
+        self.tables.v4.len() + self.tables.v6.len()
     }
 
     /// Bytes held by this core's session tables.
     pub fn table_bytes(&self) -> usize {
-        self.t4.memory_bytes() + self.t6.memory_bytes()
+        self.tables.v4.memory_bytes() + self.tables.v6.memory_bytes()
     }
 
     /// Classifies a frame, an IP packet's details into `ip`.
@@ -336,7 +255,7 @@ impl Worker {
     }
 
     fn hash_of<A: Family>(&self, c: &Class, ip: &Ip) -> u64 {
-        Self::key::<A>(c, ip).map_or(0, |k| A::table(self).hash(&k))
+        Self::key::<A>(c, ip).map_or(0, |k| A::table(&self.tables).hash(&k))
     }
 
     /// What the later stages need to know of a packet's class, worked out
@@ -357,10 +276,10 @@ impl Worker {
     fn prefetch(&self, p: Probe, record: bool) {
         match (p.indexed, p.v6, record) {
             (false, ..) => {}
-            (true, false, false) => self.t4.prefetch_bucket(p.hash),
-            (true, false, true) => self.t4.prefetch_record(p.hash),
-            (true, true, false) => self.t6.prefetch_bucket(p.hash),
-            (true, true, true) => self.t6.prefetch_record(p.hash),
+            (true, false, false) => self.tables.v4.prefetch_bucket(p.hash),
+            (true, false, true) => self.tables.v4.prefetch_record(p.hash),
+            (true, true, false) => self.tables.v6.prefetch_bucket(p.hash),
+            (true, true, true) => self.tables.v6.prefetch_record(p.hash),
         }
     }
 
@@ -368,7 +287,7 @@ impl Worker {
         if let Class::ToLocal { local, port } = *c {
             return self.port_owner(usize::from(local), port);
         }
-        Self::key::<A>(c, ip).and_then(|k| A::table(self).find_hashed(&k, h))
+        Self::key::<A>(c, ip).and_then(|k| A::table(&self.tables).find_hashed(&k, h))
     }
 
     /// The session holding FNAT local address `local`'s port `port`.
@@ -378,9 +297,9 @@ impl Worker {
 
     /// Ends a session before its time: out of the table, its port freed.
     pub(super) fn end<A: Family>(&mut self, plane: &Plane, idx: u32) {
-        let s = *A::table(self).get(idx);
+        let s = *A::table(&self.tables).get(idx);
         let nat = plane.services.get(usize::from(s.service)).is_some_and(|x| x.mode == L4Mode::Nat);
-        A::table_mut(self).remove(idx, nat);
+        A::table_mut(&mut self.tables).remove(idx, nat);
         release(&mut self.ports, &mut self.counters, &s);
     }
 
@@ -391,11 +310,11 @@ impl Worker {
     /// answered with its own reset: the client must learn too, and its next
     /// segment would otherwise find no session and be dropped unanswered.
     fn reset<A: Family>(&mut self, plane: &Plane, idx: u32, buf: &mut Buf<'_>, ip: &Ip, from_client: bool) -> Verdict {
-        let svc = A::table(self).get(idx).service;
+        let svc = A::table(&self.tables).get(idx).service;
         if from_client {
             self.end::<A>(plane, idx);
         } else {
-            let s = A::table_mut(self).get_mut(idx);
+            let s = A::table_mut(&mut self.tables).get_mut(idx);
             s.state = State::Closing;
         }
         if ip.tcp_flags & TCP_RST == 0
@@ -416,7 +335,7 @@ impl Worker {
         if !plane.resetting {
             return false;
         }
-        let s = A::table(self).get(idx);
+        let s = A::table(&self.tables).get(idx);
         plane
             .services
             .get(usize::from(s.service))
@@ -487,8 +406,8 @@ impl Worker {
         // 6. Expire a slice of each table.
         let is_nat = |svc: u16| plane.services.get(usize::from(svc)).is_some_and(|s| s.mode == L4Mode::Nat);
         let (ports, counters) = (&mut self.ports, &mut self.counters);
-        self.t4.sweep(now, 64, |s| is_nat(s.service), |_, s| release(ports, counters, s));
-        self.t6.sweep(now, 16, |s| is_nat(s.service), |_, s| release(ports, counters, s));
+        self.tables.v4.sweep(now, 64, |s| is_nat(s.service), |_, s| release(ports, counters, s));
+        self.tables.v6.sweep(now, 16, |s| is_nat(s.service), |_, s| release(ports, counters, s));
     }
 
     /// Finishes a frame of class `c` (and IP details `ip`, for the classes
@@ -538,7 +457,7 @@ impl Worker {
                 let syn = ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN;
                 let mut found = hit;
                 if let Some(idx) = found {
-                    if tcp && syn && A::table(self).get(idx).state == State::Closing {
+                    if tcp && syn && A::table(&self.tables).get(idx).state == State::Closing {
                         // A new connection from the port of one that is
                         // ending (clients reuse ports sooner than the session
                         // times out): scheduled afresh, as IPVS does.
@@ -554,7 +473,7 @@ impl Worker {
                     }
                 }
                 if let Some(idx) = found
-                    && A::table(self).get(idx).flags & PROXIED != 0
+                    && A::table(&self.tables).get(idx).flags & PROXIED != 0
                     && let Some(v) = self.proxied_in::<A>(plane, idx, buf, ip)
                 {
                     return v;
@@ -590,7 +509,7 @@ impl Worker {
                                 // established only at its next packet: a flood
                                 // of stray segments holds the table for the
                                 // SYN timeout, not the established one.
-                                let s = *A::table(self).get(idx);
+                                let s = *A::table(&self.tables).get(idx);
                                 return self.forward_to_real::<A>(plane, svc, s, ip, buf);
                             }
                             Ok(idx) => idx,
@@ -599,7 +518,7 @@ impl Worker {
                     }
                 };
                 self.track::<A>(plane, idx, ip, now);
-                let s = *A::table(self).get(idx);
+                let s = *A::table(&self.tables).get(idx);
                 let v = self.forward_to_real::<A>(plane, svc, s, ip, buf);
                 if v == Verdict::Forward && s.flags & PROXIED != 0 {
                     self.proxied_out::<A>(idx, buf, ip);
@@ -657,13 +576,13 @@ impl Worker {
         now: u32,
         to: Option<(IpAddr, u16)>,
     ) -> Verdict {
-        let proxied = A::table(self).get(idx).flags & PROXIED != 0;
+        let proxied = A::table(&self.tables).get(idx).flags & PROXIED != 0;
         if proxied && let Some(v) = self.proxied_reply::<A>(plane, idx, buf, ip, now) {
             return v;
         }
         self.track::<A>(plane, idx, ip, now);
         let f = buf.frame_mut();
-        if !nat(f, ip, Some((service.vip, service.port)), to) {
+        if !rewrite::nat(f, ip, Some((service.vip, service.port)), to) {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
         rewrite::set_macs(f, plane.next_hop_mac, plane.mac);
@@ -677,13 +596,13 @@ impl Worker {
     /// the given family.
     fn session_any(&self, idx: u32, v6: bool) -> Option<(IpAddr, u16, u16)> {
         if v6 {
-            (idx < self.t6.capacity() as u32).then(|| {
-                let s = self.t6.get(idx);
+            (idx < self.tables.v6.capacity() as u32).then(|| {
+                let s = self.tables.v6.get(idx);
                 (s.client.ip(), s.client_port, s.service)
             })
         } else {
-            (idx < self.t4.capacity() as u32).then(|| {
-                let s = self.t4.get(idx);
+            (idx < self.tables.v4.capacity() as u32).then(|| {
+                let s = self.tables.v4.get(idx);
                 (s.client.ip(), s.client_port, s.service)
             })
         }
@@ -729,7 +648,7 @@ impl Worker {
             s.local = local as u16;
             s.local_port = port;
         }
-        let idx = match A::table_mut(self).insert(s, service.mode == L4Mode::Nat) {
+        let idx = match A::table_mut(&mut self.tables).insert(s, service.mode == L4Mode::Nat) {
             Ok(idx) => idx,
             Err(_) => {
                 if s.local != u16::MAX {
@@ -762,7 +681,7 @@ impl Worker {
     /// clean is not written back to memory when the cache evicts it (with
     /// millions of sessions, nearly every record read is a miss).
     pub(super) fn track<A: Family>(&mut self, plane: &Plane, idx: u32, ip: &Ip, now: u32) {
-        let s = A::table_mut(self).get_mut(idx);
+        let s = A::table_mut(&mut self.tables).get_mut(idx);
         let mut state = s.state;
         if ip.flow.proto == PROTO_TCP {
             let f = ip.tcp_flags;
@@ -835,7 +754,7 @@ impl Worker {
                             _ if fnat => return Verdict::Drop(DropReason::Unsupported),
                             _ => None,
                         };
-                        nat(f, ip, src, Some((real.addr, real.port)))
+                        rewrite::nat(f, ip, src, Some((real.addr, real.port)))
                     }
                     // Across families would need header translation.
                     _ => return Verdict::Drop(DropReason::Unsupported),
