@@ -6,9 +6,12 @@
 //!
 //! `unsafe` is confined to [`sys`] (TUN, `recvmmsg`/`sendmmsg`, `poll`).
 
+mod control;
 pub mod interface;
+mod link;
 pub mod netlink;
 pub mod plane;
+pub mod shared;
 pub mod sys;
 pub mod uapi_server;
 pub mod worker;

@@ -15,7 +15,8 @@ use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Staged, St
 use gatehouse_wg::crypto::StaticSecret;
 use serde_json::{Map, Value, json};
 
-use crate::interface::{DROP_SLOTS, Interface, Settings};
+use crate::interface::Interface;
+use crate::shared::{DROP_SLOTS, Settings};
 use gatehouse_wg::device::DropReason;
 
 /// The WireGuard VPN plane.
@@ -141,7 +142,7 @@ impl ForwardingOff {
 fn forwarding_off(s: &Settings) -> Vec<ForwardingOff> {
     const FAMILIES: [(bool, &str, &str); 2] =
         [(false, "IPv4", "net.ipv4.ip_forward"), (true, "IPv6", "net.ipv6.conf.all.forwarding")];
-    let behind = crate::interface::networks_behind_peers(s);
+    let behind = crate::link::networks_behind_peers(s);
     FAMILIES
         .iter()
         .filter_map(|&(v6, family, sysctl)| {
@@ -392,7 +393,7 @@ impl Plane for WireGuard {
                 );
             }
         }
-        type IfSeries<'a> = (&'a str, &'a str, fn(&crate::interface::Counters) -> u64);
+        type IfSeries<'a> = (&'a str, &'a str, fn(&crate::shared::Counters) -> u64);
         let per_iface: [IfSeries<'_>; 7] = [
             ("gatehouse_wg_rx_datagrams_total", "UDP datagrams received.", |c| c.rx_datagrams.load(Ordering::Relaxed)),
             ("gatehouse_wg_tx_datagrams_total", "UDP datagrams sent.", |c| c.tx_datagrams.load(Ordering::Relaxed)),

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use gatehouse_wg::uapi::{self, Change, PeerStatus, Request, Status, UapiError};
 
-use crate::interface::{PeerMeta, Shared};
+use crate::shared::{PeerMeta, Shared};
 
 /// Where wireguard-tools look for a userspace interface's socket.
 pub const SOCKET_DIR: &str = "/var/run/wireguard";

@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use gatehouse_wg::device::{DropReason, Inbound, OpenPlan, Received, SealPlan, Tr
 use gatehouse_wg::messages::{TRANSPORT, transport::DATA};
 use gatehouse_wg::transport::{TransportError, padded_len};
 
-use crate::interface::{Counters, Shared, Sticky};
+use crate::shared::{Counters, Shared, Sticky};
 use crate::sys::{self, BATCH, GSO_SEGMENTS, Got, Outgoing};
 use gatehouse_wire::offload::{self, VNET_HDR_LEN, VnetHdr};
 
@@ -120,11 +120,11 @@ pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
         // Each side a batch per turn, so neither starves the other.
         if ready[0] {
             busy |= w.tunnel_to_network() >= BATCH;
-            sh.send_all(&socket, &mut w.out, w.counters);
+            send_all(&sh, &socket, &mut w.out, w.counters);
         }
         if ready[1] {
             busy |= w.network_to_tunnel() >= RX_BUFFERS;
-            sh.send_all(&socket, &mut w.out, w.counters);
+            send_all(&sh, &socket, &mut w.out, w.counters);
         }
     }
 }
@@ -444,6 +444,24 @@ fn group(datagrams: &[(&[u8], SocketAddr)], gso: bool) -> Vec<(Range<usize>, Soc
         bytes = d.len();
     }
     groups
+}
+
+/// Sends datagrams the device made (handshakes, keepalives, queued
+/// packets) on `socket`, each from its peer's sticky source.
+pub(crate) fn send_all(
+    sh: &Shared,
+    socket: &UdpSocket,
+    out: &mut Vec<gatehouse_wg::device::Transmit>,
+    counters: &Counters,
+) {
+    if out.is_empty() {
+        return;
+    }
+    let datagrams: Vec<(&[u8], SocketAddr)> = out.iter().map(|t| (t.datagram.as_slice(), t.to)).collect();
+    let mut gso = false;
+    send(socket.as_raw_fd(), sh.v6, &mut gso, &datagrams, counters, &sh.sticky);
+    drop(datagrams);
+    out.clear();
 }
 
 /// Sends every datagram, again where the kernel took only some, each
