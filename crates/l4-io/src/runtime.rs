@@ -713,7 +713,7 @@ impl Lane {
         }
         self.last_publish = Instant::now();
         let mut s = shared.stats[slot].lock().unwrap_or_else(|e| e.into_inner());
-        s.counters = self.worker.counters.clone();
+        s.counters = self.worker.counters().clone();
         s.io = self.io.clone();
         s.sessions = self.worker.sessions();
     }

@@ -126,4 +126,14 @@ impl Counters {
     pub fn dropped(&self, d: DropReason) -> u64 {
         self.drops[d.index()]
     }
+
+    /// The SNAT counters of rule `rule` (a session's service field may be
+    /// given: its rule bits count), grown on first use.
+    pub(super) fn snat_mut(&mut self, rule: u16) -> &mut SnatCounters {
+        let r = usize::from(rule & super::snat_rules::RULE_MASK);
+        if self.snat.len() <= r {
+            self.snat.resize(r + 1, SnatCounters::default());
+        }
+        &mut self.snat[r]
+    }
 }

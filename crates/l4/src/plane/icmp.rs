@@ -7,99 +7,98 @@ use std::net::IpAddr;
 use gatehouse_config::L4Mode;
 
 use super::family::Family;
-use super::{Buf, DropReason, Endpoint, Plane, Verdict, Worker};
+use super::forward::Forwarder;
+use super::sessions::Sessions;
+use super::{Buf, DropReason, Endpoint, Plane, Verdict};
 use crate::rewrite;
 use crate::session::{Key, REVERSE};
 use gatehouse_wire::field::{icmp, ipv4, tcp};
 use gatehouse_wire::packet::{self, Ip};
 
-impl Worker {
-    /// An ICMP error about a packet of a session (fragmentation needed /
-    /// packet too big, unreachable, time exceeded) goes where the packet came
-    /// from: to the real server when a client's side reports it (the quoted
-    /// packet went from the VIP to the client), to the client when a real
-    /// server reports it (NAT and FNAT). In NAT and FNAT the outer and
-    /// quoted addresses and ports are translated back and the quoted IP
-    /// header and ICMP checksums recomputed; in DR and tunnel modes the
-    /// message goes to the real server unchanged (it sent the packet, with
-    /// the VIP as source, and needs the path MTU).
-    pub(super) fn icmp_error<A: Family>(&mut self, plane: &Plane, buf: &mut Buf<'_>, ip: &Ip) -> Verdict {
-        let Some(q) = packet::quoted(buf.frame(), ip) else { return Verdict::Pass };
-        // Client side: the quoted packet left the VIP toward the client.
-        if let Some(&svc) = plane.by_vip.get(&Endpoint::new(q.src, q.sport, q.proto)) {
-            let key = Key { addr: A::of(q.dst), port: q.dport, context: svc };
-            let Some(idx) = A::table(&self.tables).find(&key) else { return Verdict::Drop(DropReason::NoSession) };
-            let s = *A::table(&self.tables).get(idx);
-            let service = &plane.services[usize::from(svc)];
-            let Some(real) = service.reals.get(usize::from(s.real)) else {
-                return Verdict::Drop(DropReason::NoSession);
-            };
-            return match service.mode {
-                L4Mode::Nat | L4Mode::Fnat => {
-                    let local =
-                        (service.mode == L4Mode::Fnat).then(|| (plane.local_addrs[usize::from(s.local)], s.local_port));
-                    // Outer: to the real server (from the local address in FNAT);
-                    // quoted: as the real server sent it.
-                    if !icmp_translate(
-                        buf.frame_mut(),
-                        ip,
-                        local.map(|l| l.0),
-                        Some(real.addr),
-                        Some((real.addr, real.port)),
-                        local,
-                    ) {
-                        return Verdict::Drop(DropReason::Unsupported);
-                    }
-                    rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
-                    Verdict::Forward
-                }
-                _ => self.toward_real(plane, service, &s, ip, buf),
-            };
-        }
-        // Server side, NAT: the quoted packet went from the client to the real server.
-        if let Some(&(svc, real_idx)) = plane.by_real.get(&Endpoint::new(q.dst, q.dport, q.proto)) {
-            let key = Key { addr: A::of(q.src), port: q.sport, context: REVERSE | real_idx };
-            if A::table(&self.tables).find(&key).is_some() {
-                let service = &plane.services[usize::from(svc)];
+/// An ICMP error about a packet of a session (fragmentation needed /
+/// packet too big, unreachable, time exceeded) goes where the packet came
+/// from: to the real server when a client's side reports it (the quoted
+/// packet went from the VIP to the client), to the client when a real
+/// server reports it (NAT and FNAT). In NAT and FNAT the outer and
+/// quoted addresses and ports are translated back and the quoted IP
+/// header and ICMP checksums recomputed; in DR and tunnel modes the
+/// message goes to the real server unchanged (it sent the packet, with
+/// the VIP as source, and needs the path MTU).
+pub(super) fn error<A: Family>(
+    ss: &Sessions,
+    fwd: &mut Forwarder,
+    plane: &Plane,
+    buf: &mut Buf<'_>,
+    ip: &Ip,
+) -> Verdict {
+    let Some(q) = packet::quoted(buf.frame(), ip) else { return Verdict::Pass };
+    // Client side: the quoted packet left the VIP toward the client.
+    if let Some(&svc) = plane.by_vip.get(&Endpoint::new(q.src, q.sport, q.proto)) {
+        let key = Key { addr: A::of(q.dst), port: q.dport, context: svc };
+        let Some(idx) = A::table(&ss.tables).find(&key) else { return Verdict::Drop(DropReason::NoSession) };
+        let s = *A::table(&ss.tables).get(idx);
+        let service = &plane.services[usize::from(svc)];
+        let Some(real) = service.reals.get(usize::from(s.real)) else {
+            return Verdict::Drop(DropReason::NoSession);
+        };
+        return match service.mode {
+            L4Mode::Nat | L4Mode::Fnat => {
+                let local =
+                    (service.mode == L4Mode::Fnat).then(|| (plane.local_addrs[usize::from(s.local)], s.local_port));
+                // Outer: to the real server (from the local address in FNAT);
+                // quoted: as the real server sent it.
                 if !icmp_translate(
                     buf.frame_mut(),
                     ip,
-                    Some(service.vip),
-                    None,
-                    None,
-                    Some((service.vip, service.port)),
+                    local.map(|l| l.0),
+                    Some(real.addr),
+                    Some((real.addr, real.port)),
+                    local,
                 ) {
                     return Verdict::Drop(DropReason::Unsupported);
                 }
                 rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
-                return Verdict::Forward;
+                Verdict::Forward
             }
-        }
-        // Server side, FNAT: the quoted packet left one of our local addresses.
-        if let Some(local) = plane.local_addrs.iter().position(|a| *a == q.src)
-            && let Some(idx) = self.port_owner(local, q.sport)
-            && (idx as usize) < A::table(&self.tables).capacity()
-        {
-            let s = *A::table(&self.tables).get(idx);
-            let Some(service) = plane.services.get(usize::from(s.service)) else {
-                return Verdict::Drop(DropReason::NoSession);
-            };
-            let client = s.client.ip();
-            if !icmp_translate(
-                buf.frame_mut(),
-                ip,
-                Some(service.vip),
-                Some(client),
-                Some((client, s.client_port)),
-                Some((service.vip, service.port)),
-            ) {
+            _ => fwd.toward_real(plane, service, &s, ip, buf),
+        };
+    }
+    // Server side, NAT: the quoted packet went from the client to the real server.
+    if let Some(&(svc, real_idx)) = plane.by_real.get(&Endpoint::new(q.dst, q.dport, q.proto)) {
+        let key = Key { addr: A::of(q.src), port: q.sport, context: REVERSE | real_idx };
+        if A::table(&ss.tables).find(&key).is_some() {
+            let service = &plane.services[usize::from(svc)];
+            if !icmp_translate(buf.frame_mut(), ip, Some(service.vip), None, None, Some((service.vip, service.port))) {
                 return Verdict::Drop(DropReason::Unsupported);
             }
             rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
             return Verdict::Forward;
         }
-        Verdict::Pass
     }
+    // Server side, FNAT: the quoted packet left one of our local addresses.
+    if let Some(local) = plane.local_addrs.iter().position(|a| *a == q.src)
+        && let Some(idx) = ss.port_owner(local, q.sport)
+        && (idx as usize) < A::table(&ss.tables).capacity()
+    {
+        let s = *A::table(&ss.tables).get(idx);
+        let Some(service) = plane.services.get(usize::from(s.service)) else {
+            return Verdict::Drop(DropReason::NoSession);
+        };
+        let client = s.client.ip();
+        if !icmp_translate(
+            buf.frame_mut(),
+            ip,
+            Some(service.vip),
+            Some(client),
+            Some((client, s.client_port)),
+            Some((service.vip, service.port)),
+        ) {
+            return Verdict::Drop(DropReason::Unsupported);
+        }
+        rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+        return Verdict::Forward;
+    }
+    Verdict::Pass
 }
 
 /// Rewrites an IPv4 ICMP error: the outer source/destination addresses, and

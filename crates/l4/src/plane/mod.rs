@@ -6,18 +6,31 @@
 //! fast path and shared read-only; a [`Worker`] (session table, FNAT ports,
 //! scheduler cursors, counters) belongs to one core and is never locked.
 //!
-//! - `worker`: the per-core pipeline (classify, look up, create sessions,
-//!   rewrite) and the schedulers' use;
+//! - `worker`: the per-core pipeline: classify, hash, look up
+//!   (software-pipelined), finish each packet by its class;
+//! - `sessions`: a core's sessions and what they hold (tables, port pools,
+//!   schedulers, counters, the sync queue), which every feature works on;
+//! - `family`: the session tables of both address families;
+//! - `forward`: a client's packet sent on by the service's mode;
+//! - `snat_rules` and `snat`: SNAT's rules and keys, and its packet path;
+//! - `synproxy`: SYN cookies and the proxied handshake;
 //! - `icmp`: ICMP errors about a session's packets, sent back where the
 //!   packet came from;
+//! - `sync`: the records a core queues for the peer balancer;
 //! - `fnat`: each core's FNAT local ports;
 //! - `counters`: what a core counts, drop reasons among them.
+//!
+//! The features take the session state they need ([`sessions`]), never
+//! the worker: the worker calls them, and nothing calls back into it.
 
 mod counters;
 mod family;
 mod fnat;
+mod forward;
 mod icmp;
+mod sessions;
 mod snat;
+mod snat_rules;
 mod sync;
 mod synproxy;
 #[cfg(test)]
@@ -31,7 +44,7 @@ use gatehouse_balance::MaglevTable;
 use gatehouse_config::{L4Mode, L4Scheduler};
 
 pub use counters::{Counters, DROP_KINDS, DropReason, ServiceCounters, SnatCounters};
-pub use snat::{SNAT, SnatRule, in_prefix, is_snat, prefix};
+pub use snat_rules::{SNAT, SnatRule, in_prefix, is_snat, prefix};
 pub use sync::{CommitError, SyncOut};
 pub use worker::Worker;
 

@@ -1,248 +1,79 @@
-//! SNAT: real servers (any host of a rule's source networks) reach the
-//! outside through the balancer, going out from one of the rule's addresses
-//! and a port of the core, as FNAT's local ports are allocated; replies to
-//! that address and port come back to them.
-//!
-//! Sessions live in the same tables as the services': keyed by the inside
-//! host's address and port and a context naming the rule and protocol
-//! ([`SNAT`] set), the address and port they go out from in the record's
-//! FNAT fields. The mapping is endpoint-independent (one inside address and
-//! port goes out as one outside port, whatever it talks to), as RFC 4787
-//! asks of a NAT; TCP mappings start only with a SYN.
-
-use std::net::IpAddr;
+//! SNAT's packet path: an inside host's packet to the outside gets its
+//! mapping (made for a first SYN or datagram) and leaves from the rule's
+//! address and port; a reply to that address and port goes back to the
+//! inside host. The rules and the mappings' keys are in `snat_rules`.
 
 use super::family::Family;
-use super::{Buf, DropReason, Plane, Verdict, Worker, addr_key};
+use super::sessions::Sessions;
+use super::snat_rules::{RULE_MASK, SNAT_TCP};
+use super::{Buf, DropReason, Plane, Verdict};
 use crate::rewrite;
-use crate::session::{Key, Session, State};
 use gatehouse_wire::packet::{Ip, PROTO_TCP, TCP_ACK, TCP_RST, TCP_SYN};
 
-/// Marks an SNAT session's service field (and key context): the rule in
-/// the low bits.
-pub const SNAT: u16 = 0x4000;
-/// With [`SNAT`]: a TCP mapping (TCP and UDP keep separate ones).
-const SNAT_TCP: u16 = 0x2000;
-const RULE_MASK: u16 = 0x1fff;
-
-/// One `l4.snat[]` rule, compiled.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SnatRule {
-    pub name: String,
-    /// Source networks: (address as an IPv6 or IPv4-mapped number, prefix
-    /// length in that 128-bit space).
-    pub sources: Vec<(u128, u8)>,
-    /// The addresses it goes out as: indexes into `Plane::local_addrs`.
-    pub addrs: Vec<u16>,
-    /// Timeouts in ticks, by state.
-    pub timeouts: [u32; 4],
-}
-
-/// Whether a session's service field names an SNAT rule.
-pub fn is_snat(service: u16) -> bool {
-    service & SNAT != 0 && service & crate::session::REVERSE == 0
-}
-
-/// A network as one 128-bit space holds both families (IPv4 as
-/// `::ffff:a.b.c.d`): its address, masked, and its prefix length there.
-pub fn prefix(addr: IpAddr, len: u8) -> (u128, u8) {
-    let len = if addr.is_ipv4() { len.min(32) + 96 } else { len.min(128) };
-    let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
-    (addr_key(addr) & mask, len)
-}
-
-/// Whether address `a` (as [`prefix`] counts it) is in network `net`.
-pub fn in_prefix(a: u128, (net, len): (u128, u8)) -> bool {
-    len == 0 || (a ^ net) >> (128 - u32::from(len.min(128))) == 0
-}
-
-impl SnatRule {
-    /// A rule from networks given as (address, prefix length in its family).
-    pub fn new(name: String, nets: &[(IpAddr, u8)], timeouts: [u32; 4]) -> SnatRule {
-        let sources = nets.iter().map(|&(a, len)| prefix(a, len)).collect();
-        SnatRule { name, sources, addrs: Vec::new(), timeouts }
-    }
-}
-
-impl Plane {
-    /// Adds SNAT rules, each with the addresses it goes out as and their
-    /// ports (`first..=last`), after the FNAT local addresses; the plane
-    /// owns and answers for them too.
-    pub fn with_snat(mut self, rules: Vec<(SnatRule, Vec<IpAddr>, (u16, u16))>) -> Plane {
-        for (mut rule, addrs, ports) in rules {
-            for a in addrs {
-                let i = match self.local_addrs.iter().position(|x| *x == a) {
-                    Some(i) => i,
-                    None => {
-                        self.local_addrs.push(a);
-                        self.local_ports.push(ports);
-                        if !self.owned.contains(&a) {
-                            self.owned.push(a);
-                        }
-                        self.local_addrs.len() - 1
-                    }
-                };
-                rule.addrs.push(i as u16);
+/// A packet from an inside host of `rule` to the outside: its mapping
+/// (made for a first SYN or datagram), then its source rewritten.
+pub(super) fn out<A: Family>(
+    ss: &mut Sessions,
+    plane: &Plane,
+    rule: u16,
+    buf: &mut Buf<'_>,
+    ip: &Ip,
+    hit: Option<u32>,
+    now: u32,
+) -> Verdict {
+    let tcp = ip.flow.proto == PROTO_TCP;
+    let idx = match hit {
+        Some(i) => i,
+        None => {
+            if tcp && ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST) != TCP_SYN {
+                return Verdict::Drop(DropReason::NoSession);
             }
-            self.snat.push(rule);
-        }
-        self.owned.sort();
-        self
-    }
-
-    /// The first rule whose sources hold `src`.
-    pub(super) fn snat_rule(&self, src: IpAddr) -> Option<u16> {
-        if self.snat.is_empty() {
-            return None;
-        }
-        let a = addr_key(src);
-        self.snat.iter().position(|r| r.sources.iter().any(|&n| in_prefix(a, n))).map(|i| i as u16)
-    }
-
-    /// The timeouts of a session's service or SNAT rule.
-    pub(super) fn timeouts_of(&self, service: u16) -> [u32; 4] {
-        if is_snat(service) {
-            self.snat.get(usize::from(service & RULE_MASK)).map_or([0; 4], |r| r.timeouts)
-        } else {
-            self.services.get(usize::from(service)).map_or([0; 4], |s| s.timeouts)
-        }
-    }
-}
-
-/// The service field of a mapping of `rule` for protocol `proto`.
-pub(super) fn snat_key_for(rule: u16, proto: u8) -> u16 {
-    SNAT | if proto == PROTO_TCP { SNAT_TCP } else { 0 } | (rule & RULE_MASK)
-}
-
-/// The protocol of an SNAT session's service field.
-pub(super) fn snat_proto(service: u16) -> u8 {
-    if service & SNAT_TCP != 0 { PROTO_TCP } else { gatehouse_wire::packet::PROTO_UDP }
-}
-
-/// The key of an inside host's mapping.
-pub(super) fn snat_key<A: Family>(rule: u16, ip: &Ip) -> Key<A> {
-    let tcp = if ip.flow.proto == PROTO_TCP { SNAT_TCP } else { 0 };
-    Key { addr: A::of(ip.flow.src), port: ip.flow.sport, context: SNAT | tcp | rule }
-}
-
-impl Worker {
-    /// A packet from an inside host of `rule` to the outside: its mapping
-    /// (made for a first SYN or datagram), then its source rewritten.
-    pub(super) fn snat_out<A: Family>(
-        &mut self,
-        plane: &Plane,
-        rule: u16,
-        buf: &mut Buf<'_>,
-        ip: &Ip,
-        hit: Option<u32>,
-        now: u32,
-    ) -> Verdict {
-        let tcp = ip.flow.proto == PROTO_TCP;
-        let idx = match hit {
-            Some(i) => i,
-            None => {
-                if tcp && ip.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST) != TCP_SYN {
-                    return Verdict::Drop(DropReason::NoSession);
-                }
-                match self.snat_map::<A>(plane, rule, ip, now) {
-                    Ok(i) => i,
-                    Err(d) => return Verdict::Drop(d),
-                }
+            match ss.snat_map::<A>(plane, rule, ip, now) {
+                Ok(i) => i,
+                Err(d) => return Verdict::Drop(d),
             }
-        };
-        self.track::<A>(plane, idx, ip, now);
-        let s = *A::table(&self.tables).get(idx);
-        let Some(&out) = plane.local_addrs.get(usize::from(s.local)) else {
-            return Verdict::Drop(DropReason::NoSession);
-        };
-        if out.is_ipv4() != ip.flow.src.is_ipv4() {
-            return Verdict::Drop(DropReason::Unsupported);
         }
-        if !rewrite::nat(buf.frame_mut(), ip, Some((out, s.local_port)), None) {
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
-        let c = self.snat_counters(rule);
-        c.packets_out += 1;
-        Verdict::Forward
+    };
+    ss.track::<A>(plane, idx, ip, now);
+    let s = *A::table(&ss.tables).get(idx);
+    let Some(&out) = plane.local_addrs.get(usize::from(s.local)) else {
+        return Verdict::Drop(DropReason::NoSession);
+    };
+    if out.is_ipv4() != ip.flow.src.is_ipv4() {
+        return Verdict::Drop(DropReason::Unsupported);
     }
+    if !rewrite::nat(buf.frame_mut(), ip, Some((out, s.local_port)), None) {
+        return Verdict::Drop(DropReason::TtlExceeded);
+    }
+    rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+    let c = ss.counters.snat_mut(rule);
+    c.packets_out += 1;
+    Verdict::Forward
+}
 
-    /// A new mapping: an address of the rule in the packet's family with a
-    /// free port on this core.
-    fn snat_map<A: Family>(&mut self, plane: &Plane, rule: u16, ip: &Ip, now: u32) -> Result<u32, DropReason> {
-        let r = plane.snat.get(usize::from(rule)).ok_or(DropReason::NoService)?;
-        let v4 = ip.flow.src.is_ipv4();
-        let local = r
-            .addrs
-            .iter()
-            .map(|&l| usize::from(l))
-            .find(|&l| {
-                plane.local_addrs.get(l).is_some_and(|a| a.is_ipv4() == v4)
-                    && self.ports.get(l).is_some_and(|p| !p.free.is_empty())
-            })
-            .ok_or(DropReason::PortsExhausted)?;
-        let port = self.ports[local].take().ok_or(DropReason::PortsExhausted)?;
-        let key = snat_key::<A>(rule, ip);
-        let state = if ip.flow.proto == PROTO_TCP { State::SynSent } else { State::Datagram };
-        let s = Session {
-            client: key.addr,
-            client_port: key.port,
-            service: key.context,
-            real: 0,
-            local: local as u16,
-            local_port: port,
-            state,
-            flags: 0,
-            expires: now.saturating_add(r.timeouts[state as usize]),
-        };
-        let idx = match A::table_mut(&mut self.tables).insert(s, false) {
-            Ok(i) => i,
-            Err(_) => {
-                self.ports[local].free.push(port);
-                return Err(DropReason::TableFull);
-            }
-        };
-        self.ports[local].owner[usize::from(port)] = idx + 1;
-        self.snat_counters(rule).sessions_total += 1;
-        // Synced as services' sessions are: UDP at once, TCP once established.
-        if state == State::Datagram {
-            self.export::<A>(plane, idx, now);
-        }
-        Ok(idx)
+/// A reply from the outside to an SNAT address and port: back to the
+/// inside host.
+pub(super) fn back<A: Family>(
+    ss: &mut Sessions,
+    plane: &Plane,
+    idx: u32,
+    buf: &mut Buf<'_>,
+    ip: &Ip,
+    now: u32,
+) -> Verdict {
+    let s = *A::table(&ss.tables).get(idx);
+    if (ip.flow.proto == PROTO_TCP) != (s.service & SNAT_TCP != 0) {
+        return Verdict::Drop(DropReason::NoSession);
     }
-
-    /// A reply from the outside to an SNAT address and port: back to the
-    /// inside host.
-    pub(super) fn snat_back<A: Family>(
-        &mut self,
-        plane: &Plane,
-        idx: u32,
-        buf: &mut Buf<'_>,
-        ip: &Ip,
-        now: u32,
-    ) -> Verdict {
-        let s = *A::table(&self.tables).get(idx);
-        if (ip.flow.proto == PROTO_TCP) != (s.service & SNAT_TCP != 0) {
-            return Verdict::Drop(DropReason::NoSession);
-        }
-        self.track::<A>(plane, idx, ip, now);
-        let inside = s.client.ip();
-        if inside.is_ipv4() != ip.flow.dst.is_ipv4() {
-            return Verdict::Drop(DropReason::Unsupported);
-        }
-        if !rewrite::nat(buf.frame_mut(), ip, None, Some((inside, s.client_port))) {
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
-        self.snat_counters(s.service & RULE_MASK).packets_in += 1;
-        Verdict::Forward
+    ss.track::<A>(plane, idx, ip, now);
+    let inside = s.client.ip();
+    if inside.is_ipv4() != ip.flow.dst.is_ipv4() {
+        return Verdict::Drop(DropReason::Unsupported);
     }
-
-    fn snat_counters(&mut self, rule: u16) -> &mut super::SnatCounters {
-        let r = usize::from(rule & RULE_MASK);
-        if self.counters.snat.len() <= r {
-            self.counters.snat.resize(r + 1, super::SnatCounters::default());
-        }
-        &mut self.counters.snat[r]
+    if !rewrite::nat(buf.frame_mut(), ip, None, Some((inside, s.client_port))) {
+        return Verdict::Drop(DropReason::TtlExceeded);
     }
+    rewrite::set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+    ss.counters.snat_mut(s.service & RULE_MASK).packets_in += 1;
+    Verdict::Forward
 }

@@ -18,7 +18,8 @@ use std::net::IpAddr;
 use gatehouse_config::{L4Mode, SynProxyMode};
 
 use super::family::Family;
-use super::{Buf, DropReason, Plane, Service, Verdict, Worker};
+use super::sessions::Sessions;
+use super::{Buf, DropReason, Plane, Service, Verdict};
 use crate::rewrite::set_macs;
 use crate::rewrite::{Segment, shift32, write};
 use crate::session::{PROXIED, State};
@@ -73,9 +74,10 @@ fn payload<'a>(frame: &'a [u8], ip: &Ip) -> &'a [u8] {
     frame.get(ip.l4 + hl..ip.end).unwrap_or(&[])
 }
 
-impl Worker {
-    fn proxy(&mut self) -> &mut ProxyState {
-        self.proxy.get_or_insert_with(Box::default)
+impl ProxyState {
+    /// The proxy's state in `slot`, made on first use.
+    pub(super) fn of(slot: &mut Option<Box<ProxyState>>) -> &mut ProxyState {
+        slot.get_or_insert_with(Box::default)
     }
 
     /// Counts a SYN for `svc` (one with no session) and says whether the
@@ -85,7 +87,7 @@ impl Worker {
             SynProxyMode::Off => false,
             SynProxyMode::Always => true,
             SynProxyMode::Auto => {
-                let p = self.proxy();
+                let p = self;
                 if p.rates.len() <= usize::from(svc) {
                     p.rates.resize(usize::from(svc) + 1, Rate::default());
                 }
@@ -109,41 +111,10 @@ impl Worker {
             SynProxyMode::Off => false,
             SynProxyMode::Always => true,
             SynProxyMode::Auto => self
-                .proxy
-                .as_ref()
-                .and_then(|p| p.rates.get(usize::from(svc)))
+                .rates
+                .get(usize::from(svc))
                 .is_some_and(|r| r.until != 0 && now < r.until.saturating_add(2 * sp::STEP)),
         }
-    }
-
-    /// Answers a client's SYN with our SYN-ACK, its sequence number a
-    /// cookie; no session.
-    pub(super) fn answer_syn(&mut self, plane: &Plane, svc: u16, buf: &mut Buf<'_>, ip: &Ip, now: u32) -> Verdict {
-        let (isn, mss) = {
-            let seg = buf.frame().get(ip.l4..ip.end).unwrap_or(&[]);
-            (be32(seg, tcp::SEQ), sp::syn_mss(seg))
-        };
-        let idx = sp::mss_index(mss);
-        let ends = Ends { client: ip.flow.src, client_port: ip.flow.sport, vip: ip.flow.dst, vip_port: ip.flow.dport };
-        let cookie = sp::make(plane.syn_secret, now, &ends, isn, idx);
-        let s = Segment {
-            src: ip.flow.dst,
-            dst: ip.flow.src,
-            sport: ip.flow.dport,
-            dport: ip.flow.sport,
-            seq: cookie,
-            ack: isn.wrapping_add(1),
-            flags: TCP_SYN | TCP_ACK,
-            window: 65535,
-            mss: Some(sp::MSS_TABLE[usize::from(idx)]),
-        };
-        let Some(n) = write_at(buf, ip, &s, &[]) else { return Verdict::Drop(DropReason::Unsupported) };
-        buf.len = n;
-        set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
-        if let Some(c) = self.counters.services.get_mut(usize::from(svc)) {
-            c.syn_cookies_sent += 1;
-        }
-        Verdict::Forward
     }
 
     /// An ACK to service `svc` with no session: if the service has sent
@@ -151,6 +122,7 @@ impl Worker {
     /// ACK into the SYN to the real server. None: not a cookie's case.
     pub(super) fn cookie_ack<A: Family>(
         &mut self,
+        ss: &mut Sessions,
         plane: &Plane,
         svc: u16,
         buf: &mut Buf<'_>,
@@ -170,29 +142,29 @@ impl Worker {
         let (isn, cookie) = (seq.wrapping_sub(1), ack.wrapping_sub(1));
         let ends = Ends { client: ip.flow.src, client_port: ip.flow.sport, vip: ip.flow.dst, vip_port: ip.flow.dport };
         let Some(mss) = sp::check(plane.syn_secret, now, &ends, isn, cookie) else {
-            if let Some(c) = self.counters.services.get_mut(usize::from(svc)) {
+            if let Some(c) = ss.counters.services.get_mut(usize::from(svc)) {
                 c.syn_cookies_failed += 1;
             }
             return Some(Verdict::Drop(DropReason::BadCookie));
         };
-        if let Some(c) = self.counters.services.get_mut(usize::from(svc)) {
+        if let Some(c) = ss.counters.services.get_mut(usize::from(svc)) {
             c.syn_cookies_valid += 1;
         }
-        let idx = match self.create::<A>(plane, svc, ip, now) {
+        let idx = match ss.create::<A>(plane, svc, ip, now) {
             Ok(i) => i,
             Err(d) => return Some(Verdict::Drop(d)),
         };
-        let cap = A::table(&self.tables).capacity();
+        let cap = A::table(&ss.tables).capacity();
         let data = payload(buf.frame(), ip).to_vec();
-        let p = self.proxy();
+        let p = &mut *self;
         p.deltas::<A>(cap)[idx as usize] = cookie;
         if !data.is_empty() && p.parked.len() < PARKED_MAX {
             p.parked.insert((A::V6, idx), data);
         }
-        let s = *A::table(&self.tables).get(idx);
-        A::table_mut(&mut self.tables).get_mut(idx).flags |= PROXIED;
+        let s = *A::table(&ss.tables).get(idx);
+        A::table_mut(&mut ss.tables).get_mut(idx).flags |= PROXIED;
         let real = service.reals.get(usize::from(s.real))?;
-        let (src, sport) = self.real_side_source(plane, service, &s, ip)?;
+        let (src, sport) = Self::real_side_source(plane, service, &s, ip)?;
         let syn = Segment {
             src,
             dst: real.addr,
@@ -207,7 +179,7 @@ impl Worker {
         let Some(n) = write_at(buf, ip, &syn, &[]) else { return Some(Verdict::Drop(DropReason::Unsupported)) };
         buf.len = n;
         set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
-        if let Some(c) = self.counters.services.get_mut(usize::from(svc)) {
+        if let Some(c) = ss.counters.services.get_mut(usize::from(svc)) {
             c.packets += 1;
             c.bytes += n as u64;
             if let Some(p) = c.per_real_packets.get_mut(usize::from(s.real)) {
@@ -220,7 +192,6 @@ impl Worker {
     /// Where a session's packets to its real server come from: the client
     /// (NAT) or the FNAT local address and port.
     fn real_side_source<A: Family>(
-        &self,
         plane: &Plane,
         service: &Service,
         s: &crate::session::Session<A>,
@@ -236,18 +207,25 @@ impl Worker {
     /// is one): while the real server's
     /// handshake is under way it is dropped (the first data kept, an RST
     /// ending the session); after, None: it goes on as usual, and
-    /// [`Worker::proxied_out`] shifts its acknowledgment.
-    pub(super) fn proxied_in<A: Family>(&mut self, plane: &Plane, idx: u32, buf: &Buf<'_>, ip: &Ip) -> Option<Verdict> {
-        if A::table(&self.tables).get(idx).state != State::SynSent {
+    /// [`ProxyState::proxied_out`] shifts its acknowledgment.
+    pub(super) fn proxied_in<A: Family>(
+        &mut self,
+        ss: &mut Sessions,
+        plane: &Plane,
+        idx: u32,
+        buf: &Buf<'_>,
+        ip: &Ip,
+    ) -> Option<Verdict> {
+        if A::table(&ss.tables).get(idx).state != State::SynSent {
             return None;
         }
         if ip.tcp_flags & TCP_RST != 0 {
-            self.end::<A>(plane, idx);
-            self.proxy().parked.remove(&(A::V6, idx));
+            ss.end::<A>(plane, idx);
+            self.parked.remove(&(A::V6, idx));
             return Some(Verdict::Drop(DropReason::SynProxyPending));
         }
         let data = payload(buf.frame(), ip);
-        let p = self.proxy();
+        let p = &mut *self;
         if !data.is_empty() && p.parked.len() < PARKED_MAX && !p.parked.contains_key(&(A::V6, idx)) {
             p.parked.insert((A::V6, idx), data.to_vec());
         }
@@ -256,12 +234,12 @@ impl Worker {
 
     /// After a proxied session's segment was rewritten toward its real
     /// server: its acknowledgment into the server's numbers.
-    pub(super) fn proxied_out<A: Family>(&mut self, idx: u32, buf: &mut Buf<'_>, ip: &Ip) {
+    pub(super) fn proxied_out<A: Family>(&mut self, ss: &Sessions, idx: u32, buf: &mut Buf<'_>, ip: &Ip) {
         if ip.tcp_flags & TCP_ACK == 0 {
             return;
         }
-        let cap = A::table(&self.tables).capacity();
-        let d = self.proxy().deltas::<A>(cap)[idx as usize];
+        let cap = A::table(&ss.tables).capacity();
+        let d = self.deltas::<A>(cap)[idx as usize];
         let l4 = buf.head + ip.l4;
         shift32(buf.mem, l4, tcp::ACK, d);
     }
@@ -271,22 +249,23 @@ impl Worker {
     /// is under way: its SYN-ACK becomes the ACK that completes it (with the
     /// client's kept data), its RST an RST to the client; anything else is
     /// dropped. After: None, it goes on as usual and
-    /// [`Worker::proxied_back`] shifts its sequence number.
+    /// [`ProxyState::proxied_back`] shifts its sequence number.
     pub(super) fn proxied_reply<A: Family>(
         &mut self,
+        ss: &mut Sessions,
         plane: &Plane,
         idx: u32,
         buf: &mut Buf<'_>,
         ip: &Ip,
         now: u32,
     ) -> Option<Verdict> {
-        let s = *A::table(&self.tables).get(idx);
+        let s = *A::table(&ss.tables).get(idx);
         if s.state != State::SynSent {
             return None;
         }
         let service = plane.services.get(usize::from(s.service))?;
-        let cap = A::table(&self.tables).capacity();
-        let cookie = self.proxy().deltas::<A>(cap)[idx as usize];
+        let cap = A::table(&ss.tables).capacity();
+        let cookie = self.deltas::<A>(cap)[idx as usize];
         let (seq, ack) = {
             let seg = buf.frame().get(ip.l4..ip.end).unwrap_or(&[]);
             (be32(seg, tcp::SEQ), be32(seg, tcp::ACK))
@@ -303,8 +282,8 @@ impl Worker {
                 window: 0,
                 mss: None,
             };
-            self.end::<A>(plane, idx);
-            self.proxy().parked.remove(&(A::V6, idx));
+            ss.end::<A>(plane, idx);
+            self.parked.remove(&(A::V6, idx));
             let Some(n) = write_at(buf, ip, &rst, &[]) else { return Some(Verdict::Drop(DropReason::Unsupported)) };
             buf.len = n;
             set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
@@ -314,7 +293,7 @@ impl Worker {
             return Some(Verdict::Drop(DropReason::SynProxyPending));
         }
         // The shift from our numbers (the cookie) to the server's.
-        let p = self.proxy();
+        let p = &mut *self;
         p.deltas::<A>(cap)[idx as usize] = seq.wrapping_sub(cookie);
         let data = p.parked.remove(&(A::V6, idx)).unwrap_or_default();
         let (src, sport) = match service.mode {
@@ -335,7 +314,7 @@ impl Worker {
         let Some(n) = write_at(buf, ip, &done, &data) else { return Some(Verdict::Drop(DropReason::Unsupported)) };
         buf.len = n;
         set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
-        let t = A::table_mut(&mut self.tables).get_mut(idx);
+        let t = A::table_mut(&mut ss.tables).get_mut(idx);
         t.state = State::Established;
         t.expires = now.saturating_add(service.timeouts[State::Established as usize]);
         Some(Verdict::Forward)
@@ -343,12 +322,42 @@ impl Worker {
 
     /// After a proxied session's segment was rewritten toward the client:
     /// its sequence number into the client's (our cookie's) numbers.
-    pub(super) fn proxied_back<A: Family>(&mut self, idx: u32, buf: &mut Buf<'_>, ip: &Ip) {
-        let cap = A::table(&self.tables).capacity();
-        let d = self.proxy().deltas::<A>(cap)[idx as usize];
+    pub(super) fn proxied_back<A: Family>(&mut self, ss: &Sessions, idx: u32, buf: &mut Buf<'_>, ip: &Ip) {
+        let cap = A::table(&ss.tables).capacity();
+        let d = self.deltas::<A>(cap)[idx as usize];
         let l4 = buf.head + ip.l4;
         shift32(buf.mem, l4, tcp::SEQ, d.wrapping_neg());
     }
+}
+
+/// Answers a client's SYN with our SYN-ACK, its sequence number a
+/// cookie; no session.
+pub(super) fn answer_syn(ss: &mut Sessions, plane: &Plane, svc: u16, buf: &mut Buf<'_>, ip: &Ip, now: u32) -> Verdict {
+    let (isn, mss) = {
+        let seg = buf.frame().get(ip.l4..ip.end).unwrap_or(&[]);
+        (be32(seg, tcp::SEQ), sp::syn_mss(seg))
+    };
+    let idx = sp::mss_index(mss);
+    let ends = Ends { client: ip.flow.src, client_port: ip.flow.sport, vip: ip.flow.dst, vip_port: ip.flow.dport };
+    let cookie = sp::make(plane.syn_secret, now, &ends, isn, idx);
+    let s = Segment {
+        src: ip.flow.dst,
+        dst: ip.flow.src,
+        sport: ip.flow.dport,
+        dport: ip.flow.sport,
+        seq: cookie,
+        ack: isn.wrapping_add(1),
+        flags: TCP_SYN | TCP_ACK,
+        window: 65535,
+        mss: Some(sp::MSS_TABLE[usize::from(idx)]),
+    };
+    let Some(n) = write_at(buf, ip, &s, &[]) else { return Verdict::Drop(DropReason::Unsupported) };
+    buf.len = n;
+    set_macs(buf.frame_mut(), plane.next_hop_mac, plane.mac);
+    if let Some(c) = ss.counters.services.get_mut(usize::from(svc)) {
+        c.syn_cookies_sent += 1;
+    }
+    Verdict::Forward
 }
 
 /// Writes segment `s` in place of the frame's IP packet, using the room the

@@ -91,7 +91,7 @@ fn nat_rewrites_both_ways_and_keeps_the_session() {
     let b = flow(&back);
     assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
     assert_eq!(w.sessions(), 1);
-    assert_eq!(w.counters.services[0].sessions_total, 1);
+    assert_eq!(w.counters().services[0].sessions_total, 1);
 }
 
 #[test]
@@ -157,9 +157,9 @@ fn what_cannot_be_served_is_dropped_and_counted() {
     assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 4, VIP, 80, TCP_SYN), 0).0, Verdict::Drop(DropReason::TableFull));
     // Not for a service: to the kernel.
     assert_eq!(run(&mut w, &plane, &tcp(CLIENT, 5, [10, 0, 0, 7], 22, TCP_SYN), 0).0, Verdict::Pass);
-    assert_eq!(w.counters.dropped(DropReason::NoSession), 1);
-    assert_eq!(w.counters.dropped(DropReason::TableFull), 1);
-    assert_eq!(w.counters.dropped(DropReason::Malformed(Malformed::Truncated)), 1);
+    assert_eq!(w.counters().dropped(DropReason::NoSession), 1);
+    assert_eq!(w.counters().dropped(DropReason::TableFull), 1);
+    assert_eq!(w.counters().dropped(DropReason::Malformed(Malformed::Truncated)), 1);
     // Every reason has its own slot.
     let slots: std::collections::HashSet<usize> = DropReason::all().map(DropReason::index).collect();
     assert_eq!(slots.len(), DROP_KINDS);
@@ -186,8 +186,8 @@ fn sessions_expire_by_state_and_free_their_ports() {
     assert_eq!(w.sessions(), 1);
     run(&mut w, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 11);
     assert_eq!(w.sessions(), 0);
-    assert_eq!(w.counters.services[0].sessions_active, 0);
-    let free = w.ports[0].free.len();
+    assert_eq!(w.counters().services[0].sessions_active, 0);
+    let free = w.sessions.ports[0].free.len();
     assert_eq!(free, 65536 - 1024);
 }
 
@@ -198,7 +198,7 @@ fn weights_split_new_sessions() {
     for port in 0..4000u16 {
         run(&mut w, &plane, &tcp(CLIENT, 10_000 + port, VIP, 80, TCP_SYN), 0);
     }
-    let per = &w.counters.services[0].per_real_active;
+    let per = &w.counters().services[0].per_real_active;
     assert_eq!(per, &vec![1000, 3000]);
 }
 
@@ -295,7 +295,7 @@ fn arp_and_neighbour_discovery_for_our_addresses_are_answered() {
     assert_eq!(v, Verdict::Forward);
     assert_eq!(out.len(), crate::neighbour::ND_ADVERT_LEN);
     assert_eq!(out[14 + 40], crate::neighbour::ND_ADVERT);
-    assert_eq!(w.counters.answered, 3);
+    assert_eq!(w.counters().answered, 3);
 }
 
 /// An ICMPv4 error from `from` to `to`, quoting `quoted` (an IP packet's
@@ -410,7 +410,7 @@ fn a_syn_on_the_port_of_an_ending_connection_is_a_new_session() {
     let (v, out) = run(&mut w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 2);
     assert_eq!(v, Verdict::Forward);
     assert_ne!(flow(&out).dst, first);
-    let c = &w.counters.services[0];
+    let c = &w.counters().services[0];
     assert_eq!((c.sessions_total, c.sessions_active, w.sessions()), (2, 1, 1));
 }
 
@@ -428,7 +428,7 @@ fn packets_of_a_new_flow_in_one_vector_make_one_session() {
     assert!(verdicts.iter().all(|v| *v == Verdict::Forward));
     let flows: std::collections::HashSet<_> = bufs.iter().map(|b| flow(b.frame())).collect();
     assert_eq!(flows.len(), 1, "one server, one local port: {flows:?}");
-    assert_eq!((w.sessions(), w.counters.services[0].sessions_total), (1, 1));
+    assert_eq!((w.sessions(), w.counters().services[0].sessions_total), (1, 1));
 }
 
 /// A NAT or FNAT TCP session to the first server, established.
@@ -479,7 +479,7 @@ fn sessions_of_a_server_that_went_down_are_kept_or_reset() {
         assert_eq!(out[14 + 33], TCP_RST);
         assert_eq!(out[38..42], seg[42..46], "SEQ = the segment's ACK");
         assert_eq!(out.len(), 14 + 40);
-        let c = &w.counters.services[0];
+        let c = &w.counters().services[0];
         assert_eq!((c.resets, c.sessions_active, w.sessions()), (1, 0, 0), "{mode:?}");
         // The connection is gone; a new one goes to the server that is up.
         assert_eq!(run(&mut w, &down, &seg, 1).0, Verdict::Drop(DropReason::NoSession));
@@ -508,7 +508,7 @@ fn sessions_of_a_server_that_went_down_are_kept_or_reset() {
         assert_eq!((f.src, f.dst, f.dport), (IpAddr::from(VIP), IpAddr::from(CLIENT), 40000));
         assert_eq!(out[14 + 33], TCP_RST);
         assert_eq!(w.sessions(), 0);
-        assert_eq!(w.counters.services[0].resets, 2);
+        assert_eq!(w.counters().services[0].resets, 2);
     }
 }
 
@@ -581,8 +581,8 @@ fn fnat_sessions_sync_to_a_standby_and_carry_on_there() {
         w.commit(&plane, &r, 6).expect("test");
     }
     let owner = usize::from(f.sport % 2);
-    assert_eq!(standby[owner].counters.services[0].sessions_active, 1);
-    assert_eq!(standby[1 - owner].counters.services[0].sessions_active, 0);
+    assert_eq!(standby[owner].counters().services[0].sessions_active, 1);
+    assert_eq!(standby[1 - owner].counters().services[0].sessions_active, 0);
     // The client's next segment, on either core, goes out as before.
     for w in &mut standby {
         let (v, out) = run(w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH), 7);
@@ -753,7 +753,7 @@ fn the_syn_proxy_opens_connections_only_for_good_cookies() {
         let (v, out) = run(&mut w, &plane, &seg(CLIENT, 40000, VIP, 80, isn + 6, cookie + 4, TCP_ACK, None, b""), 103);
         assert_eq!(v, Verdict::Forward);
         assert_eq!(numbers(&out).1, rs_isn + 4);
-        let c = &w.counters.services[0];
+        let c = &w.counters().services[0];
         assert_eq!((c.syn_cookies_sent, c.syn_cookies_valid, c.syn_cookies_failed), (1, 1, 1), "{mode:?}");
     }
 }
@@ -776,7 +776,7 @@ fn auto_turns_the_syn_proxy_on_past_the_threshold() {
         assert_eq!(flow(&out).dst, IpAddr::from(CLIENT));
     }
     assert_eq!(w.sessions(), 3);
-    assert_eq!(w.counters.services[0].syn_cookies_sent, 47);
+    assert_eq!(w.counters().services[0].syn_cookies_sent, 47);
     // Still on in the ticks after; off once HOLD ticks have passed quietly.
     let (_, out) = run(&mut w, &plane, &tcp(CLIENT, 2000, VIP, 80, TCP_SYN), 6);
     assert_eq!(flow(&out).dst, IpAddr::from(CLIENT));
@@ -826,7 +826,7 @@ fn snat_takes_inside_hosts_out_and_their_replies_back() {
     // A TCP segment to the UDP mapping's port is nobody's.
     let (v, _) = run(&mut w, &plane, &tcp(REMOTE, 53, OUT, u.sport, TCP_ACK), 3);
     assert_eq!(v, Verdict::Drop(DropReason::NoSession));
-    assert_eq!((w.counters.snat[0].sessions_total, w.counters.snat[0].packets_in), (2, 1));
+    assert_eq!((w.counters().snat[0].sessions_total, w.counters().snat[0].packets_in), (2, 1));
     // Both mappings were synced (TCP once established); a standby that
     // commits them sends the replies in.
     let recs = std::mem::take(&mut w.sync_out().expect("sync on").records);
