@@ -3,16 +3,32 @@
 //! from the host's routes and neighbours, and the worker and control
 //! threads that run [`gatehouse_l4::plane`] on real interfaces.
 //!
+//! - [`runtime`]: starts and stops the plane on its interfaces;
+//! - [`shared`]: what its threads share (ports, counters, config);
+//! - `control`: planes built and published, XDP maps, announcements,
+//!   the control thread;
+//! - `lane`: a worker thread's loop; `frame_io`: its frames in and out,
+//!   over AF_XDP or AF_PACKET behind one interface;
+//! - [`steer`], [`xsk`], [`packet_socket`]: the XDP program and sockets;
+//! - [`nexthop`]: next hops from the kernel's routes and neighbours;
+//! - [`ha`]: session sync and announcements for active/standby;
+//! - [`service`]: the plane as a service of the node.
+//!
 //! `unsafe` is confined to [`xsk`] (AF_XDP rings and UMEM) and
 //! [`packet_socket`] (AF_PACKET system calls).
 
+mod control;
+mod frame_io;
 pub mod ha;
+mod lane;
 pub mod nexthop;
 pub mod packet_socket;
 pub mod runtime;
 pub mod service;
+pub mod shared;
 pub mod steer;
 pub mod xsk;
 
-pub use runtime::{HaStart, HealthFn, L4Runtime, WorkerStats};
+pub use runtime::{HaStart, L4Runtime};
 pub use service::L4;
+pub use shared::{HealthFn, WorkerStats};

@@ -12,7 +12,8 @@ use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::metrics::Exposition;
 use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Staged, Start};
 
-use crate::runtime::{HaStart, HealthFn, L4Runtime, StartError, WorkerStats};
+use crate::runtime::{HaStart, L4Runtime, StartError};
+use crate::shared::{HealthFn, WorkerStats};
 
 /// The health-registry group of an L4 service's real servers.
 fn health_group(service: &str) -> String {
