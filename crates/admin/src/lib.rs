@@ -44,8 +44,8 @@ const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 pub fn start(
     node: Arc<Node>,
     std_listener: std::net::TcpListener,
-) -> Result<Pin<Box<dyn Future<Output = ()> + Send>>, String> {
-    std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+) -> std::io::Result<Pin<Box<dyn Future<Output = ()> + Send>>> {
+    std_listener.set_nonblocking(true)?;
     Ok(Box::pin(async move {
         let listener = match tokio::net::TcpListener::from_std(std_listener) {
             Ok(l) => l,

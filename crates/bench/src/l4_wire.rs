@@ -20,6 +20,8 @@ use gatehouse_wire::packet::{ETHERTYPE_IPV4, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_
 use gatehouse_l4_io::runtime::{parse_mac, sys};
 use gatehouse_l4_io::xsk;
 
+use crate::{BenchError, failed};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Via {
     Xdp,
@@ -70,19 +72,21 @@ fn frame(o: &WireOptions, src_mac: [u8; 6], i: u16, flags: u8) -> Vec<u8> {
     f
 }
 
-pub fn generate(o: &WireOptions) -> Result<WireReport, String> {
+pub fn generate(o: &WireOptions) -> Result<WireReport, BenchError> {
     if o.proto != PROTO_UDP && o.proto != PROTO_TCP {
-        return Err("the protocol must be tcp or udp".into());
+        return Err(BenchError::Invalid("the protocol must be tcp or udp".into()));
     }
     if o.via == Via::Xdp && o.pps > 0 {
         // Each kernel call sends thousands of frames at full speed: an
         // average rate would arrive in bursts no receiver's ring holds.
-        return Err("a packet rate needs --via af_xdp (frames made by XDP come in bursts of thousands)".into());
+        return Err(BenchError::Invalid(
+            "a packet rate needs --via af_xdp (frames made by XDP come in bursts of thousands)".into(),
+        ));
     }
     let ifindex =
-        nix::net::if_::if_nametoindex(o.interface.as_str()).map_err(|e| format!("interface {}: {e}", o.interface))?;
+        nix::net::if_::if_nametoindex(o.interface.as_str()).map_err(failed(format!("interface {}", o.interface)))?;
     let src_mac = parse_mac(&sys(&o.interface, "address")?)
-        .ok_or_else(|| format!("interface {}: no MAC address", o.interface))?;
+        .ok_or_else(|| BenchError::Invalid(format!("interface {}: no MAC address", o.interface)))?;
     match o.via {
         Via::Xdp => generate_xdp(o, ifindex, src_mac),
         Via::AfXdp => generate_af_xdp(o, ifindex, src_mac),
@@ -101,23 +105,22 @@ fn xdp_config(template: &[u8], proto: u8, flows: u16) -> [u8; 64] {
     c
 }
 
-fn generate_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireReport, String> {
+fn generate_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireReport, BenchError> {
     use std::os::fd::{AsFd, AsRawFd};
-    let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
-    let mut bpf = aya::Ebpf::load(TRAFFICGEN).map_err(|e| err("loading the generator", &e))?;
+    let mut bpf = aya::Ebpf::load(TRAFFICGEN).map_err(failed("loading the generator"))?;
     let prog: &mut aya::programs::Xdp = bpf
         .program_mut("gatehouse_trafficgen")
-        .ok_or("no gatehouse_trafficgen program")?
+        .ok_or(BenchError::Invalid("the generator object has no gatehouse_trafficgen program".into()))?
         .try_into()
-        .map_err(|e| err("gatehouse_trafficgen", &e))?;
-    prog.load().map_err(|e| err("verifying the generator", &e))?;
-    let fd = prog.fd().map_err(|e| err("the generator", &e))?.as_fd().as_raw_fd();
+        .map_err(failed("gatehouse_trafficgen"))?;
+    prog.load().map_err(failed("verifying the generator"))?;
+    let fd = prog.fd().map_err(failed("the generator"))?.as_fd().as_raw_fd();
     let flows = o.flows.max(1);
-    let set = |bpf: &mut aya::Ebpf, frame: &[u8]| -> Result<(), String> {
-        let map = bpf.map_mut("CONFIG").ok_or("no CONFIG map")?;
+    let set = |bpf: &mut aya::Ebpf, frame: &[u8]| -> Result<(), BenchError> {
+        let map = bpf.map_mut("CONFIG").ok_or(BenchError::Invalid("the generator object has no CONFIG map".into()))?;
         let mut a: aya::maps::Array<&mut aya::maps::MapData, [u8; 64]> =
-            aya::maps::Array::try_from(map).map_err(|e| err("CONFIG", &e))?;
-        a.set(0, xdp_config(frame, o.proto, flows), 0).map_err(|e| err("CONFIG", &e))
+            aya::maps::Array::try_from(map).map_err(failed("CONFIG"))?;
+        a.set(0, xdp_config(frame, o.proto, flows), 0).map_err(failed("CONFIG"))
     };
     // The UDP checksum is left out (zero) so that the program need not
     // adjust it for each source port.
@@ -131,7 +134,7 @@ fn generate_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireR
     if o.proto == PROTO_TCP {
         let syn = frame(o, src_mac, 0, TCP_SYN);
         set(&mut bpf, &syn)?;
-        crate::bpf_run::run_live(fd, &syn, ifindex, u32::from(flows), 64).map_err(|e| err("sending", &e))?;
+        crate::bpf_run::run_live(fd, &syn, ifindex, u32::from(flows), 64).map_err(failed("sending"))?;
         sent += u64::from(flows);
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -148,15 +151,15 @@ fn generate_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireR
             let rate = steady as f64 / start.elapsed().as_secs_f64().max(1e-6);
             chunk = ((rate * 0.1) as u64).clamp(1 << 12, 1 << 20);
         }
-        crate::bpf_run::run_live(fd, &f, ifindex, chunk as u32, 64).map_err(|e| err("sending", &e))?;
+        crate::bpf_run::run_live(fd, &f, ifindex, chunk as u32, 64).map_err(failed("sending"))?;
         steady += chunk;
     }
     Ok(WireReport { sent: sent + steady, elapsed: start.elapsed() })
 }
 
-fn generate_af_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireReport, String> {
+fn generate_af_xdp(o: &WireOptions, ifindex: u32, src_mac: [u8; 6]) -> Result<WireReport, BenchError> {
     let mut sock = xsk::Socket::open(ifindex, 0, xsk::Config::default())
-        .map_err(|e| format!("AF_XDP socket on {}: {e}", o.interface))?;
+        .map_err(failed(format!("AF_XDP socket on {}", o.interface)))?;
     let flows = o.flows.max(1);
     let mut sent = 0u64;
     if o.proto == PROTO_TCP {

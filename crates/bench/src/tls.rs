@@ -19,6 +19,8 @@ use boring::ssl::{Ssl, SslContext, SslMethod, SslOptions, SslSessionCacheMode, S
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::{BenchError, failed};
+
 /// What to run, from the command line.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -138,30 +140,34 @@ struct Target {
     request: Vec<u8>,
 }
 
-fn parse_target(opts: &Options) -> Result<Target, String> {
+fn parse_target(opts: &Options) -> Result<Target, BenchError> {
     let rest = opts
         .url
         .strip_prefix("https://")
-        .ok_or_else(|| format!("{}: expected a URL starting with https://", opts.url))?;
+        .ok_or_else(|| BenchError::Invalid(format!("{}: expected a URL starting with https://", opts.url)))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
     if authority.is_empty() {
-        return Err(format!("{}: the URL has no host", opts.url));
+        return Err(BenchError::Invalid(format!("{}: the URL has no host", opts.url)));
     }
     // host, host:port, [v6], [v6]:port
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, after) = v6.split_once(']').ok_or_else(|| format!("{}: unclosed '[' in the host", opts.url))?;
+        let (h, after) =
+            v6.split_once(']').ok_or_else(|| BenchError::Invalid(format!("{}: unclosed '[' in the host", opts.url)))?;
         let port = match after.strip_prefix(':') {
-            Some(p) => p.parse::<u16>().map_err(|_| format!("{}: bad port {p:?}", opts.url))?,
+            Some(p) => p.parse::<u16>().map_err(|_| BenchError::Invalid(format!("{}: bad port {p:?}", opts.url)))?,
             None if after.is_empty() => 443,
-            None => return Err(format!("{}: unexpected {after:?} after the host", opts.url)),
+            None => return Err(BenchError::Invalid(format!("{}: unexpected {after:?} after the host", opts.url))),
         };
         (h.to_string(), port)
     } else {
         match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), p.parse::<u16>().map_err(|_| format!("{}: bad port {p:?}", opts.url))?),
+            Some((h, p)) => (
+                h.to_string(),
+                p.parse::<u16>().map_err(|_| BenchError::Invalid(format!("{}: bad port {p:?}", opts.url)))?,
+            ),
             None => (authority.to_string(), 443),
         }
     };
@@ -169,19 +175,21 @@ fn parse_target(opts: &Options) -> Result<Target, String> {
         Some(a) => a,
         None => {
             let candidates: Vec<SocketAddr> =
-                (host.as_str(), port).to_socket_addrs().map_err(|e| format!("{host}: cannot resolve: {e}"))?.collect();
+                (host.as_str(), port).to_socket_addrs().map_err(failed(format!("{host}: cannot resolve")))?.collect();
             // With several addresses (localhost: ::1 and 127.0.0.1), the first
             // that accepts a connection now is used for the run. One address
             // is not probed: the probe would count as a failed handshake on
             // the server.
             match candidates.as_slice() {
-                [] => return Err(format!("{host}: resolves to no address")),
+                [] => return Err(BenchError::Invalid(format!("{host}: resolves to no address"))),
                 [one] => *one,
                 _ => candidates
                     .iter()
                     .copied()
                     .find(|a| std::net::TcpStream::connect_timeout(a, Duration::from_secs(2)).is_ok())
-                    .ok_or_else(|| format!("{host}:{port}: no address accepts connections ({candidates:?})"))?,
+                    .ok_or_else(|| {
+                        BenchError::Invalid(format!("{host}:{port}: no address accepts connections ({candidates:?})"))
+                    })?,
             }
         }
     };
@@ -190,9 +198,8 @@ fn parse_target(opts: &Options) -> Result<Target, String> {
     Ok(Target { host, addr, request: request.into_bytes() })
 }
 
-fn client_context(opts: &Options) -> Result<SslContext, String> {
-    let err = |what: &str, e: boring::error::ErrorStack| format!("{what}: {e}");
-    let mut b = SslContext::builder(SslMethod::tls()).map_err(|e| err("TLS context", e))?;
+fn client_context(opts: &Options) -> Result<SslContext, BenchError> {
+    let mut b = SslContext::builder(SslMethod::tls()).map_err(failed("TLS context"))?;
     // A load generator measures the server: the client checks nothing it can skip.
     b.set_verify(SslVerifyMode::NONE);
     // Every connection is a full handshake: no session cache, no tickets.
@@ -202,22 +209,22 @@ fn client_context(opts: &Options) -> Result<SslContext, String> {
         None => None,
         Some("1.2") => Some(SslVersion::TLS1_2),
         Some("1.3") => Some(SslVersion::TLS1_3),
-        Some(v) => return Err(format!("--tls {v}: expected 1.2 or 1.3")),
+        Some(v) => return Err(BenchError::Invalid(format!("--tls {v}: expected 1.2 or 1.3"))),
     };
     if version.is_some() {
-        b.set_min_proto_version(version).map_err(|e| err("--tls", e))?;
-        b.set_max_proto_version(version).map_err(|e| err("--tls", e))?;
+        b.set_min_proto_version(version).map_err(failed("--tls"))?;
+        b.set_max_proto_version(version).map_err(failed("--tls"))?;
     } else {
-        b.set_min_proto_version(Some(SslVersion::TLS1_2)).map_err(|e| err("--tls", e))?;
+        b.set_min_proto_version(Some(SslVersion::TLS1_2)).map_err(failed("--tls"))?;
     }
     if let Some(c) = &opts.ciphers {
-        b.set_cipher_list(c).map_err(|e| err(&format!("--ciphers {c}"), e))?;
+        b.set_cipher_list(c).map_err(failed(format!("--ciphers {c}")))?;
     }
-    b.set_curves_list(&opts.groups).map_err(|e| err(&format!("--groups {}", opts.groups), e))?;
+    b.set_curves_list(&opts.groups).map_err(failed(format!("--groups {}", opts.groups)))?;
     if let Some(s) = &opts.sigalgs {
-        b.set_sigalgs_list(s).map_err(|e| err(&format!("--sigalgs {s}"), e))?;
+        b.set_sigalgs_list(s).map_err(failed(format!("--sigalgs {s}")))?;
     }
-    b.set_alpn_protos(b"\x08http/1.1").map_err(|e| err("ALPN", e))?;
+    b.set_alpn_protos(b"\x08http/1.1").map_err(failed("ALPN"))?;
     Ok(b.build())
 }
 
@@ -249,9 +256,9 @@ impl Budget {
 }
 
 /// Runs the load and reports. `progress` gets human-readable lines.
-pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report, String> {
+pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report, BenchError> {
     if opts.connections == 0 || opts.threads == 0 {
-        return Err("--connections and --threads must be at least 1".into());
+        return Err(BenchError::Invalid("--connections and --threads must be at least 1".into()));
     }
     let target = Arc::new(parse_target(opts)?);
     let ctx = client_context(opts)?;
@@ -286,8 +293,8 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report, Str
         .collect();
     let mut tally = Tally::default();
     for w in workers {
-        let handle = w.map_err(|e| format!("cannot start a client thread: {e}"))?;
-        tally.merge(handle.join().map_err(|_| "a client thread panicked".to_string())??);
+        let handle = w.map_err(failed("cannot start a client thread"))?;
+        tally.merge(handle.join().map_err(|_| BenchError::Invalid("a client thread panicked".into()))??);
     }
     let elapsed = start.elapsed();
     let cpu1 = process_cpu_ticks();
@@ -300,11 +307,11 @@ fn client_thread(
     ctx: SslContext,
     budget: Arc<Budget>,
     timeout: Duration,
-) -> Result<Tally, String> {
+) -> Result<Tally, BenchError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot build a client runtime: {e}"))?;
+        .map_err(failed("cannot build a client runtime"))?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let tasks: Vec<_> = (0..conns)
@@ -312,7 +319,7 @@ fn client_thread(
             .collect();
         let mut tally = Tally::default();
         for t in tasks {
-            tally.merge(t.await.map_err(|e| format!("a connection task failed: {e}"))?);
+            tally.merge(t.await.map_err(failed("a connection task failed"))?);
         }
         Ok(tally)
     })
@@ -530,10 +537,10 @@ mod tests {
     fn bad_tls_options_are_refused() {
         let mut o = opts("https://x/");
         o.tls = Some("1.1".into());
-        assert!(client_context(&o).expect_err("refused").contains("--tls 1.1"));
+        assert!(client_context(&o).expect_err("refused").to_string().contains("--tls 1.1"));
         let mut o = opts("https://x/");
         o.groups = "nonsense".into();
-        assert!(client_context(&o).expect_err("refused").contains("--groups nonsense"));
+        assert!(client_context(&o).expect_err("refused").to_string().contains("--groups nonsense"));
     }
 
     #[test]

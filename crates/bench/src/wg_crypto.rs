@@ -55,12 +55,9 @@ fn mb(size: usize, batch: usize, time: Duration) -> f64 {
 
 /// The same work through BoringSSL, one packet at a time (one context per
 /// key, made once).
-fn boring(size: usize, batch: usize, time: Duration) -> Result<f64, String> {
+fn boring(size: usize, batch: usize, time: Duration) -> Result<f64, boring::error::ErrorStack> {
     let alg = Algorithm::chacha20_poly1305();
-    let mut ctxs: Vec<AeadCtx> = keys()
-        .iter()
-        .map(|k| AeadCtx::new_default_tag(&alg, k).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
+    let mut ctxs: Vec<AeadCtx> = keys().iter().map(|k| AeadCtx::new_default_tag(&alg, k)).collect::<Result<_, _>>()?;
     let mut data = vec![vec![0x5au8; size]; batch];
     let mut tag = [0u8; 16];
     let mut counter = 0u64;
@@ -71,7 +68,7 @@ fn boring(size: usize, batch: usize, time: Duration) -> Result<f64, String> {
             for (i, d) in data.iter_mut().enumerate() {
                 let mut nonce = [0u8; 12];
                 nonce[4..].copy_from_slice(&(counter + i as u64).to_le_bytes());
-                ctxs[i % KEYS].seal_in_place_mut(&nonce, d, &mut tag, &[]).map_err(|e| e.to_string())?;
+                ctxs[i % KEYS].seal_in_place_mut(&nonce, d, &mut tag, &[])?;
             }
             counter += batch as u64;
             sealed += batch as u64;
@@ -81,7 +78,12 @@ fn boring(size: usize, batch: usize, time: Duration) -> Result<f64, String> {
 }
 
 /// Every size and batch, both engines, interleaved.
-pub fn run(time: Duration, sizes: &[usize], batches: &[usize], mut each: impl FnMut(&Row)) -> Result<Vec<Row>, String> {
+pub fn run(
+    time: Duration,
+    sizes: &[usize],
+    batches: &[usize],
+    mut each: impl FnMut(&Row),
+) -> Result<Vec<Row>, boring::error::ErrorStack> {
     let mut rows = Vec::new();
     for &size in sizes {
         for &batch in batches {

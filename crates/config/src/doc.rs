@@ -74,6 +74,17 @@ pub fn entries<'a>(root: &'a Node, kind: &str, scope: Option<&str>) -> &'a [Node
     }
 }
 
+/// Why a resource list cannot be edited in a document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListError {
+    #[error("the config is not a mapping")]
+    NotAMapping,
+    #[error("{0}: expected a list")]
+    NotAList(String),
+    #[error("there is no WireGuard interface {0:?} in the config")]
+    NoInterface(String),
+}
+
 /// The entries of a resource list to edit, with the list's path in the
 /// config (`routes`, `wireguard.interfaces[0].peers`). A top-level list is
 /// made if absent; peers need their interface to be in the config.
@@ -81,12 +92,12 @@ pub fn entries_mut<'a>(
     root: &'a mut Node,
     kind: &str,
     scope: Option<&str>,
-) -> Result<(&'a mut Vec<Node>, String), String> {
+) -> Result<(&'a mut Vec<Node>, String), ListError> {
     if kind != PEERS {
         return list_mut(root, kind).map(|l| (l, kind.to_string()));
     }
     let scope = scope.unwrap_or_default();
-    let missing = || format!("there is no WireGuard interface {scope:?} in the config");
+    let missing = || ListError::NoInterface(scope.to_string());
     let Value::Map(top) = &mut root.value else { return Err(missing()) };
     let Some((_, wg)) = top.iter_mut().find(|(k, _)| k.scalar() == Some("wireguard")) else { return Err(missing()) };
     let interfaces = list_mut(wg, "interfaces").map_err(|_| missing())?;
@@ -160,11 +171,11 @@ pub fn list<'a>(root: &'a Node, kind: &str) -> &'a [Node] {
 }
 
 /// The entries of a top-level list, to edit; the key is added if absent.
-pub fn list_mut<'a>(root: &'a mut Node, kind: &str) -> Result<&'a mut Vec<Node>, String> {
+pub fn list_mut<'a>(root: &'a mut Node, kind: &str) -> Result<&'a mut Vec<Node>, ListError> {
     if root.value == Value::Null {
         root.value = Value::Map(Vec::new());
     }
-    let Value::Map(entries) = &mut root.value else { return Err("the config is not a mapping".into()) };
+    let Value::Map(entries) = &mut root.value else { return Err(ListError::NotAMapping) };
     let at = match entries.iter().position(|(k, _)| k.scalar() == Some(kind)) {
         Some(i) => i,
         None => {
@@ -178,7 +189,7 @@ pub fn list_mut<'a>(root: &'a mut Node, kind: &str) -> Result<&'a mut Vec<Node>,
     }
     match &mut value.value {
         Value::Seq(items) => Ok(items),
-        _ => Err(format!("{kind}: expected a list")),
+        _ => Err(ListError::NotAList(kind.to_string())),
     }
 }
 

@@ -59,6 +59,26 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// Why a private key cannot serve on the engine asked for. The config
+/// check reports it against the certificate; the key is not used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("key_provider mb needs AVX-512 IFMA, which this CPU lacks: use auto or boring")]
+    NoIfma,
+    #[error("not an RSA key")]
+    NotRsa,
+    #[error("the key has no {0}: the multi-buffer engine needs the CRT parameters")]
+    MissingPart(&'static str),
+    #[error("the multi-buffer engine cannot take this key: {0}")]
+    Engine(#[from] mbx::KeyError),
+    #[error("the key's self-test could not make its test message: {0}")]
+    TestMessage(boring::error::ErrorStack),
+    #[error("the key's self-test failed on {engine}: {error}")]
+    SelfTest { engine: &'static str, error: Error },
+    #[error("the key's self-test on mb gave another result than BoringSSL")]
+    SelfTestMismatch,
+}
+
 /// The engine that runs a key's RSA operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
@@ -77,12 +97,12 @@ impl Engine {
 
 /// Resolves a configured provider on this CPU: `auto` takes `mb` when the CPU
 /// has AVX-512 IFMA; an explicit `mb` without it is an error.
-pub fn resolve(choice: KeyProvider) -> Result<Engine, String> {
+pub fn resolve(choice: KeyProvider) -> Result<Engine, KeyError> {
     let ifma = mbx::available();
     match choice {
         KeyProvider::Boring => Ok(Engine::Boring),
         KeyProvider::Mb if ifma => Ok(Engine::Mb),
-        KeyProvider::Mb => Err("mb needs AVX-512 IFMA, which this CPU lacks (use auto or boring)".into()),
+        KeyProvider::Mb => Err(KeyError::NoIfma),
         KeyProvider::Auto if ifma => Ok(Engine::Mb),
         KeyProvider::Auto => Ok(Engine::Boring),
     }
@@ -121,8 +141,8 @@ impl RsaKey {
     /// Prepares `pkey` (which must be RSA) for `engine`. With `mb`, a key the
     /// engine cannot take (exponent other than 65537, size other than 2048,
     /// 3072 or 4096) stays on BoringSSL, and the returned note says why.
-    pub fn new(pkey: &PKey<Private>, engine: Engine) -> Result<(Self, Option<String>), String> {
-        let rsa = pkey.rsa().map_err(|_| "not an RSA key".to_string())?;
+    pub fn new(pkey: &PKey<Private>, engine: Engine) -> Result<(Self, Option<String>), KeyError> {
+        let rsa = pkey.rsa().map_err(|_| KeyError::NotRsa)?;
         let bits = rsa.n().num_bits() as usize;
         let mut note = None;
         let mb = match engine {
@@ -199,27 +219,28 @@ impl RsaKey {
         }
     }
 
-    fn self_test(&self) -> Result<(), String> {
+    fn self_test(&self) -> Result<(), KeyError> {
         let mut msg = [0u8; 32];
-        boring::rand::rand_bytes(&mut msg).map_err(|e| e.to_string())?;
-        let em = self.encode(RsaScheme::Pkcs1(Hash::Sha256), &msg).map_err(|e| e.to_string())?;
-        let single = self.private_single(&em).map_err(|e| format!("self-test on boring: {e}"))?;
+        boring::rand::rand_bytes(&mut msg).map_err(KeyError::TestMessage)?;
+        let on_boring = |error| KeyError::SelfTest { engine: "boring", error };
+        let em = self.encode(RsaScheme::Pkcs1(Hash::Sha256), &msg).map_err(on_boring)?;
+        let single = self.private_single(&em).map_err(on_boring)?;
         if let Some(k) = &self.mb {
             let mut out = vec![0u8; self.size()];
             let r = mbx::private_batch(&mut [mbx::Op { key: k, input: &em, output: &mut out }]);
             match r.first() {
                 Some(Ok(())) if out == single => {}
-                Some(Err(e)) => return Err(format!("self-test on mb: {e}")),
-                _ => return Err("self-test on mb: result differs from BoringSSL's".into()),
+                Some(Err(e)) => return Err(KeyError::SelfTest { engine: "mb", error: Error::Engine(*e) }),
+                _ => return Err(KeyError::SelfTestMismatch),
             }
         }
         Ok(())
     }
 }
 
-fn mb_form(rsa: &Rsa<Private>) -> Result<mbx::RsaKey, String> {
-    let part = |b: Option<&boring::bn::BigNumRef>, name: &str| {
-        b.map(|b| b.to_vec()).ok_or_else(|| format!("key has no {name} (CRT parameters needed)"))
+fn mb_form(rsa: &Rsa<Private>) -> Result<mbx::RsaKey, KeyError> {
+    let part = |b: Option<&boring::bn::BigNumRef>, name: &'static str| {
+        b.map(|b| b.to_vec()).ok_or(KeyError::MissingPart(name))
     };
     let (n, e) = (rsa.n().to_vec(), rsa.e().to_vec());
     let mut p = part(rsa.p(), "p")?;
@@ -231,7 +252,7 @@ fn mb_form(rsa: &Rsa<Private>) -> Result<mbx::RsaKey, String> {
     for secret in [&mut p, &mut q, &mut dp, &mut dq, &mut qinv] {
         secret.zeroize();
     }
-    key.map_err(|e| e.to_string())
+    Ok(key?)
 }
 
 /// A finished or queued private-key operation.

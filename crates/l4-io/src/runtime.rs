@@ -37,10 +37,25 @@ pub struct L4Runtime {
 
 /// An attribute of network interface `iface` from sysfs
 /// (`/sys/class/net/IFACE/FILE`), trimmed.
-pub fn sys(iface: &str, file: &str) -> Result<String, String> {
+pub fn sys(iface: &str, file: &str) -> Result<String, InterfaceError> {
     std::fs::read_to_string(format!("/sys/class/net/{iface}/{file}"))
         .map(|s| s.trim().to_string())
-        .map_err(|e| format!("interface {iface}: {e}"))
+        .map_err(|source| InterfaceError::Read { interface: iface.to_string(), file: file.to_string(), source })
+}
+
+/// Why an interface could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum InterfaceError {
+    #[error("interface {interface}: cannot read its {file}: {source}")]
+    Read { interface: String, file: String, source: std::io::Error },
+    #[error("interface {0}: no index")]
+    NoIndex(String),
+    #[error("interface {0}: no MAC address")]
+    NoMac(String),
+    #[error(transparent)]
+    Steering(#[from] crate::steer::SteerError),
+    #[error("AF_XDP socket on queue {queue}: {source}")]
+    Socket { queue: u32, source: std::io::Error },
 }
 
 /// `02:00:0a:ff:00:01` as bytes.
@@ -104,11 +119,11 @@ impl L4Runtime {
         for (pi, name) in cfg.interfaces.iter().enumerate() {
             let at = || format!("l4.interfaces[{pi}]");
             let ifindex: u32 = sys(name, "ifindex")
-                .and_then(|i| i.parse().map_err(|_| format!("interface {name}: no index")))
-                .map_err(|e| StartError::at(at(), e))?;
+                .and_then(|i| i.parse().map_err(|_| InterfaceError::NoIndex(name.clone())))
+                .map_err(|e| StartError::at(at(), e.to_string()))?;
             let mac = sys(name, "address")
-                .and_then(|a| parse_mac(&a).ok_or_else(|| format!("interface {name}: no MAC address")))
-                .map_err(|e| StartError::at(at(), e))?;
+                .and_then(|a| parse_mac(&a).ok_or_else(|| InterfaceError::NoMac(name.clone())))
+                .map_err(|e| StartError::at(at(), e.to_string()))?;
             let mut steering = None;
             let mut sockets = Vec::new();
             if cfg.io != L4Io::AfPacket {
@@ -301,12 +316,12 @@ impl Drop for L4Runtime {
     }
 }
 
-fn open_xdp(name: &str, ifindex: u32, w: &Wanted) -> Result<(Steering, Vec<xsk::Socket>), String> {
+fn open_xdp(name: &str, ifindex: u32, w: &Wanted) -> Result<(Steering, Vec<xsk::Socket>), InterfaceError> {
     let mut steering = Steering::attach(name)?;
     let mut sockets = Vec::new();
     for q in 0..rx_queues(name) {
         let s = xsk::Socket::open(ifindex, q, xsk::Config::default())
-            .map_err(|e| format!("AF_XDP socket on queue {q}: {e}"))?;
+            .map_err(|source| InterfaceError::Socket { queue: q, source })?;
         steering.set_socket(q, s.fd())?;
         sockets.push(s);
     }

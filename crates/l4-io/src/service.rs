@@ -10,7 +10,7 @@ use gatehouse_config::{Config, FieldError, HaRole, KeySource, L4 as L4Config, Na
 use gatehouse_l4::sync::Key;
 use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::metrics::Exposition;
-use gatehouse_plane::{HealthTarget, Init, Plane, PlaneError, Prepare, Staged, Start};
+use gatehouse_plane::{HealthTarget, Init, NotReady, Plane, PlaneError, Prepare, Staged, Start};
 
 use crate::runtime::{HaStart, L4Runtime, StartError};
 use crate::shared::{HealthFn, WorkerStats};
@@ -130,13 +130,13 @@ impl Plane for L4 {
         Ok(Box::new(StagedL4 { plane: self.clone(), cfg: config.l4.clone(), sync_key }))
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         let wanted = self.cfg().as_ref().is_some_and(|l| !l.services.is_empty() || !l.snat.is_empty());
         match self.0.runtime.get() {
             None if wanted && self.0.started.load(std::sync::atomic::Ordering::Relaxed) => {
-                Err("the L4 plane is not running".into())
+                Err(NotReady::NotRunning("L4"))
             }
-            Some(rt) if !rt.alive() => Err("an L4 worker thread has stopped".into()),
+            Some(rt) if !rt.alive() => Err(NotReady::ThreadStopped("L4 worker")),
             _ => Ok(()),
         }
     }

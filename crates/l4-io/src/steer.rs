@@ -66,27 +66,41 @@ pub struct Steering {
     current: Wanted,
 }
 
-fn err(what: &str, e: impl std::fmt::Display) -> String {
-    format!("{what}: {e}")
+/// Why the steering program could not be loaded, attached or told what
+/// to steer. The plane falls back to AF_PACKET (with `io: auto`) or
+/// refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum SteerError {
+    /// A step of loading, attaching or updating the program failed.
+    #[error("{what}: {source}")]
+    Bpf { what: String, source: Box<dyn std::error::Error + Send + Sync> },
+    /// The embedded object lacks a program or map this code expects (a
+    /// build mismatch).
+    #[error("the XDP object has no {0}")]
+    Missing(&'static str),
+}
+
+fn err<E: std::error::Error + Send + Sync + 'static>(what: impl Into<String>) -> impl FnOnce(E) -> SteerError {
+    let what = what.into();
+    move |e| SteerError::Bpf { what, source: Box::new(e) }
 }
 
 impl Steering {
     /// Loads the program and attaches it to `interface`, in native mode
     /// when the driver has it, generic mode otherwise.
-    pub fn attach(interface: &str) -> Result<Steering, String> {
-        let mut bpf = Ebpf::load(OBJECT).map_err(|e| err("loading the XDP program", e))?;
+    pub fn attach(interface: &str) -> Result<Steering, SteerError> {
+        let mut bpf = Ebpf::load(OBJECT).map_err(err("loading the XDP program"))?;
         let prog: &mut Xdp = bpf
             .program_mut("gatehouse_steer")
-            .ok_or("the XDP object has no gatehouse_steer program")?
+            .ok_or(SteerError::Missing("gatehouse_steer program"))?
             .try_into()
-            .map_err(|e| err("gatehouse_steer", e))?;
-        prog.load().map_err(|e| err("verifying the XDP program", e))?;
+            .map_err(err("gatehouse_steer"))?;
+        prog.load().map_err(err("verifying the XDP program"))?;
         let native = match prog.attach(interface, XdpFlags::DRV_MODE) {
             Ok(_) => true,
             Err(e) => {
                 tracing::warn!(interface, error = %e, "native XDP refused; using generic (skb) mode");
-                prog.attach(interface, XdpFlags::SKB_MODE)
-                    .map_err(|e| err(&format!("attaching XDP to {interface}"), e))?;
+                prog.attach(interface, XdpFlags::SKB_MODE).map_err(err(format!("attaching XDP to {interface}")))?;
                 false
             }
         };
@@ -94,25 +108,25 @@ impl Steering {
     }
 
     /// Registers the AF_XDP socket of `queue`.
-    pub fn set_socket(&mut self, queue: u32, fd: impl AsRawFd) -> Result<(), String> {
-        let map = self.bpf.map_mut("XSKS").ok_or("no XSKS map")?;
-        let mut xsks: XskMap<&mut MapData> = XskMap::try_from(map).map_err(|e| err("XSKS", e))?;
-        xsks.set(queue, fd, 0).map_err(|e| err(&format!("registering the socket of queue {queue}"), e))
+    pub fn set_socket(&mut self, queue: u32, fd: impl AsRawFd) -> Result<(), SteerError> {
+        let map = self.bpf.map_mut("XSKS").ok_or(SteerError::Missing("XSKS map"))?;
+        let mut xsks: XskMap<&mut MapData> = XskMap::try_from(map).map_err(err("XSKS"))?;
+        xsks.set(queue, fd, 0).map_err(err(format!("registering the socket of queue {queue}")))
     }
 
     /// Makes the maps equal `wanted`: new entries first, stale ones after,
     /// so that nothing the plane keeps wanting is missed in between.
-    pub fn update(&mut self, wanted: &Wanted) -> Result<(), String> {
+    pub fn update(&mut self, wanted: &Wanted) -> Result<(), SteerError> {
         sync(&mut self.bpf, "OWNED", &self.current.owned, &wanted.owned)?;
         sync(&mut self.bpf, "HOST", &self.current.host, &wanted.host)?;
         sync(&mut self.bpf, "REALS", &self.current.reals, &wanted.reals)?;
-        let map = self.bpf.map_mut("SNAT_SRC").ok_or("no SNAT_SRC map")?;
-        let mut lpm: LpmTrie<&mut MapData, [u8; 16], u8> = LpmTrie::try_from(map).map_err(|e| err("SNAT_SRC", e))?;
+        let map = self.bpf.map_mut("SNAT_SRC").ok_or(SteerError::Missing("SNAT_SRC map"))?;
+        let mut lpm: LpmTrie<&mut MapData, [u8; 16], u8> = LpmTrie::try_from(map).map_err(err("SNAT_SRC"))?;
         for (a, len) in wanted.snat.difference(&self.current.snat) {
-            lpm.insert(&LpmKey::new(*len, *a), 1u8, 0).map_err(|e| err("adding to SNAT_SRC", e))?;
+            lpm.insert(&LpmKey::new(*len, *a), 1u8, 0).map_err(err("adding to SNAT_SRC"))?;
         }
         for (a, len) in self.current.snat.difference(&wanted.snat) {
-            lpm.remove(&LpmKey::new(*len, *a)).map_err(|e| err("removing from SNAT_SRC", e))?;
+            lpm.remove(&LpmKey::new(*len, *a)).map_err(err("removing from SNAT_SRC"))?;
         }
         self.current = wanted.clone();
         Ok(())
@@ -121,17 +135,17 @@ impl Steering {
 
 fn sync<const N: usize>(
     bpf: &mut Ebpf,
-    name: &str,
+    name: &'static str,
     old: &HashSet<[u8; N]>,
     new: &HashSet<[u8; N]>,
-) -> Result<(), String> {
-    let map = bpf.map_mut(name).ok_or_else(|| format!("no {name} map"))?;
-    let mut m: HashMap<&mut MapData, [u8; N], u8> = HashMap::try_from(map).map_err(|e| err(name, e))?;
+) -> Result<(), SteerError> {
+    let map = bpf.map_mut(name).ok_or(SteerError::Missing(name))?;
+    let mut m: HashMap<&mut MapData, [u8; N], u8> = HashMap::try_from(map).map_err(err(name))?;
     for k in new.difference(old) {
-        m.insert(k, 1u8, 0).map_err(|e| err(&format!("adding to {name}"), e))?;
+        m.insert(k, 1u8, 0).map_err(err(format!("adding to {name}")))?;
     }
     for k in old.difference(new) {
-        m.remove(k).map_err(|e| err(&format!("removing from {name}"), e))?;
+        m.remove(k).map_err(err(format!("removing from {name}")))?;
     }
     Ok(())
 }

@@ -107,7 +107,7 @@ impl Snapshot {
                     match build_listener_tls(&settings, &certs) {
                         Ok(t) => Some(t),
                         Err(e) => {
-                            errors.push(field_error(format!("listeners[{i}].tls"), e));
+                            errors.push(field_error(format!("listeners[{i}].tls"), e.to_string()));
                             None
                         }
                     }
@@ -126,7 +126,7 @@ impl Snapshot {
                     pool,
                     metrics: cx.metrics.upstream(&u.name),
                 }),
-                Err(e) => errors.push(field_error(format!("upstreams[{i}]"), e)),
+                Err(e) => errors.push(field_error(format!("upstreams[{i}]"), e.to_string())),
             }
         }
         let pool_index = |name: &str| cfg.upstreams.iter().position(|u| u.name == name);
@@ -137,7 +137,7 @@ impl Snapshot {
                 match direct_answer(d) {
                     Ok(a) => Action::Direct(a),
                     Err(e) => {
-                        errors.push(field_error(format!("routes[{i}].direct_response"), e));
+                        errors.push(field_error(format!("routes[{i}].direct_response"), e.to_string()));
                         continue;
                     }
                 }
@@ -191,12 +191,23 @@ impl Snapshot {
     }
 }
 
-fn direct_answer(d: &gatehouse_config::DirectResponse) -> Result<DirectAnswer, String> {
-    let status = StatusCode::from_u16(d.status).map_err(|_| format!("invalid status {}", d.status))?;
+/// Why a route's direct response cannot be served as written.
+#[derive(Debug, thiserror::Error)]
+enum DirectError {
+    #[error("invalid status {0}: expected 100 to 999")]
+    Status(u16),
+    #[error("invalid header name {0:?}")]
+    HeaderName(String),
+    #[error("invalid value for header {0:?}: expected visible ASCII")]
+    HeaderValue(String),
+}
+
+fn direct_answer(d: &gatehouse_config::DirectResponse) -> Result<DirectAnswer, DirectError> {
+    let status = StatusCode::from_u16(d.status).map_err(|_| DirectError::Status(d.status))?;
     let mut headers = HeaderMap::new();
     for (name, value) in &d.headers {
-        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("invalid header name {name:?}"))?;
-        let v = HeaderValue::from_str(value).map_err(|_| format!("invalid value for header {name:?}"))?;
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| DirectError::HeaderName(name.clone()))?;
+        let v = HeaderValue::from_str(value).map_err(|_| DirectError::HeaderValue(name.clone()))?;
         headers.append(n, v);
     }
     Ok(DirectAnswer { status, headers, body: Bytes::from(d.body.clone()) })

@@ -86,8 +86,8 @@ pub fn load_certificates(
                 }
                 let provider = match key_provider(c, &key, is_ecdsa) {
                     Ok(p) => p,
-                    Err(msg) => {
-                        error("key_provider", msg);
+                    Err(e) => {
+                        error("key_provider", e.to_string());
                         continue;
                     }
                 };
@@ -116,7 +116,7 @@ fn unix_seconds(t: &boring::asn1::Asn1TimeRef) -> i64 {
 
 /// The engine for a certificate's key: `None` keeps BoringSSL's own signing
 /// (ECDSA keys, and RSA on `boring`); RSA on `mb` gets a batched provider.
-fn key_provider(c: &Certificate, key: &PKey<Private>, is_ecdsa: bool) -> Result<Option<Arc<dyn Provider>>, String> {
+fn key_provider(c: &Certificate, key: &PKey<Private>, is_ecdsa: bool) -> Result<Option<Arc<dyn Provider>>, TlsError> {
     let engine = gatehouse_keyops::resolve(c.key_provider)?;
     if is_ecdsa || engine == Engine::Boring {
         tracing::debug!(certificate = %c.name, "private key on boring");
@@ -141,7 +141,7 @@ fn key_provider(c: &Certificate, key: &PKey<Private>, is_ecdsa: bool) -> Result<
 }
 
 /// Installs the certificate's private key: directly, or through its provider.
-fn install_key(b: &mut SslContextBuilder, cert: &LoadedCert) -> Result<(), String> {
+fn install_key(b: &mut SslContextBuilder, cert: &LoadedCert) -> Result<(), TlsError> {
     match &cert.provider {
         Some(p) => b.set_async_private_key_method(KeyMethod::new(p.clone())),
         None => {
@@ -206,8 +206,8 @@ fn load_pair(cert_src: &Pem, key_src: &Pem) -> Result<(Vec<X509>, PKey<Private>)
 }
 
 /// Writes a self-signed ECDSA P-256 certificate for `names`, valid one year.
-pub fn write_self_signed(names: &[String], cert_file: &Path, key_file: &Path) -> Result<(), String> {
-    let err = |e: boring::error::ErrorStack| e.to_string();
+pub fn write_self_signed(names: &[String], cert_file: &Path, key_file: &Path) -> Result<(), TlsError> {
+    let err = tls_err;
     let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).map_err(err)?;
     let key = PKey::from_ec_key(EcKey::generate(&group).map_err(err)?).map_err(err)?;
     let mut name = X509NameBuilder::new().map_err(err)?;
@@ -241,11 +241,12 @@ pub fn write_self_signed(names: &[String], cert_file: &Path, key_file: &Path) ->
     b.sign(&key, MessageDigest::sha256()).map_err(err)?;
     let cert = b.build();
     if let Some(dir) = cert_file.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir).map_err(|source| TlsError::Write { path: dir.to_path_buf(), source })?;
     }
     let key_pem = key.private_key_to_pem_pkcs8().map_err(err)?;
-    write_private(key_file, &key_pem).map_err(|e| e.to_string())?;
-    std::fs::write(cert_file, cert.to_pem().map_err(err)?).map_err(|e| e.to_string())?;
+    write_private(key_file, &key_pem).map_err(|source| TlsError::Write { path: key_file.to_path_buf(), source })?;
+    std::fs::write(cert_file, cert.to_pem().map_err(err)?)
+        .map_err(|source| TlsError::Write { path: cert_file.to_path_buf(), source })?;
     Ok(())
 }
 
@@ -307,8 +308,24 @@ pub struct ListenerTlsState {
     pub acceptor: SslAcceptor,
 }
 
-fn tls_err(e: boring::error::ErrorStack) -> String {
-    e.to_string()
+/// Why a listener's TLS contexts or a certificate could not be made. The
+/// config check reports it at the listener or certificate it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("BoringSSL refused it: {0}")]
+    Boring(#[from] boring::error::ErrorStack),
+    #[error("no usable cipher in {0:?}")]
+    Ciphers(String),
+    #[error("no certificate available for this listener")]
+    NoCertificate,
+    #[error(transparent)]
+    Key(#[from] gatehouse_keyops::KeyError),
+    #[error("cannot write {path}: {source}")]
+    Write { path: std::path::PathBuf, source: std::io::Error },
+}
+
+fn tls_err(e: boring::error::ErrorStack) -> TlsError {
+    TlsError::Boring(e)
 }
 
 /// Wire form of the ALPN list: length-prefixed names.
@@ -323,7 +340,7 @@ fn alpn_wire(alpn: &[String]) -> Vec<u8> {
 
 /// Applies a listener's TLS settings to a context builder. Every context of
 /// a listener goes through here, so a switched-to context behaves the same.
-fn configure(b: &mut SslContextBuilder, tls: &ListenerTls) -> Result<(), String> {
+fn configure(b: &mut SslContextBuilder, tls: &ListenerTls) -> Result<(), TlsError> {
     let version = |v: TlsVersion| match v {
         TlsVersion::Tls12 => SslVersion::TLS1_2,
         TlsVersion::Tls13 => SslVersion::TLS1_3,
@@ -331,7 +348,7 @@ fn configure(b: &mut SslContextBuilder, tls: &ListenerTls) -> Result<(), String>
     b.set_min_proto_version(Some(version(tls.min_version))).map_err(tls_err)?;
     b.set_max_proto_version(Some(version(tls.max_version))).map_err(tls_err)?;
     if let Some(ciphers) = &tls.ciphers {
-        b.set_cipher_list(ciphers).map_err(|_| format!("no usable cipher in {ciphers:?}"))?;
+        b.set_cipher_list(ciphers).map_err(|_| TlsError::Ciphers(ciphers.clone()))?;
     }
     if tls.session_resumption {
         b.set_session_cache_mode(SslSessionCacheMode::SERVER);
@@ -370,7 +387,7 @@ fn find_in<'a>(client: &'a [u8], chosen: &[u8]) -> Option<&'a [u8]> {
     None
 }
 
-fn cert_context(tls: &ListenerTls, cert: &LoadedCert) -> Result<SslContext, String> {
+fn cert_context(tls: &ListenerTls, cert: &LoadedCert) -> Result<SslContext, TlsError> {
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
     configure(&mut b, tls)?;
     b.set_certificate(&cert.chain[0]).map_err(tls_err)?;
@@ -382,12 +399,9 @@ fn cert_context(tls: &ListenerTls, cert: &LoadedCert) -> Result<SslContext, Stri
 }
 
 /// Builds a listener's acceptor and its SNI table.
-pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<ListenerTlsState, String> {
+pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<ListenerTlsState, TlsError> {
     let default_name = tls.default_certificate.as_deref().or(certs.first().map(|c| c.name.as_str()));
-    let default_cert = certs
-        .iter()
-        .find(|c| Some(c.name.as_str()) == default_name)
-        .ok_or_else(|| "no certificate available for this listener".to_string())?;
+    let default_cert = certs.iter().find(|c| Some(c.name.as_str()) == default_name).ok_or(TlsError::NoCertificate)?;
     let mut table = CertTable::default();
     for cert in certs {
         let ctx = cert_context(tls, cert)?;

@@ -76,7 +76,10 @@ impl Backends for View<'_> {
 }
 
 impl UpstreamPool {
-    pub fn build(cfg: &Upstream, registry: &HealthRegistry) -> Result<UpstreamPool, String> {
+    pub fn build(
+        cfg: &Upstream,
+        registry: &HealthRegistry,
+    ) -> Result<UpstreamPool, gatehouse_balance::maglev::MaglevError> {
         let endpoints: Vec<PoolEndpoint> = cfg
             .endpoints
             .iter()
@@ -87,7 +90,7 @@ impl UpstreamPool {
             .collect();
         let maglev = if cfg.balance == Balance::Maglev {
             let names: Vec<(String, u32)> = endpoints.iter().map(|e| (e.addr.to_string(), e.weight)).collect();
-            Some(MaglevTable::build(&names, DEFAULT_TABLE_SIZE).map_err(|e| e.to_string())?)
+            Some(MaglevTable::build(&names, DEFAULT_TABLE_SIZE)?)
         } else {
             None
         };

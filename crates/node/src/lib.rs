@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 pub use apply::{ApplyError, Change, Expect, Written};
 pub use control::{Control, Running, Versions};
-pub use run::{AdminStart, MakePlanes, RunError, check, ha_request, run};
+pub use run::{AdminStart, HaRequestError, MakePlanes, RunError, check, ha_request, run};
 
 use gatehouse_plane::Plane;
 use gatehouse_plane::health::HealthRegistry;
@@ -65,6 +65,14 @@ pub struct HaState {
     pub role: gatehouse_config::HaRole,
     pub since: SystemTime,
     pub changes: u64,
+}
+
+/// The first plane that does not serve what its config asks, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{plane}: {reason}")]
+pub struct PlaneNotReady {
+    pub plane: &'static str,
+    pub reason: gatehouse_plane::NotReady,
 }
 
 /// Why a role could not be set.
@@ -104,9 +112,9 @@ impl Node {
 
     /// Whether every plane serves what its config asks: the first that
     /// does not, and why.
-    pub fn ready(&self) -> Result<(), String> {
+    pub fn ready(&self) -> Result<(), PlaneNotReady> {
         for p in &self.planes {
-            p.ready().map_err(|e| format!("{}: {e}", p.name()))?;
+            p.ready().map_err(|reason| PlaneNotReady { plane: p.name(), reason })?;
         }
         Ok(())
     }

@@ -30,7 +30,7 @@ pub type MakePlanes<'a> = Box<dyn FnOnce(&Init<'_>) -> Result<Vec<Arc<dyn Plane>
 /// Starts the admin listener (from the `admin` crate, which the binary wires
 /// in) on the socket bound here (or handed over), and returns the server to
 /// run on the control thread.
-pub type AdminStart = Box<dyn FnOnce(Arc<Node>, TcpListener) -> Result<BoxFuture<'static, ()>, String>>;
+pub type AdminStart = Box<dyn FnOnce(Arc<Node>, TcpListener) -> std::io::Result<BoxFuture<'static, ()>>>;
 
 /// Why the process could not start.
 #[derive(Debug)]
@@ -87,28 +87,49 @@ pub fn check(path: &Path, make_planes: MakePlanes<'_>) -> Result<(), RunError> {
         .map_err(|errors| RunError::Config(ConfigErrors { file: path.to_path_buf(), errors }))
 }
 
+/// Why `gatehouse ha` got no role.
+#[derive(Debug, thiserror::Error)]
+pub enum HaRequestError {
+    #[error("{0}")]
+    Config(#[from] ConfigErrors),
+    #[error("no Gatehouse answers on {} ({source}): is it running on {}?", socket.display(), config.display())]
+    NoAnswer { socket: std::path::PathBuf, config: std::path::PathBuf, source: std::io::Error },
+    #[error("{}: {source}", socket.display())]
+    Socket { socket: std::path::PathBuf, source: std::io::Error },
+    /// The running Gatehouse's answer (`l4.ha is not configured`, `not fit
+    /// to serve: ...`).
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// `gatehouse ha [ROLE]`: asks the Gatehouse running on the config at
 /// `path` for its active/standby role, or sets it (keepalived's notify),
 /// over the control socket. Returns the role it has after.
-pub fn ha_request(path: &Path, role: Option<gatehouse_config::HaRole>) -> Result<gatehouse_config::HaRole, String> {
+pub fn ha_request(
+    path: &Path,
+    role: Option<gatehouse_config::HaRole>,
+) -> Result<gatehouse_config::HaRole, HaRequestError> {
     use std::io::{BufRead, Write};
-    let cfg = gatehouse_config::load(path).map_err(|e| e.to_string())?;
+    let cfg = gatehouse_config::load(path)?;
     let socket = handover::socket_path(&resolve(&base_dir(path), &cfg.data_dir));
-    let mut s = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
-        format!("no Gatehouse answers on {} ({e}): is it running on {}?", socket.display(), path.display())
+    let mut s = std::os::unix::net::UnixStream::connect(&socket).map_err(|source| HaRequestError::NoAnswer {
+        socket: socket.clone(),
+        config: path.to_path_buf(),
+        source,
     })?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let line = match role {
         Some(r) => format!("HA {}\n", r.name()),
         None => "HA\n".to_string(),
     };
-    s.write_all(line.as_bytes()).map_err(|e| format!("{}: {e}", socket.display()))?;
+    let lost = |source| HaRequestError::Socket { socket: socket.clone(), source };
+    s.write_all(line.as_bytes()).map_err(lost)?;
     let mut answer = String::new();
-    std::io::BufReader::new(s).read_line(&mut answer).map_err(|e| format!("{}: {e}", socket.display()))?;
+    std::io::BufReader::new(s).read_line(&mut answer).map_err(lost)?;
     let answer = answer.trim();
     match answer.strip_prefix("OK ").and_then(gatehouse_config::HaRole::parse) {
         Some(r) => Ok(r),
-        None => Err(answer.strip_prefix("ERR ").unwrap_or(answer).to_string()),
+        None => Err(HaRequestError::Refused(answer.strip_prefix("ERR ").unwrap_or(answer).to_string())),
     }
 }
 
@@ -239,8 +260,8 @@ pub fn run(
     let admin_server = match (admin_socket, admin) {
         (Some((addr, socket)), Some(start)) => {
             tracing::info!("admin listening on http://{addr}");
-            let server = start(node.clone(), socket)
-                .map_err(|e| RunError::Io { what: "admin.address".into(), error: std::io::Error::other(e) })?;
+            let server =
+                start(node.clone(), socket).map_err(|error| RunError::Io { what: "admin.address".into(), error })?;
             Some(server)
         }
         _ => None,

@@ -106,9 +106,9 @@ impl EndpointHealth {
         self.last_check.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn checked(&self, result: &Result<(), String>) {
+    fn checked(&self, result: &Result<(), ProbeError>) {
         let at = crate::metrics::unix_ms(std::time::SystemTime::now()) as f64 / 1000.0;
-        let c = LastCheck { at, failure: result.clone().err() };
+        let c = LastCheck { at, failure: result.as_ref().err().map(ProbeError::to_string) };
         *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
     }
 
@@ -203,10 +203,30 @@ impl RiseFall {
     }
 }
 
+/// Why an endpoint failed its active check (shown in `/status` and the
+/// dashboard as the last check's failure).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    #[error("write: {0}")]
+    Write(std::io::Error),
+    #[error("read: {0}")]
+    Read(std::io::Error),
+    #[error("closed before a status line")]
+    Closed,
+    #[error("not an HTTP response")]
+    NotHttp,
+    #[error("status {got}, expected {expected}")]
+    Status { got: u16, expected: u16 },
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
 /// One active probe of `addr`. Ok if the endpoint passed.
-pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> {
+pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), ProbeError> {
     let attempt = async {
-        let mut stream = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        let mut stream = TcpStream::connect(addr).await.map_err(ProbeError::Connect)?;
         if check.kind == HealthCheckKind::Tcp {
             return Ok(());
         }
@@ -215,27 +235,27 @@ pub async fn probe(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> 
             "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: gatehouse-health-check\r\nConnection: close\r\n\r\n",
             check.path
         );
-        stream.write_all(req.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+        stream.write_all(req.as_bytes()).await.map_err(ProbeError::Write)?;
         // The status line is all we need: "HTTP/1.1 200 ...".
         let mut buf = [0u8; 64];
         let mut n = 0;
         while n < 12 {
-            let got = stream.read(&mut buf[n..]).await.map_err(|e| format!("read: {e}"))?;
+            let got = stream.read(&mut buf[n..]).await.map_err(ProbeError::Read)?;
             if got == 0 {
-                return Err("closed before a status line".to_string());
+                return Err(ProbeError::Closed);
             }
             n += got;
         }
-        let status = status_code(&buf[..n]).ok_or("not an HTTP response")?;
+        let status = status_code(&buf[..n]).ok_or(ProbeError::NotHttp)?;
         if status == check.expect_status {
             Ok(())
         } else {
-            Err(format!("status {status}, expected {}", check.expect_status))
+            Err(ProbeError::Status { got: status, expected: check.expect_status })
         }
     };
     match tokio::time::timeout(check.timeout, attempt).await {
         Ok(r) => r,
-        Err(_) => Err(format!("no answer within {:?}", check.timeout)),
+        Err(_) => Err(ProbeError::Timeout(check.timeout)),
     }
 }
 
@@ -369,8 +389,8 @@ mod tests {
             }
         });
         let check = HealthCheck { path: "/healthz".into(), ..Default::default() };
-        assert_eq!(probe(addr, &check).await, Ok(()));
-        assert!(probe(addr, &check).await.expect_err("500").contains("status 500"));
+        assert!(probe(addr, &check).await.is_ok());
+        assert!(probe(addr, &check).await.expect_err("500").to_string().contains("status 500"));
         // Nothing listens now.
         let tcp = HealthCheck { kind: HealthCheckKind::Tcp, ..Default::default() };
         let closed: SocketAddr = "127.0.0.1:1".parse().expect("addr");

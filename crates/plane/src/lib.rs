@@ -178,7 +178,19 @@ pub trait Plane: Send + Sync {
 
     /// Whether the plane serves what its config asks (keepalived's
     /// `track_script` asks, through `gatehouse ha`): Err says what does not.
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         Ok(())
     }
+}
+
+/// Why a plane does not serve what its config asks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// It has work in its config but is not running it (its start error
+    /// is in the log).
+    #[error("the {0} plane is not running")]
+    NotRunning(&'static str),
+    /// One of its threads has stopped.
+    #[error("a {0} thread has stopped")]
+    ThreadStopped(&'static str),
 }

@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use gatehouse_config::WgPeer;
+use gatehouse_wg::allowed_ips::BadPrefix;
 use gatehouse_wg::crypto::StaticSecret;
 use gatehouse_wg::device::{Device, PeerId};
 use rand_core::OsRng;
@@ -37,6 +38,11 @@ impl StartError {
         StartError { field: Some(field), message: message.into() }
     }
 }
+
+/// A thread of an interface could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start a thread: {0}")]
+pub struct ThreadError(std::io::Error);
 
 /// A running interface.
 pub struct Interface {
@@ -80,12 +86,12 @@ fn wall_now() -> Duration {
 }
 
 /// Adds a configured peer to the device.
-fn add_peer(dev: &mut Device<OsRng>, meta: &mut HashMap<PeerId, PeerMeta>, p: &WgPeer) -> Result<PeerId, String> {
+fn add_peer(dev: &mut Device<OsRng>, meta: &mut HashMap<PeerId, PeerMeta>, p: &WgPeer) -> Result<PeerId, BadPrefix> {
     let allowed: Vec<(IpAddr, u8)> = p.allowed_ips.iter().map(|n| (n.addr(), n.prefix_len())).collect();
     let endpoint = p.endpoint.as_deref().and_then(resolve_endpoint);
     let keepalive = p.persistent_keepalive.map(|d| d.as_secs() as u16);
     let psk = p.preshared_key.as_ref().map(|k| *k.0);
-    let id = dev.add_peer(p.public_key.0, psk, endpoint, keepalive, &allowed).map_err(|e| format!("{e:?}"))?;
+    let id = dev.add_peer(p.public_key.0, psk, endpoint, keepalive, &allowed)?;
     let resolved = endpoint.map(|_| Instant::now());
     meta.insert(id, PeerMeta { name: p.name.clone(), endpoint: p.endpoint.clone(), last_resolved: resolved });
     Ok(id)
@@ -117,12 +123,12 @@ impl Interface {
         }
         let mut settings = settings;
         settings.listen_port = port;
-        setup_link(ifindex, &settings).map_err(|e| StartError::at("addresses", e))?;
+        setup_link(ifindex, &settings).map_err(|e| StartError::at("addresses", e.to_string()))?;
 
         let mut dev = Device::new(StaticSecret::from_bytes(*settings.secret.0), Instant::now(), wall_now(), OsRng);
         let mut meta = HashMap::new();
         for p in &settings.peers {
-            add_peer(&mut dev, &mut meta, p).map_err(|e| StartError::at("peers", e))?;
+            add_peer(&mut dev, &mut meta, p).map_err(|e| StartError::at("peers", e.to_string()))?;
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(HANDSHAKE_QUEUE);
         let mut wake = Vec::new();
@@ -149,16 +155,16 @@ impl Interface {
         });
         let mut i = Interface { shared, threads: Vec::new(), paused: Some((tuns, rx)) };
         if !paused {
-            i.resume().map_err(|message| StartError { field: None, message })?;
+            i.resume().map_err(|e| StartError { field: None, message: e.to_string() })?;
         }
         Ok(i)
     }
 
     /// Starts the threads of an interface made paused (else nothing).
-    pub fn resume(&mut self) -> Result<(), String> {
+    pub fn resume(&mut self) -> Result<(), ThreadError> {
         let Some((tuns, rx)) = self.paused.take() else { return Ok(()) };
         let shared = &self.shared;
-        let spawn_err = |e: std::io::Error| format!("cannot start a thread: {e}");
+        let spawn_err = ThreadError;
         for (i, tun) in tuns.into_iter().enumerate() {
             let sh = shared.clone();
             let name = format!("wg-{}-{i}", shared.name);

@@ -39,34 +39,71 @@ fn inside_any(nets: &[IpNet], n: &IpNet) -> bool {
     nets.iter().any(|o| o.contains(n))
 }
 
+/// What the kernel refused of an interface's link, addresses or routes.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("cannot bring {name} up with MTU {mtu}: {source}")]
+    Up { name: String, mtu: u32, source: std::io::Error },
+    #[error("cannot add {addr}/{len} to {name}: {source}")]
+    AddAddress { name: String, addr: IpAddr, len: u8, source: std::io::Error },
+    #[error("cannot remove {addr}/{len} from {name}: {source}")]
+    RemoveAddress { name: String, addr: IpAddr, len: u8, source: std::io::Error },
+    #[error("cannot route {net}/{len} into {name}: {source}")]
+    AddRoute { name: String, net: IpAddr, len: u8, source: std::io::Error },
+    #[error("cannot remove the route to {net}/{len} from {name}: {source}")]
+    RemoveRoute { name: String, net: IpAddr, len: u8, source: std::io::Error },
+}
+
 /// The link up with its MTU, addresses and routes.
-pub(crate) fn setup_link(index: u32, s: &Settings) -> Result<(), String> {
-    netlink::link_up(index, s.mtu).map_err(|e| format!("cannot bring {} up with MTU {}: {e}", s.name, s.mtu))?;
-    for (a, p) in &s.addresses {
-        netlink::add_address(index, *a, *p).map_err(|e| format!("cannot add {a}/{p} to {}: {e}", s.name))?;
+pub(crate) fn setup_link(index: u32, s: &Settings) -> Result<(), LinkError> {
+    let name = || s.name.clone();
+    netlink::link_up(index, s.mtu).map_err(|source| LinkError::Up { name: name(), mtu: s.mtu, source })?;
+    for &(addr, len) in &s.addresses {
+        netlink::add_address(index, addr, len).map_err(|source| LinkError::AddAddress {
+            name: name(),
+            addr,
+            len,
+            source,
+        })?;
     }
     for (net, len) in routes_of(s) {
-        netlink::add_route(index, net, len).map_err(|e| format!("cannot route {net}/{len} into {}: {e}", s.name))?;
+        netlink::add_route(index, net, len).map_err(|source| LinkError::AddRoute { name: name(), net, len, source })?;
     }
     Ok(())
 }
 
-pub(crate) fn update_link(index: u32, old: &Settings, new: &Settings) -> Result<(), String> {
+pub(crate) fn update_link(index: u32, old: &Settings, new: &Settings) -> Result<(), LinkError> {
+    let name = || new.name.clone();
     if old.mtu != new.mtu {
-        netlink::link_up(index, new.mtu).map_err(|e| format!("MTU {}: {e}", new.mtu))?;
+        netlink::link_up(index, new.mtu).map_err(|source| LinkError::Up { name: name(), mtu: new.mtu, source })?;
     }
-    for (a, p) in old.addresses.iter().filter(|a| !new.addresses.contains(a)) {
-        netlink::del_address(index, *a, *p).map_err(|e| format!("cannot remove {a}/{p}: {e}"))?;
+    for &(addr, len) in old.addresses.iter().filter(|a| !new.addresses.contains(a)) {
+        netlink::del_address(index, addr, len).map_err(|source| LinkError::RemoveAddress {
+            name: name(),
+            addr,
+            len,
+            source,
+        })?;
     }
-    for (a, p) in new.addresses.iter().filter(|a| !old.addresses.contains(a)) {
-        netlink::add_address(index, *a, *p).map_err(|e| format!("cannot add {a}/{p}: {e}"))?;
+    for &(addr, len) in new.addresses.iter().filter(|a| !old.addresses.contains(a)) {
+        netlink::add_address(index, addr, len).map_err(|source| LinkError::AddAddress {
+            name: name(),
+            addr,
+            len,
+            source,
+        })?;
     }
     let (was, now) = (routes_of(old), routes_of(new));
-    for (net, len) in was.iter().filter(|r| !now.contains(r)) {
-        netlink::del_route(index, *net, *len).map_err(|e| format!("cannot remove the route to {net}/{len}: {e}"))?;
+    for &(net, len) in was.iter().filter(|r| !now.contains(r)) {
+        netlink::del_route(index, net, len).map_err(|source| LinkError::RemoveRoute {
+            name: name(),
+            net,
+            len,
+            source,
+        })?;
     }
-    for (net, len) in now.iter().filter(|r| !was.contains(r)) {
-        netlink::add_route(index, *net, *len).map_err(|e| format!("cannot route {net}/{len}: {e}"))?;
+    for &(net, len) in now.iter().filter(|r| !was.contains(r)) {
+        netlink::add_route(index, net, len).map_err(|source| LinkError::AddRoute { name: name(), net, len, source })?;
     }
     Ok(())
 }

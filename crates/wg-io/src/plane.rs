@@ -170,19 +170,26 @@ fn split_interface(b: &[u8]) -> Option<(&str, &[u8], &[u8])> {
 }
 
 /// Reads an interface's private key.
-fn read_key(source: &KeySource, base: &Path) -> Result<WgSecret, String> {
+fn read_key(source: &KeySource, base: &Path) -> Result<WgSecret, KeyFileError> {
     match source {
         KeySource::Inline(k) => Ok(k.clone()),
         KeySource::File(f) => {
             let path = gatehouse_plane::resolve(base, f);
             let text = zeroize::Zeroizing::new(
-                std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+                std::fs::read_to_string(&path).map_err(|source| KeyFileError::Read { path: path.clone(), source })?,
             );
-            gatehouse_config::decode_key(&text)
-                .map(WgSecret)
-                .ok_or_else(|| format!("{} does not hold a WireGuard key (32 bytes in base64)", path.display()))
+            gatehouse_config::decode_key(&text).map(WgSecret).ok_or(KeyFileError::NotAKey(path))
         }
     }
+}
+
+/// Why an interface's private key file could not be used.
+#[derive(Debug, thiserror::Error)]
+enum KeyFileError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: std::path::PathBuf, source: std::io::Error },
+    #[error("{} does not hold a WireGuard key (32 bytes in base64)", .0.display())]
+    NotAKey(std::path::PathBuf),
 }
 
 /// The config's interfaces with their keys read and checked.
@@ -193,10 +200,10 @@ fn settings(config: &Config, base: &Path) -> Result<Vec<Settings>, Vec<FieldErro
         let at = |field: &str| format!("wireguard.interfaces[{i}].{field}");
         let secret = match read_key(&w.private_key, base) {
             Ok(k) => k,
-            Err(message) => {
+            Err(e) => {
                 let field =
                     if matches!(w.private_key, KeySource::File(_)) { "private_key_file" } else { "private_key" };
-                errors.push(FieldError { path: at(field), message, line: None });
+                errors.push(FieldError { path: at(field), message: e.to_string(), line: None });
                 continue;
             }
         };

@@ -14,6 +14,14 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadPrefix;
 
+impl std::fmt::Display for BadPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an allowed IP's prefix is longer than its address (at most /32 for IPv4, /128 for IPv6)")
+    }
+}
+
+impl std::error::Error for BadPrefix {}
+
 /// One family's prefixes: (length, map from masked address to owner),
 /// longest length first.
 struct Table<P> {

@@ -38,9 +38,23 @@ pub struct Mirror {
     pub revision: i64,
 }
 
+/// Why etcd could not be read or watched; the node keeps serving its last
+/// good config and tries again.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error(transparent)]
+    Client(#[from] etcd_client::Error),
+    #[error("the watch ended")]
+    WatchEnded,
+    #[error("the watch was cancelled")]
+    WatchCancelled,
+}
+
 impl Mirror {
     /// `local` with its resource lists replaced by the mirror's, by name.
-    pub fn merged_into(&self, local: &Doc) -> Result<Doc, String> {
+    pub fn merged_into(&self, local: &Doc) -> Result<Doc, doc::ListError> {
         let mut out = local.clone();
         for kind in doc::KINDS {
             let list = doc::list_mut(&mut out, kind)?;
@@ -153,7 +167,7 @@ impl Etcd {
         format!("{}/{kind}/{name}", self.cfg.prefix)
     }
 
-    async fn client(&self) -> Result<Client, String> {
+    async fn client(&self) -> Result<Client, EtcdError> {
         let mut c = self.client.lock().await;
         if let Some(client) = c.as_ref() {
             return Ok(client.clone());
@@ -164,8 +178,7 @@ impl Etcd {
             .with_keep_alive(Duration::from_secs(2), self.cfg.timeout);
         let client = tokio::time::timeout(self.cfg.timeout, Client::connect(&self.cfg.endpoints, Some(opts)))
             .await
-            .map_err(|_| format!("no answer within {:?}", self.cfg.timeout))?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| EtcdError::Timeout(self.cfg.timeout))??;
         *c = Some(client.clone());
         Ok(client)
     }
@@ -175,14 +188,13 @@ impl Etcd {
     }
 
     /// Reads everything under the prefix.
-    pub async fn read_all(&self) -> Result<Mirror, String> {
+    pub async fn read_all(&self) -> Result<Mirror, EtcdError> {
         let mut client = self.client().await?;
         let prefix = format!("{}/", self.cfg.prefix);
         let resp =
             tokio::time::timeout(self.cfg.timeout, client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())))
                 .await
-                .map_err(|_| format!("no answer within {:?}", self.cfg.timeout))?
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| EtcdError::Timeout(self.cfg.timeout))??;
         let mut m = Mirror { revision: resp.header().map_or(0, |h| h.revision()), ..Mirror::default() };
         for kv in resp.kvs() {
             if let Some((k, v)) = self.entry(kv.key_str().unwrap_or(""), kv.value()) {
@@ -239,7 +251,8 @@ impl Etcd {
     /// Writes (or with `value` None deletes) one resource if its mod revision
     /// is still `expected` (0: must not exist). Returns the new revision.
     async fn write(&self, kind: &str, name: &str, value: Option<&Value>, expected: i64) -> Result<i64, WriteError> {
-        let unavailable = |e: String| WriteError::Unavailable(format!("the store cannot take writes now: {e}"));
+        let unavailable =
+            |e: EtcdError| WriteError::Unavailable(format!("the store cannot take writes now: etcd: {e}"));
         let mut client = self.client().await.map_err(unavailable)?;
         let key = self.key(kind, name);
         let op = match value {
@@ -249,8 +262,8 @@ impl Etcd {
         let txn = Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, expected)]).and_then([op]);
         let resp = tokio::time::timeout(self.cfg.timeout, client.txn(txn))
             .await
-            .map_err(|_| unavailable(format!("etcd: no answer within {:?}", self.cfg.timeout)))?
-            .map_err(|e| unavailable(format!("etcd: {e}")))?;
+            .map_err(|_| unavailable(EtcdError::Timeout(self.cfg.timeout)))?
+            .map_err(|e| unavailable(EtcdError::Client(e)))?;
         if !resp.succeeded() {
             return Err(WriteError::Conflict(format!(
                 "{kind}/{name} was changed on another node since version {expected}: read it again and retry"
@@ -311,7 +324,7 @@ async fn run(node: Arc<dyn Target>, etcd: Arc<Etcd>) {
             Ok(()) => backoff = Duration::from_millis(200),
             Err(e) => {
                 etcd.forget_client().await;
-                etcd.set_health(false, Some(e));
+                etcd.set_health(false, Some(e.to_string()));
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
@@ -321,7 +334,7 @@ async fn run(node: Arc<dyn Target>, etcd: Arc<Etcd>) {
 
 /// One full read, then the watch from the next revision until it fails or a
 /// compaction makes a full read necessary again (`Ok`).
-async fn follow(node: &dyn Target, etcd: &Etcd) -> Result<(), String> {
+async fn follow(node: &dyn Target, etcd: &Etcd) -> Result<(), EtcdError> {
     let fresh = etcd.read_all().await?;
     let from = fresh.revision + 1;
     *lock(&etcd.mirror) = fresh;
@@ -329,13 +342,11 @@ async fn follow(node: &dyn Target, etcd: &Etcd) -> Result<(), String> {
     apply_mirror(node, etcd);
     let mut client = etcd.client().await?;
     let prefix = format!("{}/", etcd.cfg.prefix);
-    let mut stream = client
-        .watch(prefix.as_str(), Some(WatchOptions::new().with_prefix().with_start_revision(from)))
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut stream =
+        client.watch(prefix.as_str(), Some(WatchOptions::new().with_prefix().with_start_revision(from))).await?;
     loop {
-        let Some(resp) = stream.message().await.map_err(|e| e.to_string())? else {
-            return Err("the watch ended".into());
+        let Some(resp) = stream.message().await? else {
+            return Err(EtcdError::WatchEnded);
         };
         if resp.compact_revision() > 0 {
             tracing::warn!(
@@ -345,7 +356,7 @@ async fn follow(node: &dyn Target, etcd: &Etcd) -> Result<(), String> {
             return Ok(());
         }
         if resp.canceled() {
-            return Err("the watch was cancelled".into());
+            return Err(EtcdError::WatchCancelled);
         }
         if resp.events().is_empty() {
             continue;
@@ -426,7 +437,7 @@ impl Store for Etcd {
             return Ok(Composed { doc: local.clone(), versions: None });
         }
         let mirror = lock(&self.mirror).clone();
-        let doc = mirror.merged_into(local).map_err(StoreError::Merge)?;
+        let doc = mirror.merged_into(local).map_err(|e| StoreError::Merge(e.to_string()))?;
         Ok(Composed { doc, versions: Some(mirror.versions()) })
     }
 
