@@ -20,7 +20,7 @@ use gatehouse_wire::packet::{ETHERTYPE_IPV4, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_
 use gatehouse_l4_io::runtime::{parse_mac, sys};
 use gatehouse_l4_io::xsk;
 
-use crate::{BenchError, failed};
+use crate::error::{BenchError, failed};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Via {

@@ -17,32 +17,15 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-/// Why a benchmark could not run: its options do not fit (what was given,
-/// what was expected), or a step on this machine failed.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{what}: {source}")]
-    Failed { what: String, source: Box<dyn std::error::Error + Send + Sync> },
-    #[error(transparent)]
-    Interface(#[from] gatehouse_l4_io::runtime::InterfaceError),
-    #[error(transparent)]
-    Tls(#[from] boring::error::ErrorStack),
-}
-
-/// Maps an error of step `what` into a [`BenchError::Failed`].
-fn failed<E: std::error::Error + Send + Sync + 'static>(what: impl Into<String>) -> impl FnOnce(E) -> BenchError {
-    let what = what.into();
-    move |e| BenchError::Failed { what, source: Box::new(e) }
-}
-
 pub mod bpf_run;
+mod error;
 pub mod keyops;
 pub mod l4;
 pub mod l4_wire;
 pub mod tls;
 pub mod wg_crypto;
+
+pub use error::BenchError;
 
 #[derive(Subcommand)]
 pub enum Bench {

@@ -19,7 +19,7 @@ use boring::ssl::{Ssl, SslContext, SslMethod, SslOptions, SslSessionCacheMode, S
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::{BenchError, failed};
+use crate::error::{BenchError, failed};
 
 /// What to run, from the command line.
 #[derive(Clone, Debug)]

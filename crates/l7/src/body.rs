@@ -11,8 +11,8 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::completion::Completion;
-use crate::h1client::H1Body;
-use crate::upstream::UpstreamBody;
+use crate::upstream::connect::UpstreamBody;
+use crate::upstream::h1::H1Body;
 use crate::{BoxError, ClientBodyError};
 
 /// The body of a response to a client, whatever produced it. An enum
@@ -73,7 +73,7 @@ pub enum ClientBody {
     None,
     Hyper(Incoming),
     /// From Gatehouse's own HTTP/2 server.
-    H2(crate::h2::recv::RecvBody),
+    H2(crate::downstream::h2::recv::RecvBody),
 }
 
 impl Body for ClientBody {

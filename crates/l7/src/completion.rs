@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use gatehouse_plane::health::EndpointHealth;
 
 use crate::accesslog::{LogRecord, reason};
-use crate::conn::ConnState;
+use crate::downstream::conn::ConnState;
 use crate::snapshot::Snapshot;
 
 /// What is known about a request as it goes; becomes its log line.

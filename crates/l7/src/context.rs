@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 use crate::accesslog::AccessLog;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
-use crate::upstream::ConnPool;
+use crate::upstream::connect::ConnPool;
 
 /// What every worker shares: the live snapshot and the state that outlives it.
 pub struct Shared {

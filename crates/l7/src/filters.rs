@@ -25,10 +25,6 @@ impl Acl {
         Acl { allow: allow.to_vec(), deny: deny.to_vec() }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.allow.is_empty() && self.deny.is_empty()
-    }
-
     pub fn admits(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         if self.deny.iter().any(|n| n.contains(&ip)) {

@@ -64,6 +64,7 @@ impl<T> Gather<T> {
     }
 
     /// Bytes gathered and not yet written to the socket.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.out.len() - self.sent
     }

@@ -1,34 +1,38 @@
 //! The L7 plane: listeners, TLS termination, HTTP routing, upstream pools
 //! and per-route filters, run under the node as [`L7`].
 //!
+//! By role: `h1/` and `h2/` are the protocols' codecs, without I/O;
+//! `downstream/` accepts clients and serves them (TLS, the HTTP/1.1 and
+//! HTTP/2 servers; HTTP/3 goes there too); `upstream/` picks an endpoint,
+//! connects and exchanges; `proxy` is a request's flow from route to
+//! relay, `refusal` every way it can fail; `snapshot`, `router` and
+//! `filters` are the compiled config it runs on.
+//!
 //! Data flow: accept (worker's SO_REUSEPORT socket) → TLS (SNI picks a
 //! certificate) → HTTP (Gatehouse's HTTP/1.1 and HTTP/2 servers; hyper for
 //! HTTP/1.1 requests with bodies) → route →
 //! filters (ACL, rate limit, canary) → balancer → pooled upstream
 //! connection → response streamed back → access log line.
 
-pub mod accesslog;
-pub mod body;
-pub mod completion;
-pub mod conn;
-pub mod context;
+mod accesslog;
+mod body;
+mod completion;
+mod context;
 mod deadline;
-pub mod error;
-pub mod filters;
-pub mod gather;
-pub mod h1;
-pub mod h1client;
-pub mod h1server;
-pub mod h2;
-pub mod metrics;
+mod downstream;
+mod error;
+mod filters;
+mod gather;
+mod h1;
+mod h2;
+mod metrics;
 pub mod plane;
-pub mod proxy;
-pub mod router;
-pub mod snapshot;
-pub mod spare;
-pub mod tls;
-pub mod upstream;
-pub mod worker;
+mod proxy;
+mod refusal;
+mod router;
+mod snapshot;
+mod spare;
+mod upstream;
 
 pub use error::{BoxError, ClientBodyError};
 pub use plane::L7;

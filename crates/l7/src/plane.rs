@@ -17,11 +17,11 @@ use serde_json::{Map, Value, json};
 
 use crate::accesslog::AccessLog;
 use crate::context::{Shared, Worker};
+use crate::downstream::accept::{ListenerCommand, ListenerKey, WorkerHandle, worker_main};
 use crate::filters::RateLimiters;
 use crate::metrics::{Metrics, ScrapeInput};
 use crate::snapshot::{BuildContext, Snapshot};
-use crate::upstream::ConnPool;
-use crate::worker::{ListenerCommand, ListenerKey, WorkerHandle, worker_main};
+use crate::upstream::connect::ConnPool;
 
 /// Each worker's sockets, by listener.
 type WorkerSockets = Vec<Vec<(ListenerKey, TcpListener)>>;
@@ -158,7 +158,7 @@ impl Plane for L7 {
             metrics: &inner.shared.metrics,
             generate_certs: cx.purpose != Purpose::Check,
         };
-        let snap = Snapshot::build(config.clone(), cx.version, &bx)?;
+        let snap = Snapshot::build(config.clone(), &bx)?;
         if cx.purpose != Purpose::Apply {
             return Ok(Box::new(StagedL7 { plane: self.clone(), snap, opening: Vec::new(), closing: Vec::new() }));
         }

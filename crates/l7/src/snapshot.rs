@@ -12,11 +12,11 @@ use bytes::Bytes;
 use gatehouse_config::{Config, FieldError, HttpSettings, Protocol};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
+use crate::downstream::tls::{ListenerTlsState, build_listener_tls, load_certificates};
 use crate::filters::{Acl, CanarySplit, RateLimiter, RateLimiters};
 use crate::metrics::{ListenerMetrics, Metrics, RouteMetrics, UpstreamMetrics};
 use crate::router::Router;
-use crate::tls::{ListenerTlsState, build_listener_tls, load_certificates};
-use crate::upstream::UpstreamPool;
+use crate::upstream::pool::UpstreamPool;
 use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::resolve;
 
@@ -55,7 +55,6 @@ pub struct CompiledUpstream {
 }
 
 pub struct Snapshot {
-    pub version: u64,
     pub config: Arc<Config>,
     pub http: HttpSettings,
     pub listeners: Vec<ListenerSnap>,
@@ -88,7 +87,7 @@ fn field_error(path: String, message: String) -> FieldError {
 }
 
 impl Snapshot {
-    pub fn build(cfg: Arc<Config>, version: u64, cx: &BuildContext<'_>) -> Result<Snapshot, Vec<FieldError>> {
+    pub fn build(cfg: Arc<Config>, cx: &BuildContext<'_>) -> Result<Snapshot, Vec<FieldError>> {
         let mut errors = Vec::new();
         let certs = match load_certificates(&cfg.certificates, cx.base_dir, &cx.data_dir(&cfg), cx.generate_certs) {
             Ok(c) => c,
@@ -159,23 +158,13 @@ impl Snapshot {
         }
         let router = Router::build(&cfg.routes, &|name| cfg.listeners.iter().position(|l| l.name == name));
         let certificates = certs.iter().map(|c| (c.name.clone(), c.not_after)).collect();
-        Ok(Snapshot {
-            version,
-            http: cfg.http.clone(),
-            config: cfg,
-            listeners,
-            router,
-            routes,
-            upstreams,
-            certificates,
-        })
+        Ok(Snapshot { http: cfg.http.clone(), config: cfg, listeners, router, routes, upstreams, certificates })
     }
 
     /// No listeners, no routes: what runs before the first config.
     pub fn empty() -> Snapshot {
         let config = Arc::new(Config::default());
         Snapshot {
-            version: 0,
             http: config.http.clone(),
             router: Router::build(&[], &|_| None),
             config,

@@ -1,7 +1,7 @@
 //! The HTTP/1 codec, without I/O: request heads (what Gatehouse's own
 //! server takes), response heads (from upstreams, strict as a proxy's parser
 //! must be), chunked framing, and writing heads and fields. The server's and
-//! the client's I/O loops (`h1server`, `h1client`) sit on top; every parser
+//! the client's I/O loops (`downstream::h1`, `upstream::h1`) sit on top; every parser
 //! here is tested on every prefix of its inputs and on mutated inputs.
 //!
 //! Beside them, the field rules both directions share: hop-by-hop fields and
@@ -10,6 +10,7 @@
 pub mod chunked;
 pub mod request;
 pub mod response;
+pub mod scan;
 pub mod write;
 
 use http::header::HeaderName;

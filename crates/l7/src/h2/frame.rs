@@ -45,6 +45,9 @@ pub enum Reason {
     StreamClosed = 0x5,
     FrameSize = 0x6,
     RefusedStream = 0x7,
+    /// Not sent by this server (it resets a stream for a reason, never
+    /// for nothing), kept so the codes read as RFC 9113 lists them.
+    #[allow(dead_code)]
     Cancel = 0x8,
     Compression = 0x9,
     EnhanceYourCalm = 0xb,

@@ -1,16 +1,11 @@
-//! Gatehouse's own HTTP/2 server (RFC 9113): frames, HPACK, and the
-//! connection loop that runs a connection's streams in its own task. It
-//! serves clients that chose `h2` by ALPN and cleartext clients that open
-//! with the HTTP/2 preface; requests go to [`crate::proxy::handle`] like
-//! every other.
+//! The HTTP/2 codec (RFC 9113), without I/O: frames, HPACK and the
+//! request fields' rules. The server that runs a connection's streams is
+//! [`crate::downstream::h2`].
 
 pub mod frame;
 pub mod hpack;
 mod huffman;
-mod output;
-pub mod recv;
 pub mod request;
-pub mod server;
 
 use crate::h1::{HOP_CONNECTION, HOP_KEEP_ALIVE, HOP_PROXY_CONNECTION, HOP_TRANSFER_ENCODING, HOP_UPGRADE};
 

@@ -5,7 +5,7 @@
 //! into the head's write. A request of any other shape hands the
 //! connection, with the bytes read so far, to hyper, which serves the rest
 //! of it (and answers 400 or 431 to heads it refuses). The HTTP/2 preface
-//! hands it to Gatehouse's HTTP/2 server ([`crate::h2::server`]).
+//! hands it to Gatehouse's HTTP/2 server ([`crate::downstream::h2`]).
 //!
 //! Timeouts (408 for a slow head, the idle timeout) come from the
 //! [`ClientIo`] this reads through, as they do under hyper.
@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::accesslog::reason;
 use crate::body::ClientBody;
 use crate::body::ResponseBody;
-use crate::conn::{ClientIo, ConnState};
+use crate::downstream::conn::{ClientIo, ConnState};
 use crate::h1::chunked::put_chunk_size;
 use crate::h1::request::{Parse, build_request, parse_head};
 use crate::h1::{CLIENT_READ_CHUNK, Framing, Span, write};

@@ -18,10 +18,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::body::ClientBody;
-use crate::conn::{ClientIo, ConnState};
 use crate::context::Worker;
+use crate::downstream::conn::{ClientIo, ConnState};
+use crate::downstream::h1::{Rewound, Served};
 use crate::gather::Gather;
-use crate::h1server::{Rewound, Served};
 use crate::metrics::{HandshakeResult, Metrics};
 use crate::proxy::{self, HeadWriter};
 
@@ -179,9 +179,9 @@ fn client_ip_value(peer: SocketAddr) -> http::HeaderValue {
 /// and served directly); `None` on cleartext, where HTTP/1.1 and
 /// prior-knowledge HTTP/2 are told apart by the connection preface.
 ///
-/// HTTP/1.x starts on Gatehouse's own server ([`crate::h1server`]), which
+/// HTTP/1.x starts on Gatehouse's own server ([`crate::downstream::h1`]), which
 /// hands the connection to hyper at the first request it does not take,
-/// or to [`crate::h2::server`] when it reads the HTTP/2 preface.
+/// or to [`crate::downstream::h2`] when it reads the HTTP/2 preface.
 async fn serve_http<T>(io: T, state: Arc<ConnState>, http: &gatehouse_config::HttpSettings, alpn_h2: Option<bool>)
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -191,7 +191,7 @@ where
     let (client, prefix) = if alpn_h2 == Some(true) {
         (client, bytes::Bytes::new())
     } else {
-        let served = crate::h1server::serve(
+        let served = crate::downstream::h1::serve(
             client,
             state.clone(),
             http.max_header_bytes,
@@ -206,8 +206,8 @@ where
         }
     };
     if alpn_h2 == Some(true) || client.is_h2() {
-        let limits = crate::h2::server::Limits::new(http);
-        return crate::h2::server::serve(client, prefix, state, limits, &mut drain).await;
+        let limits = crate::downstream::h2::Limits::new(http);
+        return crate::downstream::h2::serve(client, prefix, state, limits, &mut drain).await;
     }
     let io = TokioIo::new(Rewound::new(prefix, client));
     let h1_state = state.clone();

@@ -25,24 +25,29 @@ use crate::h1::chunked::{ChunkedDecoder, Decoded, put_chunk_size};
 use crate::h1::response::{Parsed, ResponseFraming, ResponseHead, parse_response};
 use crate::h1::write::encode_request_head;
 use crate::h1::{Framing, Span, UPSTREAM_READ_CHUNK};
-use crate::upstream::{ConnPool, H1Conn, KeepIdle};
+use crate::upstream::connect::{ConnPool, H1Conn, KeepIdle};
 use crate::{BoxError, ClientBodyError};
 
 /// Largest response head accepted from an upstream.
 const MAX_HEAD: usize = 64 * 1024;
 
 /// Why an exchange failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ExchangeError {
     /// A reused connection turned out closed before any response byte:
     /// the request may be sent again on a new connection.
+    #[error("the pooled connection was closed before it answered")]
     Stale,
+    #[error("{0}")]
     Io(io::Error),
     /// The upstream's response was malformed.
+    #[error("malformed response: {0}")]
     BadResponse(&'static str),
     /// The client's request body failed (too large, malformed, cut off).
+    #[error("the client's body: {0}")]
     ClientBody(ClientBodyError),
     /// No response head within the response timeout.
+    #[error("no response head within the response timeout")]
     Timeout,
 }
 

@@ -1,4 +1,7 @@
-//! One HTTP/2 client connection, served by one task.
+//! Gatehouse's own HTTP/2 server: one client connection, served by one
+//! task. It serves clients that chose `h2` by ALPN and cleartext clients
+//! that open with the HTTP/2 preface; requests go to
+//! [`crate::proxy::handle`] like every other.
 //!
 //! The task reads frames, runs each stream's request ([`proxy::handle`])
 //! and response body as futures it polls itself, and writes every frame
@@ -16,6 +19,9 @@
 //! header block is bounded while it is gathered (CONTINUATION floods) and
 //! while it is decoded (HPACK bombs: see [`super::request`]).
 
+mod output;
+pub mod recv;
+
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -29,17 +35,16 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::CONNECTION_SPECIFIC;
-use super::frame::{self, Head, Reason};
-use super::hpack::{self, Decoder, Encoder};
-use super::output::Output;
-use super::recv;
-use super::request::{Fields, Refused};
+use self::output::Output;
 use crate::accesslog::reason;
 use crate::body::ClientBody;
 use crate::body::ResponseBody;
-use crate::conn::{ClientIo, ConnState};
+use crate::downstream::conn::{ClientIo, ConnState};
 use crate::h1::hop_by_hop_bit;
+use crate::h2::CONNECTION_SPECIFIC;
+use crate::h2::frame::{self, Head, Reason};
+use crate::h2::hpack::{self, Decoder, Encoder};
+use crate::h2::request::{Fields, Refused};
 use crate::proxy::{self, HeadWriter};
 
 /// What a connection allows and advertises.

@@ -1,0 +1,20 @@
+//! The client side: connections accepted, TLS terminated, and the servers
+//! that turn a connection's bytes into requests for [`crate::proxy`].
+//!
+//! - [`accept`]: each worker's runtime, its listeners and accept loops,
+//!   and the choice of server for a connection (ALPN, the HTTP/2 preface);
+//! - [`conn`]: a client connection's I/O and per-connection state;
+//! - [`tls`]: certificates and the listeners' TLS contexts (SNI, ECDSA and
+//!   RSA for the same name, the batched key provider);
+//! - [`h1`]: Gatehouse's own HTTP/1.1 server (hyper serves requests with
+//!   bodies);
+//! - [`h2`]: Gatehouse's own HTTP/2 server.
+//!
+//! HTTP/3 will be a third server here, beside `h1` and `h2`, on the same
+//! `tls` contexts and the same `proxy::handle`.
+
+pub mod accept;
+pub mod conn;
+pub mod h1;
+pub mod h2;
+pub mod tls;
