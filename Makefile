@@ -26,6 +26,7 @@ test: build lint
 
 lint: deps
 	cargo fmt --all --check
+	python3 scripts/import-cycles.py
 	cargo clippy --release --workspace --all-targets -- -D warnings
 
 unit: build
