@@ -56,56 +56,58 @@ pub enum LinkError {
 
 /// The link up with its MTU, addresses and routes.
 pub(crate) fn setup_link(index: u32, s: &Settings) -> Result<(), LinkError> {
-    let name = || s.name.clone();
-    netlink::link_up(index, s.mtu).map_err(|source| LinkError::Up { name: name(), mtu: s.mtu, source })?;
+    up(index, &s.name, s.mtu)?;
     for &(addr, len) in &s.addresses {
-        netlink::add_address(index, addr, len).map_err(|source| LinkError::AddAddress {
-            name: name(),
-            addr,
-            len,
-            source,
-        })?;
+        address(index, &s.name, addr, len, true)?;
     }
     for (net, len) in routes_of(s) {
-        netlink::add_route(index, net, len).map_err(|source| LinkError::AddRoute { name: name(), net, len, source })?;
+        route(index, &s.name, net, len, true)?;
     }
     Ok(())
 }
 
+/// What changed between `old` and `new`: the MTU, addresses removed and
+/// added, routes removed and added.
 pub(crate) fn update_link(index: u32, old: &Settings, new: &Settings) -> Result<(), LinkError> {
-    let name = || new.name.clone();
     if old.mtu != new.mtu {
-        netlink::link_up(index, new.mtu).map_err(|source| LinkError::Up { name: name(), mtu: new.mtu, source })?;
+        up(index, &new.name, new.mtu)?;
     }
     for &(addr, len) in old.addresses.iter().filter(|a| !new.addresses.contains(a)) {
-        netlink::del_address(index, addr, len).map_err(|source| LinkError::RemoveAddress {
-            name: name(),
-            addr,
-            len,
-            source,
-        })?;
+        address(index, &new.name, addr, len, false)?;
     }
     for &(addr, len) in new.addresses.iter().filter(|a| !old.addresses.contains(a)) {
-        netlink::add_address(index, addr, len).map_err(|source| LinkError::AddAddress {
-            name: name(),
-            addr,
-            len,
-            source,
-        })?;
+        address(index, &new.name, addr, len, true)?;
     }
     let (was, now) = (routes_of(old), routes_of(new));
     for &(net, len) in was.iter().filter(|r| !now.contains(r)) {
-        netlink::del_route(index, net, len).map_err(|source| LinkError::RemoveRoute {
-            name: name(),
-            net,
-            len,
-            source,
-        })?;
+        route(index, &new.name, net, len, false)?;
     }
     for &(net, len) in now.iter().filter(|r| !was.contains(r)) {
-        netlink::add_route(index, net, len).map_err(|source| LinkError::AddRoute { name: name(), net, len, source })?;
+        route(index, &new.name, net, len, true)?;
     }
     Ok(())
+}
+
+fn up(index: u32, name: &str, mtu: u32) -> Result<(), LinkError> {
+    netlink::link_up(index, mtu).map_err(|source| LinkError::Up { name: name.to_string(), mtu, source })
+}
+
+fn address(index: u32, name: &str, addr: IpAddr, len: u8, add: bool) -> Result<(), LinkError> {
+    let name = name.to_string();
+    if add {
+        netlink::add_address(index, addr, len).map_err(|source| LinkError::AddAddress { name, addr, len, source })
+    } else {
+        netlink::del_address(index, addr, len).map_err(|source| LinkError::RemoveAddress { name, addr, len, source })
+    }
+}
+
+fn route(index: u32, name: &str, net: IpAddr, len: u8, add: bool) -> Result<(), LinkError> {
+    let name = name.to_string();
+    if add {
+        netlink::add_route(index, net, len).map_err(|source| LinkError::AddRoute { name, net, len, source })
+    } else {
+        netlink::del_route(index, net, len).map_err(|source| LinkError::RemoveRoute { name, net, len, source })
+    }
 }
 
 #[cfg(test)]
