@@ -22,6 +22,7 @@ run: build
 # once (BoringSSL is slow to build).
 test: build lint
 	cargo test --release --workspace
+	python3 -m pytest -v -p no:cacheprovider tests/house
 	python3 -m pytest -v -p no:cacheprovider tests/e2e
 
 lint: deps

@@ -10,7 +10,7 @@ module reaches into what it tests by design. A module declaration
 (`mod x;`) is not an import, and neither is a re-export alone.
 
 Exit status 1 when any crate has a circle; each is printed with the names
-each file takes from the next.
+each file takes from the next. `--root DIR` checks another tree.
 """
 
 import re
@@ -205,8 +205,11 @@ def sccs(graph):
 
 
 def main():
+    root = ROOT
+    if len(sys.argv) > 2 and sys.argv[1] == "--root":
+        root = Path(sys.argv[2]).resolve()
     found = 0
-    for src in sorted(ROOT.glob("crates/*/src")):
+    for src in sorted(root.glob("crates/*/src")):
         files = crate_files(src)
         reexports = reexports_of(files)
         graph, names = {}, {}
@@ -236,7 +239,7 @@ def main():
             for a in sorted(comp):
                 for b in sorted(graph[a] & members):
                     taken = ", ".join(sorted(names[(a, b)]))
-                    print(f"  {files[a].relative_to(ROOT)} -> {files[b].relative_to(ROOT)} ({taken})")
+                    print(f"  {files[a].relative_to(root)} -> {files[b].relative_to(root)} ({taken})")
     if found:
         print(f"{found} import circle(s)")
         return 1
