@@ -15,9 +15,8 @@ pub enum BenchError {
 }
 
 /// Maps an error of step `what` into a [`BenchError::Failed`].
-pub(crate) fn failed<E: std::error::Error + Send + Sync + 'static>(
-    what: impl Into<String>,
+pub(crate) fn failed<W: Into<String>, E: std::error::Error + Send + Sync + 'static>(
+    what: W,
 ) -> impl FnOnce(E) -> BenchError {
-    let what = what.into();
-    move |e| BenchError::Failed { what, source: Box::new(e) }
+    move |e| BenchError::Failed { what: what.into(), source: Box::new(e) }
 }

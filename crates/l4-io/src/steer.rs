@@ -80,9 +80,17 @@ pub enum SteerError {
     Missing(&'static str),
 }
 
-fn err<E: std::error::Error + Send + Sync + 'static>(what: impl Into<String>) -> impl FnOnce(E) -> SteerError {
-    let what = what.into();
-    move |e| SteerError::Bpf { what, source: Box::new(e) }
+/// Maps an error of step `what`; the step's name is made only on error.
+fn err<W: Into<String>, E: std::error::Error + Send + Sync + 'static>(what: W) -> impl FnOnce(E) -> SteerError {
+    move |e| SteerError::Bpf { what: what.into(), source: Box::new(e) }
+}
+
+/// Maps an error of `action` ("adding to") on map `map`, per entry.
+fn map_err<E: std::error::Error + Send + Sync + 'static>(
+    action: &'static str,
+    map: &'static str,
+) -> impl FnOnce(E) -> SteerError {
+    move |e| SteerError::Bpf { what: format!("{action} {map}"), source: Box::new(e) }
 }
 
 impl Steering {
@@ -142,10 +150,10 @@ fn sync<const N: usize>(
     let map = bpf.map_mut(name).ok_or(SteerError::Missing(name))?;
     let mut m: HashMap<&mut MapData, [u8; N], u8> = HashMap::try_from(map).map_err(err(name))?;
     for k in new.difference(old) {
-        m.insert(k, 1u8, 0).map_err(err(format!("adding to {name}")))?;
+        m.insert(k, 1u8, 0).map_err(map_err("adding to", name))?;
     }
     for k in old.difference(new) {
-        m.remove(k).map_err(err(format!("removing from {name}")))?;
+        m.remove(k).map_err(map_err("removing from", name))?;
     }
     Ok(())
 }

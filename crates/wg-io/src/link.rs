@@ -89,24 +89,42 @@ pub(crate) fn update_link(index: u32, old: &Settings, new: &Settings) -> Result<
 }
 
 fn up(index: u32, name: &str, mtu: u32) -> Result<(), LinkError> {
-    netlink::link_up(index, mtu).map_err(|source| LinkError::Up { name: name.to_string(), mtu, source })
+    netlink::link_up(index, mtu).map_err(|source| LinkError::Up { name: name.into(), mtu, source })
 }
 
 fn address(index: u32, name: &str, addr: IpAddr, len: u8, add: bool) -> Result<(), LinkError> {
-    let name = name.to_string();
     if add {
-        netlink::add_address(index, addr, len).map_err(|source| LinkError::AddAddress { name, addr, len, source })
+        netlink::add_address(index, addr, len).map_err(|source| LinkError::AddAddress {
+            name: name.into(),
+            addr,
+            len,
+            source,
+        })
     } else {
-        netlink::del_address(index, addr, len).map_err(|source| LinkError::RemoveAddress { name, addr, len, source })
+        netlink::del_address(index, addr, len).map_err(|source| LinkError::RemoveAddress {
+            name: name.into(),
+            addr,
+            len,
+            source,
+        })
     }
 }
 
 fn route(index: u32, name: &str, net: IpAddr, len: u8, add: bool) -> Result<(), LinkError> {
-    let name = name.to_string();
     if add {
-        netlink::add_route(index, net, len).map_err(|source| LinkError::AddRoute { name, net, len, source })
+        netlink::add_route(index, net, len).map_err(|source| LinkError::AddRoute {
+            name: name.into(),
+            net,
+            len,
+            source,
+        })
     } else {
-        netlink::del_route(index, net, len).map_err(|source| LinkError::RemoveRoute { name, net, len, source })
+        netlink::del_route(index, net, len).map_err(|source| LinkError::RemoveRoute {
+            name: name.into(),
+            net,
+            len,
+            source,
+        })
     }
 }
 

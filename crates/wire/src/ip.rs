@@ -43,16 +43,15 @@ pub fn total_len(packet: &[u8]) -> Option<usize> {
 /// whose header the caller has checked is whole) for a TCP or UDP header
 /// and payload of `len` bytes.
 pub fn pseudo_header(packet: &[u8], v6: bool, proto: u8, len: usize) -> u64 {
-    let mut a16 = [[0u8; 16]; 2];
-    let mut a4 = [[0u8; 4]; 2];
+    fn addr<const N: usize>(packet: &[u8], at: usize) -> [u8; N] {
+        let mut a = [0u8; N];
+        a.copy_from_slice(&packet[at..at + N]);
+        a
+    }
     if v6 {
-        a16[0].copy_from_slice(&packet[ipv6::SRC..ipv6::SRC + 16]);
-        a16[1].copy_from_slice(&packet[ipv6::DST..ipv6::DST + 16]);
-        checksum::pseudo_v6(a16[0], a16[1], proto, len as u32)
+        checksum::pseudo_v6(addr(packet, ipv6::SRC), addr(packet, ipv6::DST), proto, len as u32)
     } else {
-        a4[0].copy_from_slice(&packet[ipv4::SRC..ipv4::SRC + 4]);
-        a4[1].copy_from_slice(&packet[ipv4::DST..ipv4::DST + 4]);
-        checksum::pseudo_v4(a4[0], a4[1], proto, len as u16)
+        checksum::pseudo_v4(addr(packet, ipv4::SRC), addr(packet, ipv4::DST), proto, len as u16)
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use gatehouse_config::{L4Mode, L4Scheduler};
+use gatehouse_config::{L4Mode, L4Scheduler, SynProxyMode};
 
 use super::counters::Counters;
 use super::family::Family;
@@ -436,11 +436,17 @@ impl Worker {
                 }
                 let idx = match found {
                     Some(idx) => idx,
-                    None if tcp && syn && ProxyState::of(&mut self.proxy).syn_proxy_on(service, svc, now) => {
+                    // The proxy's state is made only for a service that uses it.
+                    None if tcp
+                        && syn
+                        && service.syn_proxy != SynProxyMode::Off
+                        && ProxyState::of(&mut self.proxy).syn_proxy_on(service, svc, now) =>
+                    {
                         return synproxy::answer_syn(&mut self.sessions, plane, svc, buf, ip, now);
                     }
                     None if tcp
                         && !syn
+                        && service.syn_proxy != SynProxyMode::Off
                         && let Some(v) = ProxyState::of(&mut self.proxy).cookie_ack::<A>(
                             &mut self.sessions,
                             plane,
