@@ -81,3 +81,39 @@ def test_no_function_returns_result_of_string():
             if re.search(r"Result<[^;{]*,\s*String>", line):
                 found.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def code_lines(text):
+    """Lines of a file before its test module (`#[cfg(test)] mod tests {`
+    at the end, as every file here has it)."""
+    m = re.search(r"^#\[cfg\(test\)\]\s*\nmod tests \{", text, re.M)
+    return text[: m.start()].count("\n") if m else text.count("\n")
+
+
+def test_one_idea_a_file():
+    limit = 800
+    long = []
+    for f in (ROOT / "crates").rglob("*.rs"):
+        if f.name == "tests.rs" or "tests" in f.relative_to(ROOT).parts[:-1]:
+            continue
+        n = code_lines(f.read_text())
+        if n > limit:
+            long.append(f"{f.relative_to(ROOT)}: {n} lines")
+    assert not long, f"past {limit} lines outside tests:\n" + "\n".join(long)
+
+
+def test_the_line_count_leaves_out_the_test_module_only():
+    text = "fn a() {}\n" * 3 + "#[cfg(test)]\nmod tests {\n" + "fn t() {}\n" * 10 + "}\n"
+    assert code_lines(text) == 3
+    assert code_lines("#[cfg(test)]\nfn helper() {}\n" * 2) == 4
+
+
+def test_no_production_crate_has_bench_code():
+    found = []
+    for f in (ROOT / "crates").rglob("*.rs"):
+        rel = f.relative_to(ROOT)
+        if rel.parts[1] == "bench":
+            continue
+        if f.stem == "bench" or re.search(r"^\s*(pub(\([^)]*\))?\s+)?mod bench\b", f.read_text(), re.M):
+            found.append(str(rel))
+    assert not found, "bench code belongs in crates/bench: " + ", ".join(found)

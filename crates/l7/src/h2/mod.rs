@@ -1,7 +1,9 @@
-//! The HTTP/2 codec (RFC 9113), without I/O: frames, HPACK and the
-//! request fields' rules. The server that runs a connection's streams is
+//! HTTP/2 (RFC 9113) without I/O: frames, HPACK, the request fields'
+//! rules and the server connection's state machine ([`conn`]). The
+//! driver that owns the socket and runs a connection's streams is
 //! [`crate::downstream::h2`].
 
+pub mod conn;
 pub mod frame;
 pub mod hpack;
 mod huffman;

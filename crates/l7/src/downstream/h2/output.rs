@@ -1,5 +1,6 @@
-//! A connection's output: frames queued as they are made, written out in
-//! as few writes as the client's socket takes, and small writes put off
+//! A connection's output: frames queued as they are made (by
+//! [`crate::h2::conn::Connection`], in the buffer each call takes),
+//! written out in as few writes as the client's socket takes, and small writes put off
 //! once so that the answers of streams finishing close together share a
 //! TLS record and a send.
 
@@ -15,8 +16,6 @@ const STREAMED_WRITES: u8 = 64;
 
 #[derive(Default)]
 pub struct Output {
-    /// Frames queued since the last write began.
-    pub buf: Vec<u8>,
     /// Frames being written, left alone until written: TLS retries a write
     /// with the same bytes at the same address.
     writing: Vec<u8>,
@@ -32,9 +31,10 @@ pub struct Output {
 }
 
 impl Output {
-    /// Bytes queued or being written.
-    pub fn queued(&self) -> usize {
-        self.buf.len() + self.writing.len() - self.written + usize::from(self.unflushed)
+    /// Bytes queued (`buf`: the frames queued since the last write
+    /// began) or being written.
+    pub fn queued(&self, buf: &[u8]) -> usize {
+        buf.len() + self.writing.len() - self.written + usize::from(self.unflushed)
     }
 
     /// Whether to put off writing what is queued, while `more_may_come`
@@ -45,15 +45,15 @@ impl Output {
     /// row, only under a record, and not while the connection streams whole
     /// records (large responses fill records without waiting; waiting only
     /// adds latency).
-    pub fn put_off(&mut self, more_may_come: bool) -> bool {
-        let small = !self.buf.is_empty() && self.written == self.writing.len() && self.buf.len() < TLS_RECORD;
+    pub fn put_off(&mut self, buf: &[u8], more_may_come: bool) -> bool {
+        let small = !buf.is_empty() && self.written == self.writing.len() && buf.len() < TLS_RECORD;
         if small && more_may_come && !self.put_off && self.streamed == 0 {
             self.put_off = true;
             return true;
         }
-        if !self.buf.is_empty() {
+        if !buf.is_empty() {
             self.put_off = false;
-            if self.buf.len() >= TLS_RECORD {
+            if buf.len() >= TLS_RECORD {
                 self.streamed = STREAMED_WRITES;
             } else {
                 self.streamed = self.streamed.saturating_sub(1);
@@ -62,22 +62,23 @@ impl Output {
         false
     }
 
-    /// Writes what is queued. `Ok(true)`: something went out; `Err`: the
-    /// client is gone.
+    /// Writes what is queued in `buf`, which it leaves empty. `Ok(true)`:
+    /// something went out; `Err`: the client is gone.
     pub fn poll_write<W: AsyncWrite + ?Sized>(
         &mut self,
+        buf: &mut Vec<u8>,
         mut io: Pin<&mut W>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<bool, ()>> {
         let mut wrote = false;
         loop {
             if self.written == self.writing.len() {
-                if self.buf.is_empty() {
+                if buf.is_empty() {
                     break;
                 }
                 self.writing.clear();
                 self.written = 0;
-                std::mem::swap(&mut self.writing, &mut self.buf);
+                std::mem::swap(&mut self.writing, buf);
             }
             match io.as_mut().poll_write(cx, &self.writing[self.written..]) {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
@@ -137,17 +138,36 @@ mod tests {
         }
     }
 
-    fn write(out: &mut Output, w: &mut Recorder) -> bool {
+    /// An output and the frames queued for it.
+    #[derive(Default)]
+    struct Queue {
+        out: Output,
+        buf: Vec<u8>,
+    }
+
+    impl Queue {
+        fn queued(&self) -> usize {
+            self.out.queued(&self.buf)
+        }
+
+        fn put_off(&mut self, more_may_come: bool) -> bool {
+            self.out.put_off(&self.buf, more_may_come)
+        }
+    }
+
+    fn write(q: &mut Queue, w: &mut Recorder) -> bool {
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
-        let Poll::Ready(Ok(wrote)) = out.poll_write(Pin::new(w), &mut cx) else { panic!("pending or failed") };
+        let Poll::Ready(Ok(wrote)) = q.out.poll_write(&mut q.buf, Pin::new(w), &mut cx) else {
+            panic!("pending or failed")
+        };
         wrote
     }
 
     #[test]
     fn frames_of_many_streams_go_out_as_one_write() {
         let mut w = Recorder { limit: usize::MAX, ..Recorder::default() };
-        let mut out = Output::default();
+        let mut out = Queue::default();
         let head = [0u8, 0x10, 0, 0, 0, 0, 0, 0, 1];
         let payload = vec![3u8; 4096];
         for _ in 0..3 {
@@ -164,7 +184,7 @@ mod tests {
     #[test]
     fn a_small_write_is_put_off_once() {
         let mut w = Recorder { limit: usize::MAX, ..Recorder::default() };
-        let mut out = Output::default();
+        let mut out = Queue::default();
         out.buf.extend_from_slice(b"frames");
         // Put off: nothing written.
         assert!(out.put_off(true));
@@ -185,7 +205,7 @@ mod tests {
         write(&mut out, &mut w);
         out.buf.extend_from_slice(b"tail");
         assert!(!out.put_off(true));
-        assert_eq!(out.streamed, STREAMED_WRITES - 1);
+        assert_eq!(out.out.streamed, STREAMED_WRITES - 1);
     }
 
     #[test]
@@ -193,7 +213,7 @@ mod tests {
         // The socket under TLS gathers records and sends them at the
         // flush; a full socket leaves that flush pending.
         let mut w = Recorder { limit: usize::MAX, flush_pending: 1, ..Recorder::default() };
-        let mut out = Output::default();
+        let mut out = Queue::default();
         out.buf.extend_from_slice(b"last frames");
         assert!(write(&mut out, &mut w));
         assert_eq!((w.flushes, out.queued()), (1, 1), "unsent until the flush finishes");
@@ -207,7 +227,7 @@ mod tests {
     #[test]
     fn a_write_that_is_cut_short_resumes_where_it_stopped() {
         let mut w = Recorder { limit: 5, ..Recorder::default() };
-        let mut out = Output::default();
+        let mut out = Queue::default();
         out.buf.extend_from_slice(b"0123456789ab");
         write(&mut out, &mut w);
         let written: Vec<u8> = w.calls.concat();
