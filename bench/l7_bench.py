@@ -124,15 +124,16 @@ def measure(server, url, duration, close):
 # ------------------------------------------------------------------ configs
 
 
-def nginx_conf(d, body):
+def nginx_conf(d, body, connections=4096):
     conf = Path(d) / "nginx.conf"
     conf.write_text(f"""
 worker_processes 1;
+worker_rlimit_nofile {connections + 1000};
 daemon off;
 master_process on;
 pid {d}/nginx.pid;
 error_log {d}/nginx-error.log warn;
-events {{ worker_connections 4096; }}
+events {{ worker_connections {connections}; }}
 http {{
   access_log off;
   client_body_temp_path {d}/body;

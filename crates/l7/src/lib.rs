@@ -25,6 +25,7 @@ mod filters;
 mod gather;
 mod h1;
 mod h2;
+mod idle;
 mod metrics;
 pub mod plane;
 mod proxy;

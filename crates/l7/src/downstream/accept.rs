@@ -22,6 +22,7 @@ use crate::context::Worker;
 use crate::downstream::conn::{ClientIo, ConnState};
 use crate::downstream::h1::{Rewound, Served};
 use crate::gather::Gather;
+use crate::idle::ReadAhead;
 use crate::metrics::{HandshakeResult, Metrics};
 use crate::proxy::{self, HeadWriter};
 
@@ -100,9 +101,6 @@ async fn accept_loop(listener: TcpListener, name: Arc<str>, worker: Arc<Worker>)
     }
 }
 
-/// Bytes read from a TLS client's socket at a time (see `serve`).
-const TLS_READ_BUFFER: usize = 4096;
-
 async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<Worker>) {
     struct Open<'a>(&'a Metrics, usize);
     impl Drop for Open<'_> {
@@ -143,15 +141,17 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
     };
     match tls {
         Some(acceptor) => {
-            // BoringSSL reads a record as two reads, its 5-byte header then its
-            // body; a small buffer under it turns a flight of records that
-            // arrived together into one recvfrom. Reads larger than the buffer
-            // (bulk request bodies) bypass it. It writes one record at a
-            // time; `Gather` sends a large response's records together
-            // (on HTTP/1.1: HTTP/2 gathers its frames itself).
-            let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, Gather::new(stream));
+            // A read-ahead under BoringSSL (one recvfrom for a flight of
+            // records, no buffer held while idle: see `crate::idle`), and
+            // `Gather` to send a large response's records together (on
+            // HTTP/1.1: HTTP/2 gathers its frames itself).
+            let stream = ReadAhead::new(Gather::new(stream));
+            // Boxed, as every part of a connection's task that is not its
+            // idle wait: the task is as large as its largest state, and an
+            // idle connection should not pay for the handshake's.
             let accepted =
-                tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)).await;
+                Box::pin(tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)))
+                    .await;
             let mut tls_stream = match accepted {
                 Ok(Ok(s)) => s,
                 Ok(Err(_)) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Failed),
@@ -207,7 +207,7 @@ where
     };
     if alpn_h2 == Some(true) || client.is_h2() {
         let limits = crate::downstream::h2::Limits::new(http);
-        return crate::downstream::h2::serve(client, prefix, state, limits, &mut drain).await;
+        return Box::pin(crate::downstream::h2::serve(client, prefix, state, limits, &mut drain)).await;
     }
     let io = TokioIo::new(Rewound::new(prefix, client));
     let h1_state = state.clone();
@@ -225,7 +225,8 @@ where
         // own would arm a second timer per request.
         .header_read_timeout(None)
         .keep_alive(true);
-    drive(b.serve_connection(io, svc).with_upgrades(), drain, Some(h1_state), |c| c.graceful_shutdown()).await;
+    Box::pin(drive(b.serve_connection(io, svc).with_upgrades(), drain, Some(h1_state), |c| c.graceful_shutdown()))
+        .await;
 }
 
 /// How long a draining HTTP/1 connection may go on before it is closed even

@@ -28,9 +28,11 @@ use crate::body::ClientBody;
 use crate::body::ResponseBody;
 use crate::downstream::conn::{ClientIo, ConnState};
 use crate::h1::chunked::put_chunk_size;
-use crate::h1::request::{Parse, build_request, parse_head};
+use crate::h1::request::{Parse, RequestHead, build_request, parse_head};
 use crate::h1::{CLIENT_READ_CHUNK, Framing, Span, write};
+use crate::idle::read_into;
 use crate::proxy::{self, HeadWriter};
+use crate::spare::{self, Spares};
 
 pub type ClientStream<T> = Pin<Box<ClientIo<T>>>;
 
@@ -46,8 +48,6 @@ pub enum Served<T> {
 
 /// Body bytes gathered with the head into one write.
 const GATHER_UP_TO: usize = 16 * 1024;
-/// The write buffer a connection keeps between responses.
-const SMALL_WRITE_BUFFER: usize = 2048;
 
 const RESPONSE_400: &[u8] =
     b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 16\r\nconnection: close\r\n\r\n400 Bad Request\n";
@@ -78,37 +78,36 @@ where
     T: AsyncRead + AsyncWrite,
 {
     io.as_mut().stop_scanning();
-    let mut buf = BytesMut::with_capacity(CLIENT_READ_CHUNK);
-    let mut out: Vec<u8> = Vec::with_capacity(SMALL_WRITE_BUFFER);
-    let mut spans: Vec<Span> = Vec::with_capacity(16);
+    // Empty while the connection is idle: see `crate::idle`.
+    let mut buf = BytesMut::new();
     let mut draining = false;
     // Registered once for the connection's life, not per request.
     let drained = drain.wait_for(|d| *d);
     tokio::pin!(drained);
     loop {
-        let head = loop {
+        let (head, req) = loop {
             if !buf.is_empty() {
                 if io.is_h2() {
                     return handover(io, buf);
                 }
-                match parse_head(&buf, max_headers, &mut spans) {
-                    Parse::Simple(head) => break head,
-                    Parse::Other => return handover(io, buf),
-                    Parse::Partial if buf.len() >= max_head => return handover(io, buf),
-                    Parse::Partial => {}
+                match take_head(&mut buf, max_head, max_headers) {
+                    Taken::Simple(head, req) => break (head, req),
+                    Taken::Other => return handover(io, buf),
+                    Taken::Partial if buf.len() >= max_head => return handover(io, buf),
+                    Taken::Partial => {}
                 }
             }
             let read = if !buf.is_empty() {
                 read_more(&mut io, &mut buf).await
             } else if draining {
-                match tokio::time::timeout(grace, read_more(&mut io, &mut buf)).await {
+                match Box::pin(tokio::time::timeout(grace, read_into(io.as_mut(), &mut buf))).await {
                     Ok(r) => r,
                     Err(_) => return close(io).await,
                 }
             } else {
                 tokio::select! {
                     biased;
-                    r = read_more(&mut io, &mut buf) => r,
+                    r = read_into(io.as_mut(), &mut buf) => r,
                     _ = &mut drained => {
                         draining = true;
                         state.closing.store(true, Ordering::Relaxed);
@@ -121,26 +120,77 @@ where
                 Ok(_) => {}
             }
         };
-        let bytes = buf.split_to(head.len).freeze();
-        let Some(req) = build_request(&head, &bytes, &spans, ClientBody::None) else {
+        if buf.is_empty() {
+            // What was read is all in the request: let its memory go with it.
+            buf = BytesMut::new();
+        }
+        let Some(req) = req else {
             state.log_rejected(400, reason::BAD_REQUEST);
             let _ = io.write_all(RESPONSE_400).await;
             return close(io).await;
         };
-        drop(bytes);
         io.as_mut().begin_request();
-        let is_head = head.method == Method::HEAD;
-        let Ok(resp) = proxy::handle(req, state.clone(), HeadWriter::Own).await;
-        if !write_response(&mut io, resp, is_head, head.close, &mut out).await {
+        let (is_head, client_close) = (head.method == Method::HEAD, head.close);
+        // Boxed: the request's future is kilobytes, and inline it would
+        // make every idle connection's task that large.
+        if !Box::pin(answer(&mut io, req, &state, is_head, client_close)).await {
             return close(io).await;
-        }
-        // A large body gathered with its head grew the write buffer; an
-        // idle keep-alive connection does not hold on to it.
-        if out.capacity() > SMALL_WRITE_BUFFER {
-            out = Vec::with_capacity(SMALL_WRITE_BUFFER);
         }
     }
 }
+
+/// Runs a request and writes its response; returns whether the connection
+/// stays open. The write buffer is the worker's, given back after: an
+/// idle keep-alive connection holds none.
+async fn answer<T>(
+    io: &mut ClientStream<T>,
+    req: http::Request<ClientBody>,
+    state: &Arc<ConnState>,
+    is_head: bool,
+    client_close: bool,
+) -> bool
+where
+    T: AsyncRead + AsyncWrite,
+{
+    let Ok(resp) = proxy::handle(req, state.clone(), HeadWriter::Own).await;
+    let mut out = OUT_SPARE.take().unwrap_or_default();
+    let keep = write_response(io, resp, is_head, client_close, &mut out).await;
+    OUT_SPARE.give(out);
+    keep
+}
+
+/// What [`take_head`] found. A return value only, never kept: its size
+/// costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Taken {
+    Partial,
+    Other,
+    Simple(RequestHead, Option<http::Request<ClientBody>>),
+}
+
+/// Parses the head at the start of `buf` and, when it is of the simple
+/// shape and within `max_head` bytes, takes it out of `buf` as a request
+/// (`None`: refused, 400); a larger head goes to hyper, which answers 431.
+/// The field positions are the worker's scratch, used only here.
+fn take_head(buf: &mut BytesMut, max_head: usize, max_headers: usize) -> Taken {
+    SPANS.with_borrow_mut(|spans| match parse_head(buf, max_headers, spans) {
+        Parse::Simple(head) if head.len > max_head => Taken::Other,
+        Parse::Simple(head) => {
+            let bytes = buf.split_to(head.len).freeze();
+            let req = build_request(&head, &bytes, spans, ClientBody::None);
+            Taken::Simple(head, req)
+        }
+        Parse::Other => Taken::Other,
+        Parse::Partial => Taken::Partial,
+    })
+}
+
+thread_local! {
+    static SPANS: std::cell::RefCell<Vec<Span>> = const { std::cell::RefCell::new(Vec::new()) };
+    static OUT_POOL: spare::Pool = const { std::cell::RefCell::new(Vec::new()) };
+}
+/// Write buffers a worker keeps for the responses it is writing.
+static OUT_SPARE: Spares = Spares { pool: &OUT_POOL, keep: 64, largest: 2 * GATHER_UP_TO };
 
 fn handover<T: AsyncRead + AsyncWrite>(mut io: ClientStream<T>, unread: BytesMut) -> Served<T> {
     io.as_mut().scan_from(&unread);
@@ -148,7 +198,7 @@ fn handover<T: AsyncRead + AsyncWrite>(mut io: ClientStream<T>, unread: BytesMut
 }
 
 async fn close<T: AsyncRead + AsyncWrite>(mut io: ClientStream<T>) -> Served<T> {
-    let _ = io.shutdown().await;
+    let _ = Box::pin(io.shutdown()).await;
     Served::Closed
 }
 

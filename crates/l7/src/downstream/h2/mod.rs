@@ -40,12 +40,11 @@ use crate::downstream::conn::{ClientIo, ConnState};
 pub use crate::h2::conn::Limits;
 use crate::h2::conn::{Connection, Event, Sent};
 use crate::h2::frame::Reason;
+use crate::idle::poll_read_into;
 use crate::proxy::{self, HeadWriter};
 
 /// Output queued past which the client is not read until it takes some.
 const OUTPUT_HIGH: usize = 256 * 1024;
-/// Bytes read at a time.
-const READ_CHUNK: usize = 16 * 1024;
 
 type Handling = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, std::convert::Infallible>> + Send>>;
 
@@ -142,8 +141,7 @@ enum Step {
 impl<T: AsyncRead + AsyncWrite> Conn<T> {
     fn new(io: Pin<Box<ClientIo<T>>>, prefix: Bytes, state: Arc<ConnState>, limits: Limits) -> Self {
         let words = limits.max_concurrent.div_ceil(64);
-        let mut input = BytesMut::with_capacity(READ_CHUNK);
-        input.extend_from_slice(&prefix);
+        let input = BytesMut::from(&prefix[..]);
         Conn {
             io,
             state,
@@ -158,6 +156,17 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             deferred: Vec::new(),
             stall: Box::pin(tokio::time::sleep(limits.stall_timeout)),
             stall_armed: false,
+        }
+    }
+
+    /// Waiting with nothing to read or write: the buffers go back to the
+    /// worker, so an idle connection holds none (see `crate::idle`).
+    fn let_go(&mut self) {
+        if self.input.is_empty() {
+            self.input = BytesMut::new();
+        }
+        if self.proto.output().is_empty() {
+            output::give_back(std::mem::take(self.proto.output()));
         }
     }
 
@@ -177,6 +186,9 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
         self.ready.task.register(cx.waker());
+        if self.proto.output().capacity() == 0 {
+            *self.proto.output() = output::take_spare();
+        }
         if self.proto.awaiting_preface() && !self.input.is_empty() {
             // Bytes read before this server took the connection (the
             // cleartext preface and what came with it).
@@ -187,10 +199,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             // Everything the client sent first: a stream it reset in the
             // same read is never started.
             while !self.proto.read_done() && self.queued() < OUTPUT_HIGH {
-                if self.input.capacity() - self.input.len() < READ_CHUNK / 2 {
-                    self.input.reserve(READ_CHUNK);
-                }
-                let read = match tokio_util::io::poll_read_buf(self.io.as_mut(), cx, &mut self.input) {
+                let read = match poll_read_into(self.io.as_mut(), cx, &mut self.input) {
                     Poll::Ready(r) => r,
                     Poll::Pending => break,
                 };
@@ -228,6 +237,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
                 return Poll::Ready(Step::Done);
             }
             if !progress && !self.any_ready() {
+                self.let_go();
                 return Poll::Pending;
             }
         }

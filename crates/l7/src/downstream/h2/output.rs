@@ -9,10 +9,29 @@ use std::task::{Context, Poll};
 
 use tokio::io::AsyncWrite;
 
+use crate::spare::{self, Spares};
+
 /// The most plaintext one TLS record carries (RFC 8446 5.1).
 const TLS_RECORD: usize = 16 * 1024;
 /// Writes not put off after whole records went out.
 const STREAMED_WRITES: u8 = 64;
+
+thread_local! {
+    static POOL: spare::Pool = const { std::cell::RefCell::new(Vec::new()) };
+}
+/// Output buffers a worker keeps for the connections writing at this
+/// moment; an idle connection gives its own back.
+static SPARE: Spares = Spares { pool: &POOL, keep: 64, largest: 4 * TLS_RECORD };
+
+/// A buffer to queue frames in: a spare one, if the worker has one.
+pub fn take_spare() -> Vec<u8> {
+    SPARE.take().unwrap_or_default()
+}
+
+/// A buffer no longer needed, for another connection.
+pub fn give_back(buf: Vec<u8>) {
+    SPARE.give(buf);
+}
 
 #[derive(Default)]
 pub struct Output {
@@ -79,6 +98,9 @@ impl Output {
                 self.writing.clear();
                 self.written = 0;
                 std::mem::swap(&mut self.writing, buf);
+                if buf.capacity() == 0 {
+                    *buf = take_spare();
+                }
             }
             match io.as_mut().poll_write(cx, &self.writing[self.written..]) {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
@@ -98,6 +120,11 @@ impl Output {
                 // this again.
                 Poll::Pending => {}
             }
+        }
+        if self.written == self.writing.len() && self.writing.capacity() > 0 {
+            // All written: the buffer goes back to the worker.
+            self.written = 0;
+            give_back(std::mem::take(&mut self.writing));
         }
         Poll::Ready(Ok(wrote))
     }
