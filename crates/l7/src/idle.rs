@@ -92,7 +92,7 @@ impl<T> ReadAhead<T> {
     fn give_back(&mut self) {
         self.pos = 0;
         self.filled = 0;
-        SPARE.give(std::mem::take(&mut self.buf));
+        SPARE.give_as_is(std::mem::take(&mut self.buf));
     }
 }
 
@@ -103,6 +103,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for ReadAhead<T> {
             if out.remaining() >= READ_AHEAD {
                 return Pin::new(&mut this.inner).poll_read(cx, out);
             }
+            // A spare comes back at its full length: zeroed once, when made.
             let mut buf = SPARE.take().unwrap_or_default();
             buf.resize(READ_AHEAD, 0);
             let mut rb = ReadBuf::new(&mut buf);
@@ -114,7 +115,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for ReadAhead<T> {
                     this.filled = n;
                 }
                 other => {
-                    SPARE.give(buf);
+                    SPARE.give_as_is(buf);
                     return other;
                 }
             }

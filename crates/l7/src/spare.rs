@@ -24,10 +24,17 @@ impl Spares {
     /// Keeps `buf` for the next `take`, unless it holds no memory, is
     /// unusually large, or enough are kept already.
     pub fn give(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        self.give_as_is(buf);
+    }
+
+    /// As [`Spares::give`], with its length and bytes left as they are:
+    /// for a buffer read into through a slice, which the next user
+    /// overwrites, so it is not zeroed again each time it is taken.
+    pub fn give_as_is(&self, buf: Vec<u8>) {
         if buf.capacity() == 0 || buf.capacity() > self.largest {
             return;
         }
-        buf.clear();
         self.pool.with_borrow_mut(|spare| {
             if spare.len() < self.keep {
                 spare.push(buf);
@@ -59,6 +66,14 @@ mod tests {
         assert_eq!(first.capacity(), 10);
         let second = TWO.take().expect("kept");
         assert!(second.is_empty() && second.capacity() >= 50);
+        assert!(TWO.take().is_none());
+    }
+
+    #[test]
+    fn as_is_keeps_the_length() {
+        TWO.give_as_is(vec![7u8; 64]);
+        assert_eq!(TWO.take().expect("kept"), vec![7u8; 64]);
+        TWO.give_as_is(vec![0u8; 1000]); // too large: not kept
         assert!(TWO.take().is_none());
     }
 }

@@ -248,7 +248,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
     fn stalled(&mut self, cx: &mut Context<'_>, moved: bool) -> bool {
         use tokio::time::Instant;
         let queued = self.queued();
-        let Some(deadline) = self.proto.stall_deadline(Instant::now().into_std(), queued, moved) else {
+        let Some(deadline) = self.proto.stall_deadline(|| Instant::now().into_std(), queued, moved) else {
             self.stall_armed = false;
             return false;
         };

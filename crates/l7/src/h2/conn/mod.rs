@@ -212,8 +212,9 @@ impl Connection {
 
     /// When the client, owing us reading (`queued` bytes are unsent) or a
     /// window, has stalled for the stall timeout; `None` while it owes
-    /// nothing. `moved`: bytes went out since the last call.
-    pub fn stall_deadline(&mut self, now: Instant, queued: usize, moved: bool) -> Option<Instant> {
+    /// nothing. `moved`: bytes went out since the last call. `now` is
+    /// asked only when the deadline moves, not on every call.
+    pub fn stall_deadline(&mut self, now: impl FnOnce() -> Instant, queued: usize, moved: bool) -> Option<Instant> {
         let waiting = queued > 0 || self.send.waiting();
         let moved = self.send.take_opened() || moved;
         if !waiting {
@@ -221,7 +222,7 @@ impl Connection {
             return None;
         }
         if moved || self.stall_deadline.is_none() {
-            self.stall_deadline = Some(now + self.limits.stall_timeout);
+            self.stall_deadline = Some(now() + self.limits.stall_timeout);
         }
         self.stall_deadline
     }

@@ -283,7 +283,7 @@ fn response_data_waits_for_the_windows_and_an_update_wakes_it() {
     let sent: usize = c.frames().iter().filter(|f| f.kind == frame::DATA).map(|f| f.payload.len()).sum();
     assert_eq!(sent, 65_535, "the client's initial windows, and not a byte more");
     let now = Instant::now();
-    let deadline = c.conn.stall_deadline(now, 0, false).expect("a stream waits for a window");
+    let deadline = c.conn.stall_deadline(|| now, 0, false).expect("a stream waits for a window");
     assert_eq!(deadline, now + Duration::from_secs(5));
 
     // The stream's window opens; the connection's is still shut.
@@ -298,7 +298,7 @@ fn response_data_waits_for_the_windows_and_an_update_wakes_it() {
     assert_eq!(sent, 40_000, "both windows allow 40,000 bytes");
     // A window opened: the stall timer starts again from now.
     let later = now + Duration::from_secs(1);
-    assert_eq!(c.conn.stall_deadline(later, 0, false), Some(later + Duration::from_secs(5)));
+    assert_eq!(c.conn.stall_deadline(|| later, 0, false), Some(later + Duration::from_secs(5)));
     // A larger initial window opens every stream's window.
     c.send_frame(frame::SETTINGS, 0, 0, &[0, 4, 0, 0x10, 0, 0]);
     assert!(matches!(c.events().as_slice(), [Event::Wake { .. }]));
@@ -308,7 +308,7 @@ fn response_data_waits_for_the_windows_and_an_update_wakes_it() {
     let f = c.frames();
     assert_eq!(f.last().map(|f| (f.kind, f.flags)), Some((frame::DATA, frame::END_STREAM)));
     // Nothing owed: no deadline.
-    assert_eq!(c.conn.stall_deadline(later, 0, false), None);
+    assert_eq!(c.conn.stall_deadline(|| later, 0, false), None);
 }
 
 #[test]
@@ -623,10 +623,10 @@ fn the_stall_deadline_moves_only_when_the_client_does() {
     let mut conn = Connection::new(limits());
     let t0 = Instant::now();
     let timeout = Duration::from_secs(5);
-    assert_eq!(conn.stall_deadline(t0, 0, false), None, "nothing owed");
-    assert_eq!(conn.stall_deadline(t0, 100, false), Some(t0 + timeout));
+    assert_eq!(conn.stall_deadline(|| t0, 0, false), None, "nothing owed");
+    assert_eq!(conn.stall_deadline(|| t0, 100, false), Some(t0 + timeout));
     let t1 = t0 + Duration::from_secs(2);
-    assert_eq!(conn.stall_deadline(t1, 100, false), Some(t0 + timeout), "no progress: the deadline stays");
-    assert_eq!(conn.stall_deadline(t1, 50, true), Some(t1 + timeout), "bytes went out");
-    assert_eq!(conn.stall_deadline(t1, 0, false), None);
+    assert_eq!(conn.stall_deadline(|| t1, 100, false), Some(t0 + timeout), "no progress: the deadline stays");
+    assert_eq!(conn.stall_deadline(|| t1, 50, true), Some(t1 + timeout), "bytes went out");
+    assert_eq!(conn.stall_deadline(|| t1, 0, false), None);
 }
