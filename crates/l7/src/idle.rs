@@ -47,9 +47,16 @@ pub fn poll_read_into<R: AsyncRead + ?Sized>(
     })
 }
 
-/// [`poll_read_into`] as a future.
-pub async fn read_into<R: AsyncRead + ?Sized>(mut io: Pin<&mut R>, buf: &mut BytesMut) -> io::Result<usize> {
-    std::future::poll_fn(|cx| poll_read_into(io.as_mut(), cx, buf)).await
+/// Reads what `io` has into memory of its own, sized to it, holding
+/// nothing while it waits: an empty buffer is the end of the stream.
+pub fn poll_read_fresh<R: AsyncRead + ?Sized>(io: Pin<&mut R>, cx: &mut Context<'_>) -> Poll<io::Result<BytesMut>> {
+    let mut buf = BytesMut::new();
+    poll_read_into(io, cx, &mut buf).map_ok(|_| buf)
+}
+
+/// [`poll_read_fresh`] as a future.
+pub async fn read_fresh<R: AsyncRead + ?Sized>(mut io: Pin<&mut R>) -> io::Result<BytesMut> {
+    std::future::poll_fn(|cx| poll_read_fresh(io.as_mut(), cx)).await
 }
 
 /// Bytes read from a TLS client's socket at a time.
@@ -191,15 +198,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_read_into_grows_the_buffer_by_what_came_only() {
+    async fn a_fresh_read_holds_what_came_only() {
         let (mut tx, mut rx) = tokio::io::duplex(64 * 1024);
         tokio::io::AsyncWriteExt::write_all(&mut tx, b"GET / HTTP/1.1\r\n\r\n").await.expect("write");
-        let mut buf = BytesMut::new();
-        let n = read_into(Pin::new(&mut rx), &mut buf).await.expect("read");
-        assert_eq!(n, 18);
+        let buf = read_fresh(Pin::new(&mut rx)).await.expect("read");
         assert_eq!(&buf[..], b"GET / HTTP/1.1\r\n\r\n");
         assert!(buf.capacity() < 1024, "sized to what came, not to a read chunk");
+        let mut more = BytesMut::new();
+        tokio::io::AsyncWriteExt::write_all(&mut tx, b"abc").await.expect("write");
+        let n = std::future::poll_fn(|cx| poll_read_into(Pin::new(&mut rx), cx, &mut more)).await.expect("read");
+        assert_eq!((n, &more[..]), (3, &b"abc"[..]), "appended");
         drop(tx);
-        assert_eq!(read_into(Pin::new(&mut rx), &mut buf).await.expect("eof"), 0);
+        assert!(read_fresh(Pin::new(&mut rx)).await.expect("eof").is_empty());
     }
 }

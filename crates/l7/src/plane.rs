@@ -7,7 +7,6 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use arc_swap::ArcSwap;
 use gatehouse_config::{Config, FieldError, Named, Protocol};
 use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::listeners::Listeners;
@@ -19,7 +18,7 @@ use crate::accesslog::AccessLog;
 use crate::context::{Shared, Worker};
 use crate::downstream::accept::{ListenerCommand, ListenerKey, WorkerHandle, worker_main};
 use crate::filters::RateLimiters;
-use crate::metrics::{Metrics, ScrapeInput};
+use crate::metrics::ScrapeInput;
 use crate::snapshot::{BuildContext, Snapshot};
 use crate::upstream::connect::ConnPool;
 
@@ -50,12 +49,7 @@ impl L7 {
     pub fn new(init: &Init<'_>) -> Result<L7, PlaneError> {
         let access_log = AccessLog::start(&init.config.access_log.target)
             .map_err(|e| PlaneError::at("l7", "access_log", e.to_string()))?;
-        let shared = Arc::new(Shared {
-            snapshot: ArcSwap::from_pointee(Snapshot::empty()),
-            access_log,
-            metrics: Metrics::new(init.workers),
-            draining: tokio::sync::watch::Sender::new(false),
-        });
+        let shared = Arc::new(Shared::new(Snapshot::empty(), access_log, init.workers));
         Ok(L7(Arc::new(Inner {
             shared,
             health: init.health.clone(),
@@ -207,7 +201,7 @@ impl Plane for L7 {
                 }
             }
         }
-        self.0.shared.draining.send_replace(true);
+        self.0.shared.drain();
     }
 
     fn in_progress(&self) -> u64 {

@@ -297,14 +297,14 @@ fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority
     }
     let mut prior = h.get_all(&X_FORWARDED_FOR).iter().peekable();
     let xff = if prior.peek().is_none() {
-        Some(conn.client_ip.clone())
+        Some(conn.client_ip())
     } else {
         let mut v: Vec<u8> = Vec::with_capacity(64);
         for value in prior {
             v.extend_from_slice(value.as_bytes());
             v.extend_from_slice(b", ");
         }
-        v.extend_from_slice(conn.client_ip.as_bytes());
+        v.extend_from_slice(conn.client_ip().as_bytes());
         HeaderValue::from_bytes(&v).ok()
     };
     if let Some(v) = xff {

@@ -9,22 +9,18 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32};
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use boring::ssl::SslAcceptor;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::body::ClientBody;
 use crate::context::Worker;
-use crate::downstream::conn::{ClientIo, ConnState};
-use crate::downstream::h1::{Rewound, Served};
+use crate::downstream::conn::{ClientIo, ClientStream, ConnState, Open};
+use crate::downstream::handover::handed_over;
 use crate::gather::Gather;
 use crate::idle::ReadAhead;
-use crate::metrics::{HandshakeResult, Metrics};
-use crate::proxy::{self, HeadWriter};
+use crate::metrics::{HandshakeResult, ListenerMetrics};
 
 /// A listener's identity for sockets: a name moved to another address is a
 /// new socket; a protocol or TLS change is not (it is read per connection).
@@ -90,7 +86,7 @@ async fn accept_loop(listener: TcpListener, name: Arc<str>, worker: Arc<Worker>)
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream, peer, name.clone(), worker.clone()));
+                start(stream, peer, &name, &worker);
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off, don't spin.
@@ -101,35 +97,54 @@ async fn accept_loop(listener: TcpListener, name: Arc<str>, worker: Arc<Worker>)
     }
 }
 
-async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<Worker>) {
-    struct Open<'a>(&'a Metrics, usize);
-    impl Drop for Open<'_> {
-        fn drop(&mut self) {
-            self.0.connection_closed(self.1);
-        }
-    }
+/// Starts a connection's task. A cleartext connection's task is small
+/// while its connection is idle: it holds what
+/// [`crate::downstream::h1::serve`] waits with and little more, and every
+/// other step (hyper, HTTP/2) is a boxed future of its own, made when it
+/// starts. A task is as large as its largest state, and keeps room for
+/// its arguments for its whole life: an idle connection should not pay
+/// for the other steps (`docs/ARCHITECTURE.md`, idle connections).
+fn start(stream: TcpStream, peer: SocketAddr, name: &Arc<str>, worker: &Arc<Worker>) {
     worker.shared.metrics.connection_opened(worker.id);
-    let _open = Open(&worker.shared.metrics, worker.id);
-    let snap = worker.shared.snapshot.load_full();
-    let Some(index) = snap.listener_index(&name) else { return };
-    let http = snap.http.clone();
-    let tls = snap.listeners[index].tls.as_ref().map(|t| t.acceptor.clone());
-    let metrics = snap.listeners[index].metrics.clone();
-    drop(snap);
-    metrics.accepted(worker.id);
-    struct Closed<'a>(&'a crate::metrics::ListenerMetrics, usize);
-    impl Drop for Closed<'_> {
-        fn drop(&mut self) {
-            self.0.closed(self.1);
+    let Some((index, tls, listener)) = listener_of(worker, name) else {
+        return worker.shared.metrics.connection_closed(worker.id);
+    };
+    listener.accepted(worker.id);
+    let open = Open { worker: worker.clone(), listener };
+    let conn = NewConn { peer, name: name.clone(), index };
+    match tls {
+        Some(acceptor) => {
+            tokio::spawn(serve_tls(stream, acceptor, conn, open));
+        }
+        None => {
+            let client = client_io(stream, conn.state(worker, None, false));
+            tokio::spawn(crate::downstream::h1::serve(client, open, None));
         }
     }
-    let _closed = Closed(&metrics, worker.id);
-    let state = |tls: Option<(&'static str, &'static str)>, is_h2: bool| {
+}
+
+/// The listener's index in the live snapshot, its TLS acceptor (when it
+/// has TLS) and its counters.
+fn listener_of(worker: &Worker, name: &str) -> Option<(usize, Option<SslAcceptor>, Arc<ListenerMetrics>)> {
+    let snap = worker.shared.snapshot.load();
+    let index = snap.listener_index(name)?;
+    let listener = &snap.listeners[index];
+    Some((index, listener.tls.as_ref().map(|t| t.acceptor.clone()), listener.metrics.clone()))
+}
+
+/// Who a new connection is, until its state is made.
+struct NewConn {
+    peer: SocketAddr,
+    name: Arc<str>,
+    index: usize,
+}
+
+impl NewConn {
+    fn state(self, worker: &Arc<Worker>, tls: Option<(&'static str, &'static str)>, is_h2: bool) -> Arc<ConnState> {
         Arc::new(ConnState {
-            client: peer,
-            client_ip: client_ip_value(peer),
-            listener: index,
-            listener_name: name.clone(),
+            client: self.peer,
+            listener: self.index,
+            listener_name: self.name,
             tls,
             is_h2,
             worker: worker.clone(),
@@ -138,125 +153,47 @@ async fn serve(stream: TcpStream, peer: SocketAddr, name: Arc<str>, worker: Arc<
             head_flags: AtomicU8::new(0),
             closing: std::sync::atomic::AtomicBool::new(false),
         })
-    };
-    match tls {
-        Some(acceptor) => {
-            // A read-ahead under BoringSSL (one recvfrom for a flight of
-            // records, no buffer held while idle: see `crate::idle`), and
-            // `Gather` to send a large response's records together (on
-            // HTTP/1.1: HTTP/2 gathers its frames itself).
-            let stream = ReadAhead::new(Gather::new(stream));
-            // Boxed, as every part of a connection's task that is not its
-            // idle wait: the task is as large as its largest state, and an
-            // idle connection should not pay for the handshake's.
-            let accepted =
-                Box::pin(tokio::time::timeout(http.client_header_timeout, tokio_boring::accept(&acceptor, stream)))
-                    .await;
-            let mut tls_stream = match accepted {
-                Ok(Ok(s)) => s,
-                Ok(Err(_)) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Failed),
-                Err(_) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Timeout),
-            };
-            let ssl = tls_stream.ssl();
-            let is_h2 = ssl.selected_alpn_protocol() == Some(b"h2");
-            let info = (ssl.version_str(), ssl.current_cipher().map_or("-", |c| c.name()));
-            metrics.handshake(worker.id, info.0, info.1, HandshakeResult::Ok);
-            if is_h2 {
-                tls_stream.get_mut().get_mut().pass_through();
-            }
-            serve_http(tls_stream, state(Some(info), is_h2), &http, Some(is_h2)).await;
-        }
-        None => serve_http(stream, state(None, false), &http, None).await,
     }
 }
 
-fn client_ip_value(peer: SocketAddr) -> http::HeaderValue {
-    let ip = crate::filters::canonical(peer.ip()).to_string();
-    http::HeaderValue::from_str(&ip).unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
-}
-
-/// `alpn_h2`: on TLS, whether ALPN chose h2 (then the protocol is settled
-/// and served directly); `None` on cleartext, where HTTP/1.1 and
-/// prior-knowledge HTTP/2 are told apart by the connection preface.
-///
-/// HTTP/1.x starts on Gatehouse's own server ([`crate::downstream::h1`]), which
-/// hands the connection to hyper at the first request it does not take,
-/// or to [`crate::downstream::h2`] when it reads the HTTP/2 preface.
-async fn serve_http<T>(io: T, state: Arc<ConnState>, http: &gatehouse_config::HttpSettings, alpn_h2: Option<bool>)
-where
-    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let client = Box::pin(ClientIo::new(io, state.clone(), http.client_header_timeout, http.client_idle_timeout));
-    let mut drain = state.worker.shared.draining.subscribe();
-    let (client, prefix) = if alpn_h2 == Some(true) {
-        (client, bytes::Bytes::new())
+async fn serve_tls(stream: TcpStream, acceptor: SslAcceptor, conn: NewConn, open: Open) {
+    let (worker, metrics) = (&open.worker, &open.listener);
+    let header_timeout = worker.shared.snapshot.load().http.client_header_timeout;
+    // A read-ahead under BoringSSL (one recvfrom for a flight of records,
+    // no buffer held while idle: see `crate::idle`), and `Gather` to send a
+    // large response's records together (on HTTP/1.1: HTTP/2 gathers its
+    // frames itself).
+    let stream = ReadAhead::new(Gather::new(stream));
+    // Boxed, as every part of the task that is not its idle wait: the task
+    // is as large as its largest state, and an idle connection should not
+    // pay for the handshake's.
+    let accepted = Box::pin(tokio::time::timeout(header_timeout, tokio_boring::accept(&acceptor, stream))).await;
+    let mut tls_stream = match accepted {
+        Ok(Ok(s)) => s,
+        Ok(Err(_)) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Failed),
+        Err(_) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Timeout),
+    };
+    let ssl = tls_stream.ssl();
+    let is_h2 = ssl.selected_alpn_protocol() == Some(b"h2");
+    let info = (ssl.version_str(), ssl.current_cipher().map_or("-", |c| c.name()));
+    metrics.handshake(worker.id, info.0, info.1, HandshakeResult::Ok);
+    if is_h2 {
+        tls_stream.get_mut().get_mut().pass_through();
+    }
+    let client = client_io(tls_stream, conn.state(worker, Some(info), is_h2));
+    if is_h2 {
+        // ALPN settled it: no HTTP/1 server first.
+        handed_over(client, bytes::Bytes::new(), Some(true)).await;
     } else {
-        let served = crate::downstream::h1::serve(
-            client,
-            state.clone(),
-            http.max_header_bytes,
-            http.max_headers,
-            &mut drain,
-            DRAIN_IDLE_GRACE,
-        )
-        .await;
-        match served {
-            Served::Closed => return,
-            Served::Handover(client, prefix) => (client, prefix),
-        }
-    };
-    if alpn_h2 == Some(true) || client.is_h2() {
-        let limits = crate::downstream::h2::Limits::new(http);
-        return Box::pin(crate::downstream::h2::serve(client, prefix, state, limits, &mut drain)).await;
+        crate::downstream::h1::serve(client, open, Some(false)).await;
     }
-    let io = TokioIo::new(Rewound::new(prefix, client));
-    let h1_state = state.clone();
-    // Boxed: hyper moves a request's future before it runs, and the
-    // proxy's future is kilobytes, so each move was a large memcpy; a box
-    // moves as one pointer.
-    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        Box::pin(proxy::handle(req.map(ClientBody::Hyper), state.clone(), HeadWriter::Map))
-    });
-    let mut b = hyper::server::conn::http1::Builder::new();
-    b.timer(TokioTimer::new())
-        .max_buf_size(http.max_header_bytes.max(8192))
-        .max_headers(http.max_headers)
-        // ClientIo enforces the head timeout (and answers 408); hyper's
-        // own would arm a second timer per request.
-        .header_read_timeout(None)
-        .keep_alive(true);
-    Box::pin(drive(b.serve_connection(io, svc).with_upgrades(), drain, Some(h1_state), |c| c.graceful_shutdown()))
-        .await;
 }
 
-/// How long a draining HTTP/1 connection may go on before it is closed even
-/// though no request came to carry `Connection: close`.
-const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
-
-/// Runs a connection to its end. When draining starts: an HTTP/1 connection
-/// (`h1_state`) first gets [`DRAIN_IDLE_GRACE`] to end by itself, its next
-/// response saying `Connection: close` (closing an idle keep-alive
-/// connection at once would race a request the client is already sending);
-/// then, and at once for HTTP/2, it is asked to finish its requests and
-/// close (HTTP/2: GOAWAY).
-async fn drive<C: std::future::Future>(
-    conn: C,
-    mut drain: tokio::sync::watch::Receiver<bool>,
-    h1_state: Option<Arc<ConnState>>,
-    shutdown: impl FnOnce(std::pin::Pin<&mut C>),
-) {
-    let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => return,
-        _ = drain.wait_for(|d| *d) => {}
-    }
-    if let Some(state) = h1_state {
-        state.closing.store(true, Ordering::Relaxed);
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            _ = tokio::time::sleep(DRAIN_IDLE_GRACE) => {}
-        }
-    }
-    shutdown(conn.as_mut());
-    conn.await;
+/// The connection's reader, with its timeouts.
+fn client_io<T>(io: T, state: Arc<ConnState>) -> ClientStream<T> {
+    let (header, idle) = {
+        let snap = state.worker.shared.snapshot.load();
+        (snap.http.client_header_timeout, snap.http.client_idle_timeout)
+    };
+    Box::pin(ClientIo::new(io, state, header, idle))
 }

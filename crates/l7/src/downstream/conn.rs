@@ -34,12 +34,11 @@ use crate::context::Worker;
 use crate::deadline::{expired, set_deadline};
 use crate::h1::response_status;
 use crate::h1::scan::HeadScanner;
+use crate::metrics::ListenerMetrics;
 
 /// State shared by a connection's I/O wrapper and its requests.
 pub struct ConnState {
     pub client: SocketAddr,
-    /// The client's address as an X-Forwarded-For value, made once.
-    pub client_ip: http::HeaderValue,
     pub listener: usize,
     pub listener_name: Arc<str>,
     pub tls: Option<(&'static str, &'static str)>,
@@ -56,6 +55,24 @@ pub struct ConnState {
     pub closing: std::sync::atomic::AtomicBool,
 }
 
+/// A client connection's reader, boxed: it moves from one server to the
+/// next (Gatehouse's HTTP/1.1 server, then hyper or the HTTP/2 server).
+pub type ClientStream<T> = Pin<Box<ClientIo<T>>>;
+
+/// A connection counted open, on its worker and on its listener, until
+/// this drops with the connection's task.
+pub struct Open {
+    pub worker: Arc<Worker>,
+    pub listener: Arc<ListenerMetrics>,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.listener.closed(self.worker.id);
+        self.worker.shared.metrics.connection_closed(self.worker.id);
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     /// Between requests: waiting for a first byte.
@@ -63,8 +80,22 @@ enum Mode {
     /// A head has started and must finish before the deadline.
     Head,
     /// Writing the 408 answer; then end of stream.
-    Answering408(usize),
+    Answering408(u32),
     Closed,
+}
+
+/// A timeout in whole milliseconds (up to 49 days), half a `Duration`'s size.
+#[derive(Clone, Copy)]
+struct Millis(u32);
+
+impl Millis {
+    fn of(d: Duration) -> Millis {
+        Millis(u32::try_from(d.as_millis()).unwrap_or(u32::MAX))
+    }
+
+    fn get(self) -> Duration {
+        Duration::from_millis(u64::from(self.0))
+    }
 }
 
 const RESPONSE_408: &[u8] =
@@ -83,8 +114,9 @@ pin_project_lite::pin_project! {
         mode: Mode,
         busy: bool,
         h2: bool,
-        header_timeout: Duration,
-        idle_timeout: Duration,
+        // Milliseconds, as `Millis`: the struct is in every connection.
+        header_timeout: Millis,
+        idle_timeout: Millis,
         scan: HeadScanner,
         // Off while Gatehouse's own HTTP/1.1 server reads: it checks each
         // head whole, and hands hyper the head it does not take to scan.
@@ -110,8 +142,8 @@ impl<T> ClientIo<T> {
             mode: Mode::Idle,
             busy: false,
             h2,
-            header_timeout,
-            idle_timeout,
+            header_timeout: Millis::of(header_timeout),
+            idle_timeout: Millis::of(idle_timeout),
             scan: HeadScanner::default(),
             scanning: true,
             head_requests: 0,
@@ -121,6 +153,10 @@ impl<T> ClientIo<T> {
 }
 
 impl<T> ClientIo<T> {
+    pub fn state(&self) -> &Arc<ConnState> {
+        &self.state
+    }
+
     /// Whether the client opened with the HTTP/2 connection preface.
     pub fn is_h2(&self) -> bool {
         self.h2
@@ -155,13 +191,15 @@ impl<T> ClientIo<T> {
 impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let mut this = self.project();
-        if let Mode::Answering408(mut pos) = *this.mode {
+        if let Mode::Answering408(written) = *this.mode {
+            let mut pos = written as usize;
             while pos < RESPONSE_408.len() {
                 match ready!(this.inner.as_mut().poll_write(cx, &RESPONSE_408[pos..])) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => pos += n,
                 }
-                *this.mode = Mode::Answering408(pos);
+                // The answer is 114 bytes.
+                *this.mode = Mode::Answering408(pos as u32);
             }
             let _ = ready!(this.inner.as_mut().poll_flush(cx));
             *this.mode = Mode::Closed;
@@ -177,7 +215,7 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
         if std::mem::take(this.busy) {
             // The last response just finished: the keep-alive wait begins.
             *this.mode = Mode::Idle;
-            set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + *this.idle_timeout);
+            set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + this.idle_timeout.get());
         }
         if expired(this.timer.as_mut(), *this.deadline, cx) {
             if *this.mode == Mode::Head && !*this.h2 {
@@ -198,7 +236,7 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
         }
         if *this.h2 {
             // HTTP/2: frames between requests only keep the connection alive.
-            set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + *this.idle_timeout);
+            set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + this.idle_timeout.get());
         } else {
             if *this.mode == Mode::Idle {
                 if new.starts_with(b"PRI * HTTP/2.0") {
@@ -209,7 +247,7 @@ impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {
                 *this.head_requests = this.state.requests.load(Ordering::Relaxed);
                 *this.rejection_logged = false;
                 this.scan.reset();
-                set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + *this.header_timeout);
+                set_deadline(this.timer.as_mut(), this.deadline, Instant::now() + this.header_timeout.get());
             }
             if *this.scanning
                 && let Some(flags) = this.scan.feed(new)
@@ -302,6 +340,21 @@ fn note_rejection(state: &ConnState, mode: Mode, h2: bool, head_requests: u32, l
 }
 
 impl ConnState {
+    /// The client's address as an X-Forwarded-For value. Made per request,
+    /// not kept: an idle connection holds the address only.
+    pub fn client_ip(&self) -> http::HeaderValue {
+        let mut text = [0u8; 64];
+        let mut cursor = std::io::Cursor::new(&mut text[..]);
+        let written = match std::io::Write::write_fmt(
+            &mut cursor,
+            format_args!("{}", crate::filters::canonical(self.client.ip())),
+        ) {
+            Ok(()) => cursor.position() as usize,
+            Err(_) => 0,
+        };
+        http::HeaderValue::from_bytes(&text[..written]).unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
+    }
+
     /// An access log line for a request refused before it had a route.
     pub fn log_rejected(&self, status: u16, why: &'static str) {
         let log = &self.worker.shared.access_log;

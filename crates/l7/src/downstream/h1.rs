@@ -10,41 +10,28 @@
 //! Timeouts (408 for a slow head, the idle timeout) come from the
 //! [`ClientIo`] this reads through, as they do under hyper.
 
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Response};
 use hyper::body::Body;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::sync::watch;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::accesslog::reason;
 use crate::body::ClientBody;
 use crate::body::ResponseBody;
-use crate::downstream::conn::{ClientIo, ConnState};
+use crate::downstream::conn::{ClientStream, ConnState, Open};
+use crate::downstream::handover::{DRAIN_IDLE_GRACE, handed_over};
 use crate::h1::chunked::put_chunk_size;
 use crate::h1::request::{Parse, RequestHead, build_request, parse_head};
 use crate::h1::{CLIENT_READ_CHUNK, Framing, Span, write};
-use crate::idle::read_into;
+use crate::idle::{poll_read_fresh, read_fresh};
 use crate::proxy::{self, HeadWriter};
 use crate::spare::{self, Spares};
-
-pub type ClientStream<T> = Pin<Box<ClientIo<T>>>;
-
-/// How the loop ended.
-pub enum Served<T> {
-    /// The connection is done (closed by either side, or after an error).
-    Closed,
-    /// hyper (or, after the HTTP/2 preface, Gatehouse's HTTP/2 server)
-    /// takes the connection from here; these bytes, read but not consumed,
-    /// come first.
-    Handover(ClientStream<T>, Bytes),
-}
 
 /// Body bytes gathered with the head into one write.
 const GATHER_UP_TO: usize = 16 * 1024;
@@ -62,79 +49,136 @@ where
     io.read_buf(buf).await
 }
 
-/// Serves requests on one HTTP/1.x connection until it closes or a
-/// request needs hyper. `drain` is the process's draining signal: once it
-/// is set, the next response says `Connection: close`, and a connection
-/// with no request within `grace` is closed.
-pub async fn serve<T>(
-    mut io: ClientStream<T>,
-    state: Arc<ConnState>,
-    max_head: usize,
-    max_headers: usize,
-    drain: &mut watch::Receiver<bool>,
-    grace: Duration,
-) -> Served<T>
+/// Serves requests on one HTTP/1.x connection until it closes, then
+/// hands it to [`handed_over`] if a request needs hyper or the client
+/// sent the HTTP/2 preface. Once the process drains, the next response
+/// says `Connection: close`, and an idle connection with no request within
+/// [`DRAIN_IDLE_GRACE`] is closed. `open` counts the connection open until
+/// this ends. `alpn_h2`: `Some(false)` on TLS, `None` on cleartext.
+///
+/// Between requests this holds the connection, `open` and a drain wait,
+/// nothing else: every other step is in [`exchange`] or after the
+/// handover, boxed, so the connection's task (as large as its largest
+/// state, and keeping room for its arguments all its life) stays small
+/// while it is idle (`docs/ARCHITECTURE.md`, idle connections). It is an
+/// `async` block rather than an `async fn` because a function's arguments
+/// would be kept twice.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
+pub fn serve<T>(mut io: ClientStream<T>, open: Open, alpn_h2: Option<bool>) -> impl Future<Output = ()> + Send
+where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    async move {
+        io.as_mut().stop_scanning();
+        // Made once for the connection's life, before the flag is read.
+        let drained = open.worker.shared.drained(open.worker.id);
+        tokio::pin!(drained);
+        let mut draining = open.worker.shared.is_draining();
+        let unread = loop {
+            let step = {
+                // Scoped: nothing of the wait outlives it but the step.
+                let woke = if draining {
+                    Woke::Drain
+                } else {
+                    poll_fn(|cx| {
+                        if let Poll::Ready(read) = poll_read_fresh(io.as_mut(), cx) {
+                            return Poll::Ready(match read {
+                                Ok(bytes) if !bytes.is_empty() => Woke::Read(bytes),
+                                _ => Woke::Gone,
+                            });
+                        }
+                        drained.as_mut().poll(cx).map(|()| Woke::Drain)
+                    })
+                    .await
+                };
+                match woke {
+                    Woke::Read(first) => Box::pin(exchange(&mut io, Some(first))),
+                    Woke::Drain => {
+                        draining = true;
+                        Box::pin(exchange(&mut io, None))
+                    }
+                    Woke::Gone => return,
+                }
+            };
+            match step.await {
+                Next::Idle => {}
+                Next::Closed => return,
+                Next::Handover(unread) => break unread,
+            }
+        };
+        io.as_mut().scan_from(&unread);
+        handed_over(io, unread.freeze(), alpn_h2).await;
+    }
+}
+
+/// What ended an idle wait.
+enum Woke {
+    /// The first bytes of a request.
+    Read(BytesMut),
+    /// The process drains.
+    Drain,
+    /// The client closed, or the connection failed or timed out.
+    Gone,
+}
+
+/// What the connection does after an [`exchange`].
+enum Next {
+    /// Every byte read is answered: wait for the next request.
+    Idle,
+    /// Closed (by the client, or here after an answer that said so or a
+    /// failed write).
+    Closed,
+    /// hyper (or the HTTP/2 server) takes it, these bytes first.
+    Handover(BytesMut),
+}
+
+/// Reads the rest of a request head that began with `first`, answers it,
+/// and goes on while pipelined requests follow. `None`: the process
+/// drains; the client has [`DRAIN_IDLE_GRACE`] to begin a request.
+async fn exchange<T>(io: &mut ClientStream<T>, first: Option<BytesMut>) -> Next
 where
     T: AsyncRead + AsyncWrite,
 {
-    io.as_mut().stop_scanning();
-    // Empty while the connection is idle: see `crate::idle`.
-    let mut buf = BytesMut::new();
-    let mut draining = false;
-    // Registered once for the connection's life, not per request.
-    let drained = drain.wait_for(|d| *d);
-    tokio::pin!(drained);
-    loop {
-        let (head, req) = loop {
-            if !buf.is_empty() {
-                if io.is_h2() {
-                    return handover(io, buf);
-                }
-                match take_head(&mut buf, max_head, max_headers) {
-                    Taken::Simple(head, req) => break (head, req),
-                    Taken::Other => return handover(io, buf),
-                    Taken::Partial if buf.len() >= max_head => return handover(io, buf),
-                    Taken::Partial => {}
-                }
+    let state = io.state().clone();
+    let (max_head, max_headers) = {
+        let snap = state.worker.shared.snapshot.load();
+        (snap.http.max_header_bytes, snap.http.max_headers)
+    };
+    let mut buf = match first {
+        Some(bytes) => bytes,
+        None => {
+            state.closing.store(true, Ordering::Relaxed);
+            match tokio::time::timeout(DRAIN_IDLE_GRACE, read_fresh(io.as_mut())).await {
+                Ok(Ok(bytes)) if !bytes.is_empty() => bytes,
+                Ok(_) => return Next::Closed,
+                Err(_) => return close(io).await,
             }
-            let read = if !buf.is_empty() {
-                read_more(&mut io, &mut buf).await
-            } else if draining {
-                match Box::pin(tokio::time::timeout(grace, read_into(io.as_mut(), &mut buf))).await {
-                    Ok(r) => r,
-                    Err(_) => return close(io).await,
-                }
-            } else {
-                tokio::select! {
-                    biased;
-                    r = read_into(io.as_mut(), &mut buf) => r,
-                    _ = &mut drained => {
-                        draining = true;
-                        state.closing.store(true, Ordering::Relaxed);
-                        continue;
-                    }
-                }
-            };
-            match read {
-                Ok(0) | Err(_) => return Served::Closed,
-                Ok(_) => {}
-            }
-        };
-        if buf.is_empty() {
-            // What was read is all in the request: let its memory go with it.
-            buf = BytesMut::new();
         }
+    };
+    loop {
+        if io.is_h2() {
+            return Next::Handover(buf);
+        }
+        let (head, req) = match take_head(&mut buf, max_head, max_headers) {
+            Taken::Simple(head, req) => (head, req),
+            Taken::Other => return Next::Handover(buf),
+            Taken::Partial if buf.len() >= max_head => return Next::Handover(buf),
+            Taken::Partial => match read_more(io, &mut buf).await {
+                Ok(0) | Err(_) => return Next::Closed,
+                Ok(_) => continue,
+            },
+        };
         let Some(req) = req else {
             state.log_rejected(400, reason::BAD_REQUEST);
             let _ = io.write_all(RESPONSE_400).await;
             return close(io).await;
         };
         io.as_mut().begin_request();
-        let (is_head, client_close) = (head.method == Method::HEAD, head.close);
-        // Boxed: the request's future is kilobytes, and inline it would
-        // make every idle connection's task that large.
-        if !Box::pin(answer(&mut io, req, &state, is_head, client_close)).await {
+        if !answer(io, req, &state, head.method == Method::HEAD, head.close).await {
             return close(io).await;
+        }
+        if buf.is_empty() {
+            return Next::Idle;
         }
     }
 }
@@ -192,14 +236,9 @@ thread_local! {
 /// Write buffers a worker keeps for the responses it is writing.
 static OUT_SPARE: Spares = Spares { pool: &OUT_POOL, keep: 64, largest: 2 * GATHER_UP_TO };
 
-fn handover<T: AsyncRead + AsyncWrite>(mut io: ClientStream<T>, unread: BytesMut) -> Served<T> {
-    io.as_mut().scan_from(&unread);
-    Served::Handover(io, unread.freeze())
-}
-
-async fn close<T: AsyncRead + AsyncWrite>(mut io: ClientStream<T>) -> Served<T> {
-    let _ = Box::pin(io.shutdown()).await;
-    Served::Closed
+async fn close<T: AsyncRead + AsyncWrite>(io: &mut ClientStream<T>) -> Next {
+    let _ = io.shutdown().await;
+    Next::Closed
 }
 
 /// Writes a response; returns whether the connection stays open.
@@ -295,53 +334,20 @@ fn poll_now(body: &mut ResponseBody) -> Option<Option<Result<hyper::body::Frame<
     }
 }
 
-/// A client stream with bytes already read put back in front: how hyper
-/// gets a connection this server hands over.
-pub struct Rewound<S> {
-    prefix: Bytes,
-    inner: S,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl<S> Rewound<S> {
-    pub fn new(prefix: Bytes, inner: S) -> Self {
-        Rewound { prefix, inner }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Rewound<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        if !self.prefix.is_empty() {
-            let n = self.prefix.len().min(buf.remaining());
-            let taken = self.prefix.split_to(n);
-            buf.put_slice(&taken);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Rewound<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+    fn future_size<A, B, C, R>(_f: impl FnOnce(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+    /// A cleartext connection's task is this future: while the connection
+    /// is idle, the task is all it holds but its `ClientIo` and state.
+    #[test]
+    fn an_idle_connections_task_stays_small() {
+        let size = future_size(serve::<tokio::net::TcpStream>);
+        eprintln!("serve: {size} bytes");
+        assert!(size <= 160, "the idle task's future is {size} bytes");
     }
 }

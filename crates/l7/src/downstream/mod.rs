@@ -8,7 +8,9 @@
 //!   RSA for the same name, the batched key provider);
 //! - [`h1`]: Gatehouse's own HTTP/1.1 server (hyper serves requests with
 //!   bodies);
-//! - [`h2`]: Gatehouse's own HTTP/2 server.
+//! - [`h2`]: Gatehouse's own HTTP/2 server;
+//! - [`handover`]: what serves a connection after the HTTP/1.1 server
+//!   hands it over (HTTP/2, hyper), and the drain of either.
 //!
 //! HTTP/3 will be a third server here, beside `h1` and `h2`, on the same
 //! `tls` contexts and the same `proxy::handle`.
@@ -17,4 +19,5 @@ pub mod accept;
 pub mod conn;
 pub mod h1;
 pub mod h2;
+pub mod handover;
 pub mod tls;
