@@ -6,7 +6,7 @@
 //! so sessions of peers that did not change go on.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,11 +14,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use gatehouse_config::WgPeer;
+use gatehouse_udp as udp;
 use gatehouse_wg::allowed_ips::BadPrefix;
 use gatehouse_wg::crypto::StaticSecret;
 use gatehouse_wg::device::{Device, PeerId};
 use rand_core::OsRng;
-use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::link::{setup_link, update_link};
 use crate::netlink;
@@ -54,33 +54,6 @@ pub struct Interface {
     paused: Option<(Vec<std::fs::File>, HandshakeQueue)>,
 }
 
-fn udp_socket(port: u16, fwmark: u32) -> std::io::Result<(UdpSocket, bool)> {
-    let make = |v6: bool| -> std::io::Result<UdpSocket> {
-        let (domain, any): (Domain, IpAddr) =
-            if v6 { (Domain::IPV6, IpAddr::from([0u16; 8])) } else { (Domain::IPV4, IpAddr::from([0u8; 4])) };
-        let s = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
-        if v6 {
-            s.set_only_v6(false)?;
-        }
-        s.set_reuse_port(true)?;
-        s.set_nonblocking(true)?;
-        // Room for bursts while a worker is busy with a batch.
-        let _ = s.set_recv_buffer_size(4 << 20);
-        let _ = s.set_send_buffer_size(4 << 20);
-        if fwmark != 0 {
-            s.set_mark(fwmark)?;
-        }
-        s.bind(&SocketAddr::new(any, port).into())?;
-        Ok(s.into())
-    };
-    match make(true) {
-        Ok(s) => Ok((s, true)),
-        // A host without IPv6.
-        Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => make(false).map(|s| (s, false)),
-        Err(e) => Err(e),
-    }
-}
-
 fn wall_now() -> Duration {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default()
 }
@@ -114,7 +87,8 @@ impl Interface {
         let mut v6 = true;
         let mut port = settings.listen_port;
         for _ in 0..workers {
-            let (s, is_v6) = udp_socket(port, settings.fwmark)
+            let any = SocketAddr::new(IpAddr::from([0u16; 8]), port);
+            let udp::Bound { socket: s, v6: is_v6 } = udp::bind(any, udp::Options { fwmark: settings.fwmark })
                 .map_err(|e| StartError::at("listen_port", format!("cannot bind UDP port {port}: {e}")))?;
             // Port 0: the first socket's random port for all of them.
             port = s.local_addr().map(|a| a.port()).unwrap_or(port);

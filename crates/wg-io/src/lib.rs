@@ -4,7 +4,8 @@
 //! with [`gatehouse_mbx::aead`] across packets; a control thread answers
 //! handshakes and runs the timers; the UAPI socket serves wireguard-tools.
 //!
-//! `unsafe` is confined to [`sys`] (TUN, `recvmmsg`/`sendmmsg`, `poll`).
+//! Datagrams move through [`gatehouse_udp`], shared with the QUIC plane.
+//! `unsafe` is confined to [`sys`] (TUN, eventfd) and that crate.
 
 mod control;
 pub mod interface;

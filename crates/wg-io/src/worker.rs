@@ -25,7 +25,7 @@ use gatehouse_wg::messages::{TRANSPORT, transport::DATA};
 use gatehouse_wg::transport::{TransportError, padded_len};
 
 use crate::shared::{Counters, Shared, Sticky};
-use crate::sys::{self, BATCH, GSO_SEGMENTS, Got, Outgoing};
+use gatehouse_udp::{self as udp, BATCH, GSO_SEGMENTS, Got, Outgoing};
 use gatehouse_wire::offload::{self, VNET_HDR_LEN, VnetHdr};
 
 /// One packet from the tunnel: its buffer holds the packet at [`DATA`],
@@ -100,10 +100,8 @@ pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
         gro: vec![0u8; VNET_HDR_LEN + SUPER],
         slot_cap: cap,
     };
-    sys::enable_udp_gro(w.fd);
-    if sh.v6 {
-        sys::enable_pktinfo(w.fd);
-    }
+    udp::enable_udp_gro(w.fd);
+    udp::enable_pktinfo(w.fd, sh.v6);
     let fds = [w.tun.as_raw_fd(), w.fd, wake];
     let mut ready = [false; 3];
     // While a side filled its batch, more is likely waiting: both are read
@@ -112,7 +110,7 @@ pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
     while !sh.stop.load(Ordering::Relaxed) {
         if busy {
             ready = [true, true, false];
-        } else if let Err(e) = sys::poll_readable(&fds, 1000, &mut ready) {
+        } else if let Err(e) = udp::poll_readable(&fds, 1000, &mut ready) {
             tracing::error!(interface = %sh.name, "poll: {e}");
             return;
         }
@@ -215,7 +213,7 @@ impl Worker<'_> {
     fn network_to_tunnel(&mut self) -> usize {
         let n = {
             let mut bufs: Vec<&mut [u8]> = self.rx.iter_mut().map(|b| &mut b[..]).collect();
-            sys::recv_batch(self.fd, &mut bufs, &mut self.got).unwrap_or(0)
+            udp::recv_batch(self.fd, &mut bufs, &mut self.got).unwrap_or(0)
         };
         if n == 0 {
             return 0;
@@ -489,7 +487,7 @@ pub(crate) fn send(
             .iter()
             .map(|(r, to, from)| Outgoing { parts: &parts[r.clone()], to: *to, from: *from })
             .collect();
-        match sys::send_batch(fd, v6, &msgs) {
+        match udp::send_batch(fd, v6, &msgs) {
             Ok(k) => {
                 let sent: usize = groups[at..at + k].iter().map(|(r, _, _)| r.len()).sum();
                 counters.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
@@ -498,7 +496,7 @@ pub(crate) fn send(
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 // The socket's buffer is full: wait for room once, briefly.
                 let mut ready = [false];
-                let _ = sys::poll_writable(fd, 10, &mut ready);
+                let _ = udp::poll_writable(fd, 10, &mut ready);
                 if !ready[0] {
                     let left: usize = groups[at..].iter().map(|(r, _, _)| r.len()).sum();
                     counters.tx_errors.fetch_add(left as u64, Ordering::Relaxed);
