@@ -1,17 +1,19 @@
 """Batched private-key offload (key_provider: mb) through real TLS clients."""
 
 import concurrent.futures
+import subprocess
 import urllib.request
 import ssl
 from pathlib import Path
 
 import pytest
 
-from harness import curl, free_port, make_cert, raw_request
+from harness import BIN, curl, free_port, make_cert, raw_request
 from test_tls import s_client
 
 IFMA = "avx512ifma" in Path("/proc/cpuinfo").read_text()
 needs_ifma = pytest.mark.skipif(not IFMA, reason="CPU without AVX-512 IFMA: mb is refused")
+without_ifma = pytest.mark.skipif(IFMA, reason="this CPU has AVX-512 IFMA: mb runs")
 
 
 def config(port, name, crt, key, provider="mb", extra="", tls="{}"):
@@ -116,3 +118,41 @@ def test_a_faulty_lane_fails_its_handshake_cleanly_and_the_rest_succeed(tmp_path
     assert all(r.startswith(b"HTTP/1.1 200") for r in ok)
     assert not any("BAD_SIGNATURE" in r.upper() or "DECRYPT" in r.upper() for r in failed), failed[:5]
     g.wait_log("failed the public-key check")
+
+
+def two_certificates(tmp_path, port, provider):
+    """An ECDSA and an RSA certificate on one listener, by SNI."""
+    ec_crt, ec_key = make_cert(tmp_path, "ec", ["ec.test"], kind="ec")
+    rsa_crt, rsa_key = make_cert(tmp_path, "rsa", ["rsa.test"], kind="rsa:2048")
+    cfg = config(port, "ec", ec_crt, ec_key, provider=provider)
+    cfg = cfg.replace("certificates:\n", "certificates:\n"
+                      f"  - {{ name: rsa, cert: {rsa_crt}, key: {rsa_key}, sni: [rsa.test], key_provider: {provider} }}\n")
+    return cfg.replace("sni: [a.test]", "sni: [ec.test]"), ec_crt, rsa_crt
+
+
+@without_ifma
+def test_without_ifma_auto_says_it_uses_boringssl_and_every_handshake_works(tmp_path, gatehouse):
+    port = free_port()
+    cfg, ec_crt, rsa_crt = two_certificates(tmp_path, port, "auto")
+    g = gatehouse(cfg, [port])
+    for kind in ("ECDSA", "RSA"):
+        g.wait_log(f"{kind} key on BoringSSL, one operation at a time (key_provider auto: this CPU has no AVX-512 IFMA)")
+    for name, crt in (("ec.test", ec_crt), ("rsa.test", rsa_crt)):
+        for flags in (["--tlsv1.2", "--tls-max", "1.2"], ["--tlsv1.3"]):
+            code, body, err = curl("--cacert", str(crt), "--resolve", f"{name}:{port}:127.0.0.1", *flags,
+                                   f"https://{name}:{port}/")
+            assert (code, body) == (200, "hello\n"), (name, flags, err)
+
+
+@without_ifma
+def test_without_ifma_mb_is_a_config_error_naming_the_field(tmp_path, gatehouse):
+    port = free_port()
+    cfg, _, _ = two_certificates(tmp_path, port, "mb")
+    path = tmp_path / "mb.yaml"
+    path.write_text(cfg)
+    p = subprocess.run([str(BIN), "check", "-c", str(path)], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0
+    # Both certificates are named, each at its own field path.
+    for i in (0, 1):
+        assert f"certificates[{i}].key_provider" in p.stderr + p.stdout, p.stderr
+    assert "needs AVX-512 IFMA" in p.stderr + p.stdout

@@ -26,7 +26,7 @@ use boring::ssl::{
 };
 use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, SubjectAlternativeName};
 use boring::x509::{X509, X509NameBuilder};
-use gatehouse_config::{Certificate, FieldError, ListenerTls, TlsVersion};
+use gatehouse_config::{Certificate, FieldError, KeyProvider, ListenerTls, TlsVersion};
 use gatehouse_keyops::{Engine, KeyMethod, Provider, RsaKey, RsaProvider};
 
 /// A certificate and key loaded from disk, checked to belong together.
@@ -119,7 +119,18 @@ fn unix_seconds(t: &boring::asn1::Asn1TimeRef) -> i64 {
 fn key_provider(c: &Certificate, key: &PKey<Private>, is_ecdsa: bool) -> Result<Option<Arc<dyn Provider>>, TlsError> {
     let engine = gatehouse_keyops::resolve(c.key_provider)?;
     if is_ecdsa || engine == Engine::Boring {
-        tracing::debug!(certificate = %c.name, "private key on boring");
+        let why = match (engine, c.key_provider) {
+            (Engine::Boring, KeyProvider::Auto) => "key_provider auto: this CPU has no AVX-512 IFMA",
+            (Engine::Boring, _) => "key_provider boring",
+            // ECDSA signing in IFMA lanes is issue 33's next step.
+            (Engine::Mb, _) => "ECDSA signing is not batched yet",
+        };
+        tracing::info!(
+            certificate = %c.name,
+            provider = "boring",
+            "{} key on BoringSSL, one operation at a time ({why})",
+            if is_ecdsa { "ECDSA" } else { "RSA" },
+        );
         return Ok(None);
     }
     let (rsa, note) = RsaKey::new(key, engine)?;
