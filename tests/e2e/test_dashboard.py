@@ -5,6 +5,7 @@ The second test saves the screenshot docs/dashboard.png under load."""
 
 import http.client
 import json
+import re
 import subprocess
 import time
 import urllib.error
@@ -144,6 +145,9 @@ def test_dashboard_in_a_browser(gatehouse, upstream, browser, tmp_path):
             assert edge.text in ("29", "30") and "warn" in edge.get_attribute("class")
             if "avx512ifma" in Path("/proc/cpuinfo").read_text():
                 wait_for(lambda: row(d, "#keyops", "rsa2048") is not None, timeout=10, what="RSA-2048 key operations shown")
+            # Every full handshake's key share, by group and engine.
+            wait_for(lambda: re.search(r"(X25519\w*|P-256) on (boring|mb) [\d.]+( k)?/s", text_of(d, "#keyshares")),
+                     timeout=10, what="key shares by group shown")
         finally:
             wrk.wait(timeout=30)
             handshakes.wait(timeout=30)

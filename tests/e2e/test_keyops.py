@@ -1,6 +1,7 @@
 """Batched private-key offload (key_provider: mb) through real TLS clients."""
 
 import concurrent.futures
+import os
 import subprocess
 import urllib.request
 import ssl
@@ -156,3 +157,72 @@ def test_without_ifma_mb_is_a_config_error_naming_the_field(tmp_path, gatehouse)
     for i in (0, 1):
         assert f"certificates[{i}].key_provider" in p.stderr + p.stdout, p.stderr
     assert "needs AVX-512 IFMA" in p.stderr + p.stdout
+
+
+GO_CLIENT = """package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"os"
+)
+
+// One HTTPS request with Go's default TLS settings (X25519MLKEM768 offered
+// first since Go 1.24); prints the group the handshake used, then the answer.
+func main() {
+	pem, err := os.ReadFile(os.Args[2])
+	if err != nil {
+		panic(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	conn, err := tls.Dial("tcp", os.Args[1], &tls.Config{RootCAs: pool, ServerName: os.Args[3]})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(conn, "GET / HTTP/1.1\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n", os.Args[3])
+	body, _ := io.ReadAll(conn)
+	fmt.Println(conn.ConnectionState().CurveID.String())
+	os.Stdout.Write(body)
+}
+"""
+
+
+def go_request(tmp_path, port, ca, name):
+    src = tmp_path / "goclient" / "main.go"
+    src.parent.mkdir(exist_ok=True)
+    src.write_text(GO_CLIENT)
+    p = subprocess.run(["go", "run", str(src), f"127.0.0.1:{port}", str(ca), name],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "GOFLAGS": "-mod=mod"})
+    assert p.returncode == 0, p.stderr
+    group, _, answer = p.stdout.partition("\n")
+    return group, answer
+
+
+def test_every_handshake_counts_its_key_share_by_group(tmp_path, gatehouse):
+    port, admin = free_port(), free_port()
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
+    gatehouse(config(port, "k", crt, key, provider="auto", extra=f"admin: {{ address: 127.0.0.1:{admin} }}"),
+              [port, admin])
+    code, body, err = curl("--curves", "X25519", "--cacert", str(crt), "--resolve", f"a.test:{port}:127.0.0.1",
+                           "--tlsv1.3", f"https://a.test:{port}/")
+    assert (code, body) == (200, "hello\n"), err
+    # TLS 1.2 ECDHE-ECDSA must offer the certificate's curve (RFC 4492, as
+    # BoringSSL holds it): P-256 here.
+    for args, temp_key in ((["-tls1_2", "-groups", "P-256"], "prime256v1"), (["-tls1_3", "-groups", "P-384"], "secp384r1")):
+        out = s_client(port, *args, "-CAfile", str(crt), "-verify_return_error")
+        assert f"Server Temp Key: ECDH, {temp_key}" in out and "Cipher is (NONE)" not in out, out
+    group, answer = go_request(tmp_path, port, crt, "a.test")
+    assert answer.startswith("HTTP/1.1 200") and answer.endswith("hello\n"), answer
+    assert group == "X25519MLKEM768", f"Go offers X25519MLKEM768 first and Gatehouse takes it, not {group}"
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    shares = {}
+    for sample in families["gatehouse_tls_key_shares"].samples:
+        shares[sample.labels["group"]] = shares.get(sample.labels["group"], 0) + sample.value
+    assert shares == {"X25519": 1, "X25519MLKEM768": 1, "P-256": 1, "P-384": 1,
+                      "X25519Kyber768Draft00": 0, "other": 0}, shares

@@ -499,6 +499,11 @@
     const flushes = total(doc, 'gatehouse_keyops_timer_flushes_total');
     $('keyops-summary').textContent = `queue delay p99 ${fmtMs(delay)}; batches sent by the timer ${fmtNum(flushes)}; faults ${fmtNum(faults)}`;
     $('keyops-summary').classList.toggle('bad', faults > 0);
+    // TLS key shares by group and engine, the commonest first.
+    const shares = samples(doc, 'gatehouse_tls_key_shares_total').filter(([, v]) => v > 0)
+      .sort((a, b) => b[1] - a[1])
+      .map(([l, v]) => `${l.group} on ${l.engine} ${fmtNum(rate(doc, old, 'gatehouse_tls_key_shares_total', { group: l.group, engine: l.engine }))}/s (${fmtNum(v)} in all)`);
+    $('keyshares').textContent = shares.length ? `TLS key shares: ${shares.join('; ')}` : 'no TLS key shares yet';
   }
 
   function renderL4(doc, old) {

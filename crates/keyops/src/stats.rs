@@ -20,6 +20,24 @@ struct Counters {
     delay_sum_us: AtomicU64,
     faults: AtomicU64,
     timer_flushes: AtomicU64,
+    /// The server's TLS key shares, `[engine][group]` ([`GROUPS`], then
+    /// any other group).
+    key_shares: [[AtomicU64; GROUPS.len() + 1]; 2],
+}
+
+/// The key-exchange groups counted by name (TLS `NamedGroup` code points);
+/// any other is counted as `other`.
+pub const GROUPS: [(u16, &str); 5] = [
+    (0x001d, "X25519"),
+    (0x11ec, "X25519MLKEM768"),
+    (0x0017, "P-256"),
+    (0x0018, "P-384"),
+    (0x6399, "X25519Kyber768Draft00"),
+];
+
+/// The name [`Snapshot::key_shares`] counts `group` under.
+pub fn group_name(index: usize) -> &'static str {
+    GROUPS.get(index).map_or("other", |g| g.1)
 }
 
 static ALL: Mutex<Vec<Arc<Counters>>> = Mutex::new(Vec::new());
@@ -69,6 +87,14 @@ pub(crate) fn record_timer_flush() {
     MINE.with(|c| bump(&c.timer_flushes, 1));
 }
 
+/// Counts the server's key share of a finished handshake: its group (a TLS
+/// `NamedGroup` code point) and the engine that computed it.
+pub fn record_key_share(group: u16, engine: crate::Engine) {
+    let g = GROUPS.iter().position(|&(id, _)| id == group).unwrap_or(GROUPS.len());
+    let e = usize::from(engine == crate::Engine::Mb);
+    MINE.with(|c| bump(&c.key_shares[e][g], 1));
+}
+
 /// Counters summed: over all workers ([`snapshot`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
@@ -80,6 +106,9 @@ pub struct Snapshot {
     pub delay_sum_us: u64,
     pub faults: u64,
     pub timer_flushes: u64,
+    /// `[engine][group]`: engine 0 BoringSSL, 1 the multi-buffer lanes;
+    /// groups as [`group_name`] names them.
+    pub key_shares: [[u64; GROUPS.len() + 1]; 2],
 }
 
 pub fn snapshot() -> Snapshot {
@@ -114,5 +143,31 @@ impl Snapshot {
         self.delay_sum_us += c.delay_sum_us.load(Relaxed);
         self.faults += c.faults.load(Relaxed);
         self.timer_flushes += c.timer_flushes.load(Relaxed);
+        for (dst, src) in self.key_shares.iter_mut().zip(&c.key_shares) {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d += s.load(Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Engine;
+
+    #[test]
+    fn key_shares_are_counted_by_group_and_engine() {
+        let before = this_thread();
+        record_key_share(0x11ec, Engine::Boring);
+        record_key_share(0x11ec, Engine::Boring);
+        record_key_share(0x001d, Engine::Mb);
+        record_key_share(0x0019, Engine::Boring); // P-521: not named
+        let after = this_thread();
+        let grew = |e: usize, g: usize| after.key_shares[e][g] - before.key_shares[e][g];
+        assert_eq!(group_name(1), "X25519MLKEM768");
+        assert_eq!(grew(0, 1), 2);
+        assert_eq!((group_name(0), grew(1, 0), grew(0, 0)), ("X25519", 1, 0));
+        assert_eq!((group_name(GROUPS.len()), grew(0, GROUPS.len())), ("other", 1));
     }
 }

@@ -479,6 +479,16 @@ fn keyops(o: &mut Exposition) {
     o.sample("gatehouse_keyops_faults_total", &[], s.faults);
     o.header("gatehouse_keyops_timer_flushes_total", "counter", "Batches run because max_delay passed.");
     o.sample("gatehouse_keyops_timer_flushes_total", &[], s.timer_flushes);
+    o.header(
+        "gatehouse_tls_key_shares_total",
+        "counter",
+        "The server's TLS key shares, by group and by the engine that computed them (boring: BoringSSL in the handshake; mb: the multi-buffer lanes).",
+    );
+    for (engine, groups) in ["boring", "mb"].iter().zip(&s.key_shares) {
+        for (i, n) in groups.iter().enumerate() {
+            o.sample("gatehouse_tls_key_shares_total", &[("group", stats::group_name(i)), ("engine", engine)], n);
+        }
+    }
 }
 
 #[cfg(test)]
