@@ -33,6 +33,7 @@ mod refusal;
 mod router;
 mod snapshot;
 mod spare;
+mod ssl_ffi;
 mod upstream;
 
 pub use error::{BoxError, ClientBodyError};

@@ -441,6 +441,7 @@ pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<Lis
         if let Some(ctx) = pair.choose(ecdsa_ok) {
             hello.ssl_mut().set_ssl_context(ctx).map_err(|_| SelectCertError::ERROR)?;
         }
+        crate::ssl_ffi::shed_handshake_config(hello.ssl_mut());
         Ok(())
     });
     b.set_certificate(&default_cert.chain[0]).map_err(tls_err)?;
