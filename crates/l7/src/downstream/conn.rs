@@ -343,16 +343,13 @@ impl ConnState {
     /// The client's address as an X-Forwarded-For value. Made per request,
     /// not kept: an idle connection holds the address only.
     pub fn client_ip(&self) -> http::HeaderValue {
+        use std::io::Write;
         let mut text = [0u8; 64];
-        let mut cursor = std::io::Cursor::new(&mut text[..]);
-        let written = match std::io::Write::write_fmt(
-            &mut cursor,
-            format_args!("{}", crate::filters::canonical(self.client.ip())),
-        ) {
-            Ok(()) => cursor.position() as usize,
-            Err(_) => 0,
-        };
-        http::HeaderValue::from_bytes(&text[..written]).unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
+        let mut rest = &mut text[..];
+        // An IPv6 address is at most 45 characters: this always fits.
+        let _ = write!(rest, "{}", crate::filters::canonical(self.client.ip()));
+        let len = 64 - rest.len();
+        http::HeaderValue::from_bytes(&text[..len]).unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
     }
 
     /// An access log line for a request refused before it had a route.

@@ -39,25 +39,35 @@ pub fn handed_over<T>(
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let state = client.state().clone();
-    Box::pin(serve_handed_over(client, prefix, state, alpn_h2))
+    // One box for the server that takes it: an HTTP/2 connection does not
+    // hold room for hyper's state, nor the other way round.
+    if alpn_h2 == Some(true) || client.is_h2() {
+        Box::pin(serve_h2(client, prefix))
+    } else {
+        Box::pin(serve_hyper(client, prefix))
+    }
 }
 
-async fn serve_handed_over<T>(
-    client: ClientStream<T>,
-    prefix: bytes::Bytes,
-    state: Arc<ConnState>,
-    alpn_h2: Option<bool>,
-) where
+async fn serve_h2<T>(client: ClientStream<T>, prefix: bytes::Bytes)
+where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let http = state.worker.shared.snapshot.load().http.clone();
+    let state = client.state().clone();
+    let limits = crate::downstream::h2::Limits::new(&state.worker.shared.snapshot.load().http);
     let mut drain = state.worker.shared.draining.subscribe();
-    if alpn_h2 == Some(true) || client.is_h2() {
-        let limits = crate::downstream::h2::Limits::new(&http);
-        // Boxed each, HTTP/2 and hyper: a connection holds only its own.
-        return Box::pin(crate::downstream::h2::serve(client, prefix, state, limits, &mut drain)).await;
-    }
+    crate::downstream::h2::serve(client, prefix, state, limits, &mut drain).await
+}
+
+async fn serve_hyper<T>(client: ClientStream<T>, prefix: bytes::Bytes)
+where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let state = client.state().clone();
+    let (max_head, max_headers) = {
+        let snap = state.worker.shared.snapshot.load();
+        (snap.http.max_header_bytes, snap.http.max_headers)
+    };
+    let drain = state.worker.shared.draining.subscribe();
     let io = TokioIo::new(Rewound::new(prefix, client));
     let h1_state = state.clone();
     // Boxed: hyper moves a request's future before it runs, and the
@@ -68,14 +78,13 @@ async fn serve_handed_over<T>(
     });
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(TokioTimer::new())
-        .max_buf_size(http.max_header_bytes.max(8192))
-        .max_headers(http.max_headers)
+        .max_buf_size(max_head.max(8192))
+        .max_headers(max_headers)
         // ClientIo enforces the head timeout (and answers 408); hyper's
         // own would arm a second timer per request.
         .header_read_timeout(None)
         .keep_alive(true);
-    Box::pin(drive(b.serve_connection(io, svc).with_upgrades(), drain, Some(h1_state), |c| c.graceful_shutdown()))
-        .await;
+    drive(b.serve_connection(io, svc).with_upgrades(), drain, Some(h1_state), |c| c.graceful_shutdown()).await;
 }
 
 /// Runs a connection to its end. When draining starts: an HTTP/1 connection
