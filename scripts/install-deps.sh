@@ -93,6 +93,9 @@ python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
 # The Prometheus project's text-format parser checks /metrics in the tests.
 python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q prometheus-client || python3 -m pip install -q --break-system-packages prometheus-client
 
+# aioquic, one of the two independent HTTP/3 clients of the QUIC tests.
+python3 -c 'import aioquic' 2>/dev/null || python3 -m pip install -q aioquic || python3 -m pip install -q --break-system-packages aioquic
+
 # Selenium drives Chromium in the dashboard's tests (with Debian's chromedriver:
 # nothing is downloaded at test time).
 python3 -c 'import selenium' 2>/dev/null || python3 -m pip install -q selenium || python3 -m pip install -q --break-system-packages selenium

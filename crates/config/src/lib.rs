@@ -219,6 +219,28 @@ routes:
     }
 
     #[test]
+    fn http3_settings_are_read_and_checked_with_their_paths() {
+        let ok = "listeners:\n  - { name: a, address: 127.0.0.1:8443, protocol: https, http3: true }\n\
+                  certificates: [{ name: c, self_signed: true, sni: [a.test] }]\n\
+                  http: { quic: { retry_always: true, max_streams: 50 } }\n";
+        let c = from_str(ok, Path::new("q.yaml")).expect("valid");
+        assert!(c.listeners[0].http3);
+        assert_eq!(c.http.quic.retry, RetryPolicy::Always);
+        assert_eq!(c.http.quic.max_streams, 50);
+        let bad = "listeners:\n  - { name: a, address: 127.0.0.1:8080, http3: true }\n\
+                   http: { quic: { max_streams: 0, stream_window: 100, retry_above: 0 } }\n";
+        let err = from_str(bad, Path::new("q.yaml")).expect_err("invalid").to_string();
+        for needle in [
+            "q.yaml: listeners[0].http3: is only allowed on listeners with protocol: https",
+            "q.yaml: http.quic.max_streams: must be between 1 and 10000",
+            "q.yaml: http.quic.stream_window: must be between 16384",
+            "q.yaml: http.quic.retry_above: must be at least 1",
+        ] {
+            assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+        }
+    }
+
+    #[test]
     fn yaml_syntax_errors_are_reported_with_a_line() {
         let err = from_str("listeners: [\n", Path::new("s.yaml")).expect_err("invalid");
         assert!(err.to_string().starts_with("s.yaml: (document): invalid YAML"), "{err}");

@@ -25,6 +25,23 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
         if c.http.max_headers == 0 {
             ctx.error_at("max_headers", None, "must be at least 1");
         }
+        ctx.with_field("quic", |ctx| {
+            let q = &c.http.quic;
+            if !(1..=10_000).contains(&q.max_streams) {
+                ctx.error_at("max_streams", None, "must be between 1 and 10000");
+            }
+            if q.retry == crate::RetryPolicy::Above(0) {
+                ctx.error_at("retry_above", None, "must be at least 1 (retry_always: true retries every handshake)");
+            }
+            for (name, v) in [("stream_window", q.stream_window), ("connection_window", q.connection_window)] {
+                if !(16 * 1024..=1 << 30).contains(&v) {
+                    ctx.error_at(name, None, "must be between 16384 and 1073741824 bytes");
+                }
+            }
+            if q.connection_window < q.stream_window {
+                ctx.error_at("connection_window", None, "must not be below stream_window");
+            }
+        });
     });
     if c.key_ops.max_delay > std::time::Duration::from_millis(100) {
         ctx.with_field("key_ops", |ctx| {
@@ -109,6 +126,9 @@ fn listeners(c: &Config, ctx: &mut Ctx) {
                     ctx.error_at("protocol", None, "https needs at least one entry in certificates")
                 }
                 _ => {}
+            }
+            if l.http3 && l.protocol != Protocol::Https {
+                ctx.error_at("http3", None, "is only allowed on listeners with protocol: https (QUIC is always TLS)");
             }
             if let Some(tls) = &l.tls {
                 ctx.with_field("tls", |ctx| {

@@ -72,8 +72,8 @@ pub enum ClientBody {
     /// bodiless requests).
     None,
     Hyper(Incoming),
-    /// From Gatehouse's own HTTP/2 server.
-    H2(crate::downstream::h2::recv::RecvBody),
+    /// From Gatehouse's own HTTP/2 and HTTP/3 servers.
+    Stream(crate::downstream::recv::RecvBody),
 }
 
 impl Body for ClientBody {
@@ -84,7 +84,7 @@ impl Body for ClientBody {
         match &mut *self {
             ClientBody::None => Poll::Ready(None),
             ClientBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(|e| Box::new(e) as BoxError),
-            ClientBody::H2(b) => Pin::new(b).poll_frame(cx),
+            ClientBody::Stream(b) => Pin::new(b).poll_frame(cx),
         }
     }
 
@@ -92,7 +92,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::None => true,
             ClientBody::Hyper(b) => b.is_end_stream(),
-            ClientBody::H2(b) => b.is_end_stream(),
+            ClientBody::Stream(b) => b.is_end_stream(),
         }
     }
 
@@ -100,7 +100,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::None => SizeHint::with_exact(0),
             ClientBody::Hyper(b) => b.size_hint(),
-            ClientBody::H2(b) => b.size_hint(),
+            ClientBody::Stream(b) => b.size_hint(),
         }
     }
 }

@@ -187,7 +187,21 @@ impl ListenerMetrics {
 pub struct OpenSlot {
     opened: AtomicU64,
     closed: AtomicU64,
+    /// QUIC datagrams dropped, by [`QUIC_DROP_REASONS`].
+    quic_dropped: [AtomicU64; 4],
 }
+
+/// Why a QUIC datagram was dropped.
+#[derive(Clone, Copy)]
+pub enum QuicDrop {
+    Malformed,
+    BadToken,
+    QueueFull,
+    UnknownConnection,
+}
+
+/// [`QuicDrop`]'s names, in its order.
+pub const QUIC_DROP_REASONS: [&str; 4] = ["malformed", "bad_token", "queue_full", "unknown_connection"];
 
 /// The registry: every per-worker table, by name.
 pub struct Metrics {
@@ -252,6 +266,10 @@ impl Metrics {
 
     pub fn connection_closed(&self, worker: usize) {
         bump(&self.connections.get(worker).closed, 1);
+    }
+
+    pub fn quic_dropped(&self, worker: usize, why: QuicDrop) {
+        bump(&self.connections.get(worker).quic_dropped[why as usize], 1);
     }
 
     /// Client connections open on all workers and listeners.
@@ -443,6 +461,16 @@ impl Metrics {
         );
         for (name, t) in &input.certificates {
             o.sample("gatehouse_certificate_not_after_timestamp_seconds", &[("certificate", name)], t);
+        }
+
+        o.header(
+            "gatehouse_quic_datagrams_dropped_total",
+            "counter",
+            "UDP datagrams to HTTP/3 listeners dropped, by reason (unknown_connection: answered with a stateless reset when it could be).",
+        );
+        for (i, why) in QUIC_DROP_REASONS.iter().enumerate() {
+            let n: u64 = self.connections.slots.iter().map(|s| s.quic_dropped[i].load(Relaxed)).sum();
+            o.sample("gatehouse_quic_datagrams_dropped_total", &[("reason", why)], n);
         }
 
         keyops(o);

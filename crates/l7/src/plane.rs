@@ -17,6 +17,8 @@ use serde_json::{Map, Value, json};
 use crate::accesslog::AccessLog;
 use crate::context::{Shared, Worker};
 use crate::downstream::accept::{ListenerCommand, ListenerKey, WorkerHandle, worker_main};
+use crate::downstream::h3::cid::Keys;
+use crate::downstream::h3::{QuicSocket, bind_workers};
 use crate::filters::RateLimiters;
 use crate::metrics::ScrapeInput;
 use crate::snapshot::{BuildContext, Snapshot};
@@ -24,6 +26,8 @@ use crate::upstream::connect::ConnPool;
 
 /// Each worker's sockets, by listener.
 type WorkerSockets = Vec<Vec<(ListenerKey, TcpListener)>>;
+/// Each worker's HTTP/3 sockets, by listener.
+type WorkerQuicSockets = Vec<Vec<(ListenerKey, QuicSocket)>>;
 
 /// The L7 plane: listeners, TLS, HTTP routing and proxying.
 #[derive(Clone)]
@@ -35,13 +39,15 @@ struct Inner {
     limiters: RateLimiters,
     listeners: Arc<Listeners>,
     workers: usize,
-    /// Each worker's command channel once started, or the sockets committed
-    /// before the workers started.
+    /// QUIC's token and reset keys, one set per process.
+    quic_keys: Arc<Keys>,
+    /// Each worker's command channel once started, or the commands
+    /// committed before the workers started.
     state: Mutex<Workers>,
 }
 
 enum Workers {
-    Waiting(WorkerSockets),
+    Waiting(Vec<Vec<ListenerCommand>>),
     Running(Vec<WorkerHandle>),
 }
 
@@ -56,6 +62,7 @@ impl L7 {
             limiters: RateLimiters::default(),
             listeners: init.listeners.clone(),
             workers: init.workers,
+            quic_keys: Arc::new(Keys::new()),
             state: Mutex::new(Workers::Waiting((0..init.workers).map(|_| Vec::new()).collect())),
         })))
     }
@@ -75,6 +82,18 @@ impl L7 {
         }
         Ok(per_worker)
     }
+
+    /// One UDP socket per worker for each HTTP/3 key. All or nothing.
+    fn bind_quic(&self, keys: &[ListenerKey]) -> Result<WorkerQuicSockets, (ListenerKey, std::io::Error)> {
+        let mut per_worker: WorkerQuicSockets = (0..self.0.workers).map(|_| Vec::new()).collect();
+        for key in keys {
+            let sockets = bind_workers(key.1, self.0.workers, &self.0.quic_keys).map_err(|e| (key.clone(), e))?;
+            for (w, socket) in sockets.into_iter().enumerate() {
+                per_worker[w].push((key.clone(), socket));
+            }
+        }
+        Ok(per_worker)
+    }
 }
 
 /// A compiled config and the listener changes it brings.
@@ -84,15 +103,22 @@ struct StagedL7 {
     /// New listeners' sockets, per worker.
     opening: WorkerSockets,
     closing: Vec<ListenerKey>,
+    /// New HTTP/3 sockets, per worker, and the HTTP/3 sides that go.
+    opening_quic: WorkerQuicSockets,
+    closing_quic: Vec<ListenerKey>,
 }
 
 fn keys(snap: &Snapshot) -> Vec<ListenerKey> {
     snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect()
 }
 
+fn quic_keys(snap: &Snapshot) -> Vec<ListenerKey> {
+    snap.listeners.iter().filter(|l| l.quic.is_some()).map(|l| (l.name.clone(), l.address)).collect()
+}
+
 impl Staged for StagedL7 {
     fn commit(self: Box<Self>) {
-        let StagedL7 { plane, snap, opening, closing } = *self;
+        let StagedL7 { plane, snap, opening, closing, opening_quic, closing_quic } = *self;
         let inner = &plane.0;
         gatehouse_keyops::batcher::set_max_delay(snap.config.key_ops.max_delay);
         {
@@ -104,6 +130,9 @@ impl Staged for StagedL7 {
         for l in snap.listeners.iter().filter(|l| opening.iter().flatten().any(|(k, _)| k.0 == l.name)) {
             let scheme = if l.protocol == Protocol::Https { "https" } else { "http" };
             tracing::info!(listener = %l.name, "listening on {scheme}://{}", l.address);
+        }
+        for l in snap.listeners.iter().filter(|l| opening_quic.iter().flatten().any(|(k, _)| k.0 == l.name)) {
+            tracing::info!(listener = %l.name, "serving HTTP/3 on udp://{}", l.address);
         }
         inner.shared.snapshot.store(Arc::new(snap));
         for (w, sockets) in opening.iter().enumerate() {
@@ -117,20 +146,35 @@ impl Staged for StagedL7 {
             inner.listeners.forget(name, *addr);
             tracing::info!(listener = %name, "stopped listening on {addr}");
         }
+        let mut commands: Vec<Vec<ListenerCommand>> = (0..inner.workers).map(|_| Vec::new()).collect();
+        for cmds in commands.iter_mut() {
+            cmds.extend(closing.iter().map(|k| ListenerCommand::Close(k.clone())));
+            cmds.extend(closing_quic.iter().map(|k| ListenerCommand::CloseQuic(k.clone())));
+        }
+        for (cmds, sockets) in commands.iter_mut().zip(opening) {
+            cmds.extend(sockets.into_iter().map(|(k, s)| ListenerCommand::Open(k, s)));
+        }
+        for (cmds, sockets) in commands.iter_mut().zip(opening_quic) {
+            cmds.extend(sockets.into_iter().map(|(k, s)| ListenerCommand::OpenQuic(k, s)));
+        }
         match &mut *plane.state() {
             Workers::Waiting(pending) => {
-                for (w, sockets) in opening.into_iter().enumerate() {
-                    pending[w].retain(|(k, _)| !closing.contains(k));
-                    pending[w].extend(sockets);
+                for (w, cmds) in commands.into_iter().enumerate() {
+                    for cmd in cmds {
+                        match cmd {
+                            // Not started yet: what closes is only dropped.
+                            ListenerCommand::Close(k) | ListenerCommand::CloseQuic(k) => {
+                                pending[w].retain(|c| *c.key() != k)
+                            }
+                            open => pending[w].push(open),
+                        }
+                    }
                 }
             }
             Workers::Running(handles) => {
-                for (worker, sockets) in handles.iter().zip(opening) {
-                    for key in &closing {
-                        let _ = worker.send(ListenerCommand::Close(key.clone()));
-                    }
-                    for (key, socket) in sockets {
-                        let _ = worker.send(ListenerCommand::Open(key, socket));
+                for (worker, cmds) in handles.iter().zip(commands) {
+                    for cmd in cmds {
+                        let _ = worker.send(cmd);
                     }
                 }
             }
@@ -154,7 +198,14 @@ impl Plane for L7 {
         };
         let snap = Snapshot::build(config.clone(), &bx)?;
         if cx.purpose != Purpose::Apply {
-            return Ok(Box::new(StagedL7 { plane: self.clone(), snap, opening: Vec::new(), closing: Vec::new() }));
+            return Ok(Box::new(StagedL7 {
+                plane: self.clone(),
+                snap,
+                opening: Vec::new(),
+                closing: Vec::new(),
+                opening_quic: Vec::new(),
+                closing_quic: Vec::new(),
+            }));
         }
         let old = keys(&inner.shared.snapshot.load());
         let new = keys(&snap);
@@ -168,7 +219,19 @@ impl Plane for L7 {
                 line: None,
             }]
         })?;
-        Ok(Box::new(StagedL7 { plane: self.clone(), snap, opening, closing }))
+        let old_quic = quic_keys(&inner.shared.snapshot.load());
+        let new_quic = quic_keys(&snap);
+        let opening_quic: Vec<ListenerKey> = new_quic.iter().filter(|k| !old_quic.contains(k)).cloned().collect();
+        let closing_quic: Vec<ListenerKey> = old_quic.iter().filter(|k| !new_quic.contains(k)).cloned().collect();
+        let opening_quic = self.bind_quic(&opening_quic).map_err(|(key, e)| {
+            let index = new.iter().position(|k| *k == key).unwrap_or(0);
+            vec![FieldError {
+                path: format!("listeners[{index}].http3"),
+                message: format!("cannot bind udp {}: {e}", key.1),
+                line: None,
+            }]
+        })?;
+        Ok(Box::new(StagedL7 { plane: self.clone(), snap, opening, closing, opening_quic, closing_quic }))
     }
 
     fn start(&self, _how: Start) -> Result<(), PlaneError> {
@@ -179,8 +242,8 @@ impl Plane for L7 {
         for (id, sockets) in pending.into_iter().enumerate() {
             let worker = Arc::new(Worker { id, shared: self.0.shared.clone(), conns: Arc::new(ConnPool::default()) });
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            for (key, socket) in sockets {
-                let _ = tx.send(ListenerCommand::Open(key, socket));
+            for cmd in sockets {
+                let _ = tx.send(cmd);
             }
             handles.push(tx);
             std::thread::Builder::new()
@@ -198,6 +261,9 @@ impl Plane for L7 {
             for worker in handles {
                 for key in keys(&snap) {
                     let _ = worker.send(ListenerCommand::Close(key));
+                }
+                for key in quic_keys(&snap) {
+                    let _ = worker.send(ListenerCommand::CloseQuic(key));
                 }
             }
         }
@@ -234,6 +300,7 @@ impl Plane for L7 {
                     "name": &*l.name,
                     "address": l.address.to_string(),
                     "protocol": if l.tls.is_some() { "https" } else { "http" },
+                    "http3": l.quic.is_some(),
                     "connections_open": open.get(&*l.name).copied().unwrap_or(0),
                 })
             })

@@ -40,7 +40,18 @@ fn protocol_name(v: Version) -> &'static str {
         Version::HTTP_10 => "HTTP/1.0",
         Version::HTTP_11 => "HTTP/1.1",
         Version::HTTP_2 => "HTTP/2.0",
-        _ => "HTTP/3.0",
+        _ => "HTTP/3",
+    }
+}
+
+/// On a listener that serves HTTP/3 too, a TCP response says so
+/// (`Alt-Svc`, RFC 7838), unless the upstream advertised something itself.
+fn advertise_http3(resp: &mut Response<AnyBody>, snap: &Snapshot, listener: usize) {
+    let Some(alt) = snap.listeners.get(listener).and_then(|l| l.alt_svc.as_ref()) else { return };
+    let upstream_said = resp.headers().contains_key(header::ALT_SVC)
+        || resp.body().raw_head().is_some_and(|h| h.field_lines().any(|(n, _, _)| n.eq_ignore_ascii_case(b"alt-svc")));
+    if !upstream_said {
+        resp.headers_mut().insert(header::ALT_SVC, alt.clone());
     }
 }
 
@@ -76,6 +87,7 @@ pub async fn handle(
     let unanswered = Unanswered(&conn);
     let snap = conn.worker.shared.snapshot.load_full();
     let http1 = req.version() <= Version::HTTP_11;
+    let http3 = req.version() == Version::HTTP_3;
     // What only the log line needs is copied only when there is a log.
     let logging = conn.worker.shared.access_log.is_on();
     let mut ex = Exchange {
@@ -107,6 +119,9 @@ pub async fn handle(
         ex.upstream_elapsed = Some(t.elapsed());
     }
     let mut resp = resp;
+    if !http3 {
+        advertise_http3(&mut resp, &snap, conn.listener);
+    }
     // A 101 keeps its own Connection header; HTTP/2 has none (GOAWAY does this).
     if conn.closing.load(Ordering::Relaxed) && http1 && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use gatehouse_config::{Config, FieldError, HttpSettings, Protocol};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
+use crate::downstream::h3::QuicListener;
 use crate::downstream::tls::{ListenerTlsState, build_listener_tls, load_certificates};
 use crate::filters::{Acl, CanarySplit, RateLimiter, RateLimiters};
 use crate::metrics::{ListenerMetrics, Metrics, RouteMetrics, UpstreamMetrics};
@@ -25,6 +26,10 @@ pub struct ListenerSnap {
     pub address: std::net::SocketAddr,
     pub protocol: Protocol,
     pub tls: Option<ListenerTlsState>,
+    /// The HTTP/3 side, with `http3: true`.
+    pub quic: Option<Arc<QuicListener>>,
+    /// `Alt-Svc` for the TCP side's responses, with `http3: true`.
+    pub alt_svc: Option<HeaderValue>,
     pub metrics: Arc<ListenerMetrics>,
 }
 
@@ -113,8 +118,33 @@ impl Snapshot {
                 }
                 _ => None,
             };
+            let quic = match (l.http3, &tls) {
+                (true, Some(_)) => {
+                    let settings = l.tls.clone().unwrap_or_default();
+                    match QuicListener::build(&settings, &certs, &cfg.http) {
+                        Ok(q) => Some(Arc::new(q)),
+                        Err(e) => {
+                            errors.push(field_error(format!("listeners[{i}].http3"), e.to_string()));
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            // Clients remember it for a day (RFC 7838 `ma`).
+            let alt_svc = quic
+                .as_ref()
+                .and_then(|_| HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", address.port())).ok());
             let metrics = cx.metrics.listener(&l.name);
-            listeners.push(ListenerSnap { name: l.name.as_str().into(), address, protocol: l.protocol, tls, metrics });
+            listeners.push(ListenerSnap {
+                name: l.name.as_str().into(),
+                address,
+                protocol: l.protocol,
+                tls,
+                quic,
+                alt_svc,
+                metrics,
+            });
         }
 
         let mut upstreams = Vec::new();

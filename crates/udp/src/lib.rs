@@ -28,6 +28,10 @@ pub use sys::{
 pub struct Options {
     /// `SO_MARK` on what the socket sends (0: none), for policy routing.
     pub fwmark: u32,
+    /// An IPv6 socket takes IPv6 only (as the TCP listeners do, so `[::]`
+    /// and `0.0.0.0` can be listed side by side); otherwise `[::]` is
+    /// dual-stack.
+    pub v6_only: bool,
 }
 
 /// A bound socket and whether it is an IPv6 one (dual-stack when bound to
@@ -43,7 +47,11 @@ pub struct Bound {
 pub fn bind(addr: SocketAddr, opts: Options) -> io::Result<Bound> {
     match make(addr, opts) {
         Ok(socket) => Ok(Bound { socket, v6: addr.is_ipv6() }),
-        Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) && addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
+        Err(e)
+            if e.raw_os_error() == Some(libc::EAFNOSUPPORT)
+                && addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                && !opts.v6_only =>
+        {
             let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port());
             make(v4, opts).map(|socket| Bound { socket, v6: false })
         }
@@ -54,8 +62,8 @@ pub fn bind(addr: SocketAddr, opts: Options) -> io::Result<Bound> {
 fn make(addr: SocketAddr, opts: Options) -> io::Result<UdpSocket> {
     let v6 = addr.is_ipv6();
     let s = Socket::new(if v6 { Domain::IPV6 } else { Domain::IPV4 }, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
-    if v6 && addr.ip().is_unspecified() {
-        s.set_only_v6(false)?;
+    if v6 {
+        s.set_only_v6(opts.v6_only)?;
     }
     s.set_reuse_port(true)?;
     s.set_nonblocking(true)?;

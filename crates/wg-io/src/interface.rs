@@ -88,8 +88,9 @@ impl Interface {
         let mut port = settings.listen_port;
         for _ in 0..workers {
             let any = SocketAddr::new(IpAddr::from([0u16; 8]), port);
-            let udp::Bound { socket: s, v6: is_v6 } = udp::bind(any, udp::Options { fwmark: settings.fwmark })
-                .map_err(|e| StartError::at("listen_port", format!("cannot bind UDP port {port}: {e}")))?;
+            let udp::Bound { socket: s, v6: is_v6 } =
+                udp::bind(any, udp::Options { fwmark: settings.fwmark, v6_only: false })
+                    .map_err(|e| StartError::at("listen_port", format!("cannot bind UDP port {port}: {e}")))?;
             // Port 0: the first socket's random port for all of them.
             port = s.local_addr().map(|a| a.port()).unwrap_or(port);
             v6 = is_v6;

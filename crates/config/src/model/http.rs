@@ -26,6 +26,49 @@ pub struct HttpSettings {
     /// long an HTTP/2 client may leave its responses unread or without a
     /// flow-control window before its connection is closed.
     pub client_idle_timeout: Duration,
+    /// QUIC, for listeners with `http3: true`.
+    pub quic: QuicSettings,
+}
+
+/// When a QUIC handshake must first prove the client's address with a
+/// Retry round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryPolicy {
+    /// Once a worker has this many handshakes in flight (a flood of
+    /// Initials from spoofed addresses looks like that).
+    Above(u32),
+    /// Every handshake.
+    Always,
+}
+
+/// QUIC transport limits and defenses. The defaults are what a public edge
+/// runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuicSettings {
+    /// `retry: always`, or `retry_above: N` handshakes in flight per worker
+    /// (default 64).
+    pub retry: RetryPolicy,
+    /// Streams a client may have open at once (requests in flight).
+    pub max_streams: u64,
+    /// Bytes a client may send on one stream before Gatehouse reads them.
+    pub stream_window: u64,
+    /// Bytes a client may send on a connection before Gatehouse reads them.
+    pub connection_window: u64,
+    /// 0-RTT requests: off by default; when on, only safe methods are
+    /// served from early data, with `Early-Data: 1` passed upstream.
+    pub early_data: bool,
+}
+
+impl Default for QuicSettings {
+    fn default() -> Self {
+        QuicSettings {
+            retry: RetryPolicy::Above(64),
+            max_streams: 100,
+            stream_window: 1 << 20,
+            connection_window: 16 << 20,
+            early_data: false,
+        }
+    }
 }
 
 impl Default for HttpSettings {
@@ -36,6 +79,7 @@ impl Default for HttpSettings {
             max_body_bytes: 10 * 1024 * 1024,
             client_header_timeout: Duration::from_secs(10),
             client_idle_timeout: Duration::from_secs(60),
+            quic: QuicSettings::default(),
         }
     }
 }
@@ -54,6 +98,9 @@ pub struct Listener {
     pub protocol: Protocol,
     /// Required for `https`, refused for `http`.
     pub tls: Option<ListenerTls>,
+    /// Also serve HTTP/3 over QUIC on the same port over UDP (https only),
+    /// advertised to TCP clients with `Alt-Svc`.
+    pub http3: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -319,6 +366,25 @@ impl Decode for HttpSettings {
             max_body_bytes: m.or(ctx, "max_body_bytes", d.max_body_bytes),
             client_header_timeout: m.or(ctx, "client_header_timeout", d.client_header_timeout),
             client_idle_timeout: m.or(ctx, "client_idle_timeout", d.client_idle_timeout),
+            quic: m.or(ctx, "quic", d.quic),
+        };
+        m.finish(ctx);
+        Some(s)
+    }
+}
+
+impl Decode for QuicSettings {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let d = QuicSettings::default();
+        let mut m = MapReader::new(node, ctx)?;
+        let always: bool = m.or(ctx, "retry_always", false);
+        let above: u32 = m.or(ctx, "retry_above", 64);
+        let s = QuicSettings {
+            retry: if always { RetryPolicy::Always } else { RetryPolicy::Above(above) },
+            max_streams: m.or(ctx, "max_streams", d.max_streams),
+            stream_window: m.or(ctx, "stream_window", d.stream_window),
+            connection_window: m.or(ctx, "connection_window", d.connection_window),
+            early_data: m.or(ctx, "early_data", d.early_data),
         };
         m.finish(ctx);
         Some(s)
@@ -345,6 +411,7 @@ impl Decode for Listener {
             address: m.req::<Option<SocketAddr>>(ctx, "address"),
             protocol: m.or(ctx, "protocol", Protocol::Http),
             tls: m.opt(ctx, "tls"),
+            http3: m.or(ctx, "http3", false),
         };
         m.finish(ctx);
         Some(l)

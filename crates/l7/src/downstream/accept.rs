@@ -30,6 +30,21 @@ pub type ListenerKey = (Arc<str>, SocketAddr);
 pub enum ListenerCommand {
     Open(ListenerKey, std::net::TcpListener),
     Close(ListenerKey),
+    /// A listener's HTTP/3 socket.
+    OpenQuic(ListenerKey, crate::downstream::h3::QuicSocket),
+    /// Stop taking new QUIC connections; the open ones finish.
+    CloseQuic(ListenerKey),
+}
+
+impl ListenerCommand {
+    pub fn key(&self) -> &ListenerKey {
+        match self {
+            ListenerCommand::Open(k, _)
+            | ListenerCommand::Close(k)
+            | ListenerCommand::OpenQuic(k, _)
+            | ListenerCommand::CloseQuic(k) => k,
+        }
+    }
 }
 
 pub type WorkerHandle = tokio::sync::mpsc::UnboundedSender<ListenerCommand>;
@@ -52,6 +67,7 @@ pub fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::Unbound
         let batch_timer = tokio::spawn(gatehouse_keyops::batcher::run_timer());
         let _stop_timer = tokio_util::task::AbortOnDropHandle::new(batch_timer);
         let mut accepting: HashMap<ListenerKey, tokio::task::JoinHandle<()>> = HashMap::new();
+        let mut quic: HashMap<ListenerKey, tokio::sync::oneshot::Sender<()>> = HashMap::new();
         // Close upstream connections that idled out.
         let mut sweep = tokio::time::interval(Duration::from_secs(5));
         loop {
@@ -72,6 +88,19 @@ pub fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::Unbound
                     Some(ListenerCommand::Close(key)) => {
                         if let Some(task) = accepting.remove(&key) {
                             task.abort();
+                        }
+                    }
+                    Some(ListenerCommand::OpenQuic(key, socket)) => {
+                        let (stop, stopped) = tokio::sync::oneshot::channel();
+                        tokio::spawn(crate::downstream::h3::serve(socket, key.0.clone(), worker.clone(), stopped));
+                        if let Some(old) = quic.insert(key, stop) {
+                            let _ = old.send(());
+                        }
+                    }
+                    // The endpoint serves its connections to their end.
+                    Some(ListenerCommand::CloseQuic(key)) => {
+                        if let Some(stop) = quic.remove(&key) {
+                            let _ = stop.send(());
                         }
                     }
                     None => return,

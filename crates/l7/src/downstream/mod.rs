@@ -9,15 +9,20 @@
 //! - [`h1`]: Gatehouse's own HTTP/1.1 server (hyper serves requests with
 //!   bodies);
 //! - [`h2`]: Gatehouse's own HTTP/2 server;
+//! - [`h3`]: HTTP/3 over QUIC (quiche), on UDP sockets of its own and the
+//!   same certificates;
 //! - [`handover`]: what serves a connection after the HTTP/1.1 server
-//!   hands it over (HTTP/2, hyper), and the drain of either.
-//!
-//! HTTP/3 will be a third server here, beside `h1` and `h2`, on the same
-//! `tls` contexts and the same `proxy::handle`.
+//!   hands it over (HTTP/2, hyper), and the drain of either;
+//! - [`ready`] and [`recv`]: what the multiplexed servers (HTTP/2,
+//!   HTTP/3) share: per-stream wakers, and request bodies handed to the
+//!   upstream with flow control.
 
 pub mod accept;
 pub mod conn;
 pub mod h1;
 pub mod h2;
+pub mod h3;
 pub mod handover;
+pub mod ready;
+pub mod recv;
 pub mod tls;

@@ -331,6 +331,8 @@ pub enum TlsError {
     NoCertificate,
     #[error(transparent)]
     Key(#[from] gatehouse_keyops::KeyError),
+    #[error("QUIC: {0}")]
+    Quic(String),
     #[error("cannot write {path}: {source}")]
     Write { path: std::path::PathBuf, source: std::io::Error },
 }
@@ -398,9 +400,12 @@ fn find_in<'a>(client: &'a [u8], chosen: &[u8]) -> Option<&'a [u8]> {
     None
 }
 
-fn cert_context(tls: &ListenerTls, cert: &LoadedCert) -> Result<SslContext, TlsError> {
+fn cert_context(tls: &ListenerTls, cert: &LoadedCert, quic: bool) -> Result<SslContext, TlsError> {
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
     configure(&mut b, tls)?;
+    if quic {
+        quic_handshake::report_done(&mut b);
+    }
     b.set_certificate(&cert.chain[0]).map_err(tls_err)?;
     for extra in &cert.chain[1..] {
         b.add_extra_chain_cert(extra.clone()).map_err(tls_err)?;
@@ -409,13 +414,18 @@ fn cert_context(tls: &ListenerTls, cert: &LoadedCert) -> Result<SslContext, TlsE
     Ok(b.build().into_context())
 }
 
-/// Builds a listener's acceptor and its SNI table.
-pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<ListenerTlsState, TlsError> {
+/// A listener's SNI table, and the certificate its base context carries
+/// so that a handshake the callback leaves alone still has one.
+fn cert_table<'a>(
+    tls: &ListenerTls,
+    certs: &'a [LoadedCert],
+    quic: bool,
+) -> Result<(CertTable, &'a LoadedCert), TlsError> {
     let default_name = tls.default_certificate.as_deref().or(certs.first().map(|c| c.name.as_str()));
     let default_cert = certs.iter().find(|c| Some(c.name.as_str()) == default_name).ok_or(TlsError::NoCertificate)?;
     let mut table = CertTable::default();
     for cert in certs {
-        let ctx = cert_context(tls, cert)?;
+        let ctx = cert_context(tls, cert, quic)?;
         for name in &cert.sni {
             let name = name.to_ascii_lowercase();
             let slot = match name.strip_prefix("*.") {
@@ -428,11 +438,25 @@ pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<Lis
             table.default.set(cert.is_ecdsa, ctx);
         }
     }
+    Ok((table, default_cert))
+}
 
-    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
-    configure(&mut b, tls)?;
-    // The base context carries the default certificate too, so a handshake
-    // the callback leaves alone still has one.
+/// Makes `b` a listener's base context: its settings, the select-certificate
+/// callback that switches each handshake to its certificate's context, and
+/// the default certificate. `quic`: the handshake runs under quiche, which
+/// does not give BoringSSL's asynchronous key methods the task to wake, so
+/// the callback hands them the QUIC connection's ([`quic_handshake`]).
+fn base_context(
+    b: &mut SslContextBuilder,
+    tls: &ListenerTls,
+    certs: &[LoadedCert],
+    quic: bool,
+) -> Result<(), TlsError> {
+    let (table, default_cert) = cert_table(tls, certs, quic)?;
+    configure(b, tls)?;
+    if quic {
+        quic_handshake::report_done(b);
+    }
     let table = Arc::new(table);
     b.set_select_certificate_callback(move |mut hello: ClientHello<'_>| {
         let sni = hello.servername(NameType::HOST_NAME).map(str::to_owned);
@@ -441,12 +465,91 @@ pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<Lis
         if let Some(ctx) = pair.choose(ecdsa_ok) {
             hello.ssl_mut().set_ssl_context(ctx).map_err(|_| SelectCertError::ERROR)?;
         }
+        if quic {
+            hello.ssl_mut().set_task_waker(Some(quic_handshake::current_waker()));
+        }
         crate::ssl_ffi::shed_handshake_config(hello.ssl_mut());
         Ok(())
     });
     b.set_certificate(&default_cert.chain[0]).map_err(tls_err)?;
-    install_key(&mut b, default_cert)?;
+    install_key(b, default_cert)?;
+    Ok(())
+}
+
+/// Builds a listener's acceptor and its SNI table.
+pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<ListenerTlsState, TlsError> {
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
+    base_context(&mut b, tls, certs, false)?;
     Ok(ListenerTlsState { acceptor: b.build() })
+}
+
+/// The TLS context of a listener's HTTP/3 side, for quiche: the same
+/// certificates, SNI choice and key engines as its TCP side, TLS 1.3 only
+/// (QUIC has no other) and ALPN `h3`.
+pub fn build_quic_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<SslContextBuilder, TlsError> {
+    let quic = ListenerTls {
+        min_version: TlsVersion::Tls13,
+        max_version: TlsVersion::Tls13,
+        alpn: vec!["h3".into()],
+        ..tls.clone()
+    };
+    let mut b = SslContextBuilder::new(SslMethod::tls()).map_err(tls_err)?;
+    base_context(&mut b, &quic, certs, true)?;
+    Ok(b)
+}
+
+/// What a QUIC handshake running under quiche on this thread needs from
+/// BoringSSL's callbacks, which quiche does not expose: the connection's
+/// waker for the asynchronous key methods (the batched RSA engine wakes it
+/// when a key operation completes, and quiche resumes the handshake on the
+/// connection's next send), and the version and cipher of a handshake
+/// just done, for the counters.
+pub mod quic_handshake {
+    use std::cell::{Cell, RefCell};
+    use std::task::Waker;
+
+    use boring::ssl::{SslContextBuilder, SslInfoCallbackMode};
+
+    thread_local! {
+        static WAKER: RefCell<Option<Waker>> = const { RefCell::new(None) };
+        static DONE: Cell<Option<(&'static str, &'static str)>> = const { Cell::new(None) };
+    }
+
+    /// Runs `f` (which drives quiche) with `waker` as the connection's.
+    pub fn with<R>(waker: &Waker, f: impl FnOnce() -> R) -> R {
+        WAKER.with(|c| *c.borrow_mut() = Some(waker.clone()));
+        let r = f();
+        WAKER.with(|c| *c.borrow_mut() = None);
+        r
+    }
+
+    /// The current connection's waker; outside [`with`] (which does not
+    /// happen) a no-op one, and the handshake resumes on the next packet
+    /// or timer.
+    pub fn current_waker() -> Waker {
+        WAKER.with(|c| c.borrow().clone()).unwrap_or_else(|| Waker::noop().clone())
+    }
+
+    /// The version and cipher of the handshake that completed on this
+    /// thread since the last call.
+    pub fn take_done() -> Option<(&'static str, &'static str)> {
+        DONE.with(Cell::take)
+    }
+
+    /// On a handshake's end: its key share counted, its version and cipher
+    /// kept for [`take_done`].
+    pub(super) fn report_done(b: &mut SslContextBuilder) {
+        b.set_info_callback(|ssl, mode, _| {
+            if mode != SslInfoCallbackMode::HANDSHAKE_DONE {
+                return;
+            }
+            if let Some(group) = ssl.curve() {
+                gatehouse_keyops::stats::record_key_share(group, gatehouse_keyops::Engine::Boring);
+            }
+            let cipher = ssl.current_cipher().map_or("-", |c| c.name());
+            DONE.with(|d| d.set(Some((ssl.version_str(), cipher))));
+        });
+    }
 }
 
 /// Whether the ClientHello lets us answer with an ECDSA P-256 certificate.

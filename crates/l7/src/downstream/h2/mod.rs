@@ -19,16 +19,13 @@
 //! SETTINGS floods) stops being read.
 
 mod output;
-pub mod recv;
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
-use futures_util::task::AtomicWaker;
 use http::{Response, StatusCode};
 use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -37,6 +34,8 @@ use self::output::Output;
 use crate::accesslog::reason;
 use crate::body::{ClientBody, ResponseBody};
 use crate::downstream::conn::{ClientIo, ConnState};
+use crate::downstream::ready::ReadySet;
+use crate::downstream::recv;
 pub use crate::h2::conn::Limits;
 use crate::h2::conn::{Connection, Event, Sent};
 use crate::h2::frame::Reason;
@@ -66,34 +65,6 @@ struct Slot {
     waker: Waker,
 }
 
-/// Which slots' wakers fired since the connection last looked.
-struct ReadySet {
-    bits: Box<[AtomicU64]>,
-    task: AtomicWaker,
-}
-
-impl ReadySet {
-    fn mark(&self, slot: usize) {
-        self.bits[slot / 64].fetch_or(1 << (slot % 64), Ordering::AcqRel);
-    }
-}
-
-struct SlotWaker {
-    set: Arc<ReadySet>,
-    slot: usize,
-}
-
-impl Wake for SlotWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.set.mark(self.slot);
-        self.set.task.wake();
-    }
-}
-
 struct Conn<T> {
     io: Pin<Box<ClientIo<T>>>,
     state: Arc<ConnState>,
@@ -104,6 +75,8 @@ struct Conn<T> {
     ready: Arc<ReadySet>,
     /// Slots to poll again once output drains.
     deferred: Vec<usize>,
+    /// The slots taken from `ready` to poll, kept for its room.
+    marked: Vec<usize>,
     /// The stall timer, armed while the client owes us reading or a
     /// window. It is moved lazily: re-armed when it fires before the
     /// deadline.
@@ -140,7 +113,6 @@ enum Step {
 
 impl<T: AsyncRead + AsyncWrite> Conn<T> {
     fn new(io: Pin<Box<ClientIo<T>>>, prefix: Bytes, state: Arc<ConnState>, limits: Limits) -> Self {
-        let words = limits.max_concurrent.div_ceil(64);
         let input = BytesMut::from(&prefix[..]);
         Conn {
             io,
@@ -149,11 +121,9 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             input,
             out: Output::default(),
             slots: Vec::new(),
-            ready: Arc::new(ReadySet {
-                bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
-                task: AtomicWaker::new(),
-            }),
+            ready: ReadySet::new(limits.max_concurrent),
             deferred: Vec::new(),
+            marked: Vec::new(),
             stall: Box::pin(tokio::time::sleep(limits.stall_timeout)),
             stall_armed: false,
         }
@@ -267,8 +237,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
     }
 
     fn any_ready(&mut self) -> bool {
-        (!self.deferred.is_empty() && self.queued() < OUTPUT_HIGH)
-            || self.ready.bits.iter().any(|w| w.load(Ordering::Acquire) != 0)
+        (!self.deferred.is_empty() && self.queued() < OUTPUT_HIGH) || self.ready.any()
     }
 
     /// The bytes read go through the protocol, and what it says to do is
@@ -318,7 +287,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
     /// A new stream's request starts on its way to the upstream.
     fn start(&mut self, slot: usize, request: http::Request<()>, end: bool, content_length: Option<u64>) {
         while self.slots.len() <= slot {
-            let waker = Waker::from(Arc::new(SlotWaker { set: self.ready.clone(), slot: self.slots.len() }));
+            let waker = self.ready.waker(self.slots.len());
             self.slots.push(Slot { task: Task::Done, body: None, waker });
         }
         let s = &mut self.slots[slot];
@@ -326,7 +295,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
             (None, ClientBody::None)
         } else {
             let (tx, rx) = recv::channel(s.waker.clone(), content_length);
-            (Some(tx), ClientBody::H2(rx))
+            (Some(tx), ClientBody::Stream(rx))
         };
         s.body = sender;
         let request = request.map(|()| body);
@@ -342,17 +311,15 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
                 self.ready.mark(slot);
             }
         }
-        for w in 0..self.ready.bits.len() {
-            let mut bits = self.ready.bits[w].swap(0, Ordering::AcqRel);
-            while bits != 0 {
-                let slot = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                if self.proto.is_open(slot) && slot < self.slots.len() {
-                    self.poll_stream(slot);
-                    self.events();
-                }
+        let mut marked = std::mem::take(&mut self.marked);
+        self.ready.drain(|slot| marked.push(slot));
+        for slot in marked.drain(..) {
+            if self.proto.is_open(slot) && slot < self.slots.len() {
+                self.poll_stream(slot);
+                self.events();
             }
         }
+        self.marked = marked;
     }
 
     fn poll_stream(&mut self, slot: usize) {

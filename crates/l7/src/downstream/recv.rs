@@ -1,8 +1,9 @@
-//! A request body as the connection receives it: DATA frames handed from
-//! the connection's task to whoever forwards the body (the proxy's
-//! upstream exchange), and the bytes taken counted back, so the
-//! connection opens the client's flow-control windows only as fast as the
-//! upstream takes the body. What one stream holds is bounded by its window.
+//! A request body as a multiplexed connection (HTTP/2, HTTP/3) receives
+//! it: data handed from the connection's task to whoever forwards the body
+//! (the proxy's upstream exchange), and the bytes taken counted back, so
+//! the connection opens the client's flow-control windows only as fast as
+//! the upstream takes the body. What one stream holds is bounded by its
+//! window.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -36,7 +37,7 @@ pub struct Sender {
 pub struct RecvBody {
     shared: Arc<Mutex<State>>,
     /// Wakes the connection for this stream when enough is taken to be
-    /// worth a WINDOW_UPDATE.
+    /// worth a window update.
     stream_waker: Waker,
     content_length: Option<u64>,
 }
@@ -99,7 +100,7 @@ struct BodyError(&'static str);
 
 impl std::fmt::Display for BodyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HTTP/2 request body: {}", self.0)
+        write!(f, "request body: {}", self.0)
     }
 }
 

@@ -1,0 +1,728 @@
+//! One QUIC connection and its HTTP/3 requests, driven by one task.
+//!
+//! The task owns quiche's connection and its HTTP/3 layer. Datagrams come
+//! from the endpoint through a bounded channel; packets go out from the
+//! task itself, a connection's run of equal-sized packets as one UDP GSO
+//! send. As the HTTP/2 server does, the task polls each stream's request
+//! ([`proxy::handle`]) and response body as futures of its own, with a
+//! waker per stream slot ([`ReadySet`]), and hands request bodies to their
+//! readers through [`recv`], reading from quiche only as fast as the
+//! upstream takes them: quiche's flow control then holds the client back.
+
+use std::collections::HashMap;
+use std::future::{Future, poll_fn};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response, StatusCode, Version};
+use hyper::body::Body;
+use quiche::h3::NameValue;
+
+use super::io::MAX_DATAGRAM;
+use super::io::{Datagram, Endpoint, Io, send_scratch};
+use super::listener::QuicListener;
+use crate::accesslog::reason;
+use crate::body::{ClientBody, ResponseBody};
+use crate::context::Worker;
+use crate::downstream::conn::{ConnState, Open};
+use crate::downstream::ready::ReadySet;
+use crate::downstream::recv;
+use crate::downstream::tls::quic_handshake;
+use crate::h1::hop_by_hop_name;
+use crate::h2::CONNECTION_SPECIFIC;
+use crate::h2::request::{Fields, Refused};
+use crate::metrics::HandshakeResult;
+use crate::proxy::{self, HeadWriter};
+
+/// HTTP/3 error codes (RFC 9114 8.1) the server sends.
+mod code {
+    pub const NO_ERROR: u64 = 0x100;
+    pub const GENERAL_PROTOCOL_ERROR: u64 = 0x101;
+    pub const INTERNAL_ERROR: u64 = 0x102;
+    pub const REQUEST_REJECTED: u64 = 0x10b;
+    pub const REQUEST_CANCELLED: u64 = 0x10c;
+    pub const MESSAGE_ERROR: u64 = 0x10e;
+}
+
+/// Request body bytes read from quiche and not yet taken by the upstream,
+/// past which the stream is not read (quiche's window then fills and the
+/// client waits).
+const BODY_AHEAD: usize = 256 * 1024;
+/// Datagrams received in one poll before the task looks at its streams.
+const INPUT_PER_POLL: usize = 64;
+
+type Handling = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, std::convert::Infallible>> + Send>>;
+
+#[allow(clippy::large_enum_variant)]
+enum Task {
+    Handling(Handling),
+    /// A response whose head quiche could not take yet.
+    Head(Response<ResponseBody>),
+    Sending(ResponseBody),
+    /// Body sent; trailers waiting for room.
+    Trailers(HeaderMap),
+    Done,
+}
+
+struct Slot {
+    stream: u64,
+    task: Task,
+    /// The request body's sending side, while the body is open.
+    body: Option<recv::Sender>,
+    /// Body bytes handed to the reader and not yet taken.
+    ahead: usize,
+    /// quiche holds body bytes not read yet.
+    unread: bool,
+    /// A chunk of the response body quiche took only part of.
+    pending: Option<(Bytes, bool)>,
+    waker: Waker,
+}
+
+/// What the endpoint gives a new connection.
+pub struct Start {
+    pub quic: quiche::Connection,
+    pub rx: tokio::sync::mpsc::Receiver<Datagram>,
+    pub io: Arc<Io>,
+    pub endpoint: Arc<Endpoint>,
+    pub listener: Arc<QuicListener>,
+    pub worker: Arc<Worker>,
+    pub open: Open,
+    pub peer: SocketAddr,
+    pub listener_index: usize,
+    pub listener_name: Arc<str>,
+    /// Connection IDs routed to this connection so far.
+    pub cids: Vec<Vec<u8>>,
+}
+
+struct Conn {
+    quic: quiche::Connection,
+    h3: Option<quiche::h3::Connection>,
+    rx: tokio::sync::mpsc::Receiver<Datagram>,
+    io: Arc<Io>,
+    endpoint: Arc<Endpoint>,
+    listener: Arc<QuicListener>,
+    worker: Arc<Worker>,
+    state: Option<Arc<ConnState>>,
+    peer: SocketAddr,
+    listener_index: usize,
+    listener_name: Arc<str>,
+    cids: Vec<Vec<u8>>,
+    slots: Vec<Option<Slot>>,
+    by_stream: HashMap<u64, usize>,
+    ready: Arc<ReadySet>,
+    /// Slots whose stream had no room for what they had to send.
+    blocked: Vec<usize>,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    drain: Pin<Box<dyn Future<Output = ()> + Send>>,
+    draining: bool,
+    /// Packets quiche made that the socket did not take yet.
+    unsent: Vec<(Vec<u8>, SocketAddr, SocketAddr)>,
+    handshake_counted: bool,
+    /// Highest client stream seen, for GOAWAY.
+    last_stream: Option<u64>,
+    /// Streams whose whole response is with quiche, until the client has
+    /// it: a drain closes the connection only then, as a close drops
+    /// what quiche has not delivered.
+    sent: Vec<u64>,
+}
+
+pub async fn run(start: Start) {
+    let _open = start.open;
+    let max_slots = start.listener.max_streams as usize + 16;
+    let shared = start.worker.shared.clone();
+    let id = start.worker.id;
+    let drain = Box::pin(async move {
+        let notified = shared.drained(id);
+        if shared.is_draining() {
+            return;
+        }
+        notified.await;
+    });
+    start.endpoint.handshakes.fetch_add(1, Ordering::Relaxed);
+    let mut conn = Conn {
+        quic: start.quic,
+        h3: None,
+        rx: start.rx,
+        io: start.io,
+        endpoint: start.endpoint,
+        listener: start.listener,
+        worker: start.worker,
+        state: None,
+        peer: start.peer,
+        listener_index: start.listener_index,
+        listener_name: start.listener_name,
+        cids: start.cids,
+        slots: Vec::new(),
+        by_stream: HashMap::new(),
+        ready: ReadySet::new(max_slots),
+        blocked: Vec::new(),
+        timer: Box::pin(tokio::time::sleep(Duration::from_secs(3600))),
+        drain,
+        draining: false,
+        unsent: Vec::new(),
+        handshake_counted: false,
+        last_stream: None,
+        sent: Vec::new(),
+    };
+    poll_fn(|cx| quic_handshake::with(cx.waker(), || conn.poll(cx))).await;
+    conn.finish();
+}
+
+impl Conn {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.ready.task.register(cx.waker());
+        loop {
+            let mut progress = false;
+            let mut input = 0;
+            while input < INPUT_PER_POLL {
+                match self.rx.poll_recv(cx) {
+                    Poll::Ready(Some(mut d)) => {
+                        let info = quiche::RecvInfo { from: d.from, to: d.to };
+                        // A packet quiche refuses is dropped; the
+                        // connection's own errors close it in quiche.
+                        let _ = self.quic.recv(&mut d.data, info);
+                        input += 1;
+                    }
+                    // The endpoint stopped: nothing more will arrive.
+                    Poll::Ready(None) => {
+                        let _ = self.quic.close(false, 0, b"");
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            if input > 0 {
+                progress = true;
+                // Acknowledgements and window updates came: the streams
+                // that waited for room try again.
+                for slot in self.blocked.drain(..) {
+                    self.ready.mark(slot);
+                }
+            }
+            if self.timer.as_mut().poll(cx).is_ready() {
+                self.quic.on_timeout();
+                progress = true;
+            }
+            if !self.draining && self.drain.as_mut().poll(cx).is_ready() {
+                self.draining = true;
+                self.start_drain();
+                progress = true;
+            }
+            if self.quic.is_established() && !self.handshake_counted {
+                self.established();
+            }
+            if self.h3.is_some() {
+                self.events();
+                self.poll_streams();
+                if self.draining && self.by_stream.is_empty() && !self.quic.is_closed() && self.all_delivered() {
+                    let _ = self.quic.close(true, code::NO_ERROR, b"");
+                }
+            }
+            self.new_cids();
+            match self.flush(cx) {
+                Poll::Ready(sent) => progress |= sent,
+                Poll::Pending => {}
+            }
+            if self.quic.is_closed() {
+                return Poll::Ready(());
+            }
+            let deadline = self.quic.timeout().map_or(Duration::from_secs(3600), |t| t);
+            self.timer.as_mut().reset(tokio::time::Instant::now() + deadline);
+            if !progress && !self.ready.any() {
+                // Armed: the timer, the channel and the slots' wakers.
+                if self.timer.as_mut().poll(cx).is_ready() {
+                    continue;
+                }
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Whether every response handed to quiche has reached the client.
+    fn all_delivered(&mut self) -> bool {
+        // quiche forgets a stream once the client has acknowledged all of
+        // it; a stream still there still has something on its way.
+        let quic = &mut self.quic;
+        self.sent.retain(|&id| quic.stream_capacity(id).is_ok());
+        self.sent.is_empty()
+    }
+
+    /// The handshake is done: counted, and the HTTP/3 layer made.
+    fn established(&mut self) {
+        self.handshake_counted = true;
+        self.endpoint.handshakes.fetch_sub(1, Ordering::Relaxed);
+        let info = quic_handshake::take_done().unwrap_or(("TLSv1.3", "-"));
+        if let Some(l) = self.listener_metrics() {
+            l.handshake(self.worker.id, info.0, info.1, HandshakeResult::Ok);
+        }
+        self.state = Some(Arc::new(ConnState {
+            client: self.peer,
+            listener: self.listener_index,
+            listener_name: self.listener_name.clone(),
+            tls: Some(info),
+            is_h2: false,
+            worker: self.worker.clone(),
+            in_flight: AtomicU32::new(0),
+            requests: AtomicU32::new(0),
+            head_flags: AtomicU8::new(0),
+            closing: AtomicBool::new(false),
+        }));
+        match quiche::h3::Connection::with_transport(&mut self.quic, &self.listener.h3) {
+            Ok(h3) => self.h3 = Some(h3),
+            Err(_) => {
+                let _ = self.quic.close(true, code::INTERNAL_ERROR, b"");
+            }
+        }
+    }
+
+    fn listener_metrics(&self) -> Option<Arc<crate::metrics::ListenerMetrics>> {
+        let snap = self.worker.shared.snapshot.load();
+        snap.listeners.get(self.listener_index).filter(|l| *l.name == *self.listener_name).map(|l| l.metrics.clone())
+    }
+
+    /// Spare connection IDs for the client to move to (RFC 9000 5.1.1),
+    /// each naming this worker, and retired ones forgotten.
+    fn new_cids(&mut self) {
+        if !self.quic.is_established() {
+            return;
+        }
+        while let Some(old) = self.quic.retired_scid_next() {
+            self.cids.retain(|c| c[..] != old[..]);
+            self.endpoint.forget(&old);
+        }
+        while self.quic.scids_left() > 0 {
+            let cid = self.endpoint.keys.new_cid(self.worker.id);
+            let token = self.endpoint.keys.reset_token(&cid);
+            let id = quiche::ConnectionId::from_ref(&cid);
+            if self.quic.new_scid(&id, token, false).is_err() {
+                break;
+            }
+            if let Some(tx) = self.endpoint.sender_of(&self.cids) {
+                self.endpoint.route(cid.to_vec(), tx);
+            }
+            self.cids.push(cid.to_vec());
+        }
+    }
+
+    /// GOAWAY: requests already started finish; no new one starts; the
+    /// connection closes once the last response is sent.
+    fn start_drain(&mut self) {
+        if let Some(state) = &self.state {
+            state.closing.store(true, Ordering::Relaxed);
+        }
+        match &mut self.h3 {
+            Some(h3) => {
+                let next = self.last_stream.map_or(0, |s| s + 4);
+                let _ = h3.send_goaway(&mut self.quic, next);
+            }
+            None => {
+                let _ = self.quic.close(true, code::NO_ERROR, b"");
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if !self.handshake_counted {
+            self.endpoint.handshakes.fetch_sub(1, Ordering::Relaxed);
+            let result = if self.quic.is_timed_out() { HandshakeResult::Timeout } else { HandshakeResult::Failed };
+            if let Some(l) = self.listener_metrics() {
+                l.handshake(self.worker.id, "-", "-", result);
+            }
+        }
+        for cid in &self.cids {
+            self.endpoint.forget(cid);
+        }
+    }
+
+    // ---- HTTP/3 events ----
+
+    fn events(&mut self) {
+        loop {
+            let Some(h3) = self.h3.as_mut() else { return };
+            match h3.poll(&mut self.quic) {
+                Ok((stream, quiche::h3::Event::Headers { list, more_frames })) => {
+                    self.headers(stream, list, more_frames)
+                }
+                Ok((stream, quiche::h3::Event::Data)) => {
+                    if let Some(slot) = self.slot_of(stream) {
+                        if let Some(s) = self.slots[slot].as_mut() {
+                            s.unread = true;
+                        }
+                        self.read_body(slot);
+                    }
+                }
+                Ok((stream, quiche::h3::Event::Finished)) => {
+                    if let Some(s) = self.slot_of(stream).and_then(|i| self.slots[i].as_mut())
+                        && let Some(body) = s.body.take()
+                    {
+                        body.end(None);
+                    }
+                }
+                Ok((stream, quiche::h3::Event::Reset(_))) => {
+                    // The client gave up on the request: its work stops.
+                    let _ = self.quic.stream_shutdown(stream, quiche::Shutdown::Write, code::REQUEST_CANCELLED);
+                    if let Some(slot) = self.slot_of(stream) {
+                        self.free(slot);
+                    }
+                }
+                Ok((_, quiche::h3::Event::PriorityUpdate | quiche::h3::Event::GoAway)) => {}
+                Err(quiche::h3::Error::Done) => return,
+                Err(_) => {
+                    // quiche has closed the connection with the error's
+                    // code; if it has not, a protocol error closes it.
+                    if !self.quic.is_closed() && self.quic.local_error().is_none() {
+                        let _ = self.quic.close(true, code::GENERAL_PROTOCOL_ERROR, b"");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn slot_of(&self, stream: u64) -> Option<usize> {
+        self.by_stream.get(&stream).copied()
+    }
+
+    fn headers(&mut self, stream: u64, list: Vec<quiche::h3::Header>, more_frames: bool) {
+        let snap = self.worker.shared.snapshot.load();
+        let (max_list, max_fields) = (snap.http.max_header_bytes, snap.http.max_headers.max(100));
+        drop(snap);
+        if let Some(slot) = self.slot_of(stream) {
+            // A second field section: the request's trailers.
+            let mut f = Fields::new(true, max_list, max_fields);
+            for h in &list {
+                f.field(h.name(), h.value());
+            }
+            let s = self.slots[slot].as_mut();
+            match (f.into_trailers(), s.and_then(|s| s.body.take())) {
+                (Ok(t), Some(body)) => body.end(Some(t)),
+                (Err(_), Some(body)) => {
+                    body.fail("malformed trailers");
+                    self.reset(stream, code::MESSAGE_ERROR);
+                    self.free(slot);
+                }
+                _ => {}
+            }
+            return;
+        }
+        self.last_stream = Some(self.last_stream.map_or(stream, |s| s.max(stream)));
+        let Some(state) = self.state.clone() else { return };
+        let mut f = Fields::new(false, max_list, max_fields);
+        for h in &list {
+            f.field(h.name(), h.value());
+        }
+        let content_length = f.content_length;
+        let request = match f.into_request(()) {
+            Ok(r) => r,
+            Err(Refused::Malformed) => {
+                state.log_rejected(400, reason::BAD_REQUEST);
+                return self.reset(stream, code::MESSAGE_ERROR);
+            }
+            Err(Refused::TooLarge) => {
+                state.log_rejected(431, reason::HEAD_TOO_LARGE);
+                return self.answer(stream, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+            }
+        };
+        if request.method() == Method::CONNECT {
+            state.log_rejected(405, reason::BAD_REQUEST);
+            return self.answer(stream, StatusCode::METHOD_NOT_ALLOWED);
+        }
+        let early = self.quic.is_in_early_data();
+        if early && !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+            // Replayable data must not start an unsafe request (RFC 8470).
+            return self.answer(stream, StatusCode::from_u16(425).unwrap_or(StatusCode::BAD_REQUEST));
+        }
+        let Some(slot) = self.take_slot(stream) else {
+            return self.reset(stream, code::REQUEST_REJECTED);
+        };
+        let Some(s) = self.slots[slot].as_mut() else { return };
+        let body = if more_frames {
+            let (tx, rx) = recv::channel(s.waker.clone(), content_length);
+            s.body = Some(tx);
+            ClientBody::Stream(rx)
+        } else {
+            ClientBody::None
+        };
+        let mut request = request.map(|()| body);
+        *request.version_mut() = Version::HTTP_3;
+        if early {
+            request.headers_mut().insert("early-data", http::HeaderValue::from_static("1"));
+        }
+        s.task = Task::Handling(Box::pin(proxy::handle(request, state, HeadWriter::Map)));
+        self.ready.mark(slot);
+    }
+
+    /// A response made here (a refusal), with no body.
+    fn answer(&mut self, stream: u64, status: StatusCode) {
+        let Some(h3) = self.h3.as_mut() else { return };
+        let head = [quiche::h3::Header::new(b":status", status.as_str().as_bytes())];
+        if h3.send_response(&mut self.quic, stream, &head, true).is_err() {
+            self.reset(stream, code::REQUEST_REJECTED);
+        }
+        let _ = self.quic.stream_shutdown(stream, quiche::Shutdown::Read, code::NO_ERROR);
+    }
+
+    fn reset(&mut self, stream: u64, code: u64) {
+        let _ = self.quic.stream_shutdown(stream, quiche::Shutdown::Read, code);
+        let _ = self.quic.stream_shutdown(stream, quiche::Shutdown::Write, code);
+    }
+
+    fn take_slot(&mut self, stream: u64) -> Option<usize> {
+        let index = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.slots.len() < self.ready.capacity() => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
+        self.slots[index] = Some(Slot {
+            stream,
+            task: Task::Done,
+            body: None,
+            ahead: 0,
+            unread: false,
+            pending: None,
+            waker: self.ready.waker(index),
+        });
+        self.by_stream.insert(stream, index);
+        Some(index)
+    }
+
+    fn free(&mut self, slot: usize) {
+        if let Some(s) = self.slots.get_mut(slot).and_then(Option::take) {
+            self.by_stream.remove(&s.stream);
+        }
+    }
+
+    /// Reads the request body from quiche while the reader keeps up.
+    fn read_body(&mut self, slot: usize) {
+        let Some(h3) = self.h3.as_mut() else { return };
+        let Some(s) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return };
+        if let Some(body) = &s.body {
+            s.ahead = s.ahead.saturating_sub(body.take_released());
+        }
+        let mut buf = [0u8; 16 * 1024];
+        while s.unread && s.ahead < BODY_AHEAD {
+            match h3.recv_body(&mut self.quic, s.stream, &mut buf) {
+                Ok(n) => {
+                    s.ahead += n;
+                    if let Some(body) = &s.body {
+                        body.data(Bytes::copy_from_slice(&buf[..n]));
+                    }
+                }
+                Err(quiche::h3::Error::Done) => s.unread = false,
+                Err(_) => {
+                    s.unread = false;
+                    if let Some(body) = s.body.take() {
+                        body.fail("stream error");
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- streams ----
+
+    fn poll_streams(&mut self) {
+        let mut marked = Vec::new();
+        self.ready.drain(|slot| marked.push(slot));
+        for slot in marked {
+            if self.slots.get(slot).is_some_and(Option::is_some) {
+                self.read_body(slot);
+                self.poll_stream(slot);
+            }
+        }
+    }
+
+    fn poll_stream(&mut self, slot: usize) {
+        let Some(h3) = self.h3.as_mut() else { return };
+        let Some(s) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return };
+        let waker = s.waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        let quic = &mut self.quic;
+        let stream = s.stream;
+        let outcome = loop {
+            match &mut s.task {
+                Task::Done => break Outcome::Done,
+                Task::Handling(fut) => {
+                    let Poll::Ready(Ok(resp)) = fut.as_mut().poll(&mut cx) else { break Outcome::Waiting };
+                    s.task = Task::Head(resp);
+                }
+                Task::Head(resp) => {
+                    let end = resp.body().is_end_stream();
+                    let head = response_head(resp.status(), resp.headers());
+                    match h3.send_response(quic, stream, &head, end) {
+                        Ok(()) => {
+                            let Task::Head(resp) = std::mem::replace(&mut s.task, Task::Done) else {
+                                break Outcome::Done;
+                            };
+                            if !end {
+                                s.task = Task::Sending(resp.into_body());
+                            }
+                        }
+                        Err(quiche::h3::Error::StreamBlocked | quiche::h3::Error::Done) => break Outcome::Blocked,
+                        Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
+                    }
+                }
+                Task::Trailers(t) => {
+                    let fields = fields_of(t);
+                    match h3.send_additional_headers(quic, stream, &fields, true, true) {
+                        Ok(()) => s.task = Task::Done,
+                        Err(quiche::h3::Error::StreamBlocked | quiche::h3::Error::Done) => break Outcome::Blocked,
+                        Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
+                    }
+                }
+                Task::Sending(body) => {
+                    if let Some((data, fin)) = &mut s.pending {
+                        match h3.send_body(quic, stream, data, *fin) {
+                            Ok(n) if n == data.len() => {
+                                let fin = *fin;
+                                s.pending = None;
+                                if fin {
+                                    s.task = Task::Done;
+                                }
+                                continue;
+                            }
+                            Ok(n) => {
+                                let _ = data.split_to(n);
+                                break Outcome::Blocked;
+                            }
+                            Err(quiche::h3::Error::Done | quiche::h3::Error::StreamBlocked) => break Outcome::Blocked,
+                            Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
+                        }
+                    }
+                    match Pin::new(&mut *body).poll_frame(&mut cx) {
+                        Poll::Pending => break Outcome::Waiting,
+                        Poll::Ready(None) => s.pending = Some((Bytes::new(), true)),
+                        Poll::Ready(Some(Ok(f))) => match f.into_data() {
+                            Ok(d) => {
+                                let end = body.is_end_stream();
+                                if !d.is_empty() || end {
+                                    s.pending = Some((d, end));
+                                }
+                            }
+                            Err(f) => {
+                                if let Ok(t) = f.into_trailers() {
+                                    s.task = Task::Trailers(t);
+                                }
+                            }
+                        },
+                        // The upstream broke off: the client must not take
+                        // a cut-off body for a whole one.
+                        Poll::Ready(Some(Err(_))) => break Outcome::Reset(code::INTERNAL_ERROR),
+                    }
+                }
+            }
+        };
+        match outcome {
+            Outcome::Waiting => {}
+            Outcome::Blocked => {
+                // Told again when room comes with the client's next packets.
+                let _ = quic.stream_writable(stream, 1);
+                self.blocked.push(slot);
+            }
+            Outcome::Reset(code) => {
+                self.reset(stream, code);
+                self.free(slot);
+            }
+            Outcome::Done => {
+                // The response is whole: a body the client is still
+                // sending is not needed any more (RFC 9114 4.1).
+                let body_open = s.body.is_some();
+                if body_open {
+                    let _ = quic.stream_shutdown(stream, quiche::Shutdown::Read, code::NO_ERROR);
+                }
+                self.free(slot);
+                self.sent.push(stream);
+                if self.sent.len() > 64 {
+                    self.all_delivered();
+                }
+            }
+        }
+    }
+
+    // ---- output ----
+
+    /// Sends what quiche has to send. Ready(true): something went out.
+    fn flush(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut sent = false;
+        loop {
+            if !self.unsent.is_empty() {
+                match self.io.send_owned(cx, &mut self.unsent) {
+                    Poll::Ready(()) => sent = true,
+                    Poll::Pending => return Poll::Pending,
+                }
+                if !self.unsent.is_empty() {
+                    continue;
+                }
+            }
+            let more = send_scratch(|buf| {
+                let mut packets = Vec::new();
+                let mut at = 0;
+                while at + MAX_DATAGRAM <= buf.len() && packets.len() < gatehouse_udp::GSO_SEGMENTS {
+                    match self.quic.send(&mut buf[at..at + MAX_DATAGRAM]) {
+                        Ok((n, info)) => {
+                            packets.push((at, n, info.to, info.from));
+                            at += n;
+                        }
+                        Err(quiche::Error::Done) => break,
+                        Err(_) => {
+                            let _ = self.quic.close(false, 0x1, b"");
+                            break;
+                        }
+                    }
+                }
+                if packets.is_empty() {
+                    return None;
+                }
+                let full = packets.len() == gatehouse_udp::GSO_SEGMENTS;
+                self.io.send_packets(buf, &packets, &mut self.unsent);
+                Some(full || !self.unsent.is_empty())
+            });
+            match more.flatten() {
+                Some(more) => {
+                    sent = true;
+                    if !more {
+                        return Poll::Ready(sent);
+                    }
+                }
+                None => return Poll::Ready(sent),
+            }
+        }
+    }
+}
+
+enum Outcome {
+    /// The stream's future is pending; its waker will say when.
+    Waiting,
+    /// The stream has no room: try again when the client gives some.
+    Blocked,
+    Reset(u64),
+    Done,
+}
+
+fn response_head(status: StatusCode, headers: &HeaderMap) -> Vec<quiche::h3::Header> {
+    let mut out = Vec::with_capacity(headers.len() + 1);
+    out.push(quiche::h3::Header::new(b":status", status.as_str().as_bytes()));
+    out.extend(fields(headers));
+    out
+}
+
+fn fields_of(headers: &HeaderMap) -> Vec<quiche::h3::Header> {
+    fields(headers).collect()
+}
+
+/// A header map's fields as HTTP/3 carries them: without the
+/// connection-specific ones (RFC 9114 4.2).
+fn fields(headers: &HeaderMap) -> impl Iterator<Item = quiche::h3::Header> + '_ {
+    headers
+        .iter()
+        .filter(|(name, _)| hop_by_hop_name(name.as_str().as_bytes()) & CONNECTION_SPECIFIC == 0)
+        .map(|(name, value)| quiche::h3::Header::new(name.as_str().as_bytes(), value.as_bytes()))
+}

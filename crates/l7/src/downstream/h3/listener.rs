@@ -1,0 +1,58 @@
+//! A listener's HTTP/3 side as a snapshot holds it: quiche's settings and
+//! TLS context for new connections.
+
+use std::sync::{Mutex, MutexGuard};
+
+use gatehouse_config::{HttpSettings, ListenerTls, QuicSettings, RetryPolicy};
+
+use super::io::MAX_DATAGRAM;
+use crate::downstream::tls::{LoadedCert, TlsError, build_quic_tls};
+
+/// The largest UDP payload quiche takes in.
+const RECV_PAYLOAD: usize = 65_535;
+
+/// A listener's HTTP/3 side, built with each snapshot: the certificates
+/// and settings new connections get.
+pub struct QuicListener {
+    config: Mutex<quiche::Config>,
+    pub h3: quiche::h3::Config,
+    pub retry: RetryPolicy,
+    pub max_streams: u64,
+}
+
+impl QuicListener {
+    pub fn build(tls: &ListenerTls, certs: &[LoadedCert], http: &HttpSettings) -> Result<QuicListener, TlsError> {
+        let q: &QuicSettings = &http.quic;
+        let ctx = build_quic_tls(tls, certs)?;
+        let quic_err = |e: quiche::Error| TlsError::Quic(e.to_string());
+        let mut c = quiche::Config::with_boring_ssl_ctx_builder(quiche::PROTOCOL_VERSION, ctx).map_err(quic_err)?;
+        c.set_application_protos(&[b"h3"]).map_err(quic_err)?;
+        c.set_max_idle_timeout(http.client_idle_timeout.as_millis() as u64);
+        c.set_max_recv_udp_payload_size(RECV_PAYLOAD);
+        c.set_max_send_udp_payload_size(MAX_DATAGRAM);
+        c.set_initial_max_data(q.connection_window);
+        c.set_initial_max_stream_data_bidi_remote(q.stream_window);
+        c.set_initial_max_stream_data_bidi_local(q.stream_window);
+        // The client's control and QPACK streams carry little.
+        c.set_initial_max_stream_data_uni(64 * 1024);
+        c.set_initial_max_streams_bidi(q.max_streams);
+        c.set_initial_max_streams_uni(8);
+        c.set_max_connection_window(q.connection_window);
+        c.set_max_stream_window(q.stream_window);
+        // quiche keeps a path per client address, and a path a client left
+        // by NAT rebinding keeps its connection ID, so this bounds how
+        // often one connection can change address (seven times).
+        c.set_active_connection_id_limit(8);
+        c.set_disable_active_migration(false);
+        if q.early_data {
+            c.enable_early_data();
+        }
+        let mut h3 = quiche::h3::Config::new().map_err(|e| TlsError::Quic(e.to_string()))?;
+        h3.set_max_field_section_size(http.max_header_bytes as u64);
+        Ok(QuicListener { config: Mutex::new(c), h3, retry: q.retry, max_streams: q.max_streams })
+    }
+
+    pub fn config(&self) -> MutexGuard<'_, quiche::Config> {
+        self.config.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,275 @@
+"""HTTP/3 over QUIC on an HTTPS listener with `http3: true`, driven by
+aioquic (tests/e2e/h3client.py) against a real Gatehouse and real
+upstreams: requests and bodies both ways, many streams on one
+connection, streaming, a client that changes port, Retry and forged
+tokens, hostile frames, reload and drain."""
+
+import hashlib
+import json
+import signal
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from h3client import H3Client
+from harness import curl, free_port, make_cert, wait_for
+
+MIB = 1024 * 1024
+
+
+def pattern(n):
+    """n deterministic bytes."""
+    block = hashlib.sha256(b"gatehouse").digest() * 2048  # 64 KiB
+    return (block * (n // len(block) + 1))[:n]
+
+
+class _Bulk(BaseHTTPRequestHandler):
+    """Large bodies, slowly streamed ones, and a body's digest."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path.startswith("/big"):
+            n = int(self.path.split("=")[1])
+            body = pattern(n)
+            self.send_response(200)
+            self.send_header("content-length", str(n))
+            self.send_header("x-body-sha256", hashlib.sha256(body).hexdigest())
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path.startswith("/drip"):
+            self.send_response(200)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for i in range(4):
+                piece = f"tick {i}\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+                time.sleep(0.4)
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            payload = json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    def do_POST(self):
+        n = int(self.headers.get("content-length") or 0)
+        h = hashlib.sha256()
+        left = n
+        while left:
+            chunk = self.rfile.read(min(left, 256 * 1024))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+        self.send_response(200)
+        self.send_header("x-body-sha256", h.hexdigest())
+        self.send_header("x-body-len", str(n - left))
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+
+@pytest.fixture
+def bulk():
+    srv = ThreadingHTTPServer(("127.0.0.1", free_port()), _Bulk)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def config(port, cert, upstream, log, admin, quic=""):
+    return f"""
+access_log: {{ path: {log} }}
+workers: 2
+admin: {{ address: 127.0.0.1:{admin}, api_key: "h3-tests-0123456789abcdef0123456789" }}
+http:
+  max_body_bytes: 67108864
+  quic: {{ {quic} }}
+listeners:
+  - name: https
+    address: 127.0.0.1:{port}
+    protocol: https
+    http3: true
+certificates:
+  - {{ name: a, cert: {cert[0]}, key: {cert[1]}, sni: [a.test] }}
+upstreams:
+  - name: app
+    endpoints: [{{ address: "{upstream}" }}]
+routes:
+  - name: hello
+    match: {{ path: /hello }}
+    direct_response: {{ status: 200, body: "hello\\n" }}
+  - name: app
+    upstream: app
+"""
+
+
+@pytest.fixture
+def h3(tmp_path, gatehouse, bulk):
+    """Gatehouse with an HTTP/3 listener in front of the bulk upstream."""
+    port = free_port()
+    cert = make_cert(tmp_path, "a", ["a.test"])
+    log = tmp_path / "access.log"
+    admin = free_port()
+
+    def start(quic=""):
+        g = gatehouse(config(port, cert, bulk, log, admin, quic), [port, admin])
+        g.h3 = (port, cert[0], log)
+        g.admin_port = admin
+        return g
+
+    return start
+
+
+def dropped_bad_tokens(g):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{g.admin_port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith('gatehouse_quic_datagrams_dropped_total{reason="bad_token"}'):
+            return float(line.split()[-1])
+    raise AssertionError("no bad_token counter in /metrics")
+
+
+def test_get_and_post_with_10_mib_bodies_both_ways(h3):
+    g = h3()
+    port, ca, log = g.h3
+    c = H3Client(port, ca)
+    r = c.request("GET", "/hello")
+    assert r.status == 200 and bytes(r.body) == b"hello\n"
+    r = c.request("GET", "/echo")
+    assert r.status == 200
+    seen = {k.lower(): v for k, v in json.loads(bytes(r.body))["headers"].items()}
+    assert seen["x-forwarded-proto"] == "https" and seen["host"] == f"a.test:{port}"
+    r = c.request("GET", f"/big?n={10 * MIB}", timeout=60)
+    assert r.status == 200 and len(r.body) == 10 * MIB
+    assert hashlib.sha256(r.body).hexdigest() == r.header("x-body-sha256")
+    body = pattern(10 * MIB)
+    r = c.request("POST", "/upload", headers=[("content-length", str(len(body)))], body=body, timeout=60)
+    assert r.status == 200, r.headers
+    assert r.header("x-body-len") == str(len(body))
+    assert r.header("x-body-sha256") == hashlib.sha256(body).hexdigest()
+    c.close()
+    wait_for(lambda: log.exists() and '"path":"/upload"' in log.read_text(), what="access log line")
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    upload = [x for x in lines if x["path"] == "/upload"][0]
+    assert upload["protocol"] == "HTTP/3" and upload["status"] == 200 and upload["bytes_in"] == len(body)
+    assert upload["tls_version"] == "TLSv1.3"
+    # TCP clients learn that HTTP/3 is there.
+    p = curl("-sk", "-D-", "-o", "/dev/null", "--resolve", f"a.test:{port}:127.0.0.1", f"https://a.test:{port}/hello")
+    assert f'alt-svc: h3=":{port}"; ma=86400' in p[1].lower() or f'alt-svc: h3=":{port}"; ma=86400' in p[2].lower()
+
+
+def test_100_concurrent_streams_and_a_client_that_changes_port(h3):
+    g = h3()
+    port, ca, _ = g.h3
+    c = H3Client(port, ca)
+    sids = [c.start("GET", f"/echo/{i}") for i in range(100)]
+    for i, sid in enumerate(sids):
+        r = c.wait(sid)
+        assert r.status == 200
+        assert json.loads(bytes(r.body))["path"] == f"/echo/{i}"
+    # A NAT rebinding: the same connection from another source port. Some
+    # of its packets may now hash to another worker's socket; the ID
+    # names the owner and the packets are handed over.
+    for _ in range(4):
+        before = c.local_port
+        c.rebind()
+        assert c.local_port != before
+        r = c.request("GET", "/echo/moved", timeout=10)
+        assert r.status == 200
+    c.close()
+
+
+def test_a_slow_response_reaches_the_client_piece_by_piece(h3):
+    g = h3()
+    port, ca, _ = g.h3
+    c = H3Client(port, ca)
+    r = c.request("GET", "/drip", timeout=20)
+    assert r.status == 200
+    assert bytes(r.body) == b"tick 0\ntick 1\ntick 2\ntick 3\n"
+    times = [t for t, _ in r.chunks]
+    assert len(times) >= 3, r.chunks
+    assert times[-1] - times[0] >= 0.8, "the pieces came together, not as the upstream sent them"
+    c.close()
+
+
+def test_retry_proves_the_address_and_a_forged_token_is_refused(h3):
+    g = h3("retry_always: true")
+    port, ca, _ = g.h3
+    c = H3Client(port, ca)
+    assert c.handshake_done
+    # The client went through a Retry: its connection remembers the
+    # Retry's source connection ID.
+    assert c.quic._retry_source_connection_id is not None
+    assert c.request("GET", "/hello").status == 200
+    c.close()
+    before = dropped_bad_tokens(g)
+    with pytest.raises(TimeoutError):
+        H3Client(port, ca, token=b"\x00" * 8 + b"\x08" + b"forged!!" + b"\x01" * 16, timeout=3)
+    assert dropped_bad_tokens(g) > before
+    # A client that comes with no token is retried again, and served.
+    c = H3Client(port, ca)
+    assert c.request("GET", "/hello").status == 200
+    c.close()
+
+
+def test_hostile_frames_close_the_connection_and_others_are_served(h3):
+    g = h3()
+    port, ca, _ = g.h3
+    good = H3Client(port, ca)
+    # DATA before HEADERS on a request stream: H3_FRAME_UNEXPECTED.
+    bad = H3Client(port, ca)
+    sid = bad.quic.get_next_available_stream_id()
+    bad.quic.send_stream_data(sid, b"\x00\x03abc", end_stream=False)
+    bad.flush()
+    with pytest.raises(ConnectionError, match="0x105"):
+        bad.run_until(lambda: False, timeout=5)
+    # A header section past max_header_bytes is not decoded into memory:
+    # quiche closes the connection with H3_EXCESSIVE_LOAD.
+    bomb = H3Client(port, ca)
+    big = [(f"x-big-{i}", "a" * 4000) for i in range(20)]
+    with pytest.raises(ConnectionError, match="0x107"):
+        bomb.request("GET", "/hello", headers=big, timeout=10)
+    # A client that opens streams past its limit: quiche refuses them
+    # (STREAM_LIMIT_ERROR) and closes the connection.
+    flood = H3Client(port, ca)
+    with pytest.raises(ConnectionError, match="0x4"):
+        for i in range(0, 4 * 200, 4):
+            flood.quic._streams_blocked_bidi = []
+            flood.quic._remote_max_streams_bidi = 10_000
+            flood.h3.send_headers(i, [(b":method", b"GET"), (b":scheme", b"https"),
+                                      (b":authority", b"a.test"), (b":path", b"/hello")], end_stream=True)
+        flood.flush()
+        flood.run_until(lambda: False, timeout=5)
+    assert good.request("GET", "/hello").status == 200
+    good.close()
+
+
+def test_a_reload_keeps_connections_and_a_drain_lets_requests_finish(h3, tmp_path):
+    g = h3()
+    port, ca, _ = g.h3
+    c = H3Client(port, ca)
+    assert c.request("GET", "/hello").status == 200
+    g.reload()
+    time.sleep(0.5)
+    assert c.request("GET", "/hello").status == 200, "the connection outlived the reload"
+    # A slow response in flight when the drain starts still completes.
+    sid = c.start("GET", "/drip")
+    c.run_until(lambda: c.responses[sid].headers, timeout=10)
+    g.proc.send_signal(signal.SIGTERM)
+    r = c.wait(sid, timeout=20)
+    assert bytes(r.body) == b"tick 0\ntick 1\ntick 2\ntick 3\n"
+    c.run_until(lambda: c.terminated is not None, timeout=10)
+    assert c.terminated.error_code == 0x100, "closed with H3_NO_ERROR after GOAWAY"
+    g.proc.wait(timeout=15)
