@@ -13,6 +13,7 @@ deps:
 
 build: deps
 	cargo build --release --workspace
+	cd tools/h3get && go build -o ../../target/h3get .
 
 run: build
 	$(BIN) run -c $(CONFIG)

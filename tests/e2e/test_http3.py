@@ -7,6 +7,7 @@ tokens, hostile frames, reload and drain."""
 import hashlib
 import json
 import signal
+import subprocess
 import threading
 import time
 import urllib.request
@@ -15,7 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from h3client import H3Client
-from harness import curl, free_port, make_cert, wait_for
+from harness import BIN, curl, free_port, make_cert, wait_for
+
+H3GET = BIN.parent.parent / "h3get"
 
 MIB = 1024 * 1024
 
@@ -79,10 +82,16 @@ class _Bulk(BaseHTTPRequestHandler):
         self.end_headers()
 
 
+class _BulkServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # Room for a burst of 100 upstream connections at once (the default
+    # backlog of 5 drops SYNs, and each costs a second's retransmission).
+    request_queue_size = 256
+
+
 @pytest.fixture
 def bulk():
-    srv = ThreadingHTTPServer(("127.0.0.1", free_port()), _Bulk)
-    srv.daemon_threads = True
+    srv = _BulkServer(("127.0.0.1", free_port()), _Bulk)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
@@ -273,3 +282,30 @@ def test_a_reload_keeps_connections_and_a_drain_lets_requests_finish(h3, tmp_pat
     c.run_until(lambda: c.terminated is not None, timeout=10)
     assert c.terminated.error_code == 0x100, "closed with H3_NO_ERROR after GOAWAY"
     g.proc.wait(timeout=15)
+
+
+def h3get(port, ca, *args, timeout=60):
+    """quic-go's HTTP/3 client (tools/h3get): one JSON line per response."""
+    p = subprocess.run([str(H3GET), "-addr", f"127.0.0.1:{port}", "-ca", str(ca), *args],
+                       capture_output=True, timeout=timeout, text=True)
+    assert p.returncode == 0, p.stderr
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def test_quic_go_gets_posts_and_moves_its_connection_to_a_new_port(h3):
+    g = h3()
+    port, ca, _ = g.h3
+    out = h3get(port, ca, "-path", f"/big?n={10 * MIB}")
+    assert out[0]["status"] == 200 and out[0]["proto"] == "HTTP/3.0"
+    assert out[0]["len"] == 10 * MIB and out[0]["sha256"] == out[0]["headers"]["X-Body-Sha256"]
+    body = pattern(10 * MIB)
+    out = h3get(port, ca, "-method", "POST", "-path", "/upload", "-body", str(len(body)))
+    assert out[0]["status"] == 200, out
+    assert out[0]["headers"]["X-Body-Sha256"] == hashlib.sha256(body).hexdigest()
+    # 100 requests at once on one connection, then the client probes a
+    # path from a new local port, switches to it (active migration, with
+    # a connection ID Gatehouse issued) and sends 100 more.
+    out = h3get(port, ca, "-path", "/echo/q", "-n", "100", "-migrate")
+    assert len(out) == 200
+    assert all(r["status"] == 200 and not r.get("error") for r in out), [r for r in out if r["status"] != 200][:3]
+    assert len({r["local"] for r in out}) == 2
