@@ -39,20 +39,30 @@ class Response:
 
 
 class H3Client:
-    def __init__(self, port, cafile, server_name="a.test", host="127.0.0.1", token=b"", timeout=10.0):
+    def __init__(self, port, cafile, server_name="a.test", host="127.0.0.1", token=b"", timeout=10.0,
+                 session_ticket=None, early=None):
+        """`session_ticket`: resume with it (and send 0-RTT data when it
+        allows); `early(client)`: called before the handshake, to start
+        requests in 0-RTT data. Tickets received land in `self.tickets`."""
         config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=server_name)
         config.load_verify_locations(str(cafile))
         if token:
             config.token = token
+        if session_ticket is not None:
+            config.session_ticket = session_ticket
+        self.tickets = []
         self.authority = f"{server_name}:{port}".encode()
-        self.quic = QuicConnection(configuration=config)
+        self.quic = QuicConnection(configuration=config, session_ticket_handler=self.tickets.append)
         self.h3 = H3Connection(self.quic)
         self.addr = (host, port)
         self.sock = self._socket()
         self.responses = {}
         self.handshake_done = False
+        self.early_data_accepted = None
         self.terminated = None
         self.quic.connect(self.addr, now=time.monotonic())
+        if early is not None:
+            early(self)
         self.flush()
         self.run_until(lambda: self.handshake_done or self.terminated is not None, timeout)
 
@@ -106,6 +116,7 @@ class H3Client:
                 return
             if isinstance(ev, HandshakeCompleted):
                 self.handshake_done = True
+                self.early_data_accepted = ev.early_data_accepted
             elif isinstance(ev, ConnectionTerminated):
                 self.terminated = ev
             elif isinstance(ev, StreamReset):

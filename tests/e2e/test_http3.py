@@ -309,3 +309,41 @@ def test_quic_go_gets_posts_and_moves_its_connection_to_a_new_port(h3):
     assert len(out) == 200
     assert all(r["status"] == 200 and not r.get("error") for r in out), [r for r in out if r["status"] != 200][:3]
     assert len({r["local"] for r in out}) == 2
+
+
+def resumed_with_early_requests(port, ca):
+    """A first connection for a ticket, then a second that sends a GET and
+    a POST in 0-RTT data."""
+    first = H3Client(port, ca)
+    assert first.request("GET", "/hello").status == 200
+    first.run_until(lambda: first.tickets, timeout=5)
+    first.close()
+    sids = {}
+
+    def early(c):
+        sids["get"] = c.start("GET", "/echo/early")
+        sids["post"] = c.start("POST", "/echo/early-post", headers=[("content-length", "2")], body=b"hi")
+
+    c = H3Client(port, ca, session_ticket=first.tickets[-1], early=early)
+    return c, c.wait(sids["get"]), c.wait(sids["post"])
+
+
+def test_0rtt_is_off_by_default_and_serves_only_safe_methods_when_on(h3):
+    g = h3()
+    port, ca, _ = g.h3
+    c, get, post = resumed_with_early_requests(port, ca)
+    assert c.early_data_accepted is False, "early data refused by default"
+    # The client sends both again after the handshake: no replay risk.
+    assert get.status == 200 and post.status == 200
+    seen = {k.lower(): v for k, v in json.loads(bytes(get.body))["headers"].items()}
+    assert "early-data" not in seen
+    c.close()
+    g.stop()
+    g = h3("early_data: true")
+    c, get, post = resumed_with_early_requests(port, ca)
+    assert c.early_data_accepted is True
+    assert get.status == 200
+    seen = {k.lower(): v for k, v in json.loads(bytes(get.body))["headers"].items()}
+    assert seen.get("early-data") == "1", "a GET from early data reaches the upstream marked"
+    assert post.status == 425, "a POST in early data is not served (RFC 8470)"
+    c.close()

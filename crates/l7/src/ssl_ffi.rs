@@ -17,3 +17,12 @@ pub fn shed_handshake_config(ssl: &mut SslRef) {
     // (and does nothing if that is already gone).
     unsafe { boring_sys::SSL_set_shed_handshake_config(ssl.as_ptr(), 1) }
 }
+
+/// Lets a context's handshakes take 0-RTT data (QUIC with `early_data`).
+/// BoringSSL reads the flag from the context a handshake switches to by
+/// SNI, so every certificate's context needs it, not only the base one.
+pub fn enable_early_data(ctx: &mut boring::ssl::SslContextBuilder) {
+    // SAFETY: `ctx` is a live SSL_CTX, borrowed mutably for the call;
+    // SSL_CTX_set_early_data_enabled only sets a flag on it.
+    unsafe { boring_sys::SSL_CTX_set_early_data_enabled(ctx.as_ptr(), 1) }
+}

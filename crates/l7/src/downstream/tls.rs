@@ -400,11 +400,22 @@ fn find_in<'a>(client: &'a [u8], chosen: &[u8]) -> Option<&'a [u8]> {
     None
 }
 
-fn cert_context(tls: &ListenerTls, cert: &LoadedCert, quic: bool) -> Result<SslContext, TlsError> {
+/// Which side of a listener a context serves: TCP, or QUIC with or
+/// without 0-RTT.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Tcp,
+    Quic { early_data: bool },
+}
+
+fn cert_context(tls: &ListenerTls, cert: &LoadedCert, side: Side) -> Result<SslContext, TlsError> {
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
     configure(&mut b, tls)?;
-    if quic {
+    if let Side::Quic { early_data } = side {
         quic_handshake::report_done(&mut b);
+        if early_data {
+            crate::ssl_ffi::enable_early_data(&mut b);
+        }
     }
     b.set_certificate(&cert.chain[0]).map_err(tls_err)?;
     for extra in &cert.chain[1..] {
@@ -419,13 +430,13 @@ fn cert_context(tls: &ListenerTls, cert: &LoadedCert, quic: bool) -> Result<SslC
 fn cert_table<'a>(
     tls: &ListenerTls,
     certs: &'a [LoadedCert],
-    quic: bool,
+    side: Side,
 ) -> Result<(CertTable, &'a LoadedCert), TlsError> {
     let default_name = tls.default_certificate.as_deref().or(certs.first().map(|c| c.name.as_str()));
     let default_cert = certs.iter().find(|c| Some(c.name.as_str()) == default_name).ok_or(TlsError::NoCertificate)?;
     let mut table = CertTable::default();
     for cert in certs {
-        let ctx = cert_context(tls, cert, quic)?;
+        let ctx = cert_context(tls, cert, side)?;
         for name in &cert.sni {
             let name = name.to_ascii_lowercase();
             let slot = match name.strip_prefix("*.") {
@@ -450,10 +461,11 @@ fn base_context(
     b: &mut SslContextBuilder,
     tls: &ListenerTls,
     certs: &[LoadedCert],
-    quic: bool,
+    side: Side,
 ) -> Result<(), TlsError> {
-    let (table, default_cert) = cert_table(tls, certs, quic)?;
+    let (table, default_cert) = cert_table(tls, certs, side)?;
     configure(b, tls)?;
+    let quic = side != Side::Tcp;
     if quic {
         quic_handshake::report_done(b);
     }
@@ -479,14 +491,18 @@ fn base_context(
 /// Builds a listener's acceptor and its SNI table.
 pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<ListenerTlsState, TlsError> {
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
-    base_context(&mut b, tls, certs, false)?;
+    base_context(&mut b, tls, certs, Side::Tcp)?;
     Ok(ListenerTlsState { acceptor: b.build() })
 }
 
 /// The TLS context of a listener's HTTP/3 side, for quiche: the same
 /// certificates, SNI choice and key engines as its TCP side, TLS 1.3 only
 /// (QUIC has no other) and ALPN `h3`.
-pub fn build_quic_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<SslContextBuilder, TlsError> {
+pub fn build_quic_tls(
+    tls: &ListenerTls,
+    certs: &[LoadedCert],
+    early_data: bool,
+) -> Result<SslContextBuilder, TlsError> {
     let quic = ListenerTls {
         min_version: TlsVersion::Tls13,
         max_version: TlsVersion::Tls13,
@@ -494,7 +510,7 @@ pub fn build_quic_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<SslCont
         ..tls.clone()
     };
     let mut b = SslContextBuilder::new(SslMethod::tls()).map_err(tls_err)?;
-    base_context(&mut b, &quic, certs, true)?;
+    base_context(&mut b, &quic, certs, Side::Quic { early_data })?;
     Ok(b)
 }
 

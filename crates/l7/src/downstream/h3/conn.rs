@@ -123,6 +123,8 @@ struct Conn {
     /// Packets quiche made that the socket did not take yet.
     unsent: Vec<(Vec<u8>, SocketAddr, SocketAddr)>,
     handshake_counted: bool,
+    /// The handshake's version and cipher, once it is done.
+    tls_info: (&'static str, &'static str),
     /// Highest client stream seen, for GOAWAY.
     last_stream: Option<u64>,
     /// Streams whose whole response is with quiche, until the client has
@@ -166,6 +168,7 @@ pub async fn run(start: Start) {
         draining: false,
         unsent: Vec::new(),
         handshake_counted: false,
+        tls_info: ("TLSv1.3", "-"),
         last_stream: None,
         sent: Vec::new(),
     };
@@ -216,6 +219,11 @@ impl Conn {
             if self.quic.is_established() && !self.handshake_counted {
                 self.established();
             }
+            // Requests may come in 0-RTT data, before the handshake ends
+            // (when `early_data` lets them).
+            if self.h3.is_none() && (self.quic.is_established() || self.quic.is_in_early_data()) {
+                self.start_http3();
+            }
             if self.h3.is_some() {
                 self.events();
                 self.poll_streams();
@@ -252,7 +260,7 @@ impl Conn {
         self.sent.is_empty()
     }
 
-    /// The handshake is done: counted, and the HTTP/3 layer made.
+    /// The handshake is done: counted, its version and cipher kept.
     fn established(&mut self) {
         self.handshake_counted = true;
         self.endpoint.handshakes.fetch_sub(1, Ordering::Relaxed);
@@ -260,6 +268,12 @@ impl Conn {
         if let Some(l) = self.listener_metrics() {
             l.handshake(self.worker.id, info.0, info.1, HandshakeResult::Ok);
         }
+        self.tls_info = info;
+    }
+
+    /// The HTTP/3 layer, and the state its requests share.
+    fn start_http3(&mut self) {
+        let info = self.tls_info;
         self.state = Some(Arc::new(ConnState {
             client: self.peer,
             listener: self.listener_index,

@@ -23,7 +23,7 @@ pub struct QuicListener {
 impl QuicListener {
     pub fn build(tls: &ListenerTls, certs: &[LoadedCert], http: &HttpSettings) -> Result<QuicListener, TlsError> {
         let q: &QuicSettings = &http.quic;
-        let ctx = build_quic_tls(tls, certs)?;
+        let ctx = build_quic_tls(tls, certs, q.early_data)?;
         let quic_err = |e: quiche::Error| TlsError::Quic(e.to_string());
         let mut c = quiche::Config::with_boring_ssl_ctx_builder(quiche::PROTOCOL_VERSION, ctx).map_err(quic_err)?;
         c.set_application_protos(&[b"h3"]).map_err(quic_err)?;
