@@ -404,7 +404,7 @@ impl Conn {
 
     fn headers(&mut self, stream: u64, list: Vec<quiche::h3::Header>, more_frames: bool) {
         let snap = self.worker.shared.snapshot.load();
-        let (max_list, max_fields) = (snap.http.max_header_bytes, snap.http.max_headers.max(100));
+        let (max_list, max_fields) = (snap.http.max_header_bytes, snap.http.max_headers);
         drop(snap);
         if let Some(slot) = self.slot_of(stream) {
             // A second field section: the request's trailers.
