@@ -112,6 +112,24 @@ fn keys(snap: &Snapshot) -> Vec<ListenerKey> {
     snap.listeners.iter().map(|l| (l.name.clone(), l.address)).collect()
 }
 
+/// The keys `new` has and `old` has not (to open), and the other way
+/// round (to close).
+fn changes(old: &[ListenerKey], new: &[ListenerKey]) -> (Vec<ListenerKey>, Vec<ListenerKey>) {
+    let opening = new.iter().filter(|k| !old.contains(k)).cloned().collect();
+    let closing = old.iter().filter(|k| !new.contains(k)).cloned().collect();
+    (opening, closing)
+}
+
+/// A socket that could not be bound, at its listener's `field`.
+fn bind_error(new: &[ListenerKey], key: &ListenerKey, field: &str, kind: &str, e: std::io::Error) -> Vec<FieldError> {
+    let index = new.iter().position(|k| k == key).unwrap_or(0);
+    vec![FieldError {
+        path: format!("listeners[{index}].{field}"),
+        message: format!("cannot bind {kind}{}: {e}", key.1),
+        line: None,
+    }]
+}
+
 fn quic_keys(snap: &Snapshot) -> Vec<ListenerKey> {
     snap.listeners.iter().filter(|l| l.quic.is_some()).map(|l| (l.name.clone(), l.address)).collect()
 }
@@ -207,30 +225,13 @@ impl Plane for L7 {
                 closing_quic: Vec::new(),
             }));
         }
-        let old = keys(&inner.shared.snapshot.load());
+        let live = inner.shared.snapshot.load();
         let new = keys(&snap);
-        let opening: Vec<ListenerKey> = new.iter().filter(|k| !old.contains(k)).cloned().collect();
-        let closing: Vec<ListenerKey> = old.iter().filter(|k| !new.contains(k)).cloned().collect();
-        let opening = self.bind(&opening).map_err(|(key, e)| {
-            let index = new.iter().position(|k| *k == key).unwrap_or(0);
-            vec![FieldError {
-                path: format!("listeners[{index}].address"),
-                message: format!("cannot bind {}: {e}", key.1),
-                line: None,
-            }]
-        })?;
-        let old_quic = quic_keys(&inner.shared.snapshot.load());
-        let new_quic = quic_keys(&snap);
-        let opening_quic: Vec<ListenerKey> = new_quic.iter().filter(|k| !old_quic.contains(k)).cloned().collect();
-        let closing_quic: Vec<ListenerKey> = old_quic.iter().filter(|k| !new_quic.contains(k)).cloned().collect();
-        let opening_quic = self.bind_quic(&opening_quic).map_err(|(key, e)| {
-            let index = new.iter().position(|k| *k == key).unwrap_or(0);
-            vec![FieldError {
-                path: format!("listeners[{index}].http3"),
-                message: format!("cannot bind udp {}: {e}", key.1),
-                line: None,
-            }]
-        })?;
+        let (opening, closing) = changes(&keys(&live), &new);
+        let opening = self.bind(&opening).map_err(|(key, e)| bind_error(&new, &key, "address", "", e))?;
+        let (opening_quic, closing_quic) = changes(&quic_keys(&live), &quic_keys(&snap));
+        let opening_quic =
+            self.bind_quic(&opening_quic).map_err(|(key, e)| bind_error(&new, &key, "http3", "udp ", e))?;
         Ok(Box::new(StagedL7 { plane: self.clone(), snap, opening, closing, opening_quic, closing_quic }))
     }
 

@@ -117,6 +117,8 @@ struct Conn {
     ready: Arc<ReadySet>,
     /// Slots whose stream had no room for what they had to send.
     blocked: Vec<usize>,
+    /// The slots taken from `ready` to poll, kept for its room.
+    marked: Vec<usize>,
     timer: Pin<Box<tokio::time::Sleep>>,
     drain: Pin<Box<dyn Future<Output = ()> + Send>>,
     draining: bool,
@@ -163,6 +165,7 @@ pub async fn run(start: Start) {
         by_stream: HashMap::new(),
         ready: ReadySet::new(max_slots),
         blocked: Vec::new(),
+        marked: Vec::new(),
         timer: Box::pin(tokio::time::sleep(Duration::from_secs(3600))),
         drain,
         draining: false,
@@ -544,14 +547,15 @@ impl Conn {
     // ---- streams ----
 
     fn poll_streams(&mut self) {
-        let mut marked = Vec::new();
+        let mut marked = std::mem::take(&mut self.marked);
         self.ready.drain(|slot| marked.push(slot));
-        for slot in marked {
+        for slot in marked.drain(..) {
             if self.slots.get(slot).is_some_and(Option::is_some) {
                 self.read_body(slot);
                 self.poll_stream(slot);
             }
         }
+        self.marked = marked;
     }
 
     fn poll_stream(&mut self, slot: usize) {

@@ -180,11 +180,13 @@ impl EndpointLoop {
                     (true, Some(ip)) => SocketAddr::new(ip, self.io.local.port()),
                     _ => self.io.local,
                 };
-                let data = &self.bufs[i][..g.len];
-                let seg = if g.segment == 0 { data.len().max(1) } else { g.segment };
-                let chunks: Vec<Vec<u8>> = data.chunks(seg).map(<[u8]>::to_vec).collect();
-                for chunk in chunks {
-                    self.dispatch(Datagram { data: chunk, from, to }, false);
+                // A GRO run holds datagrams of `segment` bytes, the last
+                // possibly shorter; each is copied out once, for its
+                // connection to decrypt in place.
+                let seg = if g.segment == 0 { g.len.max(1) } else { g.segment };
+                for at in (0..g.len).step_by(seg) {
+                    let data = self.bufs[i][at..(at + seg).min(g.len)].to_vec();
+                    self.dispatch(Datagram { data, from, to }, false);
                 }
             }
             if n < RECV_BUFFERS {
