@@ -116,8 +116,8 @@ struct Conn {
     by_stream: HashMap<u64, usize>,
     ready: Arc<ReadySet>,
     /// Slots whose stream had no room for what they had to send.
-    blocked: Vec<usize>,
-    /// The slots taken from `ready` to poll, kept for its room.
+    blocked: Waiting,
+    /// The slots to poll, kept for its room.
     marked: Vec<usize>,
     timer: Pin<Box<tokio::time::Sleep>>,
     drain: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -164,7 +164,7 @@ pub async fn run(start: Start) {
         slots: Vec::new(),
         by_stream: HashMap::new(),
         ready: ReadySet::new(max_slots),
-        blocked: Vec::new(),
+        blocked: Waiting::default(),
         marked: Vec::new(),
         timer: Box::pin(tokio::time::sleep(Duration::from_secs(3600))),
         drain,
@@ -204,14 +204,13 @@ impl Conn {
             }
             if input > 0 {
                 progress = true;
-                // Acknowledgements and window updates came: the streams
-                // that waited for room try again.
-                for slot in self.blocked.drain(..) {
-                    self.ready.mark(slot);
-                }
+                // Acknowledgements and window updates came.
+                self.blocked.room();
             }
             if self.timer.as_mut().poll(cx).is_ready() {
                 self.quic.on_timeout();
+                // Packets declared lost leave the congestion window.
+                self.blocked.room();
                 progress = true;
             }
             if !self.draining && self.drain.as_mut().poll(cx).is_ready() {
@@ -512,6 +511,7 @@ impl Conn {
     }
 
     fn free(&mut self, slot: usize) {
+        self.blocked.forget(slot);
         if let Some(s) = self.slots.get_mut(slot).and_then(Option::take) {
             self.by_stream.remove(&s.stream);
         }
@@ -523,6 +523,9 @@ impl Conn {
         let Some(s) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return };
         if let Some(body) = &s.body {
             s.ahead = s.ahead.saturating_sub(body.take_released());
+        }
+        if !s.unread {
+            return;
         }
         let mut buf = [0u8; 16 * 1024];
         while s.unread && s.ahead < BODY_AHEAD {
@@ -547,15 +550,20 @@ impl Conn {
     // ---- streams ----
 
     fn poll_streams(&mut self) {
-        let mut marked = std::mem::take(&mut self.marked);
-        self.ready.drain(|slot| marked.push(slot));
-        for slot in marked.drain(..) {
-            if self.slots.get(slot).is_some_and(Option::is_some) {
-                self.read_body(slot);
+        let mut order = std::mem::take(&mut self.marked);
+        self.blocked.release(&mut order);
+        self.ready.drain(|slot| order.push(slot));
+        for slot in order.drain(..) {
+            if self.slots.get(slot).is_none_or(Option::is_none) {
+                continue;
+            }
+            self.read_body(slot);
+            // A slot still waiting for room stays behind the ones before it.
+            if !self.blocked.is_waiting(slot) {
                 self.poll_stream(slot);
             }
         }
-        self.marked = marked;
+        self.marked = order;
     }
 
     fn poll_stream(&mut self, slot: usize) {
@@ -573,6 +581,12 @@ impl Conn {
                     s.task = Task::Head(resp);
                 }
                 Task::Head(resp) => {
+                    // quiche encodes a head before it finds the stream has
+                    // no room for it: a blocked stream does not ask.
+                    // (A stream in error goes on to be told so.)
+                    if quic.stream_capacity(stream).is_ok_and(|room| room < head_size_hint(resp.headers())) {
+                        break Outcome::Blocked;
+                    }
                     let end = resp.body().is_end_stream();
                     let head = response_head(resp.status(), resp.headers());
                     match h3.send_response(quic, stream, &head, end) {
@@ -643,7 +657,7 @@ impl Conn {
             Outcome::Blocked => {
                 // Told again when room comes with the client's next packets.
                 let _ = quic.stream_writable(stream, 1);
-                self.blocked.push(slot);
+                self.blocked.block(slot);
             }
             Outcome::Reset(code) => {
                 self.reset(stream, code);
@@ -716,6 +730,60 @@ impl Conn {
     }
 }
 
+/// Slots that found no room on the connection for what they had to send,
+/// in the order they found none. When room comes (the client's
+/// acknowledgements and window updates) they take it first, oldest first:
+/// quiche counts bytes against the client's connection window when it
+/// takes them, not when it sends them, so without a queue the streams
+/// polled first would take all the room again and again, and a stream that
+/// waited could wait until the client stopped sending new requests.
+#[derive(Default)]
+struct Waiting {
+    order: Vec<usize>,
+    queued: Vec<bool>,
+    room: bool,
+}
+
+impl Waiting {
+    fn block(&mut self, slot: usize) {
+        if self.queued.len() <= slot {
+            self.queued.resize(slot + 1, false);
+        }
+        if !self.queued[slot] {
+            self.queued[slot] = true;
+            self.order.push(slot);
+        }
+    }
+
+    fn is_waiting(&self, slot: usize) -> bool {
+        self.queued.get(slot).copied().unwrap_or(false)
+    }
+
+    /// Room may have come.
+    fn room(&mut self) {
+        self.room = true;
+    }
+
+    /// If room came since the last call, the waiting slots, oldest first,
+    /// appended to `out` (and waiting no more).
+    fn release(&mut self, out: &mut Vec<usize>) {
+        if !std::mem::take(&mut self.room) {
+            return;
+        }
+        for &slot in &self.order {
+            self.queued[slot] = false;
+        }
+        out.append(&mut self.order);
+    }
+
+    /// The slot's stream is gone (a new one may take the slot).
+    fn forget(&mut self, slot: usize) {
+        if let Some(q) = self.queued.get_mut(slot) {
+            *q = false;
+        }
+    }
+}
+
 enum Outcome {
     /// The stream's future is pending; its waker will say when.
     Waiting,
@@ -723,6 +791,14 @@ enum Outcome {
     Blocked,
     Reset(u64),
     Done,
+}
+
+/// Room a response head needs on its stream before it is worth encoding:
+/// its fields' length (QPACK makes it shorter), capped so that a large
+/// head is still tried (quiche then says whether it fits).
+fn head_size_hint(headers: &HeaderMap) -> usize {
+    let fields: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 2).sum();
+    (fields + 8).min(1024)
 }
 
 fn response_head(status: StatusCode, headers: &HeaderMap) -> Vec<quiche::h3::Header> {
@@ -743,4 +819,57 @@ fn fields(headers: &HeaderMap) -> impl Iterator<Item = quiche::h3::Header> + '_ 
         .iter()
         .filter(|(name, _)| hop_by_hop_name(name.as_str().as_bytes()) & CONNECTION_SPECIFIC == 0)
         .map(|(name, value)| quiche::h3::Header::new(name.as_str().as_bytes(), value.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_slots_take_room_oldest_first_once_each() {
+        let mut w = Waiting::default();
+        w.block(7);
+        w.block(2);
+        w.block(7);
+        w.block(40);
+        assert!(w.is_waiting(7) && w.is_waiting(40) && !w.is_waiting(3));
+        let mut out = vec![];
+        // No room yet: they keep waiting.
+        w.release(&mut out);
+        assert!(out.is_empty() && w.is_waiting(2));
+        w.room();
+        w.release(&mut out);
+        assert_eq!(out, [7, 2, 40]);
+        assert!(!w.is_waiting(7) && !w.is_waiting(2) && !w.is_waiting(40));
+        // Released once: the next room finds nobody until they block again.
+        out.clear();
+        w.room();
+        w.release(&mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_freed_slot_does_not_wait_and_can_wait_again() {
+        let mut w = Waiting::default();
+        w.block(1);
+        w.block(5);
+        w.forget(1);
+        assert!(!w.is_waiting(1));
+        w.block(1);
+        assert!(w.is_waiting(1));
+        let mut out = vec![];
+        w.room();
+        w.release(&mut out);
+        // The slot's old place and its new one: polling it twice is harmless.
+        assert_eq!(out, [1, 5, 1]);
+    }
+
+    #[test]
+    fn a_head_is_encoded_only_with_room_for_it() {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", http::HeaderValue::from_static("text/plain"));
+        assert_eq!(head_size_hint(&h), "content-type".len() + "text/plain".len() + 2 + 8);
+        h.insert("x-big", http::HeaderValue::from_str(&"a".repeat(5000)).unwrap());
+        assert_eq!(head_size_hint(&h), 1024);
+    }
 }
