@@ -13,7 +13,7 @@ deps:
 
 build: deps
 	cargo build --release --workspace
-	cd tools/h3get && go build -o ../../target/h3get .
+	cd tools/h3get && go build -o ../../target/h3get . && go build -o ../../target/h3load ./h3load
 
 run: build
 	$(BIN) run -c $(CONFIG)

@@ -281,8 +281,10 @@ def cpu_model():
     info = Path("/proc/cpuinfo").read_text()
     get = lambda k: re.search(rf"^{k}\s*: (.*)$", info, re.M).group(1)  # noqa: E731
     fam = int(get("cpu family"))
-    gen = {25: "Zen 4", 26: "Zen 5"}.get(fam, "?")
-    return f"{get('model name')}, {gen} (family {fam}, model {get('model')})"
+    # Family 25 is Zen 3 and Zen 4; of the two only Zen 4 has AVX-512.
+    gen = {25: "Zen 4" if "avx512f" in info else "Zen 3", 26: "Zen 5"}.get(fam, "?")
+    ifma_note = "AVX-512 IFMA" if "avx512ifma" in info else "no AVX-512 IFMA"
+    return f"{get('model name')}, {gen} (family {fam}, model {get('model')}, {ifma_note})"
 
 
 def ifma():

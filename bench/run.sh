@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs the benchmarks and inserts the results into docs/BENCHMARKS.md:
-# edge traffic through the proxy (bench/l7_edge.py), TLS handshakes, the L4
+# edge traffic through the proxy (bench/l7_edge.py), HTTP/3 against Caddy
+# (bench/l7_quic.py), TLS handshakes, the L4
 # plane's session sync and SYN proxy in memory, then WireGuard tunnels
 # against wireguard-go and boringtun (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 bench/l7_edge.py --write docs/BENCHMARKS.md
+python3 bench/l7_quic.py --write docs/BENCHMARKS.md
 python3 bench/l7_bench.py --only tls --write docs/BENCHMARKS.md "$@"
 python3 bench/l4_ha.py --write docs/BENCHMARKS.md
 if [ "$(id -u)" -eq 0 ]; then

@@ -119,3 +119,11 @@ if [ "${1:-}" = "--bench" ] && ! command -v boringtun-cli >/dev/null 2>&1 && [ !
   cargo install --locked boringtun-cli@0.7.1 >/dev/null 2>&1 \
     || echo "warning: boringtun-cli could not be installed; the tunnel benchmark will skip it" >&2
 fi
+
+# Caddy, the HTTP/3 benchmark's peer, built from the Go module proxy at the
+# version tools/caddy/go.mod pins (Debian's 2.6 predates current quic-go).
+if [ "${1:-}" = "--bench" ]; then
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  (cd "$root/tools/caddy" && go build -o "$root/target/caddy" .) \
+    || { echo "caddy could not be built from the Go module proxy" >&2; exit 1; }
+fi

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""HTTP/3 through a reverse proxy: Gatehouse and Caddy side by side, each
+serving HTTP/2 and HTTP/3 on one port and proxying to the same NGINX backend.
+
+Workloads (ECDSA P-256 certificate, TLS 1.3; responses from the backend):
+
+  h2            HTTP/2 over TLS, 64 B           h2load -c8 -m32
+  h3            HTTP/3, 64 B                    h3load -c8 -m32
+  h2-64k        HTTP/2 over TLS, 64 KiB         h2load -c8 -m32
+  h3-64k        HTTP/3, 64 KiB                  h3load -c8 -m32
+  h3-handshake  a full QUIC handshake and one   h3load -handshake -c16
+                64 B request per connection,
+                the client's default key share
+                (Go: X25519MLKEM768)
+
+h3load (tools/h3get/h3load) is a quic-go load generator; Debian's h2load
+has no QUIC. Method as bench/l7_edge.py (shared/BENCH.md): both proxies run
+at once pinned to CPU 0, one worker or GOMAXPROCS=1 each, idle but for the
+one under load; the load generator and the backend run on CPU 1. Per
+workload every proxy is warmed up, then loaded for DURATION seconds in
+turn, ROUNDS times in alternating order. Per run: the proxy's user+system
+CPU time (all threads) per request, requests/s, p99 latency. Reported: the
+medians over the rounds, the median per-round ratio of Gatehouse's CPU per
+request to Caddy's, and Gatehouse's HTTP/3 CPU per request over its own
+HTTP/2 at the same size.
+
+Caddy is v2 built from the Go module proxy (tools/caddy, pinned in its
+go.mod) with its defaults (HTTP/3 on, no access log) but one production
+setting, as NGINX gets `keepalive 128` in bench/l7_edge.py: 256 idle
+upstream connections kept instead of 32, or at 256 requests in flight it
+dials a new upstream connection for a tenth of its requests. Gatehouse gets
+`http3: true` on its HTTPS listener and nothing else.
+
+Usage: bench/l7_quic.py [--duration S] [--rounds N] [--only W[,W]]
+                        [--write docs/BENCHMARKS.md]
+"""
+
+import argparse
+import datetime
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import l7_bench as B  # noqa: E402
+import l7_edge as E  # noqa: E402
+
+H3LOAD = B.ROOT / "target" / "h3load"
+CADDY = B.ROOT / "target" / "caddy"
+
+WORKLOADS = {
+    # name: (client, connections, streams per connection, body size)
+    "h2": ("h2load", 8, 32, E.SMALL),
+    "h3": ("h3load", 8, 32, E.SMALL),
+    "h2-64k": ("h2load", 8, 32, E.BIG),
+    "h3-64k": ("h3load", 8, 32, E.BIG),
+    "h3-handshake": ("handshake", 16, 1, E.SMALL),
+}
+TITLES = {
+    "h2": "HTTP/2 over TLS, 64 B (h2load -c8 -m32)",
+    "h3": "HTTP/3, 64 B (h3load -c8 -m32)",
+    "h2-64k": "HTTP/2 over TLS, 64 KiB (h2load -c8 -m32)",
+    "h3-64k": "HTTP/3, 64 KiB (h3load -c8 -m32)",
+    "h3-handshake": "a full QUIC handshake (X25519MLKEM768, ECDSA P-256) and one 64 B request per "
+                    "connection (h3load -handshake -c16)",
+}
+
+
+def gatehouse(d, port, backend_port, crt, key):
+    cfg = Path(d) / "gatehouse.yaml"
+    cfg.write_text(f"""
+workers: 1
+access_log: {{ path: off }}
+listeners:
+  - {{ name: secure, address: 127.0.0.1:{port}, protocol: https, http3: true }}
+certificates: [{{ name: site, cert: {crt}, key: {key}, sni: [localhost] }}]
+upstreams: [{{ name: backend, endpoints: [127.0.0.1:{backend_port}] }}]
+routes: [{{ name: all, upstream: backend }}]
+""")
+    return [str(B.GATEHOUSE), "run", "-c", str(cfg)]
+
+
+def caddy(d, port, backend_port, crt, key):
+    cfg = Path(d) / "Caddyfile"
+    cfg.write_text(f"""
+{{
+  admin off
+  auto_https off
+  persist_config off
+  servers {{
+    protocols h1 h2 h3
+  }}
+}}
+https://localhost:{port} {{
+  bind 127.0.0.1
+  tls {crt} {key}
+  reverse_proxy 127.0.0.1:{backend_port} {{
+    transport http {{
+      keepalive_idle_conns_per_host 256
+    }}
+  }}
+}}
+""")
+    return ["env", f"HOME={d}", f"XDG_DATA_HOME={d}", f"XDG_CONFIG_HOME={d}", "GOMAXPROCS=1",
+            str(CADDY), "run", "--config", str(cfg), "--adapter", "caddyfile"]
+
+
+PEERS = {"gatehouse": gatehouse, "caddy": caddy}
+
+
+class Proxy(B.Server):
+    def __init__(self, name, make, workdir, backend_port, crt, key):
+        d = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{name}-"))
+        self.port = B.free_port()
+        super().__init__(name, make(d, self.port, backend_port, crt, key), self.port, d)
+
+
+def h3load(port, size, duration, connections, streams, handshake):
+    args = ["taskset", "-c", B.LOAD_CPU, str(H3LOAD), "-addr", f"127.0.0.1:{port}", "-host", "localhost", "-insecure",
+            "-path", f"/{size}", "-c", str(connections), "-d", f"{duration}s"]
+    args += ["-handshake"] if handshake else ["-m", str(streams)]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
+    try:
+        s = json.loads(run.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"h3load failed:\n{run.stdout}\n{run.stderr}") from None
+    if s.get("first_error"):
+        print(f"  h3load: {s['errors']} errors, first: {s['first_error']}", file=sys.stderr)
+    return s["requests"], s["errors"], s["p99_ms"], run.stdout
+
+
+def run_once(proxy, workload, duration, backend_port, workdir):
+    client, conns, streams, size = WORKLOADS[workload]
+    a0 = E.accepts(backend_port)
+    u0, s0 = B.cpu_ticks(proxy.proc.pid)
+    if client == "h2load":
+        requests, errors, p99, out = E.h2load(f"https://localhost:{proxy.port}/{size}", duration, conns, streams,
+                                              workdir)
+    else:
+        requests, errors, p99, out = h3load(proxy.port, size, duration, conns, streams, client == "handshake")
+    u1, s1 = B.cpu_ticks(proxy.proc.pid)
+    a1 = E.accepts(backend_port)
+    if requests == 0:
+        raise RuntimeError(f"{proxy.name} {workload}: no requests completed\n{out}")
+    per = B.TICK_US / requests
+    return {"cpu_us": (u1 - u0 + s1 - s0) * per, "user_us": (u1 - u0) * per, "sys_us": (s1 - s0) * per,
+            "rps": requests / duration, "p99_ms": p99, "errors": errors, "connects": (a1 - a0) / requests}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", help="comma-separated workloads: " + ", ".join(WORKLOADS))
+    ap.add_argument("--write", help="insert the results into this markdown file")
+    args = ap.parse_args()
+    workloads = args.only.split(",") if args.only else list(WORKLOADS)
+    for w in workloads:
+        if w not in WORKLOADS:
+            sys.exit(f"unknown workload {w!r}: one of {', '.join(WORKLOADS)}")
+    for tool in ("nginx", "h2load", "taskset", "openssl"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is missing: run scripts/install-deps.sh --bench")
+    for built in (H3LOAD, CADDY):
+        if not built.exists():
+            sys.exit(f"{built} is missing: run make build and scripts/install-deps.sh --bench")
+    workdir = Path(tempfile.mkdtemp(prefix="gatehouse-quic-"))
+    crt, key = B.make_cert(workdir, "ecdsa")
+    bport = B.free_port()
+    bdir = Path(tempfile.mkdtemp(dir=workdir, prefix="backend-"))
+    back = subprocess.Popen(["taskset", "-c", B.LOAD_CPU, *E.backend(bdir, bport)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    B.wait_port(bport)
+    proxies = []
+    results = {}
+    try:
+        proxies = [Proxy(name, make, workdir, bport, crt, key) for name, make in PEERS.items()]
+        for w in workloads:
+            for p in proxies:
+                run_once(p, w, 2, bport, workdir)  # warm-up
+            runs = {p.name: [] for p in proxies}
+            for r in range(args.rounds):
+                for p in proxies if r % 2 == 0 else proxies[::-1]:
+                    runs[p.name].append(run_once(p, w, args.duration, bport, workdir))
+            results[w] = runs
+            line = ", ".join(f"{n} {E.median(rs, 'cpu_us'):.2f} µs" for n, rs in runs.items())
+            ratio = statistics.median(a["cpu_us"] / b["cpu_us"] for a, b in zip(runs["gatehouse"], runs["caddy"]))
+            print(f"{w}: {line}; gatehouse ÷ caddy per round {ratio:.2f}", flush=True)
+    finally:
+        for p in proxies:
+            p.stop()
+        back.terminate()
+        back.wait()
+
+    caddy_version = subprocess.run([str(CADDY), "version"], capture_output=True, text=True).stdout.split()[0]
+    commit = subprocess.run(["git", "-C", str(B.ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    lines = [f"## {datetime.date.today()} — HTTP/3, commit {commit}", "",
+             f"Command: `bench/l7_quic.py --duration {args.duration} --rounds {args.rounds}"
+             f"{' --only ' + args.only if args.only else ''}`. CPU: {B.cpu_model()}. "
+             f"Peer: Caddy {caddy_version} (Go module proxy build, GOMAXPROCS=1). Each proxy on CPU 0, the load "
+             f"generator (h2load, or quic-go's h3load) and the NGINX backend on CPU 1; {args.rounds} interleaved "
+             f"rounds of {args.duration} s per proxy after a 2 s warm-up; medians over the rounds. "
+             "CPU-µs = proxy user+system CPU / requests (in h3-handshake, one request per handshake); "
+             "connects/request = backend accepts / requests; ÷ Caddy = median per-round ratio of Gatehouse's CPU-µs to Caddy's.", "",
+             "| workload | server | CPU-µs/request | user µs | system µs | requests/s | p99 ms | connects/request "
+             "| errors | Gatehouse ÷ Caddy |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for w, runs in results.items():
+        g = runs["gatehouse"]
+        for name, rs in runs.items():
+            ratio = statistics.median(a["cpu_us"] / b["cpu_us"] for a, b in zip(g, rs))
+            p99 = E.median(rs, "p99_ms")
+            lines.append(f"| {w} | {name} | {E.median(rs, 'cpu_us'):.2f} | {E.median(rs, 'user_us'):.2f} | "
+                         f"{E.median(rs, 'sys_us'):.2f} | {E.median(rs, 'rps'):.0f} | "
+                         f"{'-' if p99 is None else f'{p99:.2f}'} | {E.median(rs, 'connects'):.4f} | "
+                         f"{sum(r['errors'] for r in rs)} | "
+                         f"{ratio:.2f} |")
+    lines.append("")
+    for h3, h2 in (("h3", "h2"), ("h3-64k", "h2-64k")):
+        if h3 in results and h2 in results:
+            for name in PEERS:
+                r = E.median(results[h3][name], "cpu_us") / E.median(results[h2][name], "cpu_us")
+                lines.append(f"- {name}: HTTP/3 ÷ HTTP/2 CPU per request, `{h3}` ÷ `{h2}`: {r:.2f}")
+    lines += ["", "Workloads: " + "; ".join(f"`{w}` {TITLES[w]}" for w in results), ""]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        B.insert_section(args.write, text)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+// h3load is the HTTP/3 load generator of Gatehouse's benchmarks, on
+// quic-go: h2load's shape for QUIC, which Debian's h2load is built without.
+//
+// Streams mode (the default) opens -c connections and keeps -m requests in
+// flight on each for -d; handshake mode (-handshake) runs -c workers that
+// each dial a new connection (a full handshake, no resumption), send one
+// request, read the response and close, over and over. Either way it prints
+// one JSON line: requests completed with a 2xx, errors, requests/s, bytes
+// of response body, and the 50th and 99th percentile of the time from
+// sending a request (or, in handshake mode, from dialling) to the end of
+// its response.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+type summary struct {
+	Requests   int     `json:"requests"`
+	Errors     int     `json:"errors"`
+	Handshakes int     `json:"handshakes"`
+	Seconds    float64 `json:"seconds"`
+	RPS        float64 `json:"rps"`
+	Bytes      int64   `json:"bytes"`
+	P50ms      float64 `json:"p50_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	FirstError string  `json:"first_error,omitempty"`
+}
+
+// tally is one worker's count, merged at the end so that the hot loop
+// takes no lock.
+type tally struct {
+	ok, failed, handshakes int
+	bytes                  int64
+	latencies              []time.Duration
+	firstError             error
+}
+
+func (t *tally) fail(err error) {
+	t.failed++
+	if t.firstError == nil {
+		t.firstError = err
+	}
+}
+
+type load struct {
+	server   *net.UDPAddr
+	tls      *tls.Config
+	quic     *quic.Config
+	url      string
+	deadline time.Time
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8443", "server UDP address")
+	host := flag.String("host", "localhost", "server name (SNI and :authority)")
+	ca := flag.String("ca", "", "PEM file of the CA to trust")
+	path := flag.String("path", "/", "request path")
+	conns := flag.Int("c", 8, "connections (streams mode) or workers (handshake mode)")
+	streams := flag.Int("m", 32, "requests in flight per connection (streams mode)")
+	duration := flag.Duration("d", 10*time.Second, "how long to send requests")
+	handshake := flag.Bool("handshake", false, "a new connection for every request")
+	insecure := flag.Bool("insecure", false, "do not verify the server's certificate (as h2load)")
+	curve := flag.String("curve", "", "key share: x25519, x25519mlkem768 or p256 (default: Go's own preference)")
+	flag.Parse()
+
+	pool := x509.NewCertPool()
+	if *ca != "" {
+		pem, err := os.ReadFile(*ca)
+		if err != nil {
+			fail(err)
+		}
+		pool.AppendCertsFromPEM(pem)
+	}
+	server, err := net.ResolveUDPAddr("udp", *addr)
+	if err != nil {
+		fail(err)
+	}
+	tlsConf := &tls.Config{RootCAs: pool, ServerName: *host, NextProtos: []string{http3.NextProtoH3},
+		InsecureSkipVerify: *insecure}
+	switch *curve {
+	case "":
+	case "x25519":
+		tlsConf.CurvePreferences = []tls.CurveID{tls.X25519}
+	case "x25519mlkem768":
+		tlsConf.CurvePreferences = []tls.CurveID{tls.X25519MLKEM768}
+	case "p256":
+		tlsConf.CurvePreferences = []tls.CurveID{tls.CurveP256}
+	default:
+		fail(fmt.Errorf("-curve %q: expected x25519, x25519mlkem768 or p256", *curve))
+	}
+	port := server.Port
+	l := &load{
+		server: server,
+		tls:    tlsConf,
+		quic:   &quic.Config{MaxIdleTimeout: 30 * time.Second},
+		url:    fmt.Sprintf("https://%s:%d%s", *host, port, *path),
+	}
+
+	start := time.Now()
+	l.deadline = start.Add(*duration)
+	var tallies []*tally
+	var wg sync.WaitGroup
+	for i := 0; i < *conns; i++ {
+		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			fail(err)
+		}
+		tr := &quic.Transport{Conn: udp}
+		defer tr.Close()
+		if *handshake {
+			t := &tally{}
+			tallies = append(tallies, t)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l.handshakes(tr, t)
+			}()
+			continue
+		}
+		conn, err := tr.Dial(context.Background(), server, tlsConf, l.quic)
+		if err != nil {
+			fail(fmt.Errorf("dial: %w", err))
+		}
+		defer conn.CloseWithError(0, "")
+		cc := (&http3.Transport{}).NewClientConn(conn)
+		for j := 0; j < *streams; j++ {
+			t := &tally{}
+			tallies = append(tallies, t)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l.requests(cc, t)
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+
+	var all tally
+	var lat []time.Duration
+	for _, t := range tallies {
+		all.ok += t.ok
+		all.failed += t.failed
+		all.handshakes += t.handshakes
+		all.bytes += t.bytes
+		lat = append(lat, t.latencies...)
+		if all.firstError == nil {
+			all.firstError = t.firstError
+		}
+	}
+	slices.Sort(lat)
+	s := summary{Requests: all.ok, Errors: all.failed, Handshakes: all.handshakes, Seconds: elapsed,
+		RPS: float64(all.ok) / elapsed, Bytes: all.bytes, P50ms: quantile(lat, 0.50), P99ms: quantile(lat, 0.99)}
+	if all.firstError != nil {
+		s.FirstError = all.firstError.Error()
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(s)
+}
+
+// requests sends one request after another on a shared connection.
+func (l *load) requests(cc *http3.ClientConn, t *tally) {
+	for time.Now().Before(l.deadline) {
+		began := time.Now()
+		n, err := l.get(cc)
+		if err != nil {
+			t.fail(err)
+			if errors.Is(err, net.ErrClosed) || cc.Context().Err() != nil {
+				return // the connection is gone: no point in spinning
+			}
+			continue
+		}
+		t.ok++
+		t.bytes += n
+		t.latencies = append(t.latencies, time.Since(began))
+	}
+}
+
+// handshakes dials, sends one request and closes, over and over.
+func (l *load) handshakes(tr *quic.Transport, t *tally) {
+	for time.Now().Before(l.deadline) {
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, err := tr.Dial(ctx, l.server, l.tls, l.quic)
+		cancel()
+		if err != nil {
+			t.fail(fmt.Errorf("dial: %w", err))
+			continue
+		}
+		t.handshakes++
+		n, err := l.get((&http3.Transport{}).NewClientConn(conn))
+		_ = conn.CloseWithError(0, "")
+		if err != nil {
+			t.fail(err)
+			continue
+		}
+		t.ok++
+		t.bytes += n
+		t.latencies = append(t.latencies, time.Since(began))
+	}
+}
+
+func (l *load) get(cc *http3.ClientConn) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return n, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return n, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return n, nil
+}
+
+func quantile(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(len(sorted)-1, int(float64(len(sorted))*q))
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "h3load:", err)
+	os.Exit(1)
+}
