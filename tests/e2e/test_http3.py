@@ -224,8 +224,12 @@ def test_retry_proves_the_address_and_a_forged_token_is_refused(h3):
     assert c.request("GET", "/hello").status == 200
     c.close()
     before = dropped_bad_tokens(g)
-    with pytest.raises(TimeoutError):
-        H3Client(port, ca, token=b"\x00" * 8 + b"\x08" + b"forged!!" + b"\x01" * 16, timeout=3)
+    # A forged token is refused at once: the server closes the attempt with
+    # INVALID_TOKEN (0xb) in an Initial packet, before any handshake.
+    forged = H3Client(port, ca, token=b"\x00" * 8 + b"\x08" + b"forged!!" + b"\x01" * 16, timeout=3)
+    assert not forged.handshake_done
+    assert forged.terminated is not None
+    assert (forged.terminated.error_code, forged.terminated.reason_phrase) == (0xB, "invalid token")
     assert dropped_bad_tokens(g) > before
     # A client that comes with no token is retried again, and served.
     c = H3Client(port, ca)

@@ -343,6 +343,16 @@ impl Conn {
     }
 
     fn finish(&mut self) {
+        let st = self.quic.stats();
+        tracing::debug!(
+            peer = %self.peer,
+            sent = st.sent,
+            sent_bytes = st.sent_bytes,
+            recv = st.recv,
+            lost = st.lost,
+            retrans = st.retrans,
+            "QUIC connection closed"
+        );
         if !self.handshake_counted {
             self.endpoint.handshakes.fetch_sub(1, Ordering::Relaxed);
             let result = if self.quic.is_timed_out() { HandshakeResult::Timeout } else { HandshakeResult::Failed };
@@ -869,7 +879,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("content-type", http::HeaderValue::from_static("text/plain"));
         assert_eq!(head_size_hint(&h), "content-type".len() + "text/plain".len() + 2 + 8);
-        h.insert("x-big", http::HeaderValue::from_str(&"a".repeat(5000)).unwrap());
+        h.insert("x-big", http::HeaderValue::from_str(&"a".repeat(5000)).expect("value"));
         assert_eq!(head_size_hint(&h), 1024);
     }
 }

@@ -22,8 +22,9 @@
 //! **Safe by default.** A worker with more than `http.quic.retry_above`
 //! handshakes in flight (or every handshake, with `retry_always`) first
 //! makes the client prove its address with a Retry token; an Initial with
-//! a token that is forged, stale or for another address is dropped and
-//! counted, and that handshake fails. quiche enforces the anti-amplification limit, stream and
+//! a token that is forged, stale or for another address is counted and
+//! refused with INVALID_TOKEN in an Initial packet made without a TLS
+//! handshake ([`initial`]). quiche enforces the anti-amplification limit, stream and
 //! flow-control limits and the idle timeout; QPACK uses no dynamic table,
 //! so a header block can only decode to what its size limit allows.
 //! Packets for a connection this worker does not know get a stateless
@@ -36,6 +37,7 @@
 //! closes; its worker's endpoint keeps receiving until the last one has.
 pub mod cid;
 mod conn;
+mod initial;
 mod io;
 mod listener;
 
@@ -280,16 +282,31 @@ impl EndpointLoop {
                 // sends to is the one the Retry gave it.
                 Some(odcid) => (dcid.to_vec(), Some(odcid.to_vec())),
                 // A forged, stale or misaddressed token while addresses
-                // must be proven: the Initial is dropped and counted
-                // (RFC 9000 8.1.2 lets a server discard it), and the
-                // client's handshake fails.
-                None if validate => return self.dropped(Dropped::BadToken),
+                // must be proven: the attempt is closed with INVALID_TOKEN
+                // (RFC 9000 8.1.2) without a handshake, and counted.
+                None if validate => return self.invalid_token(&d, scid, dcid, version),
                 // Not ours to check (another server's NEW_TOKEN): as if
                 // the client had none.
                 None => (keys.new_cid(self.worker.id).to_vec(), None),
             }
         };
         self.accept(d, listener, &scid, odcid.as_deref(), dcid);
+    }
+
+    /// Refuses an Initial with a bad token: a CONNECTION_CLOSE in an
+    /// Initial packet, far smaller than the client's padded Initial, so
+    /// it amplifies nothing.
+    fn invalid_token(&mut self, d: &Datagram, client_scid: &[u8], client_dcid: &[u8], version: u32) {
+        self.dropped(Dropped::BadToken);
+        if version != initial::VERSION_1 {
+            return;
+        }
+        let ours = self.endpoint.keys.new_cid(self.worker.id);
+        if let Some(pkt) =
+            initial::close_packet(client_dcid, client_scid, &ours, initial::INVALID_TOKEN, b"invalid token")
+        {
+            self.io.send_one(&pkt, d.from, d.to);
+        }
     }
 
     fn listener(&self) -> Option<(Arc<QuicListener>, usize)> {
