@@ -30,6 +30,10 @@ impl QuicListener {
         c.set_max_idle_timeout(http.client_idle_timeout.as_millis() as u64);
         c.set_max_recv_udp_payload_size(RECV_PAYLOAD);
         c.set_max_send_udp_payload_size(MAX_DATAGRAM);
+        // Path MTU discovery (RFC 8899) finds what the path carries, up to
+        // MAX_DATAGRAM, as quic-go and Chrome do: no fixed guess that is
+        // too large for a tunnel or too small for an Ethernet path.
+        c.discover_pmtu(true);
         c.set_initial_max_data(q.connection_window);
         c.set_initial_max_stream_data_bidi_remote(q.stream_window);
         c.set_initial_max_stream_data_bidi_local(q.stream_window);
