@@ -2,7 +2,7 @@
 aioquic (tests/e2e/h3client.py) against a real Gatehouse and real
 upstreams: requests and bodies both ways, many streams on one
 connection, streaming, a client that changes port, Retry and forged
-tokens, hostile frames, reload and drain."""
+tokens, hostile frames, reload, drain and takeover."""
 
 import hashlib
 import json
@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from h3client import H3Client
-from harness import BIN, curl, free_port, make_cert, wait_for
+from harness import BIN, Gatehouse, curl, free_port, make_cert, wait_for
 
 H3GET = BIN.parent.parent / "h3get"
 
@@ -47,6 +47,19 @@ class _Bulk(BaseHTTPRequestHandler):
             self.send_header("x-body-sha256", hashlib.sha256(body).hexdigest())
             self.end_headers()
             self.wfile.write(body)
+        elif self.path.startswith("/slowbig"):
+            # N bytes in 8 pieces over 2 s: more than a congestion window
+            # moves only as the client's acknowledgements come back.
+            n = int(self.path.split("=")[1])
+            body = pattern(n)
+            self.send_response(200)
+            self.send_header("content-length", str(n))
+            self.end_headers()
+            step = n // 8 + 1
+            for at in range(0, n, step):
+                self.wfile.write(body[at:at + step])
+                self.wfile.flush()
+                time.sleep(0.25)
         elif self.path.startswith("/drip"):
             self.send_response(200)
             self.send_header("transfer-encoding", "chunked")
@@ -286,6 +299,39 @@ def test_a_reload_keeps_connections_and_a_drain_lets_requests_finish(h3, tmp_pat
     c.run_until(lambda: c.terminated is not None, timeout=10)
     assert c.terminated.error_code == 0x100, "closed with H3_NO_ERROR after GOAWAY"
     g.proc.wait(timeout=15)
+
+
+def test_a_takeover_keeps_quic_connections_until_their_requests_finish(h3):
+    g = h3()
+    port, ca, _ = g.h3
+    c = H3Client(port, ca)
+    assert c.request("GET", "/hello").status == 200
+    # 4 MiB trickling out over 2 s: it completes only if the client's
+    # acknowledgements, which now reach the new process's reads of the
+    # same sockets, are forwarded to the old process that owns the
+    # connection (else the new one would answer with a stateless reset).
+    sid = c.start("GET", f"/slowbig={4 * MIB}")
+    c.run_until(lambda: c.responses[sid].headers, timeout=10)
+    new = Gatehouse(g.dir, None, (), args=["--takeover"])
+    try:
+        wait_for(lambda: "HTTP/3 socket handed over" in g.stderr(), what="the old process stops reading")
+        # New connections are the new process's.
+        fresh = H3Client(port, ca)
+        assert fresh.request("GET", "/hello").status == 200
+        r = c.wait(sid, timeout=30)
+        assert r.status == 200
+        assert bytes(r.body) == pattern(4 * MIB)
+        # GOAWAY, then a clean close once the response is acknowledged.
+        c.run_until(lambda: c.terminated is not None, timeout=15)
+        assert c.terminated.error_code == 0x100, (hex(c.terminated.error_code), c.terminated.reason_phrase)
+        assert g.proc.wait(timeout=15) == 0, g.stderr()
+        # The old process gone, the new one serves alone, quic-go too.
+        assert fresh.request("GET", "/hello").status == 200
+        out = h3get(port, ca, "-host", "a.test", "-path", "/hello")
+        assert out[0]["status"] == 200, out
+        fresh.close()
+    finally:
+        new.stop()
 
 
 def h3get(port, ca, *args, timeout=60):

@@ -18,7 +18,7 @@ use crate::accesslog::AccessLog;
 use crate::context::{Shared, Worker};
 use crate::downstream::accept::{ListenerCommand, ListenerKey, WorkerHandle, worker_main};
 use crate::downstream::h3::cid::Keys;
-use crate::downstream::h3::{QuicSocket, bind_workers};
+use crate::downstream::h3::{Inherit, QuicSocket, bind_workers};
 use crate::filters::RateLimiters;
 use crate::metrics::ScrapeInput;
 use crate::snapshot::{BuildContext, Snapshot};
@@ -87,7 +87,13 @@ impl L7 {
     fn bind_quic(&self, keys: &[ListenerKey]) -> Result<WorkerQuicSockets, (ListenerKey, std::io::Error)> {
         let mut per_worker: WorkerQuicSockets = (0..self.0.workers).map(|_| Vec::new()).collect();
         for key in keys {
-            let sockets = bind_workers(key.1, self.0.workers, &self.0.quic_keys).map_err(|e| (key.clone(), e))?;
+            let l = &self.0.listeners;
+            let inherit = Inherit {
+                sockets: (0..self.0.workers).map(|w| l.inherited_udp(&key.0, key.1, w)).collect(),
+                predecessor: l.inherited_forward(&key.0, key.1),
+            };
+            let sockets =
+                bind_workers(key.1, self.0.workers, &self.0.quic_keys, inherit).map_err(|e| (key.clone(), e))?;
             for (w, socket) in sockets.into_iter().enumerate() {
                 per_worker[w].push((key.clone(), socket));
             }
@@ -160,9 +166,25 @@ impl Staged for StagedL7 {
                 }
             }
         }
+        let quic_opened: Vec<&ListenerKey> =
+            opening_quic.first().map(|w| w.iter().map(|(k, _)| k).collect()).unwrap_or_default();
+        for key in quic_opened {
+            let sockets: Vec<&std::net::UdpSocket> =
+                opening_quic.iter().flatten().filter(|(k, _)| k == key).map(|(_, s)| &s.socket).collect();
+            let Some(forward) = opening_quic.iter().flatten().find(|(k, _)| k == key).map(|(_, s)| s.forward.clone())
+            else {
+                continue;
+            };
+            if let Err(e) = inner.listeners.record_quic(&key.0, key.1, &sockets, forward) {
+                tracing::warn!(listener = %key.0, "cannot keep an HTTP/3 socket for a takeover: {e}");
+            }
+        }
         for (name, addr) in &closing {
             inner.listeners.forget(name, *addr);
             tracing::info!(listener = %name, "stopped listening on {addr}");
+        }
+        for (name, addr) in &closing_quic {
+            inner.listeners.forget_quic(name, *addr);
         }
         let mut commands: Vec<Vec<ListenerCommand>> = (0..inner.workers).map(|_| Vec::new()).collect();
         for cmds in commands.iter_mut() {

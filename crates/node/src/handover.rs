@@ -15,7 +15,7 @@
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,6 +36,22 @@ struct Entry {
     name: String,
     addr: SocketAddr,
     worker: usize,
+    /// What the descriptor is (a listening TCP socket when absent, as an
+    /// older binary sends).
+    #[serde(default)]
+    kind: Kind,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone, Copy, PartialEq, Debug)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    #[default]
+    Tcp,
+    /// A worker's UDP socket of an HTTP/3 listener.
+    Udp,
+    /// The Unix datagram socket on which to forward the old process's
+    /// QUIC datagrams of that listener.
+    Forward,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -114,12 +130,27 @@ pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), TakeoverError> 
     let header: Header = serde_json::from_slice(&buf[4..4 + len]).map_err(|e| fail("header", &e))?;
     let mut inherited = Inherited::default();
     for entry in header.sockets {
-        let Some(socket) = sockets.next() else { return Err(fail("answer", &"fewer sockets than named")) };
-        socket.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
-        if entry.name.is_empty() {
-            inherited.set_admin(entry.addr, socket);
-        } else {
-            inherited.insert(entry.name, entry.addr, entry.worker, socket);
+        let Some(fd) = sockets.next() else { return Err(fail("answer", &"fewer sockets than named")) };
+        match entry.kind {
+            Kind::Tcp => {
+                let socket = TcpListener::from(fd);
+                socket.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
+                if entry.name.is_empty() {
+                    inherited.set_admin(entry.addr, socket);
+                } else {
+                    inherited.insert(entry.name, entry.addr, entry.worker, socket);
+                }
+            }
+            Kind::Udp => {
+                let socket = std::net::UdpSocket::from(fd);
+                socket.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
+                inherited.insert_udp(entry.name, entry.addr, entry.worker, socket);
+            }
+            Kind::Forward => {
+                let socket = std::os::unix::net::UnixDatagram::from(fd);
+                socket.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
+                inherited.insert_forward(entry.name, entry.addr, socket);
+            }
         }
     }
     Ok((inherited, s))
@@ -213,14 +244,31 @@ pub async fn hand_over(
     let mut line = String::new();
     // Duplicates, so the registry's lock is not held while sending.
     let mut entries = Vec::new();
-    let mut sockets = Vec::new();
-    for ((name, addr, worker), s) in registry.lock().unwrap_or_else(|e| e.into_inner()).duplicates()? {
-        entries.push(Entry { name, addr, worker });
-        sockets.push(s);
+    let mut sockets: Vec<OwnedFd> = Vec::new();
+    let (tcp, quic) = {
+        let r = registry.lock().unwrap_or_else(|e| e.into_inner());
+        (r.duplicates()?, r.quic_duplicates()?)
+    };
+    for ((name, addr, worker), s) in tcp {
+        entries.push(Entry { name, addr, worker, kind: Kind::Tcp });
+        sockets.push(s.into());
     }
     if let Some((addr, l)) = admin {
-        entries.push(Entry { name: String::new(), addr, worker: 0 });
-        sockets.push(l.try_clone()?);
+        entries.push(Entry { name: String::new(), addr, worker: 0, kind: Kind::Tcp });
+        sockets.push(l.try_clone()?.into());
+    }
+    // QUIC: each worker's UDP socket, and a socket pair per listener on
+    // which the new process forwards the datagrams of our connections.
+    let mut forwards = Vec::new();
+    for q in quic {
+        for (worker, s) in q.sockets {
+            entries.push(Entry { name: q.name.clone(), addr: q.addr, worker, kind: Kind::Udp });
+            sockets.push(s.into());
+        }
+        let (keep, give) = std::os::unix::net::UnixDatagram::pair()?;
+        entries.push(Entry { name: q.name, addr: q.addr, worker: 0, kind: Kind::Forward });
+        sockets.push(give.into());
+        forwards.push((keep, q.handover));
     }
     if sockets.len() > MAX_FDS {
         return Err(std::io::Error::other(format!(
@@ -254,26 +302,44 @@ pub async fn hand_over(
     };
     drop(sockets);
     lines.get_mut().write_all(&header[sent..]).await?;
+    // Forwarded datagrams may come as soon as the new process serves.
+    let mut readers = Vec::new();
+    for (keep, handover) in &forwards {
+        keep.set_nonblocking(true)?;
+        let socket = tokio::net::UnixDatagram::from_std(keep.try_clone()?)?;
+        let handover = handover.clone();
+        readers.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok(n) = socket.recv(&mut buf).await {
+                handover.forwarded(&buf[..n]);
+            }
+        }));
+    }
     line.clear();
     lines.read_line(&mut line).await?;
-    Ok((line.trim() == "READY").then_some(lines))
+    if line.trim() != "READY" {
+        readers.iter().for_each(tokio::task::JoinHandle::abort);
+        return Ok(None);
+    }
+    for (_, handover) in &forwards {
+        handover.handed_over();
+    }
+    Ok(Some(lines))
 }
 
 /// Turning received descriptor numbers into owned sockets.
 #[allow(unsafe_code)]
 mod fds {
-    use std::net::TcpListener;
     use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
     /// Owns descriptors the kernel just installed in this process.
-    pub(super) fn own(fds: Vec<RawFd>) -> Vec<TcpListener> {
+    pub(super) fn own(fds: Vec<RawFd>) -> Vec<OwnedFd> {
         fds.into_iter()
             .map(|fd| {
                 // SAFETY: `fd` came in an SCM_RIGHTS message just received:
                 // the kernel installed it in our table for us, it is open,
                 // and nothing else in this process knows or owns it.
-                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-                TcpListener::from(owned)
+                unsafe { OwnedFd::from_raw_fd(fd) }
             })
             .collect()
     }
@@ -281,7 +347,25 @@ mod fds {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
     use super::*;
+
+    #[derive(Default)]
+    struct Recorder {
+        got: std::sync::Mutex<Vec<Vec<u8>>>,
+        handed: AtomicBool,
+    }
+
+    impl gatehouse_plane::listeners::QuicHandover for Recorder {
+        fn forwarded(&self, message: &[u8]) {
+            self.got.lock().expect("lock").push(message.to_vec());
+        }
+        fn handed_over(&self) {
+            self.handed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 
     #[test]
     fn sockets_cross_to_the_taking_process_with_their_names() {
@@ -294,6 +378,14 @@ mod tests {
         let (web_addr, admin_addr) = (web.local_addr().expect("addr"), admin.local_addr().expect("addr"));
         let registry = std::sync::Mutex::new(Registry::default());
         registry.lock().expect("lock").add("web", web_addr, 1, &web).expect("dup");
+        // An HTTP/3 listener: two workers' UDP sockets and its handover.
+        let udp = [
+            std::net::UdpSocket::bind("127.0.0.1:0").expect("udp"),
+            std::net::UdpSocket::bind("127.0.0.1:0").expect("udp"),
+        ];
+        let h3_addr = udp[0].local_addr().expect("addr");
+        let quic = Arc::new(Recorder::default());
+        registry.lock().expect("lock").add_quic("h3", h3_addr, &[&udp[0], &udp[1]], quic.clone()).expect("dup");
 
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let listener = rt.block_on(async { tokio::net::UnixListener::bind(&path) }).expect("unix bind");
@@ -304,7 +396,12 @@ mod tests {
                 let got = inherited.take("web", web_addr, 1).expect("the web socket");
                 assert!(inherited.take("web", web_addr, 0).is_none());
                 let got_admin = inherited.take_admin(admin_addr).expect("the admin socket");
+                let got_udp = inherited.take_udp("h3", h3_addr, 1).expect("worker 1's UDP socket");
+                assert!(inherited.take_udp("h3", h3_addr, 0).is_some());
+                let forward = inherited.take_forward("h3", h3_addr).expect("the forwarding socket");
                 assert_eq!(inherited.leftover(), 0);
+                assert_eq!(got_udp.local_addr().expect("addr"), udp[1].local_addr().expect("addr"));
+                forward.send(b"a datagram of yours").expect("forward");
                 let stream = ready(stream).expect("ready");
                 let states = receive_states(stream, Duration::from_secs(5));
                 (got, got_admin, states)
@@ -329,6 +426,18 @@ mod tests {
         });
         assert!(took);
         let (got, got_admin, states) = taker.join().expect("taker");
+        // The forwarded datagram reached the old process's handover, and it
+        // was told to stop reading once the new process was ready.
+        rt.block_on(async {
+            for _ in 0..100 {
+                if !quic.got.lock().expect("lock").is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        assert_eq!(*quic.got.lock().expect("lock"), vec![b"a datagram of yours".to_vec()]);
+        assert!(quic.handed.load(std::sync::atomic::Ordering::Relaxed));
         // Each plane's bytes as sent, whatever they hold.
         let states: Vec<(&str, &[u8])> = states.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();
         assert_eq!(states, vec![("wireguard", &b"STATE x 1\nEND\n\x00"[..]), ("empty", &b""[..])]);

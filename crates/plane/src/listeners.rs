@@ -4,19 +4,37 @@
 //! each) for the next takeover.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
-use std::sync::{Mutex, MutexGuard};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::net::UnixDatagram;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::{Domain, Socket, Type};
 
 /// A listening socket's identity: (listener name, address, worker).
 pub type SocketKey = (String, SocketAddr, usize);
 
+/// A QUIC listener's part in a takeover. Its connections cannot move to
+/// the new process, so they stay in the old one until they finish: the new
+/// process reads the UDP sockets from then on and forwards to the old one
+/// the datagrams of connections it does not know, over a Unix datagram
+/// socket made for the takeover.
+pub trait QuicHandover: Send + Sync {
+    /// A datagram the new process forwarded (its own encoding, from
+    /// `gatehouse-l7`).
+    fn forwarded(&self, message: &[u8]);
+    /// The new process reads the UDP sockets now: this one stops reading
+    /// them (it still sends on them, from the same address and port).
+    fn handed_over(&self);
+}
+
 /// Listening sockets received from the previous process.
 #[derive(Default)]
 pub struct Inherited {
     sockets: HashMap<SocketKey, TcpListener>,
     admin: Option<(SocketAddr, TcpListener)>,
+    udp: HashMap<SocketKey, UdpSocket>,
+    /// Per QUIC listener: where to forward its predecessor's datagrams.
+    forward: HashMap<(String, SocketAddr), UnixDatagram>,
 }
 
 impl Inherited {
@@ -46,9 +64,28 @@ impl Inherited {
         }
     }
 
+    /// Worker `worker`'s UDP socket for QUIC listener `name` on `addr`.
+    pub fn insert_udp(&mut self, name: String, addr: SocketAddr, worker: usize, socket: UdpSocket) {
+        self.udp.insert((name, addr, worker), socket);
+    }
+
+    /// The socket on which to forward the previous process's QUIC
+    /// datagrams for listener `name` on `addr`.
+    pub fn insert_forward(&mut self, name: String, addr: SocketAddr, socket: UnixDatagram) {
+        self.forward.insert((name, addr), socket);
+    }
+
+    pub fn take_udp(&mut self, name: &str, addr: SocketAddr, worker: usize) -> Option<UdpSocket> {
+        self.udp.remove(&(name.to_string(), addr, worker))
+    }
+
+    pub fn take_forward(&mut self, name: &str, addr: SocketAddr) -> Option<UnixDatagram> {
+        self.forward.remove(&(name.to_string(), addr))
+    }
+
     /// Sockets the new config does not use (closed when dropped).
     pub fn leftover(&self) -> usize {
-        self.sockets.len() + usize::from(self.admin.is_some())
+        self.sockets.len() + usize::from(self.admin.is_some()) + self.udp.len() + self.forward.len()
     }
 }
 
@@ -57,6 +94,17 @@ impl Inherited {
 #[derive(Default)]
 pub struct Registry {
     sockets: Vec<(SocketKey, TcpListener)>,
+    udp: Vec<(SocketKey, UdpSocket)>,
+    quic: Vec<((String, SocketAddr), Arc<dyn QuicHandover>)>,
+}
+
+/// What a takeover hands on of one QUIC listener.
+pub struct QuicDuplicates {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// Each worker's UDP socket, by worker.
+    pub sockets: Vec<(usize, UdpSocket)>,
+    pub handover: Arc<dyn QuicHandover>,
 }
 
 impl Registry {
@@ -69,10 +117,48 @@ impl Registry {
     /// close once the workers drop theirs, or handed over already).
     pub fn clear(&mut self) {
         self.sockets.clear();
+        self.udp.clear();
+        self.quic.clear();
     }
 
     pub fn remove(&mut self, name: &str, addr: SocketAddr) {
         self.sockets.retain(|((n, a, _), _)| !(n == name && *a == addr));
+    }
+
+    /// A QUIC listener's UDP sockets (one per worker) and its handover.
+    pub fn add_quic(
+        &mut self,
+        name: &str,
+        addr: SocketAddr,
+        sockets: &[&UdpSocket],
+        handover: Arc<dyn QuicHandover>,
+    ) -> std::io::Result<()> {
+        for (w, s) in sockets.iter().enumerate() {
+            self.udp.push(((name.to_string(), addr, w), s.try_clone()?));
+        }
+        self.quic.push(((name.to_string(), addr), handover));
+        Ok(())
+    }
+
+    pub fn remove_quic(&mut self, name: &str, addr: SocketAddr) {
+        self.udp.retain(|((n, a, _), _)| !(n == name && *a == addr));
+        self.quic.retain(|((n, a), _)| !(n == name && *a == addr));
+    }
+
+    /// A duplicate of every QUIC listener's sockets, with its handover.
+    pub fn quic_duplicates(&self) -> std::io::Result<Vec<QuicDuplicates>> {
+        self.quic
+            .iter()
+            .map(|((name, addr), handover)| {
+                let sockets = self
+                    .udp
+                    .iter()
+                    .filter(|((n, a, _), _)| n == name && a == addr)
+                    .map(|((_, _, w), s)| Ok((*w, s.try_clone()?)))
+                    .collect::<std::io::Result<_>>()?;
+                Ok(QuicDuplicates { name: name.clone(), addr: *addr, sockets, handover: handover.clone() })
+            })
+            .collect()
     }
 
     /// A duplicate of every socket, with its (listener, address, worker).
@@ -118,6 +204,35 @@ impl Listeners {
     /// Forgets the sockets of a listener that closed.
     pub fn forget(&self, name: &str, addr: SocketAddr) {
         lock(&self.registry).remove(name, addr);
+    }
+
+    /// Worker `worker`'s UDP socket for QUIC listener `name` on `addr`, if
+    /// the previous process handed one over (else the caller binds one).
+    pub fn inherited_udp(&self, name: &str, addr: SocketAddr, worker: usize) -> Option<UdpSocket> {
+        lock(&self.inherited).as_mut().and_then(|i| i.take_udp(name, addr, worker))
+    }
+
+    /// Where to forward the previous process's datagrams of QUIC listener
+    /// `name` on `addr`, if it handed such a socket over.
+    pub fn inherited_forward(&self, name: &str, addr: SocketAddr) -> Option<UnixDatagram> {
+        lock(&self.inherited).as_mut().and_then(|i| i.take_forward(name, addr))
+    }
+
+    /// Records a QUIC listener's sockets now in service, so a takeover
+    /// hands them on.
+    pub fn record_quic(
+        &self,
+        name: &str,
+        addr: SocketAddr,
+        sockets: &[&UdpSocket],
+        handover: Arc<dyn QuicHandover>,
+    ) -> std::io::Result<()> {
+        lock(&self.registry).add_quic(name, addr, sockets, handover)
+    }
+
+    /// Forgets the sockets of a QUIC listener that closed.
+    pub fn forget_quic(&self, name: &str, addr: SocketAddr) {
+        lock(&self.registry).remove_quic(name, addr);
     }
 
     /// Closes every recorded duplicate (the drain).

@@ -37,6 +37,7 @@
 //! closes; its worker's endpoint keeps receiving until the last one has.
 pub mod cid;
 mod conn;
+pub mod forward;
 mod initial;
 mod io;
 mod listener;
@@ -52,6 +53,7 @@ use tokio::io::Interest;
 use tokio::sync::mpsc;
 
 use self::cid::{CID_LEN, Keys, worker_of};
+use self::forward::Forward;
 use self::io::{Datagram, Endpoint, Io, MAX_DATAGRAM};
 pub use self::listener::QuicListener;
 use crate::context::Worker;
@@ -75,10 +77,27 @@ pub struct QuicSocket {
     pub peers: Arc<[mpsc::Sender<Datagram>]>,
     /// The process's token and reset keys.
     pub keys: Arc<Keys>,
+    /// The listener's takeover state (see [`forward`]).
+    pub forward: Arc<Forward>,
 }
 
-/// Makes one socket per worker for an HTTP/3 listener at `addr`.
-pub fn bind_workers(addr: SocketAddr, workers: usize, keys: &Arc<Keys>) -> std::io::Result<Vec<QuicSocket>> {
+/// The sockets a takeover hands on for one HTTP/3 listener: each worker's
+/// UDP socket, if the previous process had one, and where to forward its
+/// connections' datagrams.
+#[derive(Default)]
+pub struct Inherit {
+    pub sockets: Vec<Option<std::net::UdpSocket>>,
+    pub predecessor: Option<std::os::unix::net::UnixDatagram>,
+}
+
+/// Makes one socket per worker for an HTTP/3 listener at `addr`, or takes
+/// the previous process's.
+pub fn bind_workers(
+    addr: SocketAddr,
+    workers: usize,
+    keys: &Arc<Keys>,
+    inherit: Inherit,
+) -> std::io::Result<Vec<QuicSocket>> {
     let mut senders = Vec::with_capacity(workers);
     let mut receivers = Vec::with_capacity(workers);
     for _ in 0..workers {
@@ -87,12 +106,23 @@ pub fn bind_workers(addr: SocketAddr, workers: usize, keys: &Arc<Keys>) -> std::
         receivers.push(rx);
     }
     let peers: Arc<[mpsc::Sender<Datagram>]> = senders.into();
+    let forward = Arc::new(Forward::new(inherit.predecessor, peers.clone()));
+    let mut inherited = inherit.sockets.into_iter();
     let opts = gatehouse_udp::Options { v6_only: true, ..Default::default() };
     receivers
         .into_iter()
         .map(|handoff| {
-            let b = gatehouse_udp::bind(addr, opts)?;
-            Ok(QuicSocket { socket: b.socket, v6: b.v6, handoff, peers: peers.clone(), keys: keys.clone() })
+            let (socket, v6) = match inherited.next().flatten() {
+                Some(s) => {
+                    let v6 = s.local_addr()?.is_ipv6();
+                    (s, v6)
+                }
+                None => {
+                    let b = gatehouse_udp::bind(addr, opts)?;
+                    (b.socket, b.v6)
+                }
+            };
+            Ok(QuicSocket { socket, v6, handoff, peers: peers.clone(), keys: keys.clone(), forward: forward.clone() })
         })
         .collect()
 }
@@ -119,12 +149,15 @@ pub async fn serve(
     let io = Arc::new(Io { socket, v6: sock.v6, local });
     let endpoint =
         Arc::new(Endpoint { routes: Mutex::new(HashMap::new()), keys: sock.keys, handshakes: AtomicUsize::new(0) });
+    let mut handed = sock.forward.handed();
+    let mut reading = !*handed.borrow();
     let mut ep = EndpointLoop {
         io,
         endpoint,
         name,
         worker,
         peers: sock.peers,
+        forward: sock.forward,
         pktinfo,
         draining: false,
         bufs: (0..RECV_BUFFERS).map(|_| vec![0u8; RECV_BUFFER]).collect(),
@@ -133,9 +166,17 @@ pub async fn serve(
     let mut handoff = sock.handoff;
     loop {
         tokio::select! {
-            ready = ep.io.socket.readable() => {
+            ready = ep.io.socket.readable(), if reading => {
                 if ready.is_ok() {
                     ep.receive();
+                }
+            }
+            // A successor reads the socket now; what it cannot place of
+            // ours comes through the hand-off channel.
+            changed = handed.changed(), if reading => {
+                reading = changed.is_ok() && !*handed.borrow();
+                if !reading {
+                    tracing::info!(listener = %ep.name, worker = ep.worker.id, "HTTP/3 socket handed over");
                 }
             }
             Some(d) = handoff.recv() => ep.dispatch(d, true),
@@ -156,6 +197,7 @@ struct EndpointLoop {
     name: Arc<str>,
     worker: Arc<Worker>,
     peers: Arc<[mpsc::Sender<Datagram>]>,
+    forward: Arc<Forward>,
     pktinfo: bool,
     draining: bool,
     bufs: Vec<Vec<u8>>,
@@ -224,6 +266,8 @@ impl EndpointLoop {
                             self.dropped(Dropped::QueueFull);
                         }
                     }
+                    // Not ours: the previous process's, while it lives.
+                    _ if self.forward.to_predecessor(&d) => {}
                     _ => {
                         let dcid = hdr.dcid.to_vec();
                         self.stateless_reset(&dcid, d.data.len(), d.from, d.to);
@@ -236,7 +280,8 @@ impl EndpointLoop {
                 self.initial(d, &scid, &dcid, &token, version);
             }
             // Handshake and 0-RTT packets of a connection not (or no
-            // longer) here.
+            // longer) here: perhaps the previous process's.
+            _ if self.forward.to_predecessor(&d) => {}
             _ => self.dropped(Dropped::UnknownConnection),
         }
     }
