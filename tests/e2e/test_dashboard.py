@@ -24,7 +24,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 def config(web, admin, a, b, canary, extra_admin="", tls=0, cert=None):
     hc = "health_check: { path: /, interval: 300ms, timeout: 300ms, rise: 1, fall: 2 }"
-    secure = f", {{ name: secure, address: 127.0.0.1:{tls}, protocol: https }}" if tls else ""
+    secure = f", {{ name: secure, address: 127.0.0.1:{tls}, protocol: https, http3: true }}" if tls else ""
     edge = f"\n  - {{ name: edge, cert: {cert[0]}, key: {cert[1]}, sni: [localhost] }}" if cert else ""
     return f"""
 access_log: {{ path: off }}
@@ -123,6 +123,8 @@ def test_dashboard_in_a_browser(gatehouse, upstream, browser, tmp_path):
         assert row(d, "#routes", "shop") is not None and row(d, "#routes", "hello") is not None
         assert "/shop*" in row(d, "#routes", "shop").text and "= /hello" in row(d, "#routes", "hello").text
         assert "version" in text_of(d, "#facts") and "workers" in text_of(d, "#facts")
+        assert cell(row(d, "#listeners", "secure"), 2) == "https + HTTP/3"
+        assert cell(row(d, "#listeners", "web"), 2) == "http"
         assert endpoint_state(d, "shop", a.addr) == "UP" and endpoint_state(d, "shop", b.addr) == "UP"
         # Read-only without the key: no write control is shown.
         assert not any(e.is_displayed() for e in d.find_elements(By.CSS_SELECTOR, "button.drain, button.canary-set"))

@@ -328,7 +328,8 @@
       const c = cells(tr, 5, [3, 4]);
       setText(c[0], l.name);
       setText(c[1], l.address);
-      setText(c[2], l.protocol);
+      // An HTTPS listener with `http3: true` serves QUIC on the same port.
+      setText(c[2], l.http3 ? `${l.protocol} + HTTP/3` : l.protocol);
       setText(c[3], String(l.connections_open));
       setText(c[4], fmtNum(rate(doc, old, 'gatehouse_connections_total', { listener: l.name })));
     });
