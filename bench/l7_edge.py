@@ -91,14 +91,14 @@ def accepts(backend_port):
         return int(r.read().decode().split("\n")[2].split()[0])
 
 
-def gatehouse(d, ports, backend_port, crt, key):
+def gatehouse(d, ports, backend_port, crt, key, http3=False):
     cfg = Path(d) / "gatehouse.yaml"
     cfg.write_text(f"""
 workers: 1
 access_log: {{ path: off }}
 listeners:
   - {{ name: web, address: 127.0.0.1:{ports['http']} }}
-  - {{ name: secure, address: 127.0.0.1:{ports['https']}, protocol: https }}
+  - {{ name: secure, address: 127.0.0.1:{ports['https']}, protocol: https, http3: {str(http3).lower()} }}
 certificates: [{{ name: site, cert: {crt}, key: {key}, sni: [localhost] }}]
 upstreams: [{{ name: backend, endpoints: [127.0.0.1:{backend_port}] }}]
 routes: [{{ name: all, upstream: backend }}]
@@ -172,30 +172,35 @@ def run_once(proxy, workload, duration, backend_port, workdir):
             "rps": requests / duration, "p99_ms": p99, "errors": errors, "connects": (a1 - a0) / requests}
 
 
-def warm(proxy, workload, backend_port, workdir):
-    run_once(proxy, workload, 2, backend_port, workdir)
-
-
 def median(runs, key):
     vals = [r[key] for r in runs if r[key] is not None]
     return statistics.median(vals) if vals else None
 
 
-def main():
+def cli(workloads, tools):
+    """The command line of the proxy benchmarks: the arguments, and the
+    workloads chosen. Exits on an unknown workload or a missing tool."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", help="comma-separated workloads: " + ", ".join(WORKLOADS))
+    ap.add_argument("--only", help="comma-separated workloads: " + ", ".join(workloads))
     ap.add_argument("--write", help="insert the results into this markdown file")
     args = ap.parse_args()
-    workloads = args.only.split(",") if args.only else list(WORKLOADS)
-    for w in workloads:
-        if w not in WORKLOADS:
-            sys.exit(f"unknown workload {w!r}: one of {', '.join(WORKLOADS)}")
-    for tool in ("haproxy", "nginx", "wrk", "h2load", "taskset", "openssl"):
+    chosen = args.only.split(",") if args.only else list(workloads)
+    for w in chosen:
+        if w not in workloads:
+            sys.exit(f"unknown workload {w!r}: one of {', '.join(workloads)}")
+    for tool in tools:
         if not shutil.which(tool):
             sys.exit(f"{tool} is missing: run scripts/install-deps.sh --bench")
-    workdir = Path(tempfile.mkdtemp(prefix="gatehouse-edge-"))
+    return args, chosen
+
+
+def side_by_side(name, peers, proxy_class, workloads, args, run_once, peer):
+    """Starts the NGINX backend and every proxy in `peers`, then for each
+    workload warms every proxy up and runs ARGS.rounds interleaved rounds.
+    Returns {workload: {proxy: [run, ...]}} and the work directory."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"gatehouse-{name}-"))
     crt, key = B.make_cert(workdir, "ecdsa")
     bport = B.free_port()
     bdir = Path(tempfile.mkdtemp(dir=workdir, prefix="backend-"))
@@ -205,41 +210,31 @@ def main():
     proxies = []
     results = {}
     try:
-        proxies = [Proxy(name, make, workdir, bport, crt, key) for name, make in PEERS.items()]
+        proxies = [proxy_class(n, make, workdir, bport, crt, key) for n, make in peers.items()]
         for w in workloads:
             for p in proxies:
-                warm(p, w, bport, workdir)
+                run_once(p, w, 2, bport, workdir)  # warm-up
             runs = {p.name: [] for p in proxies}
             for r in range(args.rounds):
                 for p in proxies if r % 2 == 0 else proxies[::-1]:
                     runs[p.name].append(run_once(p, w, args.duration, bport, workdir))
             results[w] = runs
-            g = runs["gatehouse"]
             line = ", ".join(f"{n} {median(rs, 'cpu_us'):.2f} µs" for n, rs in runs.items())
-            ratio = statistics.median(a["cpu_us"] / b["cpu_us"] for a, b in zip(g, runs["haproxy"]))
-            print(f"{w}: {line}; gatehouse ÷ haproxy per round {ratio:.2f}", flush=True)
+            ratio = statistics.median(a["cpu_us"] / b["cpu_us"] for a, b in zip(runs["gatehouse"], runs[peer]))
+            print(f"{w}: {line}; gatehouse ÷ {peer} per round {ratio:.2f}", flush=True)
     finally:
         for p in proxies:
             p.stop()
         back.terminate()
         back.wait()
+    return results, workdir
 
-    versions = {
-        "haproxy": subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
-        "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
-    }
-    commit = subprocess.run(["git", "-C", str(B.ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    lines = [f"## {datetime.date.today()} — edge traffic, commit {commit}", "",
-             f"Command: `bench/l7_edge.py --duration {args.duration} --rounds {args.rounds}"
-             f"{' --only ' + args.only if args.only else ''}`. CPU: {B.cpu_model()}. "
-             f"Peers: {versions['haproxy']}; {versions['nginx']}. Each proxy on CPU 0, load generator and "
-             f"NGINX backend on CPU 1; {args.rounds} interleaved rounds of {args.duration} s per proxy after a "
-             "2 s warm-up; medians over the rounds. CPU-µs = proxy user+system CPU / requests; "
-             "connects/request = backend accepts / requests; ÷ = median per-round ratio of Gatehouse's "
-             "CPU-µs to the peer's.", "",
-             "| workload | server | CPU-µs/request | user µs | system µs | requests/s | p99 ms | connects/request "
-             "| errors | Gatehouse ÷ this |",
+
+def table(results, ratio_title):
+    """The results as markdown rows, each with Gatehouse's per-round CPU
+    ratio to that row's server."""
+    lines = ["| workload | server | CPU-µs/request | user µs | system µs | requests/s | p99 ms | connects/request "
+             f"| errors | {ratio_title} |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for w, runs in results.items():
         g = runs["gatehouse"]
@@ -250,8 +245,38 @@ def main():
                          f"{median(rs, 'sys_us'):.2f} | {median(rs, 'rps'):.0f} | "
                          f"{'-' if p99 is None else f'{p99:.2f}'} | {median(rs, 'connects'):.4f} | "
                          f"{sum(r['errors'] for r in rs)} | {ratio:.2f} |")
+    return lines
+
+
+def commit():
+    return subprocess.run(["git", "-C", str(B.ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def main():
+    args, workloads = cli(WORKLOADS, ("haproxy", "nginx", "wrk", "h2load", "taskset", "openssl"))
+    results, workdir = side_by_side("edge", PEERS, Proxy, workloads, args, run_once, "haproxy")
+    versions = {
+        "haproxy": subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
+        "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
+    }
+    lines = [f"## {datetime.date.today()} — edge traffic, commit {commit()}", "",
+             f"Command: `bench/l7_edge.py --duration {args.duration} --rounds {args.rounds}"
+             f"{' --only ' + args.only if args.only else ''}`. CPU: {B.cpu_model()}. "
+             f"Peers: {versions['haproxy']}; {versions['nginx']}. Each proxy on CPU 0, load generator and "
+             f"NGINX backend on CPU 1; {args.rounds} interleaved rounds of {args.duration} s per proxy after a "
+             "2 s warm-up; medians over the rounds. CPU-µs = proxy user+system CPU / requests; "
+             "connects/request = backend accepts / requests; ÷ = median per-round ratio of Gatehouse's "
+             "CPU-µs to the peer's.", ""]
+    lines += table(results, "Gatehouse ÷ this")
     lines.append("")
-    lines += ["Workloads: " + "; ".join(f"`{w}` {TITLES[w]}" for w in results), ""]
+    report(lines, results, TITLES, args, workdir)
+
+
+def report(lines, results, titles, args, workdir):
+    """Ends the section with the workloads' titles, prints it, inserts it
+    into ARGS.write if given, and removes the work directory."""
+    lines = [*lines, "Workloads: " + "; ".join(f"`{w}` {titles[w]}" for w in results), ""]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

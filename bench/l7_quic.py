@@ -35,11 +35,8 @@ Usage: bench/l7_quic.py [--duration S] [--rounds N] [--only W[,W]]
                         [--write docs/BENCHMARKS.md]
 """
 
-import argparse
 import datetime
 import json
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,17 +68,9 @@ TITLES = {
 
 
 def gatehouse(d, port, backend_port, crt, key):
-    cfg = Path(d) / "gatehouse.yaml"
-    cfg.write_text(f"""
-workers: 1
-access_log: {{ path: off }}
-listeners:
-  - {{ name: secure, address: 127.0.0.1:{port}, protocol: https, http3: true }}
-certificates: [{{ name: site, cert: {crt}, key: {key}, sni: [localhost] }}]
-upstreams: [{{ name: backend, endpoints: [127.0.0.1:{backend_port}] }}]
-routes: [{{ name: all, upstream: backend }}]
-""")
-    return [str(B.GATEHOUSE), "run", "-c", str(cfg)]
+    # The edge benchmark's config (and its idle cleartext listener), with
+    # HTTP/3 on the HTTPS listener.
+    return E.gatehouse(d, {"http": B.free_port(), "https": port}, backend_port, crt, key, http3=True)
 
 
 def caddy(d, port, backend_port, crt, key):
@@ -152,86 +141,30 @@ def run_once(proxy, workload, duration, backend_port, workdir):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--duration", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", help="comma-separated workloads: " + ", ".join(WORKLOADS))
-    ap.add_argument("--write", help="insert the results into this markdown file")
-    args = ap.parse_args()
-    workloads = args.only.split(",") if args.only else list(WORKLOADS)
-    for w in workloads:
-        if w not in WORKLOADS:
-            sys.exit(f"unknown workload {w!r}: one of {', '.join(WORKLOADS)}")
-    for tool in ("nginx", "h2load", "taskset", "openssl"):
-        if not shutil.which(tool):
-            sys.exit(f"{tool} is missing: run scripts/install-deps.sh --bench")
+    args, workloads = E.cli(WORKLOADS, ("nginx", "h2load", "taskset", "openssl"))
     for built in (H3LOAD, CADDY):
         if not built.exists():
             sys.exit(f"{built} is missing: run make build and scripts/install-deps.sh --bench")
-    workdir = Path(tempfile.mkdtemp(prefix="gatehouse-quic-"))
-    crt, key = B.make_cert(workdir, "ecdsa")
-    bport = B.free_port()
-    bdir = Path(tempfile.mkdtemp(dir=workdir, prefix="backend-"))
-    back = subprocess.Popen(["taskset", "-c", B.LOAD_CPU, *E.backend(bdir, bport)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    B.wait_port(bport)
-    proxies = []
-    results = {}
-    try:
-        proxies = [Proxy(name, make, workdir, bport, crt, key) for name, make in PEERS.items()]
-        for w in workloads:
-            for p in proxies:
-                run_once(p, w, 2, bport, workdir)  # warm-up
-            runs = {p.name: [] for p in proxies}
-            for r in range(args.rounds):
-                for p in proxies if r % 2 == 0 else proxies[::-1]:
-                    runs[p.name].append(run_once(p, w, args.duration, bport, workdir))
-            results[w] = runs
-            line = ", ".join(f"{n} {E.median(rs, 'cpu_us'):.2f} µs" for n, rs in runs.items())
-            ratio = statistics.median(a["cpu_us"] / b["cpu_us"] for a, b in zip(runs["gatehouse"], runs["caddy"]))
-            print(f"{w}: {line}; gatehouse ÷ caddy per round {ratio:.2f}", flush=True)
-    finally:
-        for p in proxies:
-            p.stop()
-        back.terminate()
-        back.wait()
-
+    results, workdir = E.side_by_side("quic", PEERS, Proxy, workloads, args, run_once, "caddy")
     caddy_version = subprocess.run([str(CADDY), "version"], capture_output=True, text=True).stdout.split()[0]
-    commit = subprocess.run(["git", "-C", str(B.ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    lines = [f"## {datetime.date.today()} — HTTP/3, commit {commit}", "",
+    lines = [f"## {datetime.date.today()} — HTTP/3, commit {E.commit()}", "",
              f"Command: `bench/l7_quic.py --duration {args.duration} --rounds {args.rounds}"
              f"{' --only ' + args.only if args.only else ''}`. CPU: {B.cpu_model()}. "
              f"Peer: Caddy {caddy_version} (Go module proxy build, GOMAXPROCS=1). Each proxy on CPU 0, the load "
              f"generator (h2load, or quic-go's h3load) and the NGINX backend on CPU 1; {args.rounds} interleaved "
              f"rounds of {args.duration} s per proxy after a 2 s warm-up; medians over the rounds. "
              "CPU-µs = proxy user+system CPU / requests (in h3-handshake, one request per handshake); "
-             "connects/request = backend accepts / requests; ÷ Caddy = median per-round ratio of Gatehouse's CPU-µs to Caddy's.", "",
-             "| workload | server | CPU-µs/request | user µs | system µs | requests/s | p99 ms | connects/request "
-             "| errors | Gatehouse ÷ Caddy |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for w, runs in results.items():
-        g = runs["gatehouse"]
-        for name, rs in runs.items():
-            ratio = statistics.median(a["cpu_us"] / b["cpu_us"] for a, b in zip(g, rs))
-            p99 = E.median(rs, "p99_ms")
-            lines.append(f"| {w} | {name} | {E.median(rs, 'cpu_us'):.2f} | {E.median(rs, 'user_us'):.2f} | "
-                         f"{E.median(rs, 'sys_us'):.2f} | {E.median(rs, 'rps'):.0f} | "
-                         f"{'-' if p99 is None else f'{p99:.2f}'} | {E.median(rs, 'connects'):.4f} | "
-                         f"{sum(r['errors'] for r in rs)} | "
-                         f"{ratio:.2f} |")
+             "connects/request = backend accepts / requests; ÷ Caddy = median per-round ratio of Gatehouse's "
+             "CPU-µs to Caddy's.", ""]
+    lines += E.table(results, "Gatehouse ÷ Caddy")
     lines.append("")
     for h3, h2 in (("h3", "h2"), ("h3-64k", "h2-64k")):
         if h3 in results and h2 in results:
             for name in PEERS:
                 r = E.median(results[h3][name], "cpu_us") / E.median(results[h2][name], "cpu_us")
                 lines.append(f"- {name}: HTTP/3 ÷ HTTP/2 CPU per request, `{h3}` ÷ `{h2}`: {r:.2f}")
-    lines += ["", "Workloads: " + "; ".join(f"`{w}` {TITLES[w]}" for w in results), ""]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write:
-        B.insert_section(args.write, text)
-    shutil.rmtree(workdir, ignore_errors=True)
+    lines.append("")
+    E.report(lines, results, TITLES, args, workdir)
 
 
 if __name__ == "__main__":

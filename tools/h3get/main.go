@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -26,6 +25,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"gatehouse/tools/h3get/internal/target"
 	"github.com/quic-go/quic-go/qlog"
 )
 
@@ -66,15 +67,7 @@ func main() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	pool := x509.NewCertPool()
-	if *ca != "" {
-		pem, err := os.ReadFile(*ca)
-		if err != nil {
-			fail(err)
-		}
-		pool.AppendCertsFromPEM(pem)
-	}
-	server, err := net.ResolveUDPAddr("udp", *addr)
+	server, pool, err := target.Parse(*addr, *ca)
 	if err != nil {
 		fail(err)
 	}

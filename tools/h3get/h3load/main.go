@@ -14,7 +14,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -29,6 +28,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"gatehouse/tools/h3get/internal/target"
 )
 
 type summary struct {
@@ -80,15 +81,7 @@ func main() {
 	curve := flag.String("curve", "", "key share: x25519, x25519mlkem768 or p256 (default: Go's own preference)")
 	flag.Parse()
 
-	pool := x509.NewCertPool()
-	if *ca != "" {
-		pem, err := os.ReadFile(*ca)
-		if err != nil {
-			fail(err)
-		}
-		pool.AppendCertsFromPEM(pem)
-	}
-	server, err := net.ResolveUDPAddr("udp", *addr)
+	server, pool, err := target.Parse(*addr, *ca)
 	if err != nil {
 		fail(err)
 	}
