@@ -41,6 +41,7 @@ pub mod forward;
 mod initial;
 mod io;
 mod listener;
+mod room;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
