@@ -124,6 +124,7 @@ fi
 # version tools/caddy/go.mod pins (Debian's 2.6 predates current quic-go).
 if [ "${1:-}" = "--bench" ]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
+  mkdir -p "$root/target"
   (cd "$root/tools/caddy" && go build -o "$root/target/caddy" .) \
     || { echo "caddy could not be built from the Go module proxy" >&2; exit 1; }
 fi
