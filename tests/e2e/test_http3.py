@@ -2,7 +2,8 @@
 aioquic (tests/e2e/h3client.py) against a real Gatehouse and real
 upstreams: requests and bodies both ways, many streams on one
 connection, streaming, a client that changes port, Retry and forged
-tokens, hostile frames, reload, drain and takeover."""
+tokens, hostile frames, a certificate changed live, reload, drain and
+takeover."""
 
 import hashlib
 import json
@@ -299,6 +300,39 @@ def test_a_reload_keeps_connections_and_a_drain_lets_requests_finish(h3, tmp_pat
     c.run_until(lambda: c.terminated is not None, timeout=10)
     assert c.terminated.error_code == 0x100, "closed with H3_NO_ERROR after GOAWAY"
     g.proc.wait(timeout=15)
+
+
+def test_a_certificate_changed_through_the_api_serves_the_next_quic_handshake(h3, tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from test_admin_api import api
+
+    def served(client):
+        return client.quic.tls._peer_certificate
+
+    def fingerprint(cert):
+        return cert.fingerprint(hashes.SHA256())
+
+    g = h3()
+    port, ca, _ = g.h3
+    first = H3Client(port, ca)
+    assert fingerprint(served(first)) == fingerprint(x509.load_pem_x509_certificate(ca.read_bytes()))
+    assert isinstance(served(first).public_key(), ec.EllipticCurvePublicKey)
+    # An RSA certificate for the same name, through the admin API: no restart.
+    crt, key = make_cert(tmp_path, "next", ["a.test"], kind="rsa")
+    status, _, body = api(g.admin_port, "PUT", "/certificates/a",
+                          {"cert": crt.read_text(), "key": key.read_text(), "sni": ["a.test"]},
+                          key="h3-tests-0123456789abcdef0123456789")
+    assert status == 200, body
+    second = H3Client(port, crt)
+    assert fingerprint(served(second)) == fingerprint(x509.load_pem_x509_certificate(crt.read_bytes()))
+    assert isinstance(served(second).public_key(), rsa.RSAPublicKey)
+    assert second.request("GET", "/hello").status == 200
+    # The connection made before the change carries on.
+    assert first.request("GET", "/hello").status == 200
+    first.close()
+    second.close()
 
 
 def test_a_takeover_keeps_quic_connections_until_their_requests_finish(h3):
