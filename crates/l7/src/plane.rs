@@ -166,16 +166,11 @@ impl Staged for StagedL7 {
                 }
             }
         }
-        let quic_opened: Vec<&ListenerKey> =
-            opening_quic.first().map(|w| w.iter().map(|(k, _)| k).collect()).unwrap_or_default();
-        for key in quic_opened {
-            let sockets: Vec<&std::net::UdpSocket> =
-                opening_quic.iter().flatten().filter(|(k, _)| k == key).map(|(_, s)| &s.socket).collect();
-            let Some(forward) = opening_quic.iter().flatten().find(|(k, _)| k == key).map(|(_, s)| s.forward.clone())
-            else {
-                continue;
-            };
-            if let Err(e) = inner.listeners.record_quic(&key.0, key.1, &sockets, forward) {
+        // Every worker has each new HTTP/3 listener's socket at the same
+        // place in its list; worker 0's list names them.
+        for (i, (key, first)) in opening_quic.first().into_iter().flatten().enumerate() {
+            let sockets: Vec<&std::net::UdpSocket> = opening_quic.iter().map(|w| &w[i].1.socket).collect();
+            if let Err(e) = inner.listeners.record_quic(&key.0, key.1, &sockets, first.forward.clone()) {
                 tracing::warn!(listener = %key.0, "cannot keep an HTTP/3 socket for a takeover: {e}");
             }
         }

@@ -94,8 +94,7 @@ impl Inherited {
 #[derive(Default)]
 pub struct Registry {
     sockets: Vec<(SocketKey, TcpListener)>,
-    udp: Vec<(SocketKey, UdpSocket)>,
-    quic: Vec<((String, SocketAddr), Arc<dyn QuicHandover>)>,
+    quic: Vec<QuicDuplicates>,
 }
 
 /// What a takeover hands on of one QUIC listener.
@@ -117,7 +116,6 @@ impl Registry {
     /// close once the workers drop theirs, or handed over already).
     pub fn clear(&mut self) {
         self.sockets.clear();
-        self.udp.clear();
         self.quic.clear();
     }
 
@@ -133,30 +131,24 @@ impl Registry {
         sockets: &[&UdpSocket],
         handover: Arc<dyn QuicHandover>,
     ) -> std::io::Result<()> {
-        for (w, s) in sockets.iter().enumerate() {
-            self.udp.push(((name.to_string(), addr, w), s.try_clone()?));
-        }
-        self.quic.push(((name.to_string(), addr), handover));
+        let sockets =
+            sockets.iter().enumerate().map(|(w, s)| Ok((w, s.try_clone()?))).collect::<std::io::Result<_>>()?;
+        self.quic.push(QuicDuplicates { name: name.to_string(), addr, sockets, handover });
         Ok(())
     }
 
     pub fn remove_quic(&mut self, name: &str, addr: SocketAddr) {
-        self.udp.retain(|((n, a, _), _)| !(n == name && *a == addr));
-        self.quic.retain(|((n, a), _)| !(n == name && *a == addr));
+        self.quic.retain(|q| !(q.name == name && q.addr == addr));
     }
 
     /// A duplicate of every QUIC listener's sockets, with its handover.
     pub fn quic_duplicates(&self) -> std::io::Result<Vec<QuicDuplicates>> {
         self.quic
             .iter()
-            .map(|((name, addr), handover)| {
-                let sockets = self
-                    .udp
-                    .iter()
-                    .filter(|((n, a, _), _)| n == name && a == addr)
-                    .map(|((_, _, w), s)| Ok((*w, s.try_clone()?)))
-                    .collect::<std::io::Result<_>>()?;
-                Ok(QuicDuplicates { name: name.clone(), addr: *addr, sockets, handover: handover.clone() })
+            .map(|q| {
+                let sockets =
+                    q.sockets.iter().map(|(w, s)| Ok((*w, s.try_clone()?))).collect::<std::io::Result<_>>()?;
+                Ok(QuicDuplicates { name: q.name.clone(), addr: q.addr, sockets, handover: q.handover.clone() })
             })
             .collect()
     }

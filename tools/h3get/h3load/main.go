@@ -53,6 +53,13 @@ type tally struct {
 	firstError             error
 }
 
+// done counts a whole response of n body bytes, begun at began.
+func (t *tally) done(n int64, began time.Time) {
+	t.ok++
+	t.bytes += n
+	t.latencies = append(t.latencies, time.Since(began))
+}
+
 func (t *tally) fail(err error) {
 	t.failed++
 	if t.firstError == nil {
@@ -179,9 +186,7 @@ func (l *load) requests(cc *http3.ClientConn, t *tally) {
 			}
 			continue
 		}
-		t.ok++
-		t.bytes += n
-		t.latencies = append(t.latencies, time.Since(began))
+		t.done(n, began)
 	}
 }
 
@@ -203,9 +208,7 @@ func (l *load) handshakes(tr *quic.Transport, t *tally) {
 			t.fail(err)
 			continue
 		}
-		t.ok++
-		t.bytes += n
-		t.latencies = append(t.latencies, time.Since(began))
+		t.done(n, began)
 	}
 }
 
