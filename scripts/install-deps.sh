@@ -56,6 +56,8 @@ need iperf3 /usr/bin/iperf3
 need keepalived /usr/sbin/keepalived
 # ... and floods a protected VIP with spoofed SYNs.
 need hping3 /usr/sbin/hping3
+# The BGP test runs BIRD 2 on a router and on each node (ECMP scale-out).
+need bird2 /usr/sbin/bird
 # The dashboard's tests drive a real headless browser.
 need chromium /usr/bin/chromium
 need chromium-driver /usr/bin/chromedriver

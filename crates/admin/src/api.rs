@@ -183,6 +183,28 @@ pub async fn ha(req: Request<Incoming>, node: &Node) -> Response<Body> {
     }
 }
 
+/// `/drain`: the node's VIPs withdrawn from the routers while it keeps
+/// serving (traffic moves to the other nodes; established connections
+/// finish here). GET shows the `bgp` status; POST drains; DELETE announces
+/// again by health.
+pub fn drain(req: Request<Incoming>, node: &Node) -> Response<Body> {
+    let drained = match *req.method() {
+        Method::GET | Method::HEAD => None,
+        Method::POST | Method::PUT => Some(true),
+        Method::DELETE => Some(false),
+        _ => return not_allowed("GET, HEAD, POST, DELETE"),
+    };
+    if let Some(d) = drained
+        && !node.set_drained(d)
+    {
+        return error(StatusCode::CONFLICT, "the config has no bgp section: this node announces nothing to withdraw");
+    }
+    match node.bgp.status() {
+        Some(s) => json_response(StatusCode::OK, &s),
+        None => error(StatusCode::NOT_FOUND, "the config has no bgp section"),
+    }
+}
+
 /// `/{kind}` and `/{kind}/{name}`; for peers (`scope`: the interface)
 /// `/wireguard/interfaces/{scope}/peers` and `.../peers/{name}`.
 pub async fn resource(

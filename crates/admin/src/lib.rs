@@ -176,6 +176,7 @@ async fn handle(req: Request<Incoming>, peer: SocketAddr, node: &Node) -> Respon
         "/config" => api::config(req, node).await,
         "/config/reload" => api::reload(req, node),
         "/ha" => api::ha(req, node).await,
+        "/drain" => api::drain(req, node),
         "/openapi.json" => get_only(&|| {
             let mut r = Response::new(Full::new(Bytes::from_static(OPENAPI.as_bytes())));
             r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -170,6 +170,18 @@ impl Decode for IpAddr {
     }
 }
 
+impl Decode for std::net::Ipv4Addr {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        match node.scalar().map(str::parse::<std::net::Ipv4Addr>) {
+            Some(Ok(v)) => Some(v),
+            _ => {
+                expected(node, ctx, "an IPv4 address");
+                None
+            }
+        }
+    }
+}
+
 impl Decode for ipnet::IpNet {
     fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
         let text = node.scalar();

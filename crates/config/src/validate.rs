@@ -18,6 +18,7 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
     if let Some(wg) = &c.wireguard {
         ctx.with_field("wireguard", |ctx| wireguard(wg, ctx));
     }
+    crate::model::validate_bgp(c, ctx);
     ctx.with_field("http", |ctx| {
         if c.http.max_header_bytes < 1024 {
             ctx.error_at("max_header_bytes", None, "must be at least 1024");
@@ -604,7 +605,7 @@ fn l4_service(l4: &L4, s: &L4Service, seen: &mut HashSet<(std::net::SocketAddr, 
 }
 
 /// Whether `name` can be a network interface's name.
-fn interface_name_ok(name: &str) -> bool {
+pub(crate) fn interface_name_ok(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 15
         && name != "."

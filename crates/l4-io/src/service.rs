@@ -259,6 +259,26 @@ impl Plane for L4 {
         }
     }
 
+    /// A service's VIP can be served while the plane runs, the node is the
+    /// master (with `ha`), and one of its real servers is healthy.
+    fn vips(&self, out: &mut Vec<gatehouse_plane::Vip>) {
+        let running = self.0.runtime.get().is_some_and(|rt| rt.alive());
+        let master = match self.cfg().as_ref().and_then(|l| l.ha.as_ref()) {
+            Some(h) => self.0.role.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(h.initial) == HaRole::Master,
+            None => true,
+        };
+        for s in self.cfg().iter().flat_map(|l| &l.services).filter(|s| s.announce) {
+            let Some(vip) = s.address else { continue };
+            let group = health_group(&s.name);
+            let up = || s.real_servers.iter().filter_map(|r| r.address).any(|a| self.0.health.get(&group, a).is_up());
+            out.push(gatehouse_plane::Vip {
+                address: vip.ip(),
+                healthy: running && master && up(),
+                of: format!("l4 service {}", s.name),
+            });
+        }
+    }
+
     fn health_targets(&self, out: &mut Vec<HealthTarget>) {
         let cfg = self.cfg();
         for s in cfg.iter().flat_map(|l| &l.services) {

@@ -395,6 +395,29 @@ impl Plane for L7 {
         out.insert("certificates".into(), Value::from(certificates));
     }
 
+    /// A listener's address can be served while one of the routes it
+    /// serves answers directly or has an upstream (or canary) endpoint up.
+    fn vips(&self, out: &mut Vec<gatehouse_plane::Vip>) {
+        let snap = self.0.shared.snapshot.load();
+        let cfg = &snap.config;
+        let up = |name: &str| {
+            snap.upstreams
+                .iter()
+                .filter(|u| &*u.name == name)
+                .any(|u| u.pool.endpoints.iter().any(|e| e.health.is_up()))
+        };
+        for l in cfg.listeners.iter().filter(|l| l.announce) {
+            let Some(addr) = l.address else { continue };
+            let healthy =
+                cfg.routes.iter().filter(|r| r.listeners.is_empty() || r.listeners.contains(&l.name)).any(|r| {
+                    r.direct_response.is_some()
+                        || r.upstream.as_deref().is_some_and(up)
+                        || r.canary.as_ref().is_some_and(|c| up(&c.upstream))
+                });
+            out.push(gatehouse_plane::Vip { address: addr.ip(), healthy, of: format!("listener {}", l.name) });
+        }
+    }
+
     fn health_targets(&self, out: &mut Vec<HealthTarget>) {
         let snap = self.0.shared.snapshot.load();
         for u in &snap.upstreams {

@@ -232,6 +232,10 @@ impl Node {
         }
         self.metrics.reloaded(true);
         self.reconcile_health(control);
+        if let Err(e) = self.bgp.configure(self.running.load().config.bgp.as_ref()) {
+            tracing::error!("bgp.interface: {e}; no VIP is announced");
+        }
+        self.bgp_changed.notify_one();
         Ok(version)
     }
 

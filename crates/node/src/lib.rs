@@ -12,6 +12,7 @@
 //! over the control socket).
 
 mod apply;
+pub mod bgp;
 mod control;
 pub mod handover;
 pub mod metrics;
@@ -57,6 +58,10 @@ pub struct Node {
     write_lock: tokio::sync::Mutex<()>,
     /// The active/standby role, when the config has `l4.ha`.
     ha: Mutex<Option<HaState>>,
+    /// What this node announces to the routers (`bgp`).
+    pub bgp: bgp::Announcer,
+    /// Wakes the announcer's daemon task when the `bgp` section changes.
+    bgp_changed: tokio::sync::Notify,
 }
 
 /// The node's active/standby role, as keepalived's notify set it last.
@@ -147,6 +152,27 @@ impl Node {
         Ok(state)
     }
 
+    /// Tells the announcer what the planes serve now and whether the node
+    /// is fit to serve it.
+    pub fn announce(&self) {
+        let mut vips = Vec::new();
+        for p in &self.planes {
+            p.vips(&mut vips);
+        }
+        self.bgp.update(vips, self.ready().err().map(|e| e.to_string()));
+    }
+
+    /// `POST /drain` (`true`): withdraws every VIP from the routers and
+    /// keeps serving; `DELETE /drain` (`false`): announces them again by
+    /// health. False when the config has no `bgp` section.
+    pub fn set_drained(&self, drained: bool) -> bool {
+        let enabled = self.bgp.drain(drained.then_some(bgp::DrainReason::Admin));
+        if enabled {
+            tracing::info!(drained, "bgp: drain set through the admin API");
+        }
+        enabled
+    }
+
     /// The Prometheus exposition of the process and every plane.
     pub fn scrape(&self) -> String {
         self.expose(Exposition::default()).into_text()
@@ -154,6 +180,7 @@ impl Node {
 
     fn expose(&self, mut o: Exposition) -> Exposition {
         self.metrics.render(&mut o, self.running.load().version);
+        self.bgp.metrics(&mut o);
         self.store.metrics(&mut o);
         for p in &self.planes {
             p.metrics(&mut o);
@@ -189,6 +216,9 @@ impl Node {
                 "ha".into(),
                 json!({"role": h.role.name(), "since": unix_seconds(h.since).floor(), "changes": h.changes}),
             );
+        }
+        if let Some(b) = self.bgp.status() {
+            m.insert("bgp".into(), b);
         }
         for p in &self.planes {
             p.status(&mut m);

@@ -240,7 +240,15 @@ pub fn run(
         handed_over: tokio::sync::Notify::new(),
         write_lock: tokio::sync::Mutex::new(()),
         ha: Mutex::new(ha_role.map(|role| crate::HaState { role, since: std::time::SystemTime::now(), changes: 0 })),
+        bgp: crate::bgp::Announcer::new(path),
+        bgp_changed: tokio::sync::Notify::new(),
     });
+    node.bgp
+        .configure(node.running.load().config.bgp.as_ref())
+        .map_err(io("bgp.interface: cannot hold the TUN interface of the VIPs"))?;
+    if takeover {
+        node.bgp.taking_over();
+    }
     if let Some(role) = ha_role {
         tracing::info!(role = role.name(), "high availability: starting in this role");
         for p in &node.planes {
@@ -309,6 +317,8 @@ pub fn run(
                 None
             }
         };
+        let _announcer = AbortOnDropHandle::new(tokio::spawn(announce(node.clone())));
+        let _daemon = AbortOnDropHandle::new(tokio::spawn(tell_daemon(node.clone())));
         control_loop(node, signals).await;
     });
     Ok(())
@@ -334,18 +344,67 @@ impl Signals {
 /// How long a process taking over waits for its predecessor's planes' state.
 const STATE_WAIT: Duration = Duration::from_secs(5);
 
-async fn control_loop(node: Arc<Node>, mut signals: Signals) {
+/// How often the announcer reads the planes' VIPs and their health.
+const ANNOUNCE_EVERY: Duration = Duration::from_millis(100);
+/// How often the announcer asks the BGP daemon for its sessions.
+const DAEMON_EVERY: Duration = Duration::from_secs(2);
+
+/// Keeps the announced VIPs in step with the planes' health.
+async fn announce(node: Arc<Node>) {
+    let mut tick = tokio::time::interval(ANNOUNCE_EVERY);
     loop {
+        tick.tick().await;
+        node.announce();
+    }
+}
+
+/// Keeps the BGP daemon's config in step with `bgp`, and reads its
+/// sessions' states, off the control thread.
+async fn tell_daemon(node: Arc<Node>) {
+    loop {
+        if node.bgp.enabled() {
+            let n = node.clone();
+            let _ = tokio::task::spawn_blocking(move || n.bgp.sync_daemon()).await;
+        }
         tokio::select! {
-            _ = node.handed_over.notified() => break,
+            _ = tokio::time::sleep(DAEMON_EVERY) => {}
+            _ = node.bgp_changed.notified() => {}
+        }
+    }
+}
+
+async fn control_loop(node: Arc<Node>, mut signals: Signals) {
+    let stop = loop {
+        tokio::select! {
+            _ = node.handed_over.notified() => break false,
             _ = signals.hup.recv() => {
                 let _ = node.reload();
             }
-            _ = signals.term.recv() => break,
-            _ = signals.int.recv() => break,
+            _ = signals.term.recv() => break true,
+            _ = signals.int.recv() => break true,
         }
+    };
+    if stop {
+        withdraw(&node, &mut signals).await;
+    } else {
+        // The new process owns the announcements now.
+        node.bgp.retire();
     }
     drain(&node, &mut signals).await;
+}
+
+/// On SIGTERM with VIPs announced: withdraws them, and serves on for
+/// `bgp.drain_delay` while the routers converge. A second signal ends the
+/// wait.
+async fn withdraw(node: &Node, signals: &mut Signals) {
+    let Some(delay) = node.bgp.drain_delay() else { return };
+    node.bgp.drain(Some(crate::bgp::DrainReason::Shutdown));
+    tracing::info!(drain_delay = ?delay, "stopping: VIPs withdrawn; serving while the routers converge");
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = signals.term.recv() => {}
+        _ = signals.int.recv() => {}
+    }
 }
 
 /// Every plane stops taking new work; returns when no work is left or

@@ -172,6 +172,11 @@ pub trait Plane: Send + Sync {
     /// Every endpoint whose health this plane reads, in the running config.
     fn health_targets(&self, out: &mut Vec<HealthTarget>);
 
+    /// The addresses this plane serves that its config marks `announce:
+    /// true`, each with whether it can serve them now. Called often (the
+    /// BGP announcer polls it): reads, never waits.
+    fn vips(&self, _out: &mut Vec<Vip>) {}
+
     /// The node's active/standby role changed (keepalived's notify), or is
     /// given before the start.
     fn set_ha_role(&self, _role: gatehouse_config::HaRole) {}
@@ -181,6 +186,17 @@ pub trait Plane: Send + Sync {
     fn ready(&self) -> Result<(), NotReady> {
         Ok(())
     }
+}
+
+/// An address a plane wants announced to the routers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vip {
+    pub address: std::net::IpAddr,
+    /// It has a healthy backend (real server, upstream endpoint, or a route
+    /// that answers itself) and the plane serves it.
+    pub healthy: bool,
+    /// What serves it, for `/status`: `listener web`, `l4 service dns`.
+    pub of: String,
 }
 
 /// Why a plane does not serve what its config asks.

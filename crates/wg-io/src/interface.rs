@@ -21,9 +21,9 @@ use gatehouse_wg::device::{Device, PeerId};
 use rand_core::OsRng;
 
 use crate::link::{setup_link, update_link};
-use crate::netlink;
 use crate::shared::{Counters, HANDSHAKE_QUEUE, HandshakeQueue, PeerMeta, Settings, Shared, Sticky, resolve_endpoint};
 use crate::sys;
+use gatehouse_link::netlink;
 
 /// Why an interface could not start.
 #[derive(Debug)]
@@ -78,7 +78,7 @@ impl Interface {
         let workers = workers.max(1);
         let mut tuns = Vec::with_capacity(workers);
         for _ in 0..workers {
-            let fd = sys::open_tun(&settings.name)
+            let fd = gatehouse_link::tun::open(&settings.name, gatehouse_link::tun::Kind::Offloaded)
                 .map_err(|e| StartError::at("name", format!("cannot open TUN interface {:?}: {e}", settings.name)))?;
             tuns.push(std::fs::File::from(fd));
         }

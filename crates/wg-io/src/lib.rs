@@ -5,12 +5,12 @@
 //! handshakes and runs the timers; the UAPI socket serves wireguard-tools.
 //!
 //! Datagrams move through [`gatehouse_udp`], shared with the QUIC plane.
-//! `unsafe` is confined to [`sys`] (TUN, eventfd) and that crate.
+//! `unsafe` is confined to [`sys`] (eventfd), that crate and
+//! [`gatehouse_link`] (TUN, rtnetlink).
 
 mod control;
 pub mod interface;
 mod link;
-pub mod netlink;
 pub mod plane;
 pub mod shared;
 pub mod sys;

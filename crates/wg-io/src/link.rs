@@ -6,8 +6,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::netlink;
 use crate::shared::Settings;
+use gatehouse_link::netlink;
 
 /// Every peer's allowed prefixes, each once, in order (the config holds
 /// them as network addresses).

@@ -101,6 +101,9 @@ pub struct Listener {
     /// Also serve HTTP/3 over QUIC on the same port over UDP (https only),
     /// advertised to TCP clients with `Alt-Svc`.
     pub http3: bool,
+    /// Announce the address as a /32 or /128 through `bgp` while a route of
+    /// this listener has a healthy upstream endpoint (or answers directly).
+    pub announce: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -412,6 +415,7 @@ impl Decode for Listener {
             protocol: m.or(ctx, "protocol", Protocol::Http),
             tls: m.opt(ctx, "tls"),
             http3: m.or(ctx, "http3", false),
+            announce: m.or(ctx, "announce", false),
         };
         m.finish(ctx);
         Some(l)

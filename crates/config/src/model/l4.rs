@@ -301,6 +301,9 @@ pub struct L4Service {
     pub health_check: Option<HealthCheck>,
     pub on_server_down: OnServerDown,
     pub syn_proxy: SynProxy,
+    /// Announce the VIP as a /32 or /128 through `bgp` while a real server
+    /// is healthy (and, with `ha`, while this node is the master).
+    pub announce: bool,
 }
 
 /// When a TCP service answers SYNs itself with SYN cookies.
@@ -424,6 +427,7 @@ impl Decode for L4Service {
             health_check: m.opt(ctx, "health_check"),
             on_server_down: m.or(ctx, "on_server_down", OnServerDown::Keep),
             syn_proxy: m.opt(ctx, "syn_proxy").unwrap_or_default(),
+            announce: m.or(ctx, "announce", false),
         };
         m.finish(ctx);
         Some(s)

@@ -1,6 +1,7 @@
 //! The typed config model. Every field's meaning and default is documented
 //! here and in docs/CONFIG.md; keep the two in step.
 
+mod bgp;
 mod http;
 mod l4;
 mod wg;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+pub use bgp::*;
 pub use http::*;
 pub use l4::*;
 pub use wg::*;
@@ -41,6 +43,8 @@ pub struct Config {
     pub l4: Option<L4>,
     /// The WireGuard VPN plane; off when absent.
     pub wireguard: Option<WireGuard>,
+    /// VIPs announced to routers through a BGP daemon; none when absent.
+    pub bgp: Option<Bgp>,
     pub listeners: Vec<Listener>,
     pub certificates: Vec<Certificate>,
     pub upstreams: Vec<Upstream>,
@@ -60,6 +64,7 @@ impl Default for Config {
             store: Store::File,
             l4: None,
             wireguard: None,
+            bgp: None,
             listeners: Vec::new(),
             certificates: Vec::new(),
             upstreams: Vec::new(),
@@ -218,6 +223,7 @@ impl Decode for Config {
             store: m.or(ctx, "store", Store::File),
             l4: m.opt(ctx, "l4"),
             wireguard: m.opt(ctx, "wireguard"),
+            bgp: m.opt(ctx, "bgp"),
             listeners: m.or(ctx, "listeners", Vec::new()),
             certificates: m.or(ctx, "certificates", Vec::new()),
             upstreams: m.or(ctx, "upstreams", Vec::new()),

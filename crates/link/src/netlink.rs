@@ -12,7 +12,9 @@ const RTM_NEWADDR: u16 = 20;
 const RTM_DELADDR: u16 = 21;
 const RTM_NEWROUTE: u16 = 24;
 const RTM_DELROUTE: u16 = 25;
+const RTM_GETADDR: u16 = 22;
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
 const IFLA_MTU: u16 = 4;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
@@ -111,6 +113,69 @@ pub fn add_address(index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
     address(RTM_NEWADDR, libc::NLM_F_CREATE | libc::NLM_F_REPLACE, index, addr, prefix)
 }
 
+/// The addresses of the interface with index `index`, with their prefix
+/// lengths (IPv6 link-local ones included).
+pub fn addresses(index: u32) -> io::Result<Vec<(IpAddr, u8)>> {
+    // ifaddrmsg of a dump of every family: all zeros.
+    let mut msg = Msg::new(RTM_GETADDR, libc::NLM_F_DUMP);
+    msg.put(&[0; 8]);
+    let len = msg.0.len() as u32;
+    msg.0[..4].copy_from_slice(&len.to_ne_bytes());
+    let mut sock = Socket::new(Domain::from(libc::AF_NETLINK), Type::RAW, Some(Protocol::from(libc::NETLINK_ROUTE)))?;
+    sock.send(&msg.0)?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        let n = sock.read(&mut buf)?;
+        let mut at = 0;
+        while at + 16 <= n {
+            let len = u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) as usize;
+            let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
+            if len < 16 || at + len > n {
+                return Err(io::Error::other("netlink: truncated address dump"));
+            }
+            match kind {
+                NLMSG_DONE => return Ok(out),
+                NLMSG_ERROR => {
+                    let code = buf.get(at + 16..at + 20).map_or(0, |c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+                    return Err(io::Error::from_raw_os_error(-code));
+                }
+                RTM_NEWADDR => out.extend(parse_address(&buf[at + 16..at + len], index)),
+                _ => {}
+            }
+            at += len.next_multiple_of(4);
+        }
+    }
+}
+
+/// One RTM_NEWADDR body (ifaddrmsg and attributes): its address if it is
+/// on interface `index`.
+fn parse_address(body: &[u8], index: u32) -> Option<(IpAddr, u8)> {
+    let (head, mut attrs) = (body.get(..8)?, body.get(8..)?);
+    let (family, prefix) = (head[0], head[1]);
+    if u32::from_ne_bytes([head[4], head[5], head[6], head[7]]) != index {
+        return None;
+    }
+    let (mut local, mut address) = (None, None);
+    while attrs.len() >= 4 {
+        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]);
+        let value = attrs.get(4..len.max(4))?;
+        let ip = match (family as i32, value.len()) {
+            (libc::AF_INET, 4) => Some(IpAddr::from(<[u8; 4]>::try_from(value).ok()?)),
+            (libc::AF_INET6, 16) => Some(IpAddr::from(<[u8; 16]>::try_from(value).ok()?)),
+            _ => None,
+        };
+        match kind {
+            IFA_LOCAL => local = ip,
+            IFA_ADDRESS => address = ip,
+            _ => {}
+        }
+        attrs = attrs.get(len.next_multiple_of(4).min(attrs.len())..)?;
+    }
+    Some((local.or(address)?, prefix))
+}
+
 /// Takes `addr/prefix` off the interface; an address already gone is no error.
 pub fn del_address(index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
     match address(RTM_DELADDR, 0, index, addr, prefix) {
@@ -137,5 +202,30 @@ pub fn del_route(index: u32, net: IpAddr, prefix: u8) -> io::Result<()> {
     match route(RTM_DELROUTE, 0, index, net, prefix) {
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
         r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loopback_interface_lists_its_addresses() {
+        let lo = ifindex("lo").expect("lo");
+        let got = addresses(lo).expect("dump");
+        assert!(got.contains(&(IpAddr::from([127, 0, 0, 1]), 8)), "{got:?}");
+    }
+
+    #[test]
+    fn an_address_body_of_another_interface_or_cut_short_is_skipped() {
+        // ifaddrmsg for AF_INET /32 on index 7, then IFA_LOCAL 192.0.2.1.
+        let mut body = vec![libc::AF_INET as u8, 32, 0, 0];
+        body.extend_from_slice(&7u32.to_ne_bytes());
+        body.extend_from_slice(&8u16.to_ne_bytes());
+        body.extend_from_slice(&IFA_LOCAL.to_ne_bytes());
+        body.extend_from_slice(&[192, 0, 2, 1]);
+        assert_eq!(parse_address(&body, 7), Some((IpAddr::from([192, 0, 2, 1]), 32)));
+        assert_eq!(parse_address(&body, 8), None);
+        assert_eq!(parse_address(&body[..10], 7), None);
     }
 }

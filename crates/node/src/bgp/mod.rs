@@ -1,0 +1,377 @@
+//! Route announcements: which VIPs this node asks the routers to send it,
+//! through a BGP daemon that runs as its own service (BIRD 2, [`bird`]).
+//!
+//! Gatehouse speaks no BGP. It holds a TUN interface (`bgp.interface`)
+//! whose addresses are exactly the VIPs to announce; the daemon's `direct`
+//! protocol exports them, so adding or removing an address announces or
+//! withdraws a route within milliseconds, and when the process dies the
+//! kernel removes the interface and the daemon withdraws everything, with no
+//! watchdog. The VIPs themselves are served from elsewhere (the L4 plane
+//! takes its packets before the kernel; an L7 listener's address is the
+//! host's, on `lo`), so a withdrawn VIP is still served while the routers
+//! converge.
+//!
+//! A VIP is announced while the node is fit (every plane ready), not
+//! drained, and some plane serving it has a healthy backend. The neighbours
+//! and route attributes go into the daemon's config through an include file
+//! Gatehouse owns, read again by the daemon's `configure`.
+
+pub mod bird;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use gatehouse_config::Bgp;
+use gatehouse_link::{netlink, tun};
+use gatehouse_plane::Vip;
+use gatehouse_plane::metrics::Exposition;
+use serde_json::{Value, json};
+
+use self::bird::ProtocolState;
+
+/// How long a process that took over keeps its predecessor's announcements
+/// while its planes start, before health may withdraw them.
+const TAKEOVER_GRACE: Duration = Duration::from_secs(5);
+
+/// Why the node asks for no traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainReason {
+    /// `POST /drain` on the admin API.
+    Admin,
+    /// SIGTERM or SIGINT: the process is stopping.
+    Shutdown,
+}
+
+impl DrainReason {
+    fn name(self) -> &'static str {
+        match self {
+            DrainReason::Admin => "admin",
+            DrainReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// The interface the announced addresses sit on, held open.
+struct Holder {
+    _queue: OwnedFd,
+    index: u32,
+    name: String,
+}
+
+/// A VIP as the announcer last saw it.
+#[derive(Debug, Clone)]
+struct VipView {
+    address: IpAddr,
+    healthy: bool,
+    of: Vec<String>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The running `bgp` section.
+    cfg: Option<Bgp>,
+    /// The include file's text BIRD last accepted.
+    configured: Option<String>,
+    holder: Option<Holder>,
+    /// Addresses on the interface now.
+    announced: BTreeSet<IpAddr>,
+    vips: Vec<VipView>,
+    drained: Option<(DrainReason, SystemTime)>,
+    /// Why the node is not fit to serve, when it is not.
+    unfit: Option<String>,
+    /// Until then, health withdraws nothing (after a takeover).
+    grace_until: Option<Instant>,
+    /// The process was taken over: the new one owns the announcements.
+    retired: bool,
+    sessions: Vec<ProtocolState>,
+    daemon_up: bool,
+    daemon_error: Option<String>,
+    interface_error: Option<String>,
+    announcements: u64,
+    withdrawals: u64,
+}
+
+/// The node's announcer: fed the planes' VIPs by the control loop.
+pub struct Announcer {
+    state: Mutex<State>,
+    /// The config file, named in the include file.
+    source: PathBuf,
+}
+
+impl Announcer {
+    pub fn new(source: &Path) -> Announcer {
+        Announcer { state: Mutex::default(), source: source.to_path_buf() }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the config has a `bgp` section.
+    pub fn enabled(&self) -> bool {
+        self.state().cfg.is_some()
+    }
+
+    /// A committed config's `bgp` section. The interface is (re)opened at
+    /// once, so a start fails when it cannot be; the daemon is told at the
+    /// next [`Announcer::sync_daemon`].
+    pub fn configure(&self, cfg: Option<&Bgp>) -> std::io::Result<()> {
+        let mut s = self.state();
+        s.cfg = cfg.cloned();
+        let want = cfg.map(|b| b.interface.as_str());
+        if s.holder.as_ref().map(|h| h.name.as_str()) != want {
+            // The old interface, its addresses and so its routes go.
+            s.holder = None;
+            s.announced.clear();
+            if let Some(name) = want {
+                let held = hold(name);
+                s.interface_error = held.as_ref().err().map(|e| format!("interface {name}: {e}"));
+                let h = held?;
+                // A predecessor's announcements (takeover) are taken as ours.
+                s.announced = netlink::addresses(h.index)?
+                    .into_iter()
+                    .filter(|(a, len)| u32::from(*len) == max_len(*a))
+                    .map(|(a, _)| a)
+                    .collect();
+                s.holder = Some(h);
+            }
+        }
+        Ok(())
+    }
+
+    /// This process took over from a running one: keep its announcements
+    /// while the planes start.
+    pub fn taking_over(&self) {
+        self.state().grace_until = Some(Instant::now() + TAKEOVER_GRACE);
+    }
+
+    /// A new process has taken over: it owns the interface and the
+    /// announcements now; this one changes nothing more.
+    pub fn retire(&self) {
+        self.state().retired = true;
+    }
+
+    /// Withdraws every VIP (and keeps serving), or with `None` announces
+    /// them again by health. Returns whether there is a `bgp` section.
+    pub fn drain(&self, reason: Option<DrainReason>) -> bool {
+        let mut s = self.state();
+        match reason {
+            // A stop is never turned back into an admin drain.
+            Some(r) if s.drained.is_none_or(|(was, _)| was != DrainReason::Shutdown) => {
+                s.drained = Some((r, SystemTime::now()));
+            }
+            None if s.drained.is_some_and(|(r, _)| r == DrainReason::Admin) => s.drained = None,
+            _ => {}
+        }
+        let enabled = s.cfg.is_some();
+        let vips: Vec<Vip> =
+            s.vips.iter().map(|v| Vip { address: v.address, healthy: v.healthy, of: v.of.join(", ") }).collect();
+        let unfit = s.unfit.clone();
+        drop(s);
+        self.update(vips, unfit);
+        enabled
+    }
+
+    /// The planes' VIPs now, and why the node is unfit (if it is): adds
+    /// and removes the interface's addresses to match.
+    pub fn update(&self, vips: Vec<Vip>, unfit: Option<String>) {
+        let mut s = self.state();
+        let mut views: Vec<VipView> = Vec::new();
+        for v in vips {
+            match views.iter_mut().find(|x| x.address == v.address) {
+                Some(x) => {
+                    x.healthy |= v.healthy;
+                    x.of.push(v.of);
+                }
+                None => views.push(VipView { address: v.address, healthy: v.healthy, of: vec![v.of] }),
+            }
+        }
+        s.vips = views;
+        s.unfit = unfit;
+        if s.retired || s.cfg.is_none() {
+            return;
+        }
+        let Some(index) = s.holder.as_ref().map(|h| h.index) else { return };
+        let grace = s.grace_until.is_some_and(|t| Instant::now() < t);
+        let serving = s.drained.is_none() && s.unfit.is_none();
+        let want: BTreeSet<IpAddr> = s
+            .vips
+            .iter()
+            .filter(|v| serving && (v.healthy || (grace && s.announced.contains(&v.address))))
+            .map(|v| v.address)
+            .collect();
+        let gone: Vec<IpAddr> = s.announced.difference(&want).copied().collect();
+        let new: Vec<IpAddr> = want.difference(&s.announced).copied().collect();
+        for a in gone {
+            match netlink::del_address(index, a, max_len(a) as u8) {
+                Ok(()) => {
+                    s.announced.remove(&a);
+                    s.withdrawals += 1;
+                    tracing::info!(vip = %a, "bgp: withdrawn");
+                }
+                Err(e) => tracing::warn!(vip = %a, "bgp: cannot withdraw: {e}"),
+            }
+        }
+        for a in new {
+            match netlink::add_address(index, a, max_len(a) as u8) {
+                Ok(()) => {
+                    s.announced.insert(a);
+                    s.announcements += 1;
+                    tracing::info!(vip = %a, "bgp: announced");
+                }
+                Err(e) => tracing::warn!(vip = %a, "bgp: cannot announce: {e}"),
+            }
+        }
+    }
+
+    /// Talks to the daemon (blocking, a few milliseconds; run it off the
+    /// control loop): writes the include file and asks for `configure`
+    /// when the section changed, then reads the sessions' states.
+    pub fn sync_daemon(&self) {
+        let Some(cfg) = self.state().cfg.clone() else { return };
+        if self.state().retired {
+            return;
+        }
+        let text = bird::render(&cfg, &self.source);
+        let mut error = None;
+        if self.state().configured.as_deref() != Some(text.as_str()) {
+            match write_atomically(Path::new(&cfg.include), &text) {
+                Err(e) => error = Some(format!("cannot write {}: {e}", cfg.include)),
+                Ok(()) => match bird::configure(&cfg.socket) {
+                    Ok(()) => {
+                        tracing::info!(file = %cfg.include, "bgp: BIRD read the neighbours and attributes");
+                        self.state().configured = Some(text);
+                    }
+                    Err(e) => error = Some(e.to_string()),
+                },
+            }
+        }
+        let sessions = bird::protocols(&cfg.socket);
+        let mut s = self.state();
+        match sessions {
+            Ok(rows) => {
+                s.daemon_up = true;
+                if error.is_none() && !rows.iter().any(|p| p.name == bird::VIPS_PROTOCOL) {
+                    error = Some(format!(
+                        "BIRD has no protocol {}: its config must include {:?}",
+                        bird::VIPS_PROTOCOL,
+                        cfg.include
+                    ));
+                }
+                s.sessions = rows.into_iter().filter(|p| p.name.starts_with(bird::PREFIX)).collect();
+            }
+            Err(e) => {
+                s.daemon_up = false;
+                s.sessions.clear();
+                error.get_or_insert(e.to_string());
+            }
+        }
+        if error != s.daemon_error {
+            match &error {
+                Some(e) => tracing::warn!("bgp: {e}"),
+                None => tracing::info!("bgp: BIRD answers"),
+            }
+            // Configure again next time, whatever failed.
+            s.configured = s.configured.take().filter(|_| error.is_none());
+        }
+        s.daemon_error = error;
+    }
+
+    /// How long SIGTERM waits between withdrawing and stopping.
+    pub fn drain_delay(&self) -> Option<Duration> {
+        let s = self.state();
+        s.cfg.as_ref().filter(|_| !s.announced.is_empty() && !s.retired).map(|b| b.drain_delay)
+    }
+
+    /// `/status`'s `bgp` section.
+    pub fn status(&self) -> Option<Value> {
+        let s = self.state();
+        let b = s.cfg.as_ref()?;
+        let vips: Vec<Value> = s
+            .vips
+            .iter()
+            .map(|v| json!({"address": v.address.to_string(), "announced": s.announced.contains(&v.address), "healthy": v.healthy, "of": v.of}))
+            .collect();
+        let neighbors: Vec<Value> = b
+            .neighbors
+            .iter()
+            .map(|n| {
+                let name = format!("{}{}", bird::PREFIX, n.name);
+                let row = s.sessions.iter().find(|p| p.name == name);
+                json!({
+                    "name": n.name,
+                    "address": n.address.map(|a| a.to_string()),
+                    "asn": n.asn,
+                    "bfd": n.bfd,
+                    "established": row.is_some_and(ProtocolState::established),
+                    "state": row.map(|p| format!("{} {}", p.state, p.info).trim().to_string()),
+                })
+            })
+            .collect();
+        Some(json!({
+            "daemon": "bird",
+            "socket": b.socket,
+            "daemon_up": s.daemon_up,
+            "error": s.daemon_error.clone().or(s.interface_error.clone()),
+            "interface": b.interface,
+            "asn": b.asn,
+            "drained": s.drained.map(|(r, at)| json!({"reason": r.name(), "since": crate::unix_seconds(at).floor()})),
+            "unfit": s.unfit,
+            "vips": vips,
+            "neighbors": neighbors,
+        }))
+    }
+
+    /// The announcer's series.
+    pub fn metrics(&self, o: &mut Exposition) {
+        let s = self.state();
+        let Some(b) = &s.cfg else { return };
+        o.header("gatehouse_bgp_announced", "gauge", "1 while the VIP is announced to the BGP daemon.");
+        for v in &s.vips {
+            let vip = v.address.to_string();
+            o.sample("gatehouse_bgp_announced", &[("vip", &vip)], u8::from(s.announced.contains(&v.address)));
+        }
+        o.header("gatehouse_bgp_session_up", "gauge", "1 while the BGP session with the neighbor is established.");
+        for n in &b.neighbors {
+            let name = format!("{}{}", bird::PREFIX, n.name);
+            let up = s.sessions.iter().any(|p| p.name == name && p.established());
+            o.sample("gatehouse_bgp_session_up", &[("neighbor", &n.name)], u8::from(up));
+        }
+        o.header("gatehouse_bgp_daemon_up", "gauge", "1 while the BGP daemon answers on its control socket.");
+        o.sample("gatehouse_bgp_daemon_up", &[], u8::from(s.daemon_up));
+        o.header("gatehouse_bgp_drained", "gauge", "1 while the node withdraws its VIPs on purpose (drain).");
+        o.sample("gatehouse_bgp_drained", &[], u8::from(s.drained.is_some()));
+        o.header("gatehouse_bgp_announcements_total", "counter", "VIPs announced.");
+        o.sample("gatehouse_bgp_announcements_total", &[], s.announcements);
+        o.header("gatehouse_bgp_withdrawals_total", "counter", "VIPs withdrawn.");
+        o.sample("gatehouse_bgp_withdrawals_total", &[], s.withdrawals);
+    }
+}
+
+/// The prefix length of a single address.
+fn max_len(a: IpAddr) -> u32 {
+    if a.is_ipv4() { 32 } else { 128 }
+}
+
+/// Opens (or joins) the TUN interface `name` and brings it up.
+fn hold(name: &str) -> std::io::Result<Holder> {
+    let queue = tun::open(name, tun::Kind::Holder)?;
+    let index = netlink::ifindex(name)?;
+    netlink::link_up(index, 1500)?;
+    Ok(Holder { _queue: queue, index, name: name.to_string() })
+}
+
+/// Writes `text` to `path` through a temporary file and a rename, so the
+/// daemon never reads half a file.
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
