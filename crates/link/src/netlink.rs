@@ -21,6 +21,9 @@ const IFA_LOCAL: u16 = 2;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
 const RT_TABLE_MAIN: u8 = 254;
+const RT_TABLE_LOCAL: u8 = 255;
+const RT_SCOPE_HOST: u8 = 254;
+const RTN_LOCAL: u8 = 2;
 /// Routes this plane adds carry this protocol number ("static").
 const RTPROT_STATIC: u8 = 4;
 const RT_SCOPE_UNIVERSE: u8 = 0;
@@ -189,6 +192,23 @@ fn route(kind: u16, flags: i32, index: u32, net: IpAddr, prefix: u8) -> io::Resu
     let mut m = vec![family(net), prefix, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST];
     m.extend_from_slice(&0u32.to_ne_bytes());
     Msg::new(kind, flags).put(&m).attr(RTA_DST, &octets(net)).attr(RTA_OIF, &index.to_ne_bytes()).send()
+}
+
+/// Removes the local route the kernel made for address `addr` of the
+/// interface: the address stays on it (a routing daemon still sees it),
+/// but the host no longer takes packets for it, nor answers ARP or
+/// neighbour solicitations for it there. A route already gone is no error.
+pub fn del_local_route(index: u32, addr: IpAddr) -> io::Result<()> {
+    let len = if addr.is_ipv4() { 32 } else { 128 };
+    // rtmsg: family, dst_len, src_len, tos, table, protocol (any), scope, type, flags.
+    let mut m = vec![family(addr), len, 0, 0, RT_TABLE_LOCAL, 0, RT_SCOPE_HOST, RTN_LOCAL];
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    let sent =
+        Msg::new(RTM_DELROUTE, 0).put(&m).attr(RTA_DST, &octets(addr)).attr(RTA_OIF, &index.to_ne_bytes()).send();
+    match sent {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        r => r,
+    }
 }
 
 /// Routes `net/prefix` into the interface (replacing a route to the same

@@ -6,10 +6,11 @@
 //! protocol exports them, so adding or removing an address announces or
 //! withdraws a route within milliseconds, and when the process dies the
 //! kernel removes the interface and the daemon withdraws everything, with no
-//! watchdog. The VIPs themselves are served from elsewhere (the L4 plane
-//! takes its packets before the kernel; an L7 listener's address is the
-//! host's, on `lo`), so a withdrawn VIP is still served while the routers
-//! converge.
+//! watchdog. The addresses there are not the host's (their local routes
+//! are removed). The VIPs themselves are served from elsewhere (the L4
+//! plane takes its packets before the kernel; an L7 listener's address is
+//! the host's, on `lo`), so a withdrawn VIP is still served while the
+//! routers converge.
 //!
 //! A VIP is announced while the node is fit (every plane ready), not
 //! drained, and some plane serving it has a healthy backend. The neighbours
@@ -217,7 +218,13 @@ impl Announcer {
             }
         }
         for a in new {
-            match netlink::add_address(index, a, max_len(a) as u8) {
+            // The address is for the daemon only: without its local route
+            // the host neither answers ARP for the VIP on its other links
+            // nor takes its packets in the kernel (where a dying process's
+            // port would answer a moved flow with a reset).
+            let added =
+                netlink::add_address(index, a, max_len(a) as u8).and_then(|()| netlink::del_local_route(index, a));
+            match added {
                 Ok(()) => {
                     s.announced.insert(a);
                     s.announcements += 1;
