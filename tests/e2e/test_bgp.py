@@ -403,3 +403,26 @@ def test_f_sigterm_withdraws_then_serves_for_drain_delay_then_stops(cluster):
     n2.start()
     wait_for(lambda: next_hops(L7_VIP) == set(NODES) and next_hops(L4_VIP) == set(NODES), timeout=10,
              what="n2 back")
+
+
+def test_g_the_dashboard_shows_announcements_and_sessions(cluster, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from browser import cell, console_errors, forwarded_from, open_dashboard, row
+
+    n1, d = cluster["n1"], browser
+    with forwarded_from(NS["n1"], 9180, tmp_path) as port:
+        open_dashboard(d, f"http://127.0.0.1:{port}")
+        wait_for(lambda: d.find_element(By.ID, "bgp").is_displayed(), timeout=10, what="the BGP panel")
+        wait_for(lambda: cell(row(d, "#bgp-neighbors", "router"), 4) == "ESTABLISHED", timeout=10, what="the session")
+        assert cell(row(d, "#bgp-neighbors", "router"), 1) == "10.89.0.1"
+        vip = row(d, "#bgp-vips", L7_VIP)
+        assert (cell(vip, 1), cell(vip, 2), cell(vip, 3)) == ("ANNOUNCED", "UP", "listener web")
+        n1.api("POST", "/drain")
+        try:
+            wait_for(lambda: cell(row(d, "#bgp-vips", L4_VIP), 1) == "WITHDRAWN", timeout=10, what="withdrawn shown")
+            assert "DRAINED (admin)" in d.find_element(By.ID, "bgp-summary").text
+        finally:
+            n1.api("DELETE", "/drain")
+        wait_for(lambda: cell(row(d, "#bgp-vips", L4_VIP), 1) == "ANNOUNCED", timeout=10, what="announced shown")
+        assert console_errors(d) == []

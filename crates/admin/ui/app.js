@@ -507,6 +507,40 @@
     $('keyshares').textContent = shares.length ? `TLS key shares: ${shares.join('; ')}` : 'no TLS key shares yet';
   }
 
+  // What this node announces through its BGP daemon, and the sessions.
+  function renderBgp(doc) {
+    const b = doc.status.bgp;
+    $('bgp').classList.toggle('hidden', !b);
+    if (!b) return;
+    const drained = b.drained ? `DRAINED (${b.drained.reason}): every VIP withdrawn` : null;
+    const summary = [
+      `BIRD at ${b.socket} ${b.daemon_up ? 'answers' : 'does NOT answer'}`,
+      `interface ${b.interface}, AS ${b.asn}`,
+      drained, b.unfit ? `not fit to serve: ${b.unfit}` : null, b.error ? `error: ${b.error}` : null,
+    ].filter(Boolean).join('; ');
+    $('bgp-summary').textContent = summary;
+    $('bgp-summary').classList.toggle('bad', !!(drained || b.unfit || b.error || !b.daemon_up));
+    const vt = $('bgp-vips').tBodies[0];
+    if (!b.vips.length) emptyRow(vt, 4, 'nothing marked announce: true');
+    else syncRows(vt, b.vips, (v) => v.address, () => el('tr'), (tr, v) => {
+      const c = cells(tr, 4);
+      setText(c[0], v.address);
+      setPill(c[1], v.announced ? ['ANNOUNCED', 'up'] : ['WITHDRAWN', 'down']);
+      setPill(c[2], v.healthy ? ['UP', 'up'] : ['DOWN', 'down']);
+      setText(c[3], v.of.join(', '));
+    });
+    const nt = $('bgp-neighbors').tBodies[0];
+    if (!b.neighbors.length) return emptyRow(nt, 5, 'no neighbors in the config');
+    syncRows(nt, b.neighbors, (n) => n.name, () => el('tr'), (tr, n) => {
+      const c = cells(tr, 5, [2]);
+      setText(c[0], n.name);
+      setText(c[1], n.address || '');
+      setText(c[2], String(n.asn));
+      setText(c[3], n.bfd ? 'on' : 'off');
+      setPill(c[4], n.established ? ['ESTABLISHED', 'up'] : [(n.state || 'unknown').toUpperCase(), 'down']);
+    });
+  }
+
   function renderL4(doc, old) {
     const st = doc.status;
     const services = st.l4_services;
@@ -727,6 +761,7 @@
     renderUpstreams(doc, win);
     renderKeyops(doc, win);
     renderL4(doc, win);
+    renderBgp(doc);
     renderWireGuard(doc, win);
     renderCharts(doc, prev);
     document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
