@@ -3,7 +3,7 @@
 # edge traffic through the proxy (bench/l7_edge.py), HTTP/3 against Caddy
 # (bench/l7_quic.py), TLS handshakes, the L4
 # plane's session sync and SYN proxy in memory, then WireGuard tunnels
-# against wireguard-go and boringtun (as root).
+# against wireguard-go and boringtun and BGP route withdrawal (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 bench/l7_edge.py --write docs/BENCHMARKS.md
@@ -12,6 +12,7 @@ python3 bench/l7_bench.py --only tls --write docs/BENCHMARKS.md "$@"
 python3 bench/l4_ha.py --write docs/BENCHMARKS.md
 if [ "$(id -u)" -eq 0 ]; then
   python3 bench/wg_tunnel.py --write docs/BENCHMARKS.md
+  python3 bench/bgp_ecmp.py --write docs/BENCHMARKS.md
 else
-  echo "bench/wg_tunnel.py skipped: namespaces and TUN need root" >&2
+  echo "bench/wg_tunnel.py and bench/bgp_ecmp.py skipped: namespaces and TUN need root" >&2
 fi

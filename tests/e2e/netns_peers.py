@@ -15,6 +15,13 @@ modules): a real server and the clients.
     python3 netns_peers.py counter HOST PORT      one TCP connection, a counter sent every 50 ms;
                                                   prints each echo as `NAME N LOCALPORT`, "ERR ..."
                                                   when one does not come back within 10 s
+    python3 netns_peers.py flows KIND HOST PORT N SECONDS
+                                                  N long-lived connections (KIND echo: lines to the
+                                                  :9000 echo; http: keep-alive GETs), each used every
+                                                  200 ms for SECONDS; prints "ready" once all are open,
+                                                  then {"open": N, "broken": K, "moved": M}: K failed
+                                                  (reset, closed, 3 s without an answer), M (echo only)
+                                                  answered by another server than at first
 
 The server also echoes lines on TCP :9000 as `NAME LINE`.
 """
@@ -142,6 +149,58 @@ def counter(host, port):
         time.sleep(0.05)
 
 
+def flows(kind, host, port, n, seconds):
+    conns = []
+    for i in range(n):
+        s = socket.create_connection((host, port), timeout=5)
+        s.settimeout(3)
+        conns.append([s, s.makefile("rb"), None, False])
+    print("ready", flush=True)
+
+    def ask(c, i):
+        s, f = c[0], c[1]
+        if kind == "echo":
+            s.sendall(f"{i}\n".encode())
+            line = f.readline()
+            if not line:
+                raise ConnectionError("closed")
+            return line.decode().split()[0]
+        s.sendall(f"GET / HTTP/1.1\r\nhost: {host}\r\n\r\n".encode())
+        length = 0
+        while True:
+            line = f.readline()
+            if not line:
+                raise ConnectionError("closed")
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+            if line in (b"\r\n", b"\n"):
+                break
+        return f.read(length).decode()
+
+    broken = moved = 0
+    end = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < end:
+        for c in conns:
+            if c[3]:
+                continue
+            try:
+                name = ask(c, i)
+                if kind == "http" or c[2] is None:
+                    # A proxy spreads a connection's requests: only an
+                    # echo's server is the connection's own.
+                    c[2] = name
+                elif name != c[2]:
+                    moved += 1
+                    c[3] = True
+            except Exception:  # noqa: BLE001 - any failure is a broken connection
+                broken += 1
+                c[3] = True
+        i += 1
+        time.sleep(0.2)
+    print(json.dumps({"open": n, "broken": broken, "moved": moved}), flush=True)
+
+
 def udp(host, port, n, first_port):
     seen = {"errors": 0}
     for i in range(n):
@@ -177,3 +236,5 @@ if __name__ == "__main__":
         counter(sys.argv[2], int(sys.argv[3]))
     elif cmd == "udp":
         udp(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    elif cmd == "flows":
+        flows(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
