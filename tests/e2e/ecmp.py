@@ -6,8 +6,8 @@
                                                                  |------------------------ n3 10.89.0.4
                                                                  |------------------------ s1 10.89.0.11, s2 10.89.0.12
 
-Each node runs its own BIRD 2 (AS 65001, a session to the router in AS
-65000) and Gatehouse, which announces two VIPs through it: 10.89.1.1, an
+Each node runs its own BIRD 2 (AS 65001, a session with BFD to the router
+in AS 65000) and Gatehouse, which announces two VIPs through it: 10.89.1.1, an
 L4 service (direct routing, Maglev: ports 80 and 9000 of s1 and s2, which
 hold the VIP on their loopback and answer the client through the router),
 and 10.89.1.2, an L7 listener (on each node's loopback) proxying to port
@@ -45,7 +45,8 @@ ROUTER_BIRD = """
 router id 10.89.0.1;
 protocol device { scan time 10; }
 protocol kernel { merge paths yes; ipv4 { import none; export all; }; }
-template bgp node { local 10.89.0.1 as 65000; hold time 9; connect retry time 2; ipv4 { import all; export none; }; }
+protocol bfd { }
+template bgp node { local 10.89.0.1 as 65000; hold time 9; connect retry time 2; error wait time 1, 5; bfd on; ipv4 { import all; export none; }; }
 """ + "".join(f"protocol bgp {n} from node {{ neighbor {a} as 65001; }}\n" for n, a in NODES.items())
 
 
@@ -85,7 +86,7 @@ bgp:
   router_id: {NODES[node]}
   drain_delay: 1s
   neighbors:
-    - {{ name: router, address: 10.89.0.1, asn: 65000, local_address: {NODES[node]} }}
+    - {{ name: router, address: 10.89.0.1, asn: 65000, local_address: {NODES[node]}, bfd: true }}
 """
 
 
@@ -136,10 +137,20 @@ class Node:
         self.name = name
         self.dir = tmp / name
         self.dir.mkdir(exist_ok=True)
-        conf = f'router id {NODES[name]};\nprotocol device {{ scan time 10; }}\ninclude "{self.dir}/gatehouse*.conf";\n'
-        self.bird = bird(name, conf, self.dir)
-        wait_for(lambda: (self.dir / "bird.ctl").exists(), what=f"BIRD on {name}")
+        self.start_bird()
         self.start()
+
+    def start_bird(self):
+        conf = f'router id {NODES[self.name]};\nprotocol device {{ scan time 10; }}\ninclude "{self.dir}/gatehouse*.conf";\n'
+        ctl = self.dir / "bird.ctl"
+        ctl.unlink(missing_ok=True)
+        self.bird = bird(self.name, conf, self.dir)
+        wait_for(lambda: ctl.exists(), what=f"BIRD on {self.name}")
+
+    def restart_bird(self):
+        self.bird.kill()
+        self.bird.wait()
+        self.start_bird()
 
     def start(self, config=None):
         self.gh = Gatehouse(self.dir, config or node_config(self.name, self.dir), prefix=("ip", "netns", "exec", NS[self.name]))

@@ -3,6 +3,7 @@ running BIRD 2 with merge paths, each with its own BIRD and Gatehouse
 (the topology is in ecmp.py)."""
 
 import os
+import signal
 import subprocess
 import time
 
@@ -162,6 +163,34 @@ def test_f_sigterm_withdraws_then_serves_for_drain_delay_then_stops(cluster):
     n2.start()
     wait_for(lambda: next_hops(L7_VIP) == set(NODES) and next_hops(L4_VIP) == set(NODES), timeout=10,
              what="n2 back")
+
+
+def test_h_a_frozen_node_leaves_by_bfd_within_a_second(cluster):
+    """The whole node stops (BIRD and Gatehouse frozen, as a hung host):
+    nothing on it withdraws anything; the router's BFD session times out
+    and drops the node's routes."""
+    n3 = cluster["n3"]
+    assert "bfd on;" in (n3.dir / "gatehouse.conf").read_text()
+    pids = [n3.gh.proc.pid, n3.bird.pid]
+    start = time.monotonic()
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "n3" not in next_hops(L4_VIP), timeout=1.5, interval=0.005, what="n3 dropped by BFD")
+        took = time.monotonic() - start
+        seen = client("count", f"http://{L4_VIP}/", "100")
+        assert seen["errors"] == 0, seen
+    finally:
+        for p in pids:
+            os.kill(p, signal.SIGCONT)
+    # A BIRD whose session failed waits a minute before trying again (its
+    # `error wait time`): the node's operator restarts it. It reads
+    # Gatehouse's file and the addresses on the interface afresh.
+    n3.restart_bird()
+    wait_for(lambda: next_hops(L4_VIP) == set(NODES) and next_hops(L7_VIP) == set(NODES), timeout=30,
+             what="n3 back with a new BIRD")
+    wait_for(lambda: n3.status()["bgp"]["neighbors"][0]["established"], timeout=5, what="n3's status sees it")
+    print(f"BFD: n3 dropped after {took * 1000:.0f} ms")
 
 
 def test_g_the_dashboard_shows_announcements_and_sessions(cluster, browser, tmp_path):
