@@ -214,3 +214,23 @@ def test_g_the_dashboard_shows_announcements_and_sessions(cluster, browser, tmp_
             n1.api("DELETE", "/drain")
         wait_for(lambda: cell(row(d, "#bgp-vips", L4_VIP), 1) == "ANNOUNCED", timeout=10, what="announced shown")
         assert console_errors(d) == []
+
+
+def test_i_a_reload_without_bgp_withdraws_and_closes_the_sessions(cluster):
+    n2 = cluster["n2"]
+    full = node_config("n2", n2.dir)
+    plain = full.split("bgp:")[0].replace(", announce: true", "").replace("      announce: true\n", "")
+    n2.gh.reload(plain)
+    try:
+        wait_for(lambda: "n2" not in next_hops(L4_VIP) and "n2" not in next_hops(L7_VIP), timeout=5,
+                 what="n2 withdrawn when its config drops bgp")
+        wait_for(lambda: "gatehouse_router" not in ns("n2", "birdc", "-s", str(n2.dir / "bird.ctl"), "show", "protocols"),
+                 timeout=5, what="BIRD's session closed")
+        assert "announces nothing" in (n2.dir / "gatehouse.conf").read_text()
+        assert "bgp" not in n2.status()
+        # n2 serves on; the routers just do not send it anything.
+        assert ns("n2", "curl", "-s", f"http://{L7_VIP}/", check=False) in ("s1", "s2")
+    finally:
+        n2.gh.reload(full)
+    wait_for(lambda: next_hops(L4_VIP) == set(NODES) and next_hops(L7_VIP) == set(NODES), timeout=30,
+             what="n2 back with its bgp section")

@@ -155,6 +155,9 @@ impl Node {
     /// Tells the announcer what the planes serve now and whether the node
     /// is fit to serve it.
     pub fn announce(&self) {
+        if !self.bgp.enabled() {
+            return;
+        }
         let mut vips = Vec::new();
         for p in &self.planes {
             p.vips(&mut vips);

@@ -75,8 +75,9 @@ struct VipView {
 struct State {
     /// The running `bgp` section.
     cfg: Option<Bgp>,
-    /// The include file's text BIRD last accepted.
-    configured: Option<String>,
+    /// The include file's text BIRD last accepted, and the section it was
+    /// written from.
+    configured: Option<(String, Bgp)>,
     holder: Option<Holder>,
     /// Addresses on the interface now.
     announced: BTreeSet<IpAddr>,
@@ -237,21 +238,41 @@ impl Announcer {
 
     /// Talks to the daemon (blocking, a few milliseconds; run it off the
     /// control loop): writes the include file and asks for `configure`
-    /// when the section changed, then reads the sessions' states.
+    /// when the section changed, then reads the sessions' states. When the
+    /// section is gone, the file is emptied so BIRD closes the sessions.
     pub fn sync_daemon(&self) {
-        let Some(cfg) = self.state().cfg.clone() else { return };
-        if self.state().retired {
+        let (cfg, was) = {
+            let s = self.state();
+            if s.retired {
+                return;
+            }
+            (s.cfg.clone(), s.configured.as_ref().map(|(_, b)| b.clone()))
+        };
+        let Some(cfg) = cfg else {
+            if let Some(old) = was {
+                let text = format!("# Gatehouse announces nothing: {} has no bgp section.\n", self.source.display());
+                match write_atomically(Path::new(&old.include), &text)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| bird::configure(&old.socket).map_err(|e| e.to_string()))
+                {
+                    Ok(()) => tracing::info!(file = %old.include, "bgp: section removed; BIRD's sessions closed"),
+                    Err(e) => tracing::warn!("bgp: section removed, but BIRD was not told: {e}"),
+                }
+                let mut s = self.state();
+                s.configured = None;
+                s.sessions.clear();
+            }
             return;
-        }
+        };
         let text = bird::render(&cfg, &self.source);
         let mut error = None;
-        if self.state().configured.as_deref() != Some(text.as_str()) {
+        if self.state().configured.as_ref().map(|(t, _)| t.as_str()) != Some(text.as_str()) {
             match write_atomically(Path::new(&cfg.include), &text) {
                 Err(e) => error = Some(format!("cannot write {}: {e}", cfg.include)),
                 Ok(()) => match bird::configure(&cfg.socket) {
                     Ok(()) => {
                         tracing::info!(file = %cfg.include, "bgp: BIRD read the neighbours and attributes");
-                        self.state().configured = Some(text);
+                        self.state().configured = Some((text, cfg.clone()));
                     }
                     Err(e) => error = Some(e.to_string()),
                 },
@@ -282,8 +303,11 @@ impl Announcer {
                 Some(e) => tracing::warn!("bgp: {e}"),
                 None => tracing::info!("bgp: BIRD answers"),
             }
-            // Configure again next time, whatever failed.
-            s.configured = s.configured.take().filter(|_| error.is_none());
+            // Configure again next time, whatever failed (a BIRD that
+            // restarted without the file, say).
+            if error.is_some() {
+                s.configured = None;
+            }
         }
         s.daemon_error = error;
     }
