@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import l7_bench as B  # noqa: E402
-from ecmp import L4_VIP, L7_VIP, NODES, NS, PEERS, Cluster, next_hops, wait_for  # noqa: E402
+from ecmp import L4_VIP, L7_VIP, NS, PEERS, Cluster, everywhere, next_hops, wait_for  # noqa: E402
 
 
 def gone(node, start):
@@ -44,7 +44,7 @@ def gone(node, start):
 
 
 def back():
-    wait_for(lambda: next_hops(L4_VIP) == set(NODES) and next_hops(L7_VIP) == set(NODES), timeout=15,
+    wait_for(everywhere, timeout=15,
              what="every VIP via three nodes")
 
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import netns
-from harness import BIN, Gatehouse, wait_for
+from harness import Gatehouse, wait_for
 from netns import sh
 
 HERE = Path(__file__).resolve().parent
@@ -34,6 +34,9 @@ NODES = {"n1": "10.89.0.2", "n2": "10.89.0.3", "n3": "10.89.0.4"}
 SERVERS = {"s1": "10.89.0.11", "s2": "10.89.0.12"}
 NS = {k: f"{TAG}-{k}" for k in ("c", "r", *NODES, *SERVERS)}
 L4_VIP, L7_VIP = "10.89.1.1", "10.89.1.2"
+# The L7 listener's IPv6 address, announced over IPv6 sessions.
+L7_VIP6 = "2001:db8:89:1::2"
+NODES6 = {"n1": "2001:db8:89::2", "n2": "2001:db8:89::3", "n3": "2001:db8:89::4"}
 KEY = "bgp-test-key-0123456789"
 
 
@@ -45,9 +48,12 @@ ROUTER_BIRD = """
 router id 10.89.0.1;
 protocol device { scan time 10; }
 protocol kernel { merge paths yes; ipv4 { import none; export all; }; }
+protocol kernel { merge paths yes; ipv6 { import none; export all; }; }
 protocol bfd { }
 template bgp node { local 10.89.0.1 as 65000; hold time 9; connect retry time 2; error wait time 1, 5; bfd on; ipv4 { import all; export none; }; }
-""" + "".join(f"protocol bgp {n} from node {{ neighbor {a} as 65001; }}\n" for n, a in NODES.items())
+template bgp node6 { local 2001:db8:89::1 as 65000; hold time 9; connect retry time 2; error wait time 1, 5; bfd on; ipv6 { import all; export none; }; }
+""" + "".join(f"protocol bgp {n} from node {{ neighbor {a} as 65001; }}\n" for n, a in NODES.items()) \
+  + "".join(f"protocol bgp {n}v6 from node6 {{ neighbor {a} as 65001; }}\n" for n, a in NODES6.items())
 
 
 def node_config(node, d, l7_port=8080):
@@ -56,6 +62,7 @@ workers: 1
 admin: {{ address: "127.0.0.1:9180", api_key: {KEY} }}
 listeners:
   - {{ name: web, address: "{L7_VIP}:80", announce: true }}
+  - {{ name: web6, address: "[{L7_VIP6}]:80", announce: true }}
 upstreams:
   - name: servers
     endpoints: ["{SERVERS['s1']}:{l7_port}", "{SERVERS['s2']}:{l7_port}"]
@@ -87,6 +94,7 @@ bgp:
   drain_delay: 1s
   neighbors:
     - {{ name: router, address: 10.89.0.1, asn: 65000, local_address: {NODES[node]}, bfd: true }}
+    - {{ name: router6, address: "2001:db8:89::1", asn: 65000, local_address: "{NODES6[node]}", bfd: true }}
 """
 
 
@@ -103,6 +111,18 @@ def build_topology():
             ns(s, "sysctl", "-qw", f"net.ipv4.conf.all.{key}")
     for n in NODES:
         sh("ip", "-n", NS[n], "addr", "add", f"{L7_VIP}/32", "dev", "lo")
+    # IPv6 beside: the LAN 2001:db8:89::/64 (router ::1), the client's
+    # 2001:db8:90::/64, the L7 listener's address on the nodes' loopback.
+    sh("ip", "-n", NS["r"], "addr", "add", "2001:db8:89::1/64", "dev", "br0", "nodad")
+    sh("ip", "-n", NS["r"], "addr", "add", "2001:db8:90::1/64", "dev", "rc", "nodad")
+    sh("ip", "-n", NS["c"], "addr", "add", "2001:db8:90::10/64", "dev", "c0", "nodad")
+    sh("ip", "-n", NS["c"], "-6", "route", "add", "default", "via", "2001:db8:90::1")
+    ns("r", "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+    ns("r", "sysctl", "-qw", "net.ipv6.fib_multipath_hash_policy=1")
+    for n, a in NODES6.items():
+        sh("ip", "-n", NS[n], "addr", "add", f"{a}/64", "dev", "lb0", "nodad")
+        sh("ip", "-n", NS[n], "-6", "route", "add", "default", "via", "2001:db8:89::1")
+        sh("ip", "-n", NS[n], "addr", "add", f"{L7_VIP6}/128", "dev", "lo", "nodad")
 
 
 def teardown_topology():
@@ -118,10 +138,16 @@ def bird(name, conf, d):
                              "-P", str(d / "bird.pid")], stdout=log, stderr=subprocess.STDOUT)
 
 
+def everywhere():
+    """Whether every VIP is routed to all three nodes."""
+    return all(next_hops(v) == set(NODES) for v in (L4_VIP, L7_VIP, L7_VIP6))
+
+
 def next_hops(vip):
     """The router's next hops for `vip`, as node names."""
-    routes = json.loads(ns("r", "ip", "-j", "route", "show", f"{vip}/32") or "[]")
-    by_addr = {a: n for n, a in NODES.items()}
+    v6 = ":" in vip
+    routes = json.loads(ns("r", "ip", "-6" if v6 else "-4", "-j", "route", "show", f"{vip}/{128 if v6 else 32}") or "[]")
+    by_addr = {a: n for n, a in (NODES6 if v6 else NODES).items()}
     hops = set()
     for r in routes:
         for h in r.get("nexthops", [r]):
@@ -259,7 +285,7 @@ class Cluster:
                 for addr in ["10.89.0.1", *SERVERS.values()]:
                     ns(n, "ping", "-c1", "-W1", addr, check=False)
             try:
-                for vip in (L4_VIP, L7_VIP):
+                for vip in (L4_VIP, L7_VIP, L7_VIP6):
                     wait_for(lambda: next_hops(vip) == set(NODES), timeout=30, what=f"{vip} via three nodes")
             except AssertionError as e:
                 logs = "\n".join(n.logs() for n in self.nodes.values())

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from ecmp import (BIN, L4_VIP, L7_VIP, NODES, NS, Cluster, Counter, client, echo_packets, next_hops, node_config,
-                  ns, owner, wait_for)
+from ecmp import (L4_VIP, L7_VIP, L7_VIP6, NODES, NS, Cluster, Counter, client, echo_packets, everywhere, next_hops,
+                  node_config, ns, owner, wait_for)
+from harness import BIN
 
 
 @pytest.fixture(scope="module")
@@ -24,9 +25,12 @@ def cluster(tmp_path_factory):
 def test_a_each_vip_has_a_next_hop_per_node_and_connections_reach_every_node(cluster):
     for n in cluster.values():
         # The sessions' states are read from BIRD every 2 s.
-        wait_for(lambda: n.status()["bgp"]["neighbors"][0]["established"], timeout=5, what=f"{n.name} established")
+        wait_for(lambda: all(x["established"] for x in n.status()["bgp"]["neighbors"]), timeout=5,
+                 what=f"{n.name}'s sessions established")
         st = n.status()["bgp"]
-        assert {v["address"]: v["announced"] for v in st["vips"]} == {L4_VIP: True, L7_VIP: True}, st
+        assert {v["address"]: v["announced"] for v in st["vips"]} == {L4_VIP: True, L7_VIP: True, L7_VIP6: True}, st
+        assert n.metric("gatehouse_bgp_announced", vip=L7_VIP6) == 1
+        assert n.metric("gatehouse_bgp_session_up", neighbor="router6") == 1
         assert n.metric("gatehouse_bgp_announced", vip=L4_VIP) == 1
         assert n.metric("gatehouse_bgp_session_up", neighbor="router") == 1
         # The announced address is the daemon's, not the host's: the node's
@@ -39,6 +43,10 @@ def test_a_each_vip_has_a_next_hop_per_node_and_connections_reach_every_node(clu
         assert n.metric("gatehouse_l4_packets_total", service="web") > 100, n.name
     seen = client("count", f"http://{L7_VIP}/", "300")
     assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 300, seen
+    # The IPv6 address of the L7 listener, announced over IPv6 sessions.
+    assert next_hops(L7_VIP6) == set(NODES)
+    seen = client("count", f"http://[{L7_VIP6}]/", "150")
+    assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 150, seen
     for n in cluster.values():
         assert n.metric("gatehouse_http_requests_total", route="all", code="2xx") > 20, n.name
 
@@ -57,8 +65,9 @@ def test_b_a_drained_node_leaves_within_a_second_and_no_connection_fails(cluster
         before = carried()
         start = time.monotonic()
         x.api("POST", "/drain")
-        wait_for(lambda: x.name not in next_hops(L4_VIP) and x.name not in next_hops(L7_VIP), timeout=1.0,
-                 interval=0.005, what=f"{x.name}'s routes gone within 1 s")
+        wait_for(lambda: x.name not in next_hops(L4_VIP) and x.name not in next_hops(L7_VIP)
+                 and x.name not in next_hops(L7_VIP6), timeout=1.0, interval=0.005,
+                 what=f"{x.name}'s routes gone within 1 s")
         took = time.monotonic() - start
         assert next_hops(L4_VIP) == set(NODES) - {x.name}
         assert x.status()["bgp"]["drained"]["reason"] == "admin"
@@ -73,7 +82,7 @@ def test_b_a_drained_node_leaves_within_a_second_and_no_connection_fails(cluster
         counter.going_on(20)
         assert carried() >= before + 20, [(n.name, n.metric("gatehouse_l4_packets_total", service="echo")) for n in cluster.values()]
         x.api("DELETE", "/drain")
-        wait_for(lambda: next_hops(L4_VIP) == set(NODES) and next_hops(L7_VIP) == set(NODES), timeout=2,
+        wait_for(everywhere, timeout=2,
                  what="announced again")
         counter.going_on(10)
         print(f"drain: route gone at the router after {took * 1000:.0f} ms")
@@ -90,8 +99,9 @@ def test_c_a_killed_gatehouse_leaves_within_3_seconds_and_connections_go_on(clus
         start = time.monotonic()
         x.gh.proc.kill()
         x.gh.proc.wait()
-        wait_for(lambda: x.name not in next_hops(L4_VIP) and x.name not in next_hops(L7_VIP), timeout=3.0,
-                 interval=0.005, what=f"{x.name}'s routes gone within 3 s of SIGKILL")
+        wait_for(lambda: x.name not in next_hops(L4_VIP) and x.name not in next_hops(L7_VIP)
+                 and x.name not in next_hops(L7_VIP6), timeout=3.0, interval=0.005,
+                 what=f"{x.name}'s routes gone within 3 s of SIGKILL")
         took = time.monotonic() - start
         # BIRD lives on; only its routes left.
         assert x.bird.poll() is None
@@ -99,7 +109,7 @@ def test_c_a_killed_gatehouse_leaves_within_3_seconds_and_connections_go_on(clus
         seen = client("count", f"http://{L4_VIP}/", "100")
         assert seen["errors"] == 0, seen
         x.start()
-        wait_for(lambda: next_hops(L4_VIP) == set(NODES) and next_hops(L7_VIP) == set(NODES), timeout=10,
+        wait_for(everywhere, timeout=10,
                  what="the restarted node announced again")
         counter.going_on(10)
         print(f"SIGKILL: route gone at the router after {took * 1000:.0f} ms")
@@ -112,7 +122,8 @@ def test_d_only_the_vip_whose_backends_are_down_is_withdrawn(cluster):
     # On n3 only, the L7 upstream points at a port nobody listens on.
     n3.gh.reload(node_config("n3", n3.dir, l7_port=8081))
     try:
-        wait_for(lambda: next_hops(L7_VIP) == {"n1", "n2"}, timeout=5, what="the L7 VIP withdrawn from n3")
+        wait_for(lambda: next_hops(L7_VIP) == {"n1", "n2"} and next_hops(L7_VIP6) == {"n1", "n2"}, timeout=5,
+                 what="the L7 VIPs withdrawn from n3")
         assert next_hops(L4_VIP) == set(NODES)
         vips = {v["address"]: v for v in n3.status()["bgp"]["vips"]}
         assert vips[L7_VIP] == {"address": L7_VIP, "announced": False, "healthy": False, "of": ["listener web"]}
@@ -122,7 +133,7 @@ def test_d_only_the_vip_whose_backends_are_down_is_withdrawn(cluster):
         assert seen["errors"] == 0, seen
     finally:
         n3.gh.reload(node_config("n3", n3.dir))
-    wait_for(lambda: next_hops(L7_VIP) == set(NODES), timeout=5, what="the L7 VIP back on n3")
+    wait_for(everywhere, timeout=5, what="the L7 VIPs back on n3")
 
 
 def test_e_a_bad_bgp_section_is_refused_and_the_running_one_stays(cluster):
@@ -140,7 +151,7 @@ def test_e_a_bad_bgp_section_is_refused_and_the_running_one_stays(cluster):
     n1.gh.wait_log("bgp.asn: expected an AS number")
     n1.gh.config_path.write_text(good)
     assert n1.status()["config_version"] == version
-    assert next_hops(L4_VIP) == set(NODES) and next_hops(L7_VIP) == set(NODES)
+    assert everywhere()
     # The include file BIRD reads is the running one's.
     assert "as 65001;" in (n1.dir / "gatehouse.conf").read_text()
 
@@ -161,7 +172,7 @@ def test_f_sigterm_withdraws_then_serves_for_drain_delay_then_stops(cluster):
     log = n2.gh.stderr()
     assert log.index("bgp: withdrawn") < log.index("serving while the routers converge") < log.index("listeners closed")
     n2.start()
-    wait_for(lambda: next_hops(L7_VIP) == set(NODES) and next_hops(L4_VIP) == set(NODES), timeout=10,
+    wait_for(everywhere, timeout=10,
              what="n2 back")
 
 
@@ -187,7 +198,7 @@ def test_h_a_frozen_node_leaves_by_bfd_within_a_second(cluster):
     # `error wait time`): the node's operator restarts it. It reads
     # Gatehouse's file and the addresses on the interface afresh.
     n3.restart_bird()
-    wait_for(lambda: next_hops(L4_VIP) == set(NODES) and next_hops(L7_VIP) == set(NODES), timeout=30,
+    wait_for(everywhere, timeout=30,
              what="n3 back with a new BIRD")
     wait_for(lambda: n3.status()["bgp"]["neighbors"][0]["established"], timeout=5, what="n3's status sees it")
     print(f"BFD: n3 dropped after {took * 1000:.0f} ms")
@@ -232,5 +243,5 @@ def test_i_a_reload_without_bgp_withdraws_and_closes_the_sessions(cluster):
         assert ns("n2", "curl", "-s", f"http://{L7_VIP}/", check=False) in ("s1", "s2")
     finally:
         n2.gh.reload(full)
-    wait_for(lambda: next_hops(L4_VIP) == set(NODES) and next_hops(L7_VIP) == set(NODES), timeout=30,
+    wait_for(everywhere, timeout=30,
              what="n2 back with its bgp section")
