@@ -92,6 +92,9 @@ bgp:
   asn: 65001
   router_id: {NODES[node]}
   drain_delay: 1s
+  communities: ["65001:100", "65001:7:8"]
+  vips:
+    - {{ address: {L7_VIP}, med: 20 }}
   neighbors:
     - {{ name: router, address: 10.89.0.1, asn: 65000, local_address: {NODES[node]}, bfd: true }}
     - {{ name: router6, address: "2001:db8:89::1", asn: 65000, local_address: "{NODES6[node]}", bfd: true }}

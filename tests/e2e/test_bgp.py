@@ -37,6 +37,12 @@ def test_a_each_vip_has_a_next_hop_per_node_and_connections_reach_every_node(clu
         # kernel takes no packet for the L4 VIP (nor answers ARP for it).
         assert ns(n.name, "ip", "route", "show", "table", "local", L4_VIP) == ""
         assert L4_VIP in ns(n.name, "ip", "addr", "show", "dev", "gh-vip")
+    # The attributes Gatehouse asked for, as the router received them.
+    rd = next(iter(cluster.values())).dir.parent / "router"
+    l7 = ns("r", "birdc", "-s", str(rd / "bird.ctl"), "show", "route", "for", L7_VIP, "all")
+    assert "BGP.med: 20" in l7 and "BGP.community: (65001,100)" in l7 and "BGP.large_community: (65001, 7, 8)" in l7, l7
+    l4 = ns("r", "birdc", "-s", str(rd / "bird.ctl"), "show", "route", "for", L4_VIP, "all")
+    assert "BGP.med" not in l4 and "BGP.community: (65001,100)" in l4, l4
     seen = client("count", f"http://{L4_VIP}/", "1000")
     assert seen["errors"] == 0 and seen.get("s1", 0) > 100 and seen.get("s2", 0) > 100, seen
     for n in cluster.values():
