@@ -169,13 +169,8 @@ impl Announcer {
             None if s.drained.is_some_and(|(r, _)| r == DrainReason::Admin) => s.drained = None,
             _ => {}
         }
-        let enabled = s.cfg.is_some();
-        let vips: Vec<Vip> =
-            s.vips.iter().map(|v| Vip { address: v.address, healthy: v.healthy, of: v.of.join(", ") }).collect();
-        let unfit = s.unfit.clone();
-        drop(s);
-        self.update(vips, unfit);
-        enabled
+        reconcile(&mut s);
+        s.cfg.is_some()
     }
 
     /// The planes' VIPs now, and why the node is unfit (if it is): adds
@@ -194,46 +189,7 @@ impl Announcer {
         }
         s.vips = views;
         s.unfit = unfit;
-        if s.retired || s.cfg.is_none() {
-            return;
-        }
-        let Some(index) = s.holder.as_ref().map(|h| h.index) else { return };
-        let grace = s.grace_until.is_some_and(|t| Instant::now() < t);
-        let serving = s.drained.is_none() && s.unfit.is_none();
-        let want: BTreeSet<IpAddr> = s
-            .vips
-            .iter()
-            .filter(|v| serving && (v.healthy || (grace && s.announced.contains(&v.address))))
-            .map(|v| v.address)
-            .collect();
-        let gone: Vec<IpAddr> = s.announced.difference(&want).copied().collect();
-        let new: Vec<IpAddr> = want.difference(&s.announced).copied().collect();
-        for a in gone {
-            match netlink::del_address(index, a, max_len(a) as u8) {
-                Ok(()) => {
-                    s.announced.remove(&a);
-                    s.withdrawals += 1;
-                    tracing::info!(vip = %a, "bgp: withdrawn");
-                }
-                Err(e) => tracing::warn!(vip = %a, "bgp: cannot withdraw: {e}"),
-            }
-        }
-        for a in new {
-            // The address is for the daemon only: without its local route
-            // the host neither answers ARP for the VIP on its other links
-            // nor takes its packets in the kernel (where a dying process's
-            // port would answer a moved flow with a reset).
-            let added =
-                netlink::add_address(index, a, max_len(a) as u8).and_then(|()| netlink::del_local_route(index, a));
-            match added {
-                Ok(()) => {
-                    s.announced.insert(a);
-                    s.announcements += 1;
-                    tracing::info!(vip = %a, "bgp: announced");
-                }
-                Err(e) => tracing::warn!(vip = %a, "bgp: cannot announce: {e}"),
-            }
-        }
+        reconcile(&mut s);
     }
 
     /// Talks to the daemon (blocking, a few milliseconds; run it off the
@@ -383,6 +339,56 @@ impl Announcer {
     }
 }
 
+/// What should be announced now: nothing while drained or unfit; else
+/// every VIP with a healthy backend, and during a takeover's grace also
+/// what the predecessor announced.
+fn wanted(s: &State, now: Instant) -> BTreeSet<IpAddr> {
+    let grace = s.grace_until.is_some_and(|t| now < t);
+    let serving = s.drained.is_none() && s.unfit.is_none();
+    s.vips
+        .iter()
+        .filter(|v| serving && (v.healthy || (grace && s.announced.contains(&v.address))))
+        .map(|v| v.address)
+        .collect()
+}
+
+/// Adds and removes the interface's addresses to match what the state
+/// says should be announced.
+fn reconcile(s: &mut State) {
+    if s.retired || s.cfg.is_none() {
+        return;
+    }
+    let Some(index) = s.holder.as_ref().map(|h| h.index) else { return };
+    let want = wanted(s, Instant::now());
+    let gone: Vec<IpAddr> = s.announced.difference(&want).copied().collect();
+    let new: Vec<IpAddr> = want.difference(&s.announced).copied().collect();
+    for a in gone {
+        match netlink::del_address(index, a, max_len(a) as u8) {
+            Ok(()) => {
+                s.announced.remove(&a);
+                s.withdrawals += 1;
+                tracing::info!(vip = %a, "bgp: withdrawn");
+            }
+            Err(e) => tracing::warn!(vip = %a, "bgp: cannot withdraw: {e}"),
+        }
+    }
+    for a in new {
+        // The address is for the daemon only: without its local route
+        // the host neither answers ARP for the VIP on its other links
+        // nor takes its packets in the kernel (where a dying process's
+        // port would answer a moved flow with a reset).
+        let added = netlink::add_address(index, a, max_len(a) as u8).and_then(|()| netlink::del_local_route(index, a));
+        match added {
+            Ok(()) => {
+                s.announced.insert(a);
+                s.announcements += 1;
+                tracing::info!(vip = %a, "bgp: announced");
+            }
+            Err(e) => tracing::warn!(vip = %a, "bgp: cannot announce: {e}"),
+        }
+    }
+}
+
 /// The prefix length of a single address.
 fn max_len(a: IpAddr) -> u32 {
     if a.is_ipv4() { 32 } else { 128 }
@@ -405,4 +411,85 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vip(a: [u8; 4], healthy: bool, of: &str) -> Vip {
+        Vip { address: IpAddr::from(a), healthy, of: of.into() }
+    }
+
+    /// An announcer with a section but no interface: it decides, and
+    /// touches nothing.
+    fn announcer() -> Announcer {
+        let a = Announcer::new(Path::new("/etc/gatehouse.yaml"));
+        a.state().cfg = Some(Bgp::default());
+        a
+    }
+
+    fn wanted_now(a: &Announcer) -> Vec<IpAddr> {
+        wanted(&a.state(), Instant::now()).into_iter().collect()
+    }
+
+    #[test]
+    fn a_vip_is_wanted_while_one_of_its_servers_can_serve_it() {
+        let a = announcer();
+        let (web, dns) = (IpAddr::from([192, 0, 2, 1]), IpAddr::from([192, 0, 2, 2]));
+        a.update(
+            vec![
+                vip([192, 0, 2, 1], false, "l4 service web"),
+                vip([192, 0, 2, 1], true, "listener web"),
+                vip([192, 0, 2, 2], false, "l4 service dns"),
+            ],
+            None,
+        );
+        assert_eq!(wanted_now(&a), [web]);
+        let st = a.status().expect("status");
+        assert_eq!(st["vips"][0]["of"], serde_json::json!(["l4 service web", "listener web"]));
+        assert_eq!(st["vips"][1]["healthy"], false);
+        // Unfit: nothing.
+        a.update(
+            vec![vip([192, 0, 2, 1], true, "listener web"), vip([192, 0, 2, 2], true, "l4 service dns")],
+            Some("the L4 plane is not running".into()),
+        );
+        assert!(wanted_now(&a).is_empty());
+        a.update(vec![vip([192, 0, 2, 1], true, "listener web"), vip([192, 0, 2, 2], true, "l4 service dns")], None);
+        assert_eq!(wanted_now(&a), [web, dns]);
+    }
+
+    #[test]
+    fn a_drain_withdraws_everything_and_a_stop_is_never_undone() {
+        let a = announcer();
+        a.update(vec![vip([192, 0, 2, 1], true, "listener web")], None);
+        assert!(a.drain(Some(DrainReason::Admin)));
+        assert!(wanted_now(&a).is_empty());
+        assert_eq!(a.status().expect("status")["vips"][0]["of"], serde_json::json!(["listener web"]));
+        assert!(a.drain(None));
+        assert_eq!(wanted_now(&a).len(), 1);
+        a.drain(Some(DrainReason::Shutdown));
+        // DELETE /drain during a stop, or another POST, changes nothing.
+        a.drain(None);
+        a.drain(Some(DrainReason::Admin));
+        assert!(wanted_now(&a).is_empty());
+        assert_eq!(a.status().expect("status")["drained"]["reason"], "shutdown");
+        assert!(!Announcer::new(Path::new("x")).drain(Some(DrainReason::Admin)), "no bgp section");
+    }
+
+    #[test]
+    fn a_takeover_keeps_its_predecessors_announcements_for_the_grace_only() {
+        let a = announcer();
+        let web = IpAddr::from([192, 0, 2, 1]);
+        a.taking_over();
+        a.state().announced.insert(web);
+        // Its planes are not serving yet: the VIP looks unhealthy.
+        a.update(vec![vip([192, 0, 2, 1], false, "l4 service web")], None);
+        assert_eq!(wanted_now(&a), [web]);
+        let later = Instant::now() + TAKEOVER_GRACE + Duration::from_millis(1);
+        assert!(wanted(&a.state(), later).is_empty());
+        // A drain wins even in the grace.
+        a.drain(Some(DrainReason::Admin));
+        assert!(wanted_now(&a).is_empty());
+    }
 }
