@@ -105,7 +105,7 @@ def main():
                 fates.append((how, kind, f))
                 print(how, kind, f, flush=True)
     ms = lambda v: f"{v * 1000:.0f}"  # noqa: E731
-    lines = [f"## {time.strftime('%Y-%m-%d')} — BGP/ECMP: route withdrawal and connections that move, commit {commit()}",
+    lines = [f"## {time.strftime('%Y-%m-%d')} — BGP/ECMP: route withdrawal and connections that move, commit {B.commit()}",
              "",
              f"Command: `bench/bgp_ecmp.py --rounds {a.rounds} --flows {a.flows}` (as root). CPU: {B.cpu_model()}. "
              "The end-to-end test's namespaces: a router running BIRD 2.0.12 with `merge paths` and L4 hashing "
@@ -134,11 +134,6 @@ def main():
     print(text)
     if a.write:
         B.insert_section(a.write, text)
-
-
-def commit():
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
 
 
 if __name__ == "__main__":

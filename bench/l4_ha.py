@@ -53,9 +53,7 @@ def main():
         channel += [tuple(int(x) for x in m) for m in CHANNEL.findall(out)]
         flood += [(int(c), int(s)) for c, s in FLOOD.findall(run(flood_cmd))]
         print(out + f"run {r + 1} done", flush=True)
-    commit = subprocess.run(["git", "-C", str(B.ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    lines = [f"## {datetime.date.today()} — L4 session sync and SYN proxy in memory, commit {commit}", "",
+    lines = [f"## {datetime.date.today()} — L4 session sync and SYN proxy in memory, commit {B.commit()}", "",
              f"Commands: `gatehouse bench l4 {' '.join(sync_cmd)}` and `gatehouse bench l4 {' '.join(flood_cmd)}`, "
              f"each {a.repeat} times on CPU 0 (`bench/l4_ha.py`). CPU: {B.cpu_model()}. One core, in-memory "
              "generator, 64-byte frames; sync \"on\" is a master's worker with `l4.ha.sync` (sessions queued as "

@@ -276,6 +276,12 @@ def insert_section(relative, text):
     path.write_text(old + "\n" + text if at < 0 else old[: at + 1] + text + "\n" + old[at + 1:])
 
 
+def commit():
+    """The checkout's commit, for a benchmark's section."""
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
 def cpu_model():
     """The CPU, with its Zen generation: IFMA-bound ratios differ by it."""
     info = Path("/proc/cpuinfo").read_text()
@@ -386,8 +392,7 @@ def main():
         "haproxy": subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.splitlines()[0],
         "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
     }
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    lines = [f"## {datetime.date.today()} — commit {commit}", "",
+    lines = [f"## {datetime.date.today()} — commit {commit()}", "",
              f"Command: `bench/l7_bench.py --duration {args.duration} --repeat {args.repeat}"
              f"{' --only ' + args.only if args.only else ''}`. CPU: {cpu_model()}. Peers: {versions['haproxy']}; {versions['nginx']}. "
              f"Server on CPU 0, the load generator{' and the NGINX backend' if args.only != 'tls' else ''} on CPU 1; "

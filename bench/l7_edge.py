@@ -248,9 +248,7 @@ def table(results, ratio_title):
     return lines
 
 
-def commit():
-    return subprocess.run(["git", "-C", str(B.ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
+commit = B.commit
 
 
 def main():

@@ -15,6 +15,7 @@ and 10.89.1.2, an L7 listener (on each node's loopback) proxying to port
 (fib_multipath_hash_policy 1), as a data-centre router does.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -259,6 +260,19 @@ def owner(nodes, before):
     (echo_packets when it started)."""
     now = echo_packets(nodes)
     return nodes[max(nodes, key=lambda k: now[k] - before[k])]
+
+
+@contextlib.contextmanager
+def counter_on(nodes):
+    """A Counter whose first echoes came back, and the node carrying it;
+    stopped on leaving."""
+    before = echo_packets(nodes)
+    counter = Counter()
+    try:
+        counter.going_on(5)
+        yield counter, owner(nodes, before)
+    finally:
+        counter.stop()
 
 
 class Cluster:

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from ecmp import (L4_VIP, L7_VIP, L7_VIP6, NODES, NS, Cluster, Counter, client, echo_packets, everywhere, next_hops,
-                  node_config, ns, owner, wait_for)
+from ecmp import (L4_VIP, L7_VIP, L7_VIP6, NODES, NS, Cluster, client, counter_on, everywhere, next_hops, node_config,
+                  ns, wait_for)
 from harness import BIN
 
 
@@ -58,11 +58,7 @@ def test_a_each_vip_has_a_next_hop_per_node_and_connections_reach_every_node(clu
 
 
 def test_b_a_drained_node_leaves_within_a_second_and_no_connection_fails(cluster):
-    baseline = echo_packets(cluster)
-    counter = Counter()
-    try:
-        counter.going_on(5)
-        x = owner(cluster, baseline)
+    with counter_on(cluster) as (counter, x):
         others = [n for n in cluster.values() if n is not x]
 
         def carried():
@@ -92,16 +88,10 @@ def test_b_a_drained_node_leaves_within_a_second_and_no_connection_fails(cluster
                  what="announced again")
         counter.going_on(10)
         print(f"drain: route gone at the router after {took * 1000:.0f} ms")
-    finally:
-        counter.stop()
 
 
 def test_c_a_killed_gatehouse_leaves_within_3_seconds_and_connections_go_on(cluster):
-    baseline = echo_packets(cluster)
-    counter = Counter()
-    try:
-        counter.going_on(5)
-        x = owner(cluster, baseline)
+    with counter_on(cluster) as (counter, x):
         start = time.monotonic()
         x.gh.proc.kill()
         x.gh.proc.wait()
@@ -119,8 +109,6 @@ def test_c_a_killed_gatehouse_leaves_within_3_seconds_and_connections_go_on(clus
                  what="the restarted node announced again")
         counter.going_on(10)
         print(f"SIGKILL: route gone at the router after {took * 1000:.0f} ms")
-    finally:
-        counter.stop()
 
 
 def test_d_only_the_vip_whose_backends_are_down_is_withdrawn(cluster):

@@ -263,11 +263,13 @@ impl Plane for L4 {
     /// master (with `ha`), and one of its real servers is healthy.
     fn vips(&self, out: &mut Vec<gatehouse_plane::Vip>) {
         let running = self.0.runtime.get().is_some_and(|rt| rt.alive());
-        let master = match self.cfg().as_ref().and_then(|l| l.ha.as_ref()) {
+        let cfg = self.cfg();
+        let Some(l4) = cfg.as_ref() else { return };
+        let master = match &l4.ha {
             Some(h) => self.0.role.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(h.initial) == HaRole::Master,
             None => true,
         };
-        for s in self.cfg().iter().flat_map(|l| &l.services).filter(|s| s.announce) {
+        for s in l4.services.iter().filter(|s| s.announce) {
             let Some(vip) = s.address else { continue };
             let group = health_group(&s.name);
             let up = || s.real_servers.iter().filter_map(|r| r.address).any(|a| self.0.health.get(&group, a).is_up());

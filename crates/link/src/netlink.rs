@@ -58,13 +58,18 @@ impl Msg {
         self
     }
 
-    /// Sends it and waits for the kernel's acknowledgement.
-    fn send(&mut self) -> io::Result<()> {
+    /// Sends it on a socket of its own, returned for the answer.
+    fn submit(&mut self) -> io::Result<Socket> {
         let len = self.0.len() as u32;
         self.0[..4].copy_from_slice(&len.to_ne_bytes());
-        let mut sock =
-            Socket::new(Domain::from(libc::AF_NETLINK), Type::RAW, Some(Protocol::from(libc::NETLINK_ROUTE)))?;
+        let sock = Socket::new(Domain::from(libc::AF_NETLINK), Type::RAW, Some(Protocol::from(libc::NETLINK_ROUTE)))?;
         sock.send(&self.0)?;
+        Ok(sock)
+    }
+
+    /// Sends it and waits for the kernel's acknowledgement.
+    fn send(&mut self) -> io::Result<()> {
+        let mut sock = self.submit()?;
         let mut buf = [0u8; 4096];
         let n = sock.read(&mut buf)?;
         if n >= 20 && u16::from_ne_bytes([buf[4], buf[5]]) == NLMSG_ERROR {
@@ -120,12 +125,7 @@ pub fn add_address(index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
 /// lengths (IPv6 link-local ones included).
 pub fn addresses(index: u32) -> io::Result<Vec<(IpAddr, u8)>> {
     // ifaddrmsg of a dump of every family: all zeros.
-    let mut msg = Msg::new(RTM_GETADDR, libc::NLM_F_DUMP);
-    msg.put(&[0; 8]);
-    let len = msg.0.len() as u32;
-    msg.0[..4].copy_from_slice(&len.to_ne_bytes());
-    let mut sock = Socket::new(Domain::from(libc::AF_NETLINK), Type::RAW, Some(Protocol::from(libc::NETLINK_ROUTE)))?;
-    sock.send(&msg.0)?;
+    let mut sock = Msg::new(RTM_GETADDR, libc::NLM_F_DUMP).put(&[0; 8]).submit()?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 32 * 1024];
     loop {
@@ -179,17 +179,37 @@ fn parse_address(body: &[u8], index: u32) -> Option<(IpAddr, u8)> {
     Some((local.or(address)?, prefix))
 }
 
-/// Takes `addr/prefix` off the interface; an address already gone is no error.
-pub fn del_address(index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
-    match address(RTM_DELADDR, 0, index, addr, prefix) {
-        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(()),
+/// A removal's result, where `errno` says what was to go was not there.
+fn absent_ok(r: io::Result<()>, errno: i32) -> io::Result<()> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(errno) => Ok(()),
         r => r,
     }
 }
 
-fn route(kind: u16, flags: i32, index: u32, net: IpAddr, prefix: u8) -> io::Result<()> {
+/// Takes `addr/prefix` off the interface; an address already gone is no error.
+pub fn del_address(index: u32, addr: IpAddr, prefix: u8) -> io::Result<()> {
+    absent_ok(address(RTM_DELADDR, 0, index, addr, prefix), libc::EADDRNOTAVAIL)
+}
+
+/// Where a route goes and what it is: its rtmsg's table, protocol, scope
+/// and type.
+struct RouteKind {
+    table: u8,
+    protocol: u8,
+    scope: u8,
+    kind: u8,
+}
+
+/// A route through the interface, in the main table: what this crate adds.
+const THROUGH: RouteKind =
+    RouteKind { table: RT_TABLE_MAIN, protocol: RTPROT_STATIC, scope: RT_SCOPE_LINK, kind: RTN_UNICAST };
+/// The local route the kernel makes for an address (any protocol).
+const LOCAL: RouteKind = RouteKind { table: RT_TABLE_LOCAL, protocol: 0, scope: RT_SCOPE_HOST, kind: RTN_LOCAL };
+
+fn route(kind: u16, flags: i32, index: u32, net: IpAddr, prefix: u8, r: &RouteKind) -> io::Result<()> {
     // rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags.
-    let mut m = vec![family(net), prefix, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST];
+    let mut m = vec![family(net), prefix, 0, 0, r.table, r.protocol, r.scope, r.kind];
     m.extend_from_slice(&0u32.to_ne_bytes());
     Msg::new(kind, flags).put(&m).attr(RTA_DST, &octets(net)).attr(RTA_OIF, &index.to_ne_bytes()).send()
 }
@@ -200,29 +220,18 @@ fn route(kind: u16, flags: i32, index: u32, net: IpAddr, prefix: u8) -> io::Resu
 /// neighbour solicitations for it there. A route already gone is no error.
 pub fn del_local_route(index: u32, addr: IpAddr) -> io::Result<()> {
     let len = if addr.is_ipv4() { 32 } else { 128 };
-    // rtmsg: family, dst_len, src_len, tos, table, protocol (any), scope, type, flags.
-    let mut m = vec![family(addr), len, 0, 0, RT_TABLE_LOCAL, 0, RT_SCOPE_HOST, RTN_LOCAL];
-    m.extend_from_slice(&0u32.to_ne_bytes());
-    let sent =
-        Msg::new(RTM_DELROUTE, 0).put(&m).attr(RTA_DST, &octets(addr)).attr(RTA_OIF, &index.to_ne_bytes()).send();
-    match sent {
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
-        r => r,
-    }
+    absent_ok(route(RTM_DELROUTE, 0, index, addr, len, &LOCAL), libc::ESRCH)
 }
 
 /// Routes `net/prefix` into the interface (replacing a route to the same
 /// prefix in the main table).
 pub fn add_route(index: u32, net: IpAddr, prefix: u8) -> io::Result<()> {
-    route(RTM_NEWROUTE, libc::NLM_F_CREATE | libc::NLM_F_REPLACE, index, net, prefix)
+    route(RTM_NEWROUTE, libc::NLM_F_CREATE | libc::NLM_F_REPLACE, index, net, prefix, &THROUGH)
 }
 
 /// Removes a route [`add_route`] added; a route already gone is no error.
 pub fn del_route(index: u32, net: IpAddr, prefix: u8) -> io::Result<()> {
-    match route(RTM_DELROUTE, 0, index, net, prefix) {
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
-        r => r,
-    }
+    absent_ok(route(RTM_DELROUTE, 0, index, net, prefix, &THROUGH), libc::ESRCH)
 }
 
 #[cfg(test)]

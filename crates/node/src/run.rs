@@ -362,8 +362,10 @@ async fn announce(node: Arc<Node>) {
 /// sessions' states, off the control thread.
 async fn tell_daemon(node: Arc<Node>) {
     loop {
-        let n = node.clone();
-        let _ = tokio::task::spawn_blocking(move || n.bgp.sync_daemon()).await;
+        if node.bgp.has_daemon_work() {
+            let n = node.clone();
+            let _ = tokio::task::spawn_blocking(move || n.bgp.sync_daemon()).await;
+        }
         tokio::select! {
             _ = tokio::time::sleep(DAEMON_EVERY) => {}
             _ = node.bgp_changed.notified() => {}

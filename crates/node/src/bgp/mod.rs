@@ -118,6 +118,13 @@ impl Announcer {
         self.state().cfg.is_some()
     }
 
+    /// Whether [`Announcer::sync_daemon`] has anything to do: a section to
+    /// keep BIRD in step with, or one to take back from it.
+    pub fn has_daemon_work(&self) -> bool {
+        let s = self.state();
+        !s.retired && (s.cfg.is_some() || s.configured.is_some())
+    }
+
     /// A committed config's `bgp` section. The interface is (re)opened at
     /// once, so a start fails when it cannot be; the daemon is told at the
     /// next [`Announcer::sync_daemon`].
