@@ -21,7 +21,8 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use gatehouse_l4::rewrite;
-use gatehouse_l4_io::{steer, xsk};
+use gatehouse_l4_io::steer;
+use gatehouse_link::xsk;
 use gatehouse_wire::checksum;
 use gatehouse_wire::packet::{ETHERTYPE_IPV4, PROTO_UDP, build};
 use nix::sys::socket::{setsockopt, sockopt};

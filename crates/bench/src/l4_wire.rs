@@ -18,7 +18,7 @@ use gatehouse_wire::checksum;
 use gatehouse_wire::packet::{ETHERTYPE_IPV4, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_SYN, build};
 
 use gatehouse_l4_io::runtime::{parse_mac, sys};
-use gatehouse_l4_io::xsk;
+use gatehouse_link::xsk;
 
 use crate::error::{BenchError, failed};
 

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use gatehouse_config::{L4, L4Mode};
 use gatehouse_l4::plane::{Plane, Service};
 
-use crate::nexthop::NextHops;
 use crate::shared::{CONTROL_PERIOD, HealthFn, Shared, TICK};
 use crate::steer::Wanted;
+use gatehouse_link::nexthop::NextHops;
 
 /// The host's addresses (every interface: a NAT reply to any of them is
 /// the host's own traffic).
@@ -196,7 +196,7 @@ pub(crate) fn run(shared: &Shared) {
                     continue;
                 }
                 solicited.insert(addr, now);
-                if let Err(e) = crate::nexthop::solicit(addr, &port.name) {
+                if let Err(e) = gatehouse_link::nexthop::solicit(addr, &port.name) {
                     tracing::debug!(interface = %port.name, %addr, "resolving: {e}");
                 }
             }

@@ -12,7 +12,7 @@ use crate::control::wanted;
 use crate::packet_socket::PacketSocket;
 use crate::shared::{CONTROL_PERIOD, IoCounters, Shared};
 use crate::steer::Wanted;
-use crate::xsk;
+use gatehouse_link::xsk;
 
 /// A worker's frames in and out, a vector at a time.
 pub(crate) trait FrameIo {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use gatehouse_l4::plane::{Buf, Plane, VECTOR, Verdict, Worker};
 
 use crate::frame_io::FrameIo;
-use crate::nexthop::{Miss, NextHops};
 use crate::shared::{IoCounters, Port, Shared, TICK};
+use gatehouse_link::nexthop::{Miss, NextHops};
 
 /// How often a worker publishes its counters.
 const PUBLISH_PERIOD: Duration = Duration::from_millis(100);

@@ -9,25 +9,22 @@
 //!   the control thread;
 //! - `lane`: a worker thread's loop; `frame_io`: its frames in and out,
 //!   over AF_XDP or AF_PACKET behind one interface;
-//! - [`steer`], [`xsk`], [`packet_socket`]: the XDP program and sockets;
-//! - [`nexthop`]: next hops from the kernel's routes and neighbours;
+//! - [`steer`], [`packet_socket`]: the XDP program and the AF_PACKET
+//!   socket (AF_XDP sockets and next hops are `gatehouse_link`'s);
 //! - [`ha`]: session sync and announcements for active/standby;
 //! - [`service`]: the plane as a service of the node.
 //!
-//! `unsafe` is confined to [`xsk`] (AF_XDP rings and UMEM) and
-//! [`packet_socket`] (AF_PACKET system calls).
+//! `unsafe` is confined to [`packet_socket`] (AF_PACKET system calls).
 
 mod control;
 mod frame_io;
 pub mod ha;
 mod lane;
-pub mod nexthop;
 pub mod packet_socket;
 pub mod runtime;
 pub mod service;
 pub mod shared;
 pub mod steer;
-pub mod xsk;
 
 pub use runtime::{HaStart, L4Runtime};
 pub use service::L4;

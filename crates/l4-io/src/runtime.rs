@@ -15,10 +15,10 @@ use gatehouse_config::{L4, L4Io};
 use crate::control::{announce, build_plane, publish, publish_steering, wanted};
 use crate::frame_io::{PacketIo, XdpIo};
 use crate::ha::Ha;
-use crate::nexthop::NextHops;
 use crate::shared::{HealthFn, Port, Shared, WorkerStats};
 use crate::steer::{Steering, Wanted};
-use crate::xsk;
+use gatehouse_link::nexthop::NextHops;
+use gatehouse_link::xsk;
 
 /// How the runtime starts its active/standby part.
 pub struct HaStart {

@@ -12,8 +12,8 @@ use gatehouse_config::L4;
 use gatehouse_l4::plane::{Counters, Plane};
 
 use crate::ha::Ha;
-use crate::nexthop::NextHops;
 use crate::steer::Steering;
+use gatehouse_link::nexthop::NextHops;
 
 /// Session timeouts count in ticks of this.
 pub const TICK: Duration = Duration::from_secs(1);

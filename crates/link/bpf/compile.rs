@@ -4,7 +4,7 @@
 // include path.
 
 fn compile_bpf(src: &str, name: &str) {
-    let common = concat!(env!("CARGO_MANIFEST_DIR"), "/../l4-io/bpf");
+    let common = concat!(env!("CARGO_MANIFEST_DIR"), "/../link/bpf");
     println!("cargo:rerun-if-changed={src}");
     println!("cargo:rerun-if-changed={common}/common.h");
     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join(format!("{name}.o"));
