@@ -12,6 +12,7 @@ mod control;
 pub mod interface;
 mod link;
 pub mod plane;
+pub mod router;
 pub mod shared;
 pub mod sys;
 pub mod uapi_server;

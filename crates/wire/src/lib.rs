@@ -2,7 +2,8 @@
 //! every plane that touches packets needs and none may own. Checksums with
 //! incremental updates, where each header field sits, zero-copy views of
 //! Ethernet, ARP, IPv4, IPv6, TCP, UDP and ICMP frames, bare IP packets as
-//! a tunnel carries them, and the TUN offloads (the virtio-net header, GSO
+//! a tunnel carries them, what a router does to a packet it forwards
+//! (TTL, ICMP errors, IPv4 fragments), and the TUN offloads (the virtio-net header, GSO
 //! split, GRO coalescing).
 //!
 //! It does no I/O and depends on no other Gatehouse crate: the L4 plane and
@@ -13,6 +14,7 @@
 pub mod be;
 pub mod checksum;
 pub mod field;
+pub mod forward;
 pub mod ip;
 pub mod offload;
 pub mod packet;
