@@ -6,6 +6,9 @@
 pub enum BenchError {
     #[error("{0}")]
     Invalid(String),
+    /// Setting up what is measured failed (in memory: no system call).
+    #[error("{0}")]
+    Setup(String),
     #[error("{what}: {source}")]
     Failed { what: String, source: Box<dyn std::error::Error + Send + Sync> },
     #[error(transparent)]

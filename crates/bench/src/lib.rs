@@ -6,6 +6,7 @@
 //!
 //! - [`keyops`]: private-key operations per second, per engine;
 //! - [`wg_crypto`]: WireGuard's packet AEAD, batched against BoringSSL;
+//! - [`wg_router`]: WireGuard's router mode fed from memory on one core;
 //! - [`l4`]: the L4 pipeline fed from memory on one core;
 //! - [`l4_wire`]: a packet generator on a real (virtual) link, through
 //!   XDP ([`bpf_run`], `bpf/trafficgen.c`) or an AF_XDP socket;
@@ -24,6 +25,7 @@ pub mod l4;
 pub mod l4_wire;
 pub mod tls;
 pub mod wg_crypto;
+pub mod wg_router;
 
 pub use error::BenchError;
 
@@ -52,6 +54,24 @@ pub enum Bench {
         /// Packets per batch.
         #[arg(long, value_delimiter = ',', default_values_t = [1usize, 4, 16, 64])]
         batches: Vec<usize>,
+    },
+    /// WireGuard's router mode fed from memory on one core: LAN frames
+    /// sealed toward the WAN and peers' datagrams opened toward the LAN,
+    /// round-robin over the peers. One line per case:
+    /// `wgrouter dir=seal size=66 peers=1000 pps=N gbps=N cycles_per_packet=N`.
+    WgRouter {
+        /// Seconds per direction, size and peer count.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Clear frame sizes on the LAN, Ethernet header included.
+        #[arg(long, value_delimiter = ',', default_values_t = [66usize, 1420])]
+        sizes: Vec<usize>,
+        /// Peer counts.
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 1000])]
+        peers: Vec<usize>,
+        /// Frames per vector.
+        #[arg(long, default_value_t = gatehouse_wg_io::router::VECTOR)]
+        vector: usize,
     },
     /// The L4 pipeline fed from memory on one core: new sessions/s, Mpps of
     /// established flows, bytes per session. One line per case:
@@ -187,6 +207,43 @@ pub fn run(what: Bench) -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("gatehouse bench wg-crypto: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Bench::WgRouter { seconds, sizes, peers, vector } => {
+            if let Some(bad) = sizes.iter().find(|s| !(60..=1434).contains(*s)) {
+                eprintln!(
+                    "gatehouse bench wg-router: --sizes {bad}: expected 60 to 1434 (a frame within the tunnel's 1420-byte MTU)"
+                );
+                return ExitCode::FAILURE;
+            }
+            let time = std::time::Duration::from_secs_f64(seconds.max(0.05));
+            eprintln!(
+                "gatehouse bench wg-router: one core, in memory, {seconds}s per case, {vector} frames per vector; AVX-512 {}, IFMA {}",
+                if gatehouse_mbx::chacha::avx512_available() { "present" } else { "absent (BoringSSL AEAD)" },
+                if gatehouse_mbx::poly1305::ifma_available() { "present" } else { "absent" },
+            );
+            let rows = crate::wg_router::run(time, &sizes, &peers, vector.clamp(1, 1024), |r| {
+                eprintln!(
+                    "  {} size {:>5} peers {:>5}: {:>10.0} packets/s {:>6.2} Gbit/s {:>6.0} cycles/packet",
+                    r.dir,
+                    r.size,
+                    r.peers,
+                    r.pps,
+                    r.gbps(),
+                    r.cycles
+                )
+            });
+            match rows {
+                Ok(rows) => {
+                    for r in &rows {
+                        println!("{r}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("gatehouse bench wg-router: {e}");
                     ExitCode::FAILURE
                 }
             }
