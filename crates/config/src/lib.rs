@@ -396,4 +396,38 @@ wireguard:
         }
         assert!(!errs.contains("not-a-key"), "a secret is echoed:\n{errs}");
     }
+
+    #[test]
+    fn wireguard_router_mode_names_two_nics_and_no_tun_addresses() {
+        let key = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=";
+        let good = format!(
+            "wireguard:\n  interfaces:\n    - name: site\n      mode: router\n      router: {{lan: eth1, wan: eth0}}\n      private_key: {key}\n"
+        );
+        let c = from_str(&good, Path::new("wg.yaml")).expect("valid");
+        let i = &c.wireguard.expect("wireguard").interfaces[0];
+        assert_eq!(i.mode, WgMode::Router);
+        assert_eq!(i.router, Some(WgRouter { lan: "eth1".into(), wan: "eth0".into() }));
+        for (bad, want) in [
+            ("mode: router", "wireguard.interfaces[0].router: is required with mode: router"),
+            (
+                "mode: router\n      router: {lan: eth0, wan: eth0}",
+                "wireguard.interfaces[0].router.wan: is the lan NIC too",
+            ),
+            ("mode: router\n      router: {lan: eth1}", "wireguard.interfaces[0].router.wan: is required"),
+            (
+                "mode: router\n      router: {lan: eth1, wan: eth0}\n      addresses: [10.0.0.1/24]",
+                "wireguard.interfaces[0].addresses: has no use with mode: router",
+            ),
+            (
+                "mode: router\n      router: {lan: eth1, wan: eth0}\n      mtu: 9000",
+                "wireguard.interfaces[0].mtu: expected at most 1696",
+            ),
+            ("router: {lan: eth1, wan: eth0}", "wireguard.interfaces[0].router: is for mode: router only"),
+            ("mode: bridge", "wireguard.interfaces[0].mode: expected one of"),
+        ] {
+            let text = format!("wireguard:\n  interfaces:\n    - name: site\n      {bad}\n      private_key: {key}\n");
+            let errs = from_str(&text, Path::new("wg.yaml")).expect_err(bad).to_string();
+            assert!(errs.contains(want), "missing {want:?} in:\n{errs}");
+        }
+    }
 }

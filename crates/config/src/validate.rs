@@ -651,6 +651,7 @@ fn wireguard(wg: &WireGuard, ctx: &mut Ctx) {
                 {
                     ctx.error_at("private_key_file", None, "expected a file path");
                 }
+                wg_mode(w, ctx);
                 for (j, a) in w.addresses.iter().enumerate() {
                     if a.addr.is_unspecified() || a.addr.is_multicast() {
                         ctx.with_field("addresses", |ctx| {
@@ -666,6 +667,45 @@ fn wireguard(wg: &WireGuard, ctx: &mut Ctx) {
             });
         }
     });
+}
+
+/// Router mode has its NICs and no TUN interface; TUN mode has no NICs.
+fn wg_mode(w: &WgInterface, ctx: &mut Ctx) {
+    match (w.mode, &w.router) {
+        (WgMode::Router, None) => {
+            ctx.error_at("router", None, "is required with mode: router (the lan and wan NICs to route between)")
+        }
+        (WgMode::Router, Some(r)) => {
+            ctx.with_field("router", |ctx| {
+                for (field, name) in [("lan", &r.lan), ("wan", &r.wan)] {
+                    if !interface_name_ok(name) {
+                        ctx.error_at(
+                            field,
+                            None,
+                            format!("{name:?} is not an interface name (1 to 15 bytes, no '/', ':' or spaces)"),
+                        );
+                    }
+                }
+                if r.lan == r.wan {
+                    ctx.error_at("wan", None, format!("is the lan NIC too ({:?}): a router needs two", r.wan));
+                }
+            });
+            if !w.addresses.is_empty() {
+                ctx.error_at(
+                    "addresses",
+                    None,
+                    "has no use with mode: router (no TUN interface: the gateway's addresses are its NICs')",
+                );
+            }
+            if w.mtu > 1696 {
+                // A WAN frame lands 256 bytes into a 2 KiB AF_XDP frame, and
+                // carries 96 bytes of outer headers, padding and tag.
+                ctx.error_at("mtu", None, "expected at most 1696 with mode: router (packets travel in 2 KiB frames)");
+            }
+        }
+        (WgMode::Tun, Some(_)) => ctx.error_at("router", None, "is for mode: router only"),
+        (WgMode::Tun, None) => {}
+    }
 }
 
 fn wg_peers(w: &WgInterface, ctx: &mut Ctx) {

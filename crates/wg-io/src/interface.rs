@@ -49,9 +49,15 @@ pub struct Interface {
     pub shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     /// Made but not yet serving (a takeover waits for the previous
-    /// process's sessions): the TUN queues and the handshake queue the
-    /// threads will take.
-    paused: Option<(Vec<std::fs::File>, HandshakeQueue)>,
+    /// process's sessions): each worker's queues and the handshake queue
+    /// the threads will take.
+    paused: Option<(Vec<Queues>, HandshakeQueue)>,
+}
+
+/// A data-path worker's queues.
+enum Queues {
+    Tun(std::fs::File),
+    Router(Box<crate::router::runtime::Lane>),
 }
 
 fn wall_now() -> Duration {
@@ -75,14 +81,29 @@ impl Interface {
     /// and sockets. `paused`: made, but nothing read or sent until
     /// [`Interface::resume`] (meanwhile the kernel queues what comes).
     pub fn start(settings: Settings, workers: usize, paused: bool) -> Result<Interface, StartError> {
-        let workers = workers.max(1);
-        let mut tuns = Vec::with_capacity(workers);
-        for _ in 0..workers {
-            let fd = gatehouse_link::tun::open(&settings.name, gatehouse_link::tun::Kind::Offloaded)
-                .map_err(|e| StartError::at("name", format!("cannot open TUN interface {:?}: {e}", settings.name)))?;
-            tuns.push(std::fs::File::from(fd));
-        }
-        let ifindex = netlink::ifindex(&settings.name).map_err(|e| StartError::at("name", e.to_string()))?;
+        let mut workers = workers.max(1);
+        let mut queues = Vec::with_capacity(workers);
+        let mut router = None;
+        let ifindex = match &settings.router {
+            None => {
+                for _ in 0..workers {
+                    let fd = gatehouse_link::tun::open(&settings.name, gatehouse_link::tun::Kind::Offloaded).map_err(
+                        |e| StartError::at("name", format!("cannot open TUN interface {:?}: {e}", settings.name)),
+                    )?;
+                    queues.push(Queues::Tun(std::fs::File::from(fd)));
+                }
+                netlink::ifindex(&settings.name).map_err(|e| StartError::at("name", e.to_string()))?
+            }
+            Some(nics) => {
+                let (shared, lanes) =
+                    crate::router::runtime::RouterShared::open(nics, settings.listen_port, settings.mtu, workers)
+                        .map_err(|e| StartError::at(e.field, e.message))?;
+                workers = lanes.len();
+                queues.extend(lanes.into_iter().map(|l| Queues::Router(Box::new(l))));
+                router = Some(shared);
+                0
+            }
+        };
         let mut sockets = Vec::with_capacity(workers);
         let mut v6 = true;
         let mut port = settings.listen_port;
@@ -98,7 +119,9 @@ impl Interface {
         }
         let mut settings = settings;
         settings.listen_port = port;
-        setup_link(ifindex, &settings).map_err(|e| StartError::at("addresses", e.to_string()))?;
+        if router.is_none() {
+            setup_link(ifindex, &settings).map_err(|e| StartError::at("addresses", e.to_string()))?;
+        }
 
         let mut dev = Device::new(StaticSecret::from_bytes(*settings.secret.0), Instant::now(), wall_now(), OsRng);
         let mut meta = HashMap::new();
@@ -127,8 +150,13 @@ impl Interface {
             ifindex,
             buffer_mtu,
             started: Instant::now(),
+            router,
         });
-        let mut i = Interface { shared, threads: Vec::new(), paused: Some((tuns, rx)) };
+        if let Some(r) = &shared.router {
+            // The port, the peers' networks, the host's addresses: steering starts.
+            r.refresh(&shared, true);
+        }
+        let mut i = Interface { shared, threads: Vec::new(), paused: Some((queues, rx)) };
         if !paused {
             i.resume().map_err(|e| StartError { field: None, message: e.to_string() })?;
         }
@@ -137,18 +165,17 @@ impl Interface {
 
     /// Starts the threads of an interface made paused (else nothing).
     pub fn resume(&mut self) -> Result<(), ThreadError> {
-        let Some((tuns, rx)) = self.paused.take() else { return Ok(()) };
+        let Some((queues, rx)) = self.paused.take() else { return Ok(()) };
         let shared = &self.shared;
         let spawn_err = ThreadError;
-        for (i, tun) in tuns.into_iter().enumerate() {
+        for (i, q) in queues.into_iter().enumerate() {
             let sh = shared.clone();
             let name = format!("wg-{}-{i}", shared.name);
-            self.threads.push(
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || crate::worker::run(sh, i, tun))
-                    .map_err(spawn_err)?,
-            );
+            let work = move || match q {
+                Queues::Tun(tun) => crate::worker::run(sh, i, tun),
+                Queues::Router(lane) => crate::router::io::run(sh, i, *lane),
+            };
+            self.threads.push(std::thread::Builder::new().name(name).spawn(work).map_err(spawn_err)?);
         }
         let sh = shared.clone();
         self.threads.push(
@@ -227,10 +254,15 @@ impl Interface {
         let mut applied = new.clone();
         applied.mtu = new.mtu.min(sh.buffer_mtu);
         applied.listen_port = old.listen_port;
-        if let Err(e) = update_link(sh.ifindex, &old, &applied) {
+        if sh.router.is_none()
+            && let Err(e) = update_link(sh.ifindex, &old, &applied)
+        {
             tracing::error!(interface = %sh.name, "{e}");
         }
         *sh.settings() = applied;
+        if let Some(r) = &sh.router {
+            r.refresh(sh, true);
+        }
     }
 
     /// Stops every thread; the TUN interface goes with its last queue.

@@ -65,6 +65,7 @@ impl WireGuard {
                     *s.secret.0 == *w.secret.0
                         && (w.listen_port == 0 || s.listen_port == w.listen_port)
                         && s.fwmark == w.fwmark
+                        && s.router == w.router
                 })
             });
             if !keep && let Some(i) = running.remove(&name) {
@@ -140,6 +141,10 @@ impl ForwardingOff {
 /// The families of `s`'s networks behind peers whose forwarding this host
 /// has off (read from /proc/sys, in this process's network namespace).
 fn forwarding_off(s: &Settings) -> Vec<ForwardingOff> {
+    if s.router.is_some() {
+        // Router mode forwards on its own, whatever the kernel does.
+        return Vec::new();
+    }
     const FAMILIES: [(bool, &str, &str); 2] =
         [(false, "IPv4", "net.ipv4.ip_forward"), (true, "IPv6", "net.ipv6.conf.all.forwarding")];
     let behind = crate::link::networks_behind_peers(s);
@@ -227,6 +232,7 @@ fn settings(config: &Config, base: &Path) -> Result<Vec<Settings>, Vec<FieldErro
             fwmark: w.fwmark,
             routes: w.routes,
             peers: w.peers.clone(),
+            router: (w.mode == gatehouse_config::WgMode::Router).then(|| w.router.clone()).flatten(),
         });
     }
     if errors.is_empty() { Ok(out) } else { Err(errors) }
@@ -430,6 +436,7 @@ impl Plane for WireGuard {
                 out.sample(name, &[("interface", &i.shared.name)], i.shared.counters.iter().map(f).sum::<u64>());
             }
         }
+        crate::router::runtime::metrics(&ifaces.iter().map(|i| &*i.shared).collect::<Vec<_>>(), out);
     }
 
     fn status(&self, out: &mut Map<String, Value>) {
@@ -460,6 +467,8 @@ impl Plane for WireGuard {
                     "public_key": gatehouse_config::WgPublicKey(s.public).to_base64(),
                     "listen_port": s.listen_port,
                     "mtu": s.mtu,
+                    "mode": if i.shared.router.is_some() { "router" } else { "tun" },
+                    "router": i.shared.router.as_ref().map(|r| r.status()),
                     "peers": peers,
                     "warnings": forwarding_off(&s).iter().map(ForwardingOff::message).collect::<Vec<_>>(),
                 })

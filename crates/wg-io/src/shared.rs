@@ -32,6 +32,8 @@ pub struct Settings {
     pub fwmark: u32,
     pub routes: bool,
     pub peers: Vec<WgPeer>,
+    /// Router mode's NICs; None: TUN mode.
+    pub router: Option<gatehouse_config::WgRouter>,
 }
 
 /// Counters of one worker (or of the control thread), summed when read.
@@ -94,6 +96,8 @@ pub struct Shared {
     /// Bytes of each packet buffer: the MTU the buffers were sized for.
     pub buffer_mtu: u32,
     pub started: Instant,
+    /// Router mode's state; None in TUN mode.
+    pub router: Option<crate::router::runtime::RouterShared>,
 }
 
 impl Shared {

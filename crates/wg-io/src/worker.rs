@@ -529,7 +529,7 @@ pub(crate) fn send(
 
 /// Queues a handshake message for the control thread, or drops it when
 /// the queue is full (the device is then under load and asks for cookies).
-fn hand_over(sh: &Shared, datagram: &[u8], src: SocketAddr, local: Option<IpAddr>, counters: &Counters) {
+pub(crate) fn hand_over(sh: &Shared, datagram: &[u8], src: SocketAddr, local: Option<IpAddr>, counters: &Counters) {
     sh.queued.fetch_add(1, Ordering::Relaxed);
     if sh.handshakes.try_send((datagram.to_vec(), src, local)).is_err() {
         sh.queued.fetch_sub(1, Ordering::Relaxed);

@@ -7,7 +7,7 @@ use base64::Engine as _;
 use ipnet::IpNet;
 use zeroize::Zeroizing;
 
-use crate::decode::{Ctx, Decode, MapReader};
+use crate::decode::{Ctx, Decode, MapReader, Named};
 use crate::yaml::{Node, Value};
 
 /// `wireguard`: VPN interfaces served by the WireGuard plane.
@@ -146,11 +146,55 @@ impl Default for KeySource {
     }
 }
 
+/// How an interface meets the packets it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WgMode {
+    /// A TUN interface: the host routes packets into the tunnel (hosts,
+    /// road warriors, anything the kernel's stack should see).
+    #[default]
+    Tun,
+    /// A router between a LAN NIC and a WAN NIC on AF_XDP: packets to the
+    /// peers' allowed IPs are taken off the LAN and sealed out of the WAN,
+    /// the tunnel's datagrams taken off the WAN and opened onto the LAN,
+    /// with no TUN interface and no kernel stack on the way. Everything
+    /// else on both NICs stays the kernel's.
+    Router,
+}
+
+impl Named for WgMode {
+    const NAMES: &'static [(&'static str, Self)] = &[("tun", WgMode::Tun), ("router", WgMode::Router)];
+}
+
+/// `wireguard.interfaces[].router`: the NICs of router mode.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WgRouter {
+    /// The site's side: packets to the peers' allowed IPs come in here,
+    /// opened packets go out here.
+    pub lan: String,
+    /// The tunnel's side: the UDP port's datagrams come in here and sealed
+    /// ones go out here.
+    pub wan: String,
+}
+
+impl Decode for WgRouter {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        let mut m = MapReader::new(node, ctx)?;
+        let r = WgRouter { lan: m.req(ctx, "lan"), wan: m.req(ctx, "wan") };
+        m.finish(ctx);
+        Some(r)
+    }
+}
+
 /// `wireguard.interfaces[]`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct WgInterface {
-    /// The TUN interface's name (at most 15 bytes); also the UAPI socket's.
+    /// The TUN interface's name (at most 15 bytes); also the UAPI socket's
+    /// (in router mode only the UAPI socket's and the metrics').
     pub name: String,
+    /// `tun` (default) or `router`.
+    pub mode: WgMode,
+    /// Router mode's NICs (required in that mode, refused in the other).
+    pub router: Option<WgRouter>,
     pub private_key: KeySource,
     /// UDP port for every address; default 51820.
     pub listen_port: u16,
@@ -198,6 +242,8 @@ impl Decode for WgInterface {
         let private_key = KeySource::read(&mut m, ctx, "private_key");
         let i = WgInterface {
             name: m.req(ctx, "name"),
+            mode: m.or(ctx, "mode", WgMode::Tun),
+            router: m.opt(ctx, "router"),
             private_key,
             listen_port: m.or(ctx, "listen_port", 51820),
             addresses: m.or(ctx, "addresses", Vec::new()),

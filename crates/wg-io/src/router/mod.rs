@@ -30,7 +30,10 @@ use std::sync::Arc;
 use gatehouse_link::nexthop::NextHops;
 use gatehouse_wg::device::{DropReason, Transmit};
 
+pub mod io;
 pub mod pipeline;
+pub mod runtime;
+pub mod steer;
 
 /// Frames per vector a worker takes from a ring: four groups of the
 /// sixteen-lane ChaCha20, and 1420-byte packets still within L2.

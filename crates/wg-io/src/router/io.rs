@@ -1,0 +1,316 @@
+//! A router-mode worker: one queue of each NIC. A vector from the LAN
+//! socket is sealed in its frames and copied into the WAN socket's; a
+//! vector from the WAN socket is opened in its frames and copied into the
+//! LAN socket's. The worker also reads the interface's kernel UDP socket,
+//! where what the XDP program leaves to the kernel arrives (outer
+//! fragments the kernel reassembled, queues without a socket): handshakes
+//! go to the control thread, transport data through the same open path.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use gatehouse_link::xsk::{self, Desc, Socket};
+use gatehouse_udp::{self as udp, Got};
+use gatehouse_wire::field::{ethernet, ipv4, ipv6, udp as udpf};
+use gatehouse_wire::packet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_UDP};
+
+use super::pipeline::{open_vector, seal_vector};
+use super::runtime::{Lane, RouterShared};
+use super::steer::Nic;
+use super::{Counts, Extra, Fate, Frame, Router, VECTOR};
+use crate::shared::{Counters, Shared};
+use crate::worker::{hand_over, send_all};
+
+/// How often a worker publishes its counters.
+const PUBLISH: Duration = Duration::from_millis(100);
+/// Datagrams read from the kernel socket per turn.
+const KERNEL_BATCH: usize = 16;
+/// Room for a datagram the kernel delivered, framed.
+const KERNEL_BUFFER: usize = 2048;
+
+struct Worker<'a> {
+    sh: &'a Shared,
+    rt: &'a RouterShared,
+    counters: &'a Counters,
+    index: usize,
+    lane: Lane,
+    descs: Vec<Desc>,
+    fates: Vec<Fate>,
+    extra: Extra,
+    counts: Counts,
+    /// What was last added to the shared atomics (they take differences).
+    published: Counts,
+    kernel: Vec<Vec<u8>>,
+    got: Vec<Got>,
+}
+
+/// Runs worker `index` until the interface stops.
+pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
+    let Some(rt) = sh.router.as_ref() else { return };
+    let socket = sh.sockets[index.min(sh.sockets.len() - 1)].clone();
+    let mut w = Worker {
+        sh: &sh,
+        rt,
+        counters: &sh.counters[index],
+        index,
+        lane,
+        descs: Vec::with_capacity(VECTOR),
+        fates: Vec::with_capacity(VECTOR),
+        extra: Extra::default(),
+        counts: Counts::default(),
+        published: Counts::default(),
+        kernel: (0..KERNEL_BATCH).map(|_| vec![0u8; KERNEL_BUFFER]).collect(),
+        got: vec![Got::default(); KERNEL_BATCH],
+    };
+    udp::enable_pktinfo(socket.as_raw_fd(), sh.v6);
+    let fds = [w.lane.lan.fd(), w.lane.wan.fd(), socket.as_raw_fd(), sh.wake[index].as_raw_fd()];
+    let mut ready = [false; 4];
+    let mut busy = false;
+    let mut last_publish = Instant::now();
+    while !sh.stop.load(Ordering::Relaxed) {
+        if busy {
+            ready = [true, true, false, false];
+        } else {
+            // Frames sent may come back to be reused while nothing arrives.
+            w.lane.lan.refill();
+            w.lane.wan.refill();
+            if let Err(e) = udp::poll_readable(&fds, 100, &mut ready) {
+                tracing::error!(interface = %sh.name, "poll: {e}");
+                return;
+            }
+        }
+        busy = false;
+        let view = rt.view.load();
+        if ready[0] {
+            busy |= w.side(&view, Nic::Lan) >= VECTOR;
+        }
+        if ready[1] {
+            busy |= w.side(&view, Nic::Wan) >= VECTOR;
+        }
+        if ready[2] {
+            w.kernel_socket(&view, &socket);
+        }
+        send_all(&sh, &socket, &mut w.extra.transmits, w.counters);
+        if last_publish.elapsed() >= PUBLISH {
+            last_publish = Instant::now();
+            w.publish();
+        }
+    }
+    w.publish();
+}
+
+impl Worker<'_> {
+    /// Takes a vector from one side's socket through its path and out of
+    /// the other side's; returns how many frames came.
+    fn side(&mut self, view: &Router, from: Nic) -> usize {
+        let (rx, tx) = match from {
+            Nic::Lan => (&mut self.lane.lan, &mut self.lane.wan),
+            Nic::Wan => (&mut self.lane.wan, &mut self.lane.lan),
+        };
+        rx.refill();
+        self.descs.clear();
+        let n = rx.recv(&mut self.descs, VECTOR);
+        if n == 0 {
+            return 0;
+        }
+        self.extra.clear();
+        let now = Instant::now();
+        if let Some(mems) = rx.frames(&self.descs) {
+            let mut frames: Vec<Frame<'_>> = mems
+                .into_iter()
+                .zip(&self.descs)
+                .map(|(mem, d)| Frame { mem, head: (d.addr - xsk::frame_of(d.addr)) as usize, len: d.len as usize })
+                .collect();
+            match from {
+                Nic::Lan => seal_vector(
+                    view,
+                    &self.sh.device,
+                    &mut frames,
+                    &mut self.fates,
+                    &mut self.extra,
+                    &mut self.counts,
+                    now,
+                ),
+                Nic::Wan => open_vector(
+                    view,
+                    &self.sh.device,
+                    &mut frames,
+                    &mut self.fates,
+                    &mut self.extra,
+                    &mut self.counts,
+                    now,
+                ),
+            }
+            let out: Vec<&[u8]> = frames
+                .iter()
+                .zip(&self.fates)
+                .filter_map(|(f, fate)| match *fate {
+                    Fate::Send { head, len } => f.mem.get(head..head + len),
+                    _ => None,
+                })
+                .collect();
+            copy_out(tx, &out, self.counters);
+        }
+        for d in &self.descs {
+            rx.recycle(d.addr);
+        }
+        self.finish_extra();
+        n
+    }
+
+    /// Sends and hands over what a vector left besides its frames.
+    fn finish_extra(&mut self) {
+        let to_lan: Vec<&[u8]> = self.extra.to_lan.iter().map(Vec::as_slice).collect();
+        copy_out(&mut self.lane.lan, &to_lan, self.counters);
+        let to_wan: Vec<&[u8]> = self.extra.to_wan.iter().map(Vec::as_slice).collect();
+        copy_out(&mut self.lane.wan, &to_wan, self.counters);
+        for (datagram, from, local) in self.extra.handshakes.drain(..) {
+            hand_over(self.sh, &datagram, from, local, self.counters);
+        }
+        if !self.extra.resolve_lan.is_empty() || !self.extra.resolve_wan.is_empty() {
+            let mut r = self.rt.resolve.lock().unwrap_or_else(|e| e.into_inner());
+            r.extend(self.extra.resolve_lan.drain(..).map(|a| (Nic::Lan, a)));
+            r.extend(self.extra.resolve_wan.drain(..).map(|a| (Nic::Wan, a)));
+        }
+    }
+
+    /// Datagrams the kernel delivered to the port (not steered): framed
+    /// as the WAN would have handed them over, and opened the same way.
+    fn kernel_socket(&mut self, view: &Router, socket: &std::net::UdpSocket) {
+        let n = {
+            let mut bufs: Vec<&mut [u8]> = self.kernel.iter_mut().map(|b| &mut b[256..]).collect();
+            udp::recv_batch(socket.as_raw_fd(), &mut bufs, &mut self.got).unwrap_or(0)
+        };
+        if n == 0 {
+            return;
+        }
+        let mut lens = Vec::with_capacity(n);
+        for (buf, got) in self.kernel.iter_mut().zip(&self.got).take(n) {
+            // One datagram per buffer (no GRO on this socket).
+            let (Some(from), Some(to)) = (got.from, got.to) else {
+                lens.push(None);
+                continue;
+            };
+            lens.push(frame_datagram(buf, got.len, from, SocketAddr::new(to, view.port)));
+        }
+        self.extra.clear();
+        let mut frames: Vec<Frame<'_>> = self
+            .kernel
+            .iter_mut()
+            .zip(&lens)
+            .filter_map(|(b, l)| l.map(|(head, len)| Frame { mem: &mut b[..], head, len }))
+            .collect();
+        open_vector(
+            view,
+            &self.sh.device,
+            &mut frames,
+            &mut self.fates,
+            &mut self.extra,
+            &mut self.counts,
+            Instant::now(),
+        );
+        let out: Vec<&[u8]> = frames
+            .iter()
+            .zip(&self.fates)
+            .filter_map(|(f, fate)| match *fate {
+                Fate::Send { head, len } => f.mem.get(head..head + len),
+                _ => None,
+            })
+            .collect();
+        copy_out(&mut self.lane.lan, &out, self.counters);
+        self.finish_extra();
+    }
+
+    /// Adds what changed since the last time to the interface's shared
+    /// counters (metrics read those) and publishes the whole set.
+    fn publish(&mut self) {
+        let (c, p) = (&self.counts, &self.published);
+        self.counters.rx_datagrams.fetch_add(c.wan_rx - p.wan_rx, Ordering::Relaxed);
+        self.counters.tx_datagrams.fetch_add(c.sealed - p.sealed, Ordering::Relaxed);
+        self.counters.tun_rx_packets.fetch_add(c.lan_rx - p.lan_rx, Ordering::Relaxed);
+        self.counters.tun_tx_packets.fetch_add(c.opened - p.opened, Ordering::Relaxed);
+        for (slot, (now, was)) in c.device.iter().zip(p.device).enumerate() {
+            if *now > was {
+                self.counters.drops[slot].fetch_add(now - was, Ordering::Relaxed);
+            }
+        }
+        self.published = c.clone();
+        if let Some(slot) = self.rt.counts.get(self.index) {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = c.clone();
+        }
+    }
+}
+
+/// Copies frames into free frames of `tx` and sends them; what finds no
+/// free frame is counted as a transmit error.
+fn copy_out(tx: &mut Socket, frames: &[&[u8]], counters: &Counters) {
+    if frames.is_empty() {
+        return;
+    }
+    let mut next = frames.iter();
+    let sent = tx.transmit(frames.len(), |mem| match next.next() {
+        Some(f) => {
+            let len = f.len().min(mem.len());
+            mem[..len].copy_from_slice(&f[..len]);
+            len
+        }
+        None => 0,
+    });
+    let short = frames.len().saturating_sub(sent);
+    if short > 0 {
+        counters.tx_errors.fetch_add(short as u64, Ordering::Relaxed);
+    }
+}
+
+/// Writes Ethernet, IP and UDP headers in front of a datagram that lies at
+/// 256 in `buf` (`len` bytes, from `from` to `to`); returns where the
+/// frame starts and its length.
+fn frame_datagram(buf: &mut [u8], len: usize, from: SocketAddr, to: SocketAddr) -> Option<(usize, usize)> {
+    let at = 256;
+    let (from, to) = match (from.ip(), to.ip()) {
+        // A dual-stack socket reports IPv4 peers as mapped addresses.
+        (IpAddr::V6(f), IpAddr::V6(t)) => match (f.to_ipv4_mapped(), t.to_ipv4_mapped()) {
+            (Some(f4), Some(t4)) => (SocketAddr::new(f4.into(), from.port()), SocketAddr::new(t4.into(), to.port())),
+            _ => (from, to),
+        },
+        _ => (from, to),
+    };
+    let v6 = from.is_ipv6();
+    let ip_len = if v6 { ipv6::HEADER_LEN } else { ipv4::MIN_HEADER_LEN };
+    let head = at - udpf::HEADER_LEN - ip_len - ethernet::HEADER_LEN;
+    let udp_len = u16::try_from(udpf::HEADER_LEN + len).ok()?;
+    let u = &mut buf[at - udpf::HEADER_LEN..at];
+    u[..2].copy_from_slice(&from.port().to_be_bytes());
+    u[2..4].copy_from_slice(&to.port().to_be_bytes());
+    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    u[6..8].fill(0);
+    let ip = &mut buf[at - udpf::HEADER_LEN - ip_len..at - udpf::HEADER_LEN];
+    match (from.ip(), to.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            ip.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0, 0, 64, PROTO_UDP, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            ip[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&(udp_len + 20).to_be_bytes());
+            ip[ipv4::SRC..ipv4::SRC + 4].copy_from_slice(&s.octets());
+            ip[ipv4::DST..ipv4::DST + 4].copy_from_slice(&d.octets());
+            let c = gatehouse_wire::checksum::checksum(ip);
+            ip[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            ip.fill(0);
+            ip[0] = 0x60;
+            ip[ipv6::PAYLOAD_LEN..ipv6::PAYLOAD_LEN + 2].copy_from_slice(&udp_len.to_be_bytes());
+            ip[ipv6::NEXT_HEADER] = PROTO_UDP;
+            ip[ipv6::HOP_LIMIT] = 64;
+            ip[ipv6::SRC..ipv6::SRC + 16].copy_from_slice(&s.octets());
+            ip[ipv6::DST..ipv6::DST + 16].copy_from_slice(&d.octets());
+        }
+        _ => return None,
+    }
+    let e = &mut buf[head..head + ethernet::HEADER_LEN];
+    e[..12].fill(0);
+    let kind = if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 };
+    e[12..14].copy_from_slice(&kind.to_be_bytes());
+    Some((head, at + len - head))
+}

@@ -1,0 +1,284 @@
+//! Router mode on real NICs: the XDP programs attached, one AF_XDP socket
+//! per queue on each side, what the workers share (the router's view of
+//! both sides, published whole; their counters), and the control
+//! thread's share of the work (the view read again from the kernel,
+//! neighbours resolved, the programs' maps kept in line with the peers).
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use gatehouse_link::nexthop::{self, NextHops};
+use gatehouse_link::{netlink, xsk};
+
+use super::steer::{Nic, Steering, Wanted};
+use super::{Counts, Router, Side};
+use crate::shared::Shared;
+
+/// How often the control thread reads routes, neighbours and addresses
+/// again, and the peers' allowed IPs for the steering maps.
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// One worker's sockets: a queue of the LAN NIC and the same queue of the
+/// WAN NIC.
+pub struct Lane {
+    pub lan: xsk::Socket,
+    pub wan: xsk::Socket,
+}
+
+/// What router mode's threads share.
+pub struct RouterShared {
+    pub lan: String,
+    pub wan: String,
+    pub lan_index: u32,
+    pub wan_index: u32,
+    pub view: ArcSwap<Router>,
+    steering: Mutex<Steering>,
+    /// Each worker's counters, as it last published them.
+    pub counts: Vec<Mutex<Counts>>,
+    /// Neighbours the workers could not find, to be resolved.
+    pub resolve: Mutex<HashSet<(Nic, IpAddr)>>,
+    /// When the view was last read.
+    refreshed: Mutex<Instant>,
+    /// Whether XDP runs in native mode on each NIC.
+    pub native: [bool; 2],
+    pub zero_copy: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why router mode could not start, and the config field at fault.
+#[derive(Debug)]
+pub struct OpenError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn rx_queues(name: &str) -> u32 {
+    std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
+        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A NIC's side as the kernel has it now: MAC, first global address of
+/// each family, routes and neighbours.
+fn read_side(name: &str, index: u32) -> Side {
+    let mac = std::fs::read_to_string(format!("/sys/class/net/{name}/address"))
+        .ok()
+        .and_then(|t| {
+            let v: Vec<u8> = t.trim().split(':').map(|h| u8::from_str_radix(h, 16)).collect::<Result<_, _>>().ok()?;
+            <[u8; 6]>::try_from(v).ok()
+        })
+        .unwrap_or_default();
+    let addrs = netlink::addresses(index).unwrap_or_default();
+    let v4 = addrs.iter().find_map(|(a, _)| match a {
+        IpAddr::V4(a) => Some(*a),
+        IpAddr::V6(_) => None,
+    });
+    let v6 = addrs.iter().find_map(|(a, _)| match a {
+        // Link-local addresses are not what a tunnel or an ICMP error leaves from.
+        IpAddr::V6(a) if a.segments()[0] & 0xffc0 != 0xfe80 => Some(*a),
+        _ => None,
+    });
+    let hops = NextHops::read(name, index).unwrap_or_default();
+    Side { mac, v4, v6, hops: Arc::new(hops) }
+}
+
+fn view(lan: (&str, u32), wan: (&str, u32), port: u16, mtu: u32) -> Router {
+    Router { lan: read_side(lan.0, lan.1), wan: read_side(wan.0, wan.1), port, mtu: mtu as usize }
+}
+
+/// What the programs must steer now: the device's allowed IPs, the
+/// host's addresses on both NICs, the port.
+fn wanted(sh: &Shared, r: &RouterShared, port: u16) -> Wanted {
+    let allowed: Vec<(IpAddr, u8)> = {
+        let dev = sh.device();
+        let ids: Vec<_> = dev.peer_ids().collect();
+        ids.into_iter().filter_map(|id| dev.peer_info(id)).flat_map(|p| p.allowed_ips).collect()
+    };
+    let mut host: Vec<IpAddr> = Vec::new();
+    for index in [r.lan_index, r.wan_index] {
+        host.extend(netlink::addresses(index).unwrap_or_default().into_iter().map(|(a, _)| a));
+    }
+    Wanted::new(&allowed, &host, port)
+}
+
+impl RouterShared {
+    /// Attaches the programs and opens a socket on every queue both NICs
+    /// have (a worker each). Nothing is steered until [`RouterShared::refresh`].
+    pub fn open(
+        cfg: &gatehouse_config::WgRouter,
+        port: u16,
+        mtu: u32,
+        workers: usize,
+    ) -> Result<(RouterShared, Vec<Lane>), OpenError> {
+        let index = |field: &'static str, name: &str| {
+            netlink::ifindex(name).map_err(|e| OpenError { field, message: format!("no interface {name:?}: {e}") })
+        };
+        let lan_index = index("router.lan", &cfg.lan)?;
+        let wan_index = index("router.wan", &cfg.wan)?;
+        let queues = rx_queues(&cfg.lan).min(rx_queues(&cfg.wan));
+        let (lq, wq) = (rx_queues(&cfg.lan), rx_queues(&cfg.wan));
+        if lq != wq || queues as usize > workers.max(1) {
+            tracing::warn!(
+                lan = %cfg.lan, wan = %cfg.wan, lan_queues = lq, wan_queues = wq,
+                "router mode takes queues 0..{queues} of each NIC; traffic the NICs spread to other queues goes to the kernel (set equal queue counts with ethtool -L)"
+            );
+        }
+        let mut steering = Steering::attach(&cfg.lan, &cfg.wan)
+            .map_err(|e| OpenError { field: "router", message: format!("cannot attach XDP: {e}") })?;
+        let mut lanes = Vec::new();
+        let mut zero_copy = true;
+        for q in 0..queues {
+            let mut open = |nic: Nic, name: &str, ifindex: u32| {
+                let field = if nic == Nic::Lan { "router.lan" } else { "router.wan" };
+                let s = xsk::Socket::open(ifindex, q, xsk::Config::default()).map_err(|e| OpenError {
+                    field,
+                    message: format!("cannot open an AF_XDP socket on {name} queue {q}: {e}"),
+                })?;
+                steering.set_socket(nic, q, s.fd()).map_err(|e| OpenError { field, message: e.to_string() })?;
+                Ok::<xsk::Socket, OpenError>(s)
+            };
+            let lan = open(Nic::Lan, &cfg.lan, lan_index)?;
+            let wan = open(Nic::Wan, &cfg.wan, wan_index)?;
+            zero_copy &= lan.zero_copy && wan.zero_copy;
+            lanes.push(Lane { lan, wan });
+        }
+        let native = steering.native;
+        let view = view((&cfg.lan, lan_index), (&cfg.wan, wan_index), port, mtu);
+        Ok((
+            RouterShared {
+                lan: cfg.lan.clone(),
+                wan: cfg.wan.clone(),
+                lan_index,
+                wan_index,
+                view: ArcSwap::from_pointee(view),
+                steering: Mutex::new(steering),
+                counts: lanes.iter().map(|_| Mutex::new(Counts::default())).collect(),
+                resolve: Mutex::new(HashSet::new()),
+                refreshed: Mutex::new(Instant::now() - REFRESH),
+                native,
+                zero_copy,
+            },
+            lanes,
+        ))
+    }
+
+    /// The control thread's turn: neighbours asked for are solicited, and
+    /// every [`REFRESH`] (or at once when `now_too`) the view and the
+    /// steering maps are brought in line with the kernel and the device.
+    pub fn refresh(&self, sh: &Shared, now_too: bool) {
+        let asked: Vec<(Nic, IpAddr)> = lock(&self.resolve).drain().collect();
+        for (nic, addr) in &asked {
+            let name = if *nic == Nic::Lan { &self.lan } else { &self.wan };
+            if let Err(e) = nexthop::solicit(*addr, name) {
+                tracing::debug!(interface = %name, %addr, "cannot solicit the neighbour: {e}");
+            }
+        }
+        let mut at = lock(&self.refreshed);
+        if !now_too && asked.is_empty() && at.elapsed() < REFRESH {
+            return;
+        }
+        *at = Instant::now();
+        drop(at);
+        let (port, mtu) = {
+            let s = sh.settings();
+            (s.listen_port, s.mtu)
+        };
+        let fresh = view((&self.lan, self.lan_index), (&self.wan, self.wan_index), port, mtu);
+        let old = self.view.load();
+        if fresh.lan.mac != old.lan.mac
+            || fresh.wan.mac != old.wan.mac
+            || fresh.lan.v4 != old.lan.v4
+            || fresh.lan.v6 != old.lan.v6
+            || fresh.wan.v4 != old.wan.v4
+            || fresh.wan.v6 != old.wan.v6
+            || *fresh.lan.hops != *old.lan.hops
+            || *fresh.wan.hops != *old.wan.hops
+            || fresh.mtu != old.mtu
+            || fresh.port != old.port
+        {
+            self.view.store(Arc::new(fresh));
+        }
+        let want = wanted(sh, self, port);
+        if let Err(e) = lock(&self.steering).update(&want) {
+            tracing::error!(interface = %sh.name, "router steering maps: {e}");
+        }
+    }
+
+    /// Every worker's counters summed.
+    pub fn totals(&self) -> Counts {
+        let mut t = Counts::default();
+        for c in &self.counts {
+            let c = lock(c);
+            t.lan_rx += c.lan_rx;
+            t.sealed += c.sealed;
+            t.wan_rx += c.wan_rx;
+            t.opened += c.opened;
+            t.icmp += c.icmp;
+            t.fragments += c.fragments;
+            for (a, b) in t.drops.iter_mut().zip(c.drops) {
+                *a += b;
+            }
+            for (a, b) in t.device.iter_mut().zip(c.device) {
+                *a += b;
+            }
+        }
+        t
+    }
+}
+
+impl RouterShared {
+    /// What `/status` shows of router mode.
+    pub fn status(&self) -> serde_json::Value {
+        let t = self.totals();
+        let view = self.view.load();
+        serde_json::json!({
+            "lan": self.lan,
+            "wan": self.wan,
+            "lan_address": view.lan.v4.map(|a| a.to_string()),
+            "wan_address": view.wan.v4.map(|a| a.to_string()),
+            "workers": self.counts.len(),
+            "xdp": if self.native.iter().all(|n| *n) { "native" } else { "generic" },
+            "zero_copy": self.zero_copy,
+            "sealed": t.sealed,
+            "opened": t.opened,
+        })
+    }
+}
+
+/// Router mode's own series, for every interface in that mode.
+pub fn metrics(ifaces: &[&Shared], out: &mut gatehouse_plane::metrics::Exposition) {
+    let routers: Vec<(&str, Counts)> =
+        ifaces.iter().filter_map(|i| i.router.as_ref().map(|r| (i.name.as_str(), r.totals()))).collect();
+    if routers.is_empty() {
+        return;
+    }
+    type Series<'a> = (&'a str, &'a str, fn(&Counts) -> u64);
+    let series: [Series<'_>; 6] = [
+        ("gatehouse_wg_router_lan_rx_frames_total", "Frames router mode took from the LAN NIC.", |c| c.lan_rx),
+        ("gatehouse_wg_router_sealed_total", "Packets sealed and sent out of the WAN NIC.", |c| c.sealed),
+        ("gatehouse_wg_router_wan_rx_frames_total", "Frames router mode took from the WAN NIC.", |c| c.wan_rx),
+        ("gatehouse_wg_router_opened_total", "Packets opened and sent out of the LAN NIC.", |c| c.opened),
+        ("gatehouse_wg_router_icmp_total", "ICMP errors router mode sent (time exceeded, too big).", |c| c.icmp),
+        ("gatehouse_wg_router_fragments_total", "IPv4 fragments router mode made to fit the tunnel.", |c| c.fragments),
+    ];
+    for (name, help, f) in series {
+        out.header(name, "counter", help);
+        for (iface, c) in &routers {
+            out.sample(name, &[("interface", iface)], f(c));
+        }
+    }
+    let name = "gatehouse_wg_router_drops_total";
+    out.header(name, "counter", "Frames router mode dropped before the device saw them, by reason.");
+    for (iface, c) in &routers {
+        for (reason, n) in super::RouterDrop::NAMES.iter().zip(c.drops) {
+            out.sample(name, &[("interface", iface), ("reason", reason)], n);
+        }
+    }
+}
