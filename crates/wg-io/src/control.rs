@@ -60,9 +60,7 @@ pub(crate) fn run(sh: Arc<Shared>, rx: HandshakeQueue) {
             }
             send_all(&sh, &socket, &mut out, counters);
             resolve_again(&sh, last_tick);
-            if let Some(r) = &sh.router {
-                r.refresh(&sh, false);
-            }
+            sh.refresh_router(false);
         }
     }
 }

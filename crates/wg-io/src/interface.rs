@@ -152,10 +152,8 @@ impl Interface {
             started: Instant::now(),
             router,
         });
-        if let Some(r) = &shared.router {
-            // The port, the peers' networks, the host's addresses: steering starts.
-            r.refresh(&shared, true);
-        }
+        // The port, the peers' networks, the host's addresses: steering starts.
+        shared.refresh_router(true);
         let mut i = Interface { shared, threads: Vec::new(), paused: Some((queues, rx)) };
         if !paused {
             i.resume().map_err(|e| StartError { field: None, message: e.to_string() })?;
@@ -260,9 +258,7 @@ impl Interface {
             tracing::error!(interface = %sh.name, "{e}");
         }
         *sh.settings() = applied;
-        if let Some(r) = &sh.router {
-            r.refresh(sh, true);
-        }
+        sh.refresh_router(true);
     }
 
     /// Stops every thread; the TUN interface goes with its last queue.

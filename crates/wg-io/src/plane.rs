@@ -436,7 +436,9 @@ impl Plane for WireGuard {
                 out.sample(name, &[("interface", &i.shared.name)], i.shared.counters.iter().map(f).sum::<u64>());
             }
         }
-        crate::router::runtime::metrics(&ifaces.iter().map(|i| &*i.shared).collect::<Vec<_>>(), out);
+        let routers: Vec<(&str, &crate::router::runtime::RouterShared)> =
+            ifaces.iter().filter_map(|i| i.shared.router.as_ref().map(|r| (i.shared.name.as_str(), r))).collect();
+        crate::router::runtime::metrics(&routers, out);
     }
 
     fn status(&self, out: &mut Map<String, Value>) {

@@ -112,6 +112,22 @@ impl Shared {
     pub fn settings(&self) -> MutexGuard<'_, Settings> {
         self.settings.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Router mode: the view and the steering maps brought in line with
+    /// the kernel and the peers, when due (at once with `now_too`).
+    pub fn refresh_router(&self, now_too: bool) {
+        let Some(r) = &self.router else { return };
+        let (port, mtu) = {
+            let s = self.settings();
+            (s.listen_port, s.mtu)
+        };
+        let allowed = || {
+            let dev = self.device();
+            let ids: Vec<PeerId> = dev.peer_ids().collect();
+            ids.into_iter().filter_map(|id| dev.peer_info(id)).flat_map(|p| p.allowed_ips).collect()
+        };
+        r.refresh(&crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed }, now_too);
+    }
 }
 
 /// Where each remote endpoint last reached us (the local address of its

@@ -189,10 +189,14 @@ impl Worker<'_> {
                 };
             }
         }
+        // Padding stops at the MTU (as the kernel's and wireguard-go's
+        // does): a full-sized packet's datagram then fits the path the MTU
+        // was chosen for, and is not fragmented.
+        let mtu = self.sh.settings().mtu as usize;
         let mut jobs: Vec<SealJob<'_>> = Vec::with_capacity(n);
         for slot in batch.iter_mut() {
             let Some(plan) = &slot.seal else { continue };
-            let padded = padded_len(slot.len);
+            let padded = padded_len(slot.len).min(mtu.max(slot.len));
             slot.buf[..DATA].copy_from_slice(&plan.header);
             slot.buf[DATA + slot.len..DATA + padded].fill(0);
             slot.len = DATA + padded + TAG_LEN;

@@ -12,7 +12,6 @@ use gatehouse_link::nexthop::{Miss, NextHops};
 use gatehouse_mbx::aead::{OpenJob, SealJob, TAG_LEN, open_batch, seal_batch};
 use gatehouse_wg::device::{Device, Inbound, OpenPlan, Received, SealPlan};
 use gatehouse_wg::messages::{TRANSPORT, transport::DATA};
-use gatehouse_wg::transport::padded_len;
 use gatehouse_wire::checksum;
 use gatehouse_wire::field::{ethernet, ipv4, ipv6, udp};
 use gatehouse_wire::forward::{self, Error as IcmpError, Header, Refusal};
@@ -24,6 +23,13 @@ use super::{Counts, Extra, Fate, Frame, Router, RouterDrop};
 /// Room before a packet the pipeline makes (fragments): the largest
 /// outer header, rounded up.
 const HEADROOM: usize = 128;
+
+/// The length a packet is padded to: a multiple of 16, but never past the
+/// tunnel's MTU (as the kernel and wireguard-go pad), so that a full-sized
+/// packet's datagram still fits the path the MTU was chosen for.
+fn padded_len(len: usize, mtu: usize) -> usize {
+    gatehouse_wg::transport::padded_len(len).min(mtu.max(len))
+}
 
 /// Outer headers in front of a sealed packet: Ethernet, IP, UDP and the
 /// transport message's 16 bytes.
@@ -131,7 +137,7 @@ pub fn seal_vector<R: CryptoRngCore>(
             {
                 counts.fragments += pieces.len() as u64;
                 fragments.extend(pieces.into_iter().map(|p| {
-                    let mut b = vec![0u8; HEADROOM + ethernet::HEADER_LEN + padded_len(p.len()) + TAG_LEN];
+                    let mut b = vec![0u8; HEADROOM + ethernet::HEADER_LEN + padded_len(p.len(), r.mtu) + TAG_LEN];
                     b[HEADROOM + ethernet::HEADER_LEN..][..p.len()].copy_from_slice(&p);
                     (b, ethernet::HEADER_LEN + p.len())
                 }));
@@ -209,7 +215,7 @@ fn seal_planned<R: CryptoRngCore>(
     for (i, f) in frames.iter_mut().enumerate() {
         let Some(p) = next.next_if(|p| p.frame == i) else { continue };
         let Some(plan) = &p.plan else { continue };
-        let padded = padded_len(p.header.len);
+        let padded = padded_len(p.header.len, r.mtu);
         let (data, rest) = f.mem[p.at..].split_at_mut(padded);
         let Some(tag) = rest.get_mut(..TAG_LEN).and_then(|t| <&mut [u8; TAG_LEN]>::try_from(t).ok()) else {
             continue;
@@ -221,7 +227,7 @@ fn seal_planned<R: CryptoRngCore>(
     for p in planned.iter() {
         let Some(plan) = &p.plan else { continue };
         let f = &mut frames[p.frame];
-        let end = p.at + padded_len(p.header.len) + TAG_LEN;
+        let end = p.at + padded_len(p.header.len, r.mtu) + TAG_LEN;
         udp_checksum(&mut f.mem[p.head + ethernet::HEADER_LEN..end], plan.to.is_ipv6());
         fates[p.frame] = Fate::Send { head: p.head, len: end - p.head };
         counts.sealed += 1;
@@ -251,7 +257,7 @@ fn frame_outer(
         return None;
     };
     let outer = outer_len(v6);
-    let padded = padded_len(header.len);
+    let padded = padded_len(header.len, r.mtu);
     if at < outer || at + padded + TAG_LEN > f.mem.len() {
         counts.drop(RouterDrop::NoRoom);
         return None;

@@ -15,7 +15,6 @@ use gatehouse_link::{netlink, xsk};
 
 use super::steer::{Nic, Steering, Wanted};
 use super::{Counts, Router, Side};
-use crate::shared::Shared;
 
 /// How often the control thread reads routes, neighbours and addresses
 /// again, and the peers' allowed IPs for the steering maps.
@@ -93,19 +92,23 @@ fn view(lan: (&str, u32), wan: (&str, u32), port: u16, mtu: u32) -> Router {
     Router { lan: read_side(lan.0, lan.1), wan: read_side(wan.0, wan.1), port, mtu: mtu as usize }
 }
 
-/// What the programs must steer now: the device's allowed IPs, the
-/// host's addresses on both NICs, the port.
-fn wanted(sh: &Shared, r: &RouterShared, port: u16) -> Wanted {
-    let allowed: Vec<(IpAddr, u8)> = {
-        let dev = sh.device();
-        let ids: Vec<_> = dev.peer_ids().collect();
-        ids.into_iter().filter_map(|id| dev.peer_info(id)).flat_map(|p| p.allowed_ips).collect()
-    };
+/// What the programs must steer now: the peers' allowed IPs, the host's
+/// addresses on both NICs, the port.
+fn wanted(r: &RouterShared, allowed: &[(IpAddr, u8)], port: u16) -> Wanted {
     let mut host: Vec<IpAddr> = Vec::new();
     for index in [r.lan_index, r.wan_index] {
         host.extend(netlink::addresses(index).unwrap_or_default().into_iter().map(|(a, _)| a));
     }
-    Wanted::new(&allowed, &host, port)
+    Wanted::new(allowed, &host, port)
+}
+
+/// What a refresh needs to know of the interface: its port and MTU now,
+/// and the peers' allowed IPs (asked only when a refresh is due).
+pub struct Now<'a> {
+    pub name: &'a str,
+    pub port: u16,
+    pub mtu: u32,
+    pub allowed: &'a dyn Fn() -> Vec<(IpAddr, u8)>,
 }
 
 impl RouterShared {
@@ -172,7 +175,7 @@ impl RouterShared {
     /// The control thread's turn: neighbours asked for are solicited, and
     /// every [`REFRESH`] (or at once when `now_too`) the view and the
     /// steering maps are brought in line with the kernel and the device.
-    pub fn refresh(&self, sh: &Shared, now_too: bool) {
+    pub fn refresh(&self, it: &Now<'_>, now_too: bool) {
         let asked: Vec<(Nic, IpAddr)> = lock(&self.resolve).drain().collect();
         for (nic, addr) in &asked {
             let name = if *nic == Nic::Lan { &self.lan } else { &self.wan };
@@ -186,10 +189,7 @@ impl RouterShared {
         }
         *at = Instant::now();
         drop(at);
-        let (port, mtu) = {
-            let s = sh.settings();
-            (s.listen_port, s.mtu)
-        };
+        let (port, mtu) = (it.port, it.mtu);
         let fresh = view((&self.lan, self.lan_index), (&self.wan, self.wan_index), port, mtu);
         let old = self.view.load();
         if fresh.lan.mac != old.lan.mac
@@ -205,9 +205,9 @@ impl RouterShared {
         {
             self.view.store(Arc::new(fresh));
         }
-        let want = wanted(sh, self, port);
+        let want = wanted(self, &(it.allowed)(), port);
         if let Err(e) = lock(&self.steering).update(&want) {
-            tracing::error!(interface = %sh.name, "router steering maps: {e}");
+            tracing::error!(interface = %it.name, "router steering maps: {e}");
         }
     }
 
@@ -252,10 +252,9 @@ impl RouterShared {
     }
 }
 
-/// Router mode's own series, for every interface in that mode.
-pub fn metrics(ifaces: &[&Shared], out: &mut gatehouse_plane::metrics::Exposition) {
-    let routers: Vec<(&str, Counts)> =
-        ifaces.iter().filter_map(|i| i.router.as_ref().map(|r| (i.name.as_str(), r.totals()))).collect();
+/// Router mode's own series, for every interface (by name) in that mode.
+pub fn metrics(ifaces: &[(&str, &RouterShared)], out: &mut gatehouse_plane::metrics::Exposition) {
+    let routers: Vec<(&str, Counts)> = ifaces.iter().map(|(name, r)| (*name, r.totals())).collect();
     if routers.is_empty() {
         return;
     }
