@@ -12,6 +12,16 @@ not keep up); and the same in four flows at once (`udp4`). The machine's
 softirq time is shown too,
 so that kernel work is not hidden.
 
+Site gateways (`--only gatehouse-router,wireguard-go-router`): a client
+namespace on a LAN, the gateway between the LAN and a WAN veth, and a
+remote site (Gatehouse in TUN mode, the same for both) with the iperf3
+server on its tunnel address. The gateway is Gatehouse in router mode
+(AF_XDP, no TUN) or wireguard-go with the kernel forwarding between its
+TUN and the LAN. The gateway alone is pinned to CPU 0, everything else to
+CPU 1; its cost is its CPU time plus CPU 0's softirq time, and the rows
+give packets per such CPU-second, client to server (sealed at the
+gateway) and back (`-R`: opened at the gateway).
+
     sudo python3 bench/wg_tunnel.py [--seconds 8] [--only gatehouse,wireguard-go]
                                     [--workloads tcp1,tcp4,udp,udp4] [--gatehouse PATH]
                                     [--write docs/BENCHMARKS.md]
@@ -95,13 +105,17 @@ def cpu_seconds(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def softirq_seconds():
-    f = Path("/proc/stat").read_text().splitlines()[0].split()
+def softirq_seconds(cpu=None):
+    """The machine's softirq time, or one CPU's."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    f = (lines[0] if cpu is None else next(l for l in lines if l.startswith(f"cpu{cpu} "))).split()
     return int(f[7]) / os.sysconf("SC_CLK_TCK")
 
 
 class Pair:
     """Two daemons of one implementation, configured and handshaken."""
+
+    client_ns, server_ns, server_addr = NS[0], NS[1], INNER[NS[1]]
 
     def __init__(self, kind, tmp):
         self.kind = kind
@@ -206,24 +220,27 @@ class SocketDrops:
 
 
 def iperf(pair, seconds, args):
+    """iperf3 from the pair's client to its server for `seconds`; returns
+    iperf3's report (with the server socket's drops), the daemons' CPU
+    seconds, the machine's and CPU 0's softirq seconds, and the wall time."""
     srv = subprocess.Popen(
-        ["taskset", "-c", "1", "ip", "netns", "exec", NS[1], "iperf3", "-s", "-1"],
+        ["taskset", "-c", "1", "ip", "netns", "exec", pair.server_ns, "iperf3", "-s", "-1", "-B", pair.server_addr],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     drops = SocketDrops(srv.pid)
     try:
         for _ in range(100):
-            if ":5201 " in ns(NS[1], "ss", "-ltnu"):
+            if ":5201 " in ns(pair.server_ns, "ss", "-ltnu"):
                 break
             time.sleep(0.05)
-        c0, s0, t0 = pair.cpu(), softirq_seconds(), time.time()
+        c0, s0, z0, t0 = pair.cpu(), softirq_seconds(), softirq_seconds(0), time.time()
         p = subprocess.run(
-            ["taskset", "-c", "1", "ip", "netns", "exec", NS[0], "iperf3", "-c", INNER[NS[1]], "-J", "-t", str(seconds), *args],
+            ["taskset", "-c", "1", "ip", "netns", "exec", pair.client_ns, "iperf3", "-c", pair.server_addr, "-J", "-t", str(seconds), *args],
             capture_output=True,
             text=True,
         )
-        c1, s1, t1 = pair.cpu(), softirq_seconds(), time.time()
+        c1, s1, z1, t1 = pair.cpu(), softirq_seconds(), softirq_seconds(0), time.time()
         out = json.loads(p.stdout)
         if "error" in out:
             raise SystemExit(f"iperf3: {out['error']}")
@@ -232,6 +249,7 @@ def iperf(pair, seconds, args):
         srv.kill()
         srv.wait()
     out["socket_drops"] = out_drops
+    out["cpu0_softirq"] = z1 - z0
     return out, c1 - c0, s1 - s0, t1 - t0
 
 
@@ -268,10 +286,165 @@ def run(kind, seconds, rows, workloads):
             pair.stop()
 
 
+SITE_NS = ("bwc", "bwg", "bwr")
+SITE_PORT = 51840
+
+
+def site_topology():
+    """client bwc (10.91.1.5) - LAN - gateway bwg (lan0 10.91.1.1, wan0
+    192.168.91.1) - WAN - remote bwr (192.168.91.2; its site 10.91.2.0/24
+    on its tunnel interface)."""
+    site_teardown()
+    for n in SITE_NS:
+        sh("ip", "netns", "add", n)
+        sh("ip", "-n", n, "link", "set", "lo", "up")
+    sh("ip", "link", "add", "eth0", "netns", "bwc", "type", "veth", "peer", "name", "lan0", "netns", "bwg")
+    sh("ip", "link", "add", "wan0", "netns", "bwg", "type", "veth", "peer", "name", "eth0", "netns", "bwr")
+    for n, dev, addr in [("bwc", "eth0", "10.91.1.5/24"), ("bwg", "lan0", "10.91.1.1/24"),
+                         ("bwg", "wan0", "192.168.91.1/24"), ("bwr", "eth0", "192.168.91.2/24")]:
+        sh("ip", "-n", n, "addr", "add", addr, "dev", dev)
+        sh("ip", "-n", n, "link", "set", dev, "up")
+    sh("ip", "-n", "bwc", "route", "add", "default", "via", "10.91.1.1")
+    # Frames leaving a veth with checksum offload carry partial checksums,
+    # which AF_XDP passes on as they are.
+    ns("bwc", "ethtool", "-K", "eth0", "tx", "off", check=False)
+
+
+def site_teardown():
+    for n in SITE_NS:
+        sh("ip", "netns", "del", n, check=False)
+
+
+class Site:
+    """A site gateway of one implementation (pinned to CPU 0) and the
+    remote site, Gatehouse in TUN mode (CPU 1), handshaken."""
+
+    client_ns, server_ns, server_addr = "bwc", "bwr", "10.91.2.9"
+
+    def __init__(self, kind, tmp):
+        self.kind, self.procs, self.logs = kind, [], []
+        priv = {n: sh("wg", "genkey").strip() for n in ("bwg", "bwr")}
+        pub = {n: sh("wg", "pubkey", input=priv[n] + "\n").strip() for n in priv}
+        remote = Path(tmp) / "bwr"
+        remote.mkdir()
+        (remote / "gatehouse.yaml").write_text(f"""
+admin: {{ address: 127.0.0.1:9181 }}
+access_log: {{ path: "off" }}
+wireguard:
+  interfaces:
+    - name: bwgr
+      private_key: {priv['bwr']}
+      listen_port: {SITE_PORT}
+      addresses: [10.91.2.9/24]
+      peers:
+        - name: gateway
+          public_key: {pub['bwg']}
+          endpoint: 192.168.91.1:{SITE_PORT}
+          allowed_ips: [10.91.1.0/24]
+""")
+        self.peer = self.spawn("bwr", 1, [str(GATEHOUSE), "run", "-c", str(remote / "gatehouse.yaml")], tmp, "remote")
+        if kind == "gatehouse-router":
+            gw = Path(tmp) / "bwg"
+            gw.mkdir()
+            (gw / "gatehouse.yaml").write_text(f"""
+admin: {{ address: 127.0.0.1:9180 }}
+access_log: {{ path: "off" }}
+wireguard:
+  interfaces:
+    - name: bwgg
+      mode: router
+      router: {{ lan: lan0, wan: wan0 }}
+      private_key: {priv['bwg']}
+      listen_port: {SITE_PORT}
+      peers:
+        - name: remote
+          public_key: {pub['bwr']}
+          endpoint: 192.168.91.2:{SITE_PORT}
+          allowed_ips: [10.91.2.0/24]
+""")
+            self.gateway = self.spawn("bwg", 0, [str(GATEHOUSE), "run", "-c", str(gw / "gatehouse.yaml")], tmp, kind)
+        else:
+            self.gateway = self.spawn("bwg", 0, [find("wireguard"), "-f", "bwgg"], tmp, kind)
+            self.wait_socket("bwgg")
+            conf = (f"[Interface]\nPrivateKey = {priv['bwg']}\nListenPort = {SITE_PORT}\n"
+                    f"[Peer]\nPublicKey = {pub['bwr']}\nAllowedIPs = 10.91.2.0/24\nEndpoint = 192.168.91.2:{SITE_PORT}\n")
+            ns("bwg", "wg", "setconf", "bwgg", "/dev/stdin", input=conf)
+            ns("bwg", "ip", "link", "set", "bwgg", "mtu", "1420", "up")
+            ns("bwg", "ip", "route", "add", "10.91.2.0/24", "dev", "bwgg")
+            ns("bwg", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        for _ in range(50):
+            if "1 received" in ns("bwc", "ping", "-c1", "-W1", self.server_addr, check=False):
+                break
+        else:
+            logs = "\n".join(l.read_text(errors="replace")[-2000:] for l in self.logs)
+            raise SystemExit(f"{kind}: the site-to-site tunnel does not come up\n{logs}")
+
+    def spawn(self, n, cpu, cmd, tmp, name):
+        log = Path(tmp) / f"{name}.log"
+        self.logs.append(log)
+        f = open(log, "wb")
+        p = subprocess.Popen(["taskset", "-c", str(cpu), "ip", "netns", "exec", n, *cmd], stdout=f, stderr=f,
+                             env=dict(os.environ, LOG_LEVEL="error"))
+        self.procs.append(p)
+        if cmd[0] == str(GATEHOUSE):
+            for _ in range(200):
+                if b"WireGuard interface up" in log.read_bytes():
+                    break
+                time.sleep(0.05)
+        return p
+
+    @staticmethod
+    def wait_socket(dev):
+        for _ in range(100):
+            if Path(f"/var/run/wireguard/{dev}.sock").exists():
+                break
+            time.sleep(0.05)
+
+    def cpu(self):
+        """The gateway's CPU seconds alone."""
+        return cpu_seconds(self.gateway.pid)
+
+    def stop(self):
+        Pair.stop(self)
+        for dev in ("bwgg", "bwgr"):
+            Path(f"/var/run/wireguard/{dev}.sock").unlink(missing_ok=True)
+
+
+def run_site(kind, seconds, rows, workloads):
+    with tempfile.TemporaryDirectory() as tmp:
+        site_topology()
+        site = Site.__new__(Site)
+        site.procs, site.logs = [], []
+        try:
+            site.__init__(kind, tmp)
+            cases = []
+            if "tcp1" in workloads:
+                cases += [("TCP 1 stream, client to server", []), ("TCP 1 stream, server to client", ["-R"])]
+            if "udp" in workloads:
+                cases += [(f"UDP 64 B offered {r // 1000} kpps, client to server", ["-u", "-l", "64", "-b", str(r * 64 * 8)])
+                          for r in UDP_RATES]
+            for name, args in cases:
+                out, cpu, _soft, wall = iperf(site, seconds, args)
+                cost = cpu + out["cpu0_softirq"]
+                if args[:1] == ["-u"]:
+                    s = out["end"]["sum"]
+                    got = s["packets"] - s["lost_packets"] + out["socket_drops"]
+                    rows.append((kind, name, f"{got / wall / 1e3:.0f} kpps", f"{got / 1e3 / max(cost, 1e-9):.0f} kpkt",
+                                 f"{cpu / wall:.2f}", f"{out['cpu0_softirq'] / wall:.2f}"))
+                else:
+                    bits = out["end"]["sum_received"]["bytes"] * 8
+                    rows.append((kind, name, f"{bits / wall / 1e9:.2f} Gbit/s", f"{bits / 1e9 / max(cost, 1e-9):.2f} Gbit/s",
+                                 f"{cpu / wall:.2f}", f"{out['cpu0_softirq'] / wall:.2f}"))
+                print(rows[-1], flush=True)
+        finally:
+            site.stop()
+            site_teardown()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=8)
-    ap.add_argument("--only", default="gatehouse,wireguard-go,boringtun")
+    ap.add_argument("--only", default="gatehouse,wireguard-go,boringtun,gatehouse-router,wireguard-go-router")
     ap.add_argument("--workloads", default="tcp1,tcp4,udp,udp4")
     ap.add_argument("--gatehouse", help="the gatehouse binary to run (default: target/release/gatehouse)")
     ap.add_argument("--write", help="insert the results into this markdown file")
@@ -281,15 +454,19 @@ def main():
         GATEHOUSE = Path(a.gatehouse).resolve()
     if os.geteuid() != 0:
         raise SystemExit("needs root (namespaces, TUN)")
-    rows = []
+    rows, site_rows = [], []
     topology()
     try:
         for kind in a.only.split(","):
-            exe = {"wireguard-go": find("wireguard"), "boringtun": find("boringtun-cli", ["/tmp/bt/bin"])}
+            exe = {"wireguard-go": find("wireguard"), "boringtun": find("boringtun-cli", ["/tmp/bt/bin"]),
+                   "wireguard-go-router": find("wireguard")}
             if kind in exe and not exe[kind]:
                 print(f"{kind} is not installed: left out (scripts/install-deps.sh --bench)", file=sys.stderr)
                 continue
-            run(kind, a.seconds, rows, a.workloads.split(","))
+            if kind.endswith("-router"):
+                run_site(kind, a.seconds, site_rows, a.workloads.split(","))
+            else:
+                run(kind, a.seconds, rows, a.workloads.split(","))
     finally:
         teardown()
     cpu = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")).split(":")[1].strip()
@@ -308,7 +485,23 @@ def main():
         "|---|---|---:|---:|---:|---:|",
         *("| " + " | ".join(r) + " |" for r in rows),
         "",
+    ] if rows else [
+        f"## {time.strftime('%Y-%m-%d')} — WireGuard site gateways, commit {commit}",
+        "",
+        f"{cpu} (cpu family {fam}, model {model}); `sudo python3 bench/wg_tunnel.py --seconds {a.seconds} --only {a.only}`.",
     ]
+    if site_rows:
+        lines += [
+            "",
+            "Site gateways: client - LAN - gateway - WAN - remote (Gatehouse, TUN mode). The gateway alone on CPU 0,",
+            "everything else on CPU 1; per gateway CPU-second = delivered over the gateway's utime+stime plus",
+            "CPU 0's softirq time (UDP: what reached iperf3's socket, its own drops included).",
+            "",
+            "| gateway | workload | delivered | per gateway CPU-second | gateway CPUs | CPU 0 softirq |",
+            "|---|---|---:|---:|---:|---:|",
+            *("| " + " | ".join(r) + " |" for r in site_rows),
+            "",
+        ]
     text = "\n".join(lines)
     print("\n" + text)
     if a.write:

@@ -17,9 +17,11 @@ Each remote site's server address sits on its wireguard-go interface.
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -363,3 +365,43 @@ def test_too_big_packets_get_icmp_or_are_fragmented(net, tmp_path):
         wait_for(lambda: counter("gatehouse_wg_router_icmp_total") >= 3, what="ICMP errors counted")
         wait_for(lambda: counter("gatehouse_wg_router_drops_total", reason="too_big") >= 2, what="too big counted")
         assert counter("gatehouse_wg_router_drops_total", reason="time_exceeded") >= 1
+
+
+def test_a_takeover_hands_the_router_over(net, tmp_path):
+    """A binary upgrade in router mode: the new process waits; the old one
+    detaches from the NICs and hands its sessions over; the new one
+    attaches and serves them without a handshake, while pings 20 ms apart
+    cross both ways."""
+    with site(tmp_path) as (old, _b, _gpub):
+        ping_ok("lan", "10.72.2.9")
+        ping_ok("b", "10.72.1.5")
+        flows = [
+            subprocess.Popen(
+                ["ip", "netns", "exec", NS[src], "ping", "-4", "-c", "400", "-i", "0.02", "-W", "1", dst],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for src, dst in (("b", "10.72.1.5"), ("lan", "10.72.2.9"))
+        ]
+        new = None
+        try:
+            time.sleep(2)
+            new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["gw"]))
+            new.wait_log("WireGuard sessions taken over")
+            assert old.proc.wait(timeout=15) == 0
+            for f in flows:
+                out = f.communicate(timeout=30)[0]
+                m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+                assert m, out
+                sent, got = int(m.group(1)), int(m.group(2))
+                assert sent == 400 and got >= sent - 5, f"pings lost across the takeover: {out}"
+            shakes = re.findall(r'^gatehouse_wg_peer_handshakes_total\{[^}]*peer="b"[^}]*\} (\S+)$', metrics(), re.M)
+            assert shakes == ["0"], f"a new handshake after the takeover: {shakes}"
+            ping_ok("lan", "10.72.2.9")
+            wait_for(lambda: counter("gatehouse_wg_router_opened_total") > 0, what="the new process opens packets")
+        finally:
+            for f in flows:
+                f.kill()
+            if new:
+                new.stop()

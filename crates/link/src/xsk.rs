@@ -128,6 +128,12 @@ impl<T: Copy> Ring<T> {
         n
     }
 
+    /// Entries the producer may still add (only grows while we do not
+    /// produce: the other side only consumes).
+    fn room(&self) -> usize {
+        ((self.mask + 1) - self.pending()) as usize
+    }
+
     /// Entries produced and not yet consumed.
     fn pending(&self) -> u32 {
         self.producer().load(Ordering::Relaxed).wrapping_sub(self.consumer().load(Ordering::Acquire))
@@ -390,8 +396,11 @@ impl Socket {
         let cap = self.done.capacity().max(256);
         self.comp.pop(&mut self.done, cap);
         self.free.extend(self.done.iter().map(|&a| frame_of(a)));
-        let posted = self.fill.push(&self.free);
-        self.free.drain(..posted);
+        // From the tail of the free list: nothing left behind moves (a
+        // socket that also sends keeps thousands of free frames).
+        let start = self.free.len() - self.fill.room().min(self.free.len());
+        let posted = self.fill.push(&self.free[start..]);
+        self.free.drain(start..start + posted);
         if self.fill.needs_wakeup() {
             // SAFETY: recvfrom(2) with no buffer: the wake-up of the rx path.
             unsafe {

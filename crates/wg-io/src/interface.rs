@@ -95,12 +95,10 @@ impl Interface {
                 netlink::ifindex(&settings.name).map_err(|e| StartError::at("name", e.to_string()))?
             }
             Some(nics) => {
-                let (shared, lanes) =
-                    crate::router::runtime::RouterShared::open(nics, settings.listen_port, settings.mtu, workers)
-                        .map_err(|e| StartError::at(e.field, e.message))?;
-                workers = lanes.len();
-                queues.extend(lanes.into_iter().map(|l| Queues::Router(Box::new(l))));
-                router = Some(shared);
+                let r = crate::router::runtime::RouterShared::new(nics, settings.listen_port, settings.mtu, workers)
+                    .map_err(|e| StartError::at(e.field, e.message))?;
+                workers = r.queues();
+                router = Some(r);
                 0
             }
         };
@@ -152,8 +150,12 @@ impl Interface {
             started: Instant::now(),
             router,
         });
-        // The port, the peers' networks, the host's addresses: steering starts.
-        shared.refresh_router(true);
+        // Router mode attaches to the NICs now, so that errors show here; a
+        // takeover only once the process before has let go of them (resume).
+        if shared.router.is_some() && !paused {
+            let lanes = shared.attach_router().map_err(|e| StartError::at(e.field, e.message))?;
+            queues.extend(lanes.into_iter().map(|l| Queues::Router(Box::new(l))));
+        }
         let mut i = Interface { shared, threads: Vec::new(), paused: Some((queues, rx)) };
         if !paused {
             i.resume().map_err(|e| StartError { field: None, message: e.to_string() })?;
@@ -163,8 +165,14 @@ impl Interface {
 
     /// Starts the threads of an interface made paused (else nothing).
     pub fn resume(&mut self) -> Result<(), ThreadError> {
-        let Some((queues, rx)) = self.paused.take() else { return Ok(()) };
+        let Some((mut queues, rx)) = self.paused.take() else { return Ok(()) };
         let shared = &self.shared;
+        if shared.router.is_some() && queues.is_empty() {
+            match shared.attach_router() {
+                Ok(lanes) => queues.extend(lanes.into_iter().map(|l| Queues::Router(Box::new(l)))),
+                Err(e) => tracing::error!(interface = %shared.name, "{}: {}", e.field, e.message),
+            }
+        }
         let spawn_err = ThreadError;
         for (i, q) in queues.into_iter().enumerate() {
             let sh = shared.clone();

@@ -117,16 +117,29 @@ impl Shared {
     /// the kernel and the peers, when due (at once with `now_too`).
     pub fn refresh_router(&self, now_too: bool) {
         let Some(r) = &self.router else { return };
-        let (port, mtu) = {
-            let s = self.settings();
-            (s.listen_port, s.mtu)
-        };
-        let allowed = || {
-            let dev = self.device();
-            let ids: Vec<PeerId> = dev.peer_ids().collect();
-            ids.into_iter().filter_map(|id| dev.peer_info(id)).flat_map(|p| p.allowed_ips).collect()
-        };
+        let allowed = || self.allowed_ips();
+        let (port, mtu) = self.port_mtu();
         r.refresh(&crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed }, now_too);
+    }
+
+    /// Router mode: the sockets opened and the programs attached.
+    pub fn attach_router(&self) -> Result<Vec<crate::router::runtime::Lane>, crate::router::runtime::OpenError> {
+        let Some(r) = &self.router else { return Ok(Vec::new()) };
+        let allowed = || self.allowed_ips();
+        let (port, mtu) = self.port_mtu();
+        r.attach(&crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed })
+    }
+
+    fn port_mtu(&self) -> (u16, u32) {
+        let s = self.settings();
+        (s.listen_port, s.mtu)
+    }
+
+    /// Every peer's allowed IPs.
+    fn allowed_ips(&self) -> Vec<(IpAddr, u8)> {
+        let dev = self.device();
+        let ids: Vec<PeerId> = dev.peer_ids().collect();
+        ids.into_iter().filter_map(|id| dev.peer_info(id)).flat_map(|p| p.allowed_ips).collect()
     }
 }
 

@@ -24,6 +24,11 @@ use super::{Counts, Extra, Fate, Frame, Router, VECTOR};
 use crate::shared::{Counters, Shared};
 use crate::worker::{hand_over, send_all};
 
+/// Wake-ups closer together than this mean frames are streaming in.
+const HOT: Duration = Duration::from_micros(200);
+/// How long a streaming worker lets frames gather before reading again
+/// (at most the latency it adds; the rings hold thousands of frames).
+const LINGER: Duration = Duration::from_micros(50);
 /// How often a worker publishes its counters.
 const PUBLISH: Duration = Duration::from_millis(100);
 /// Datagrams read from the kernel socket per turn.
@@ -68,10 +73,18 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
     udp::enable_pktinfo(socket.as_raw_fd(), sh.v6);
     let fds = [w.lane.lan.fd(), w.lane.wan.fd(), socket.as_raw_fd(), sh.wake[index].as_raw_fd()];
     let mut ready = [false; 4];
+    // A full vector came: more is waiting, read again at once.
     let mut busy = false;
+    // Frames keep coming close together: let a few gather before the next
+    // read, as a NIC's interrupt moderation does, rather than wake per frame.
+    let mut linger = false;
+    let mut last_wake = Instant::now() - HOT;
     let mut last_publish = Instant::now();
     while !sh.stop.load(Ordering::Relaxed) {
         if busy {
+            ready = [true, true, false, false];
+        } else if linger {
+            std::thread::sleep(LINGER);
             ready = [true, true, false, false];
         } else {
             // Frames sent may come back to be reused while nothing arrives.
@@ -81,15 +94,14 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
                 tracing::error!(interface = %sh.name, "poll: {e}");
                 return;
             }
+            linger = last_wake.elapsed() < HOT;
+            last_wake = Instant::now();
         }
-        busy = false;
         let view = rt.view.load();
-        if ready[0] {
-            busy |= w.side(&view, Nic::Lan) >= VECTOR;
-        }
-        if ready[1] {
-            busy |= w.side(&view, Nic::Wan) >= VECTOR;
-        }
+        let (lan, wan) =
+            (if ready[0] { w.side(&view, Nic::Lan) } else { 0 }, if ready[1] { w.side(&view, Nic::Wan) } else { 0 });
+        busy = lan >= VECTOR || wan >= VECTOR;
+        linger &= lan + wan > 0;
         if ready[2] {
             w.kernel_socket(&view, &socket);
         }

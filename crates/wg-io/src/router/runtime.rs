@@ -34,16 +34,17 @@ pub struct RouterShared {
     pub lan_index: u32,
     pub wan_index: u32,
     pub view: ArcSwap<Router>,
-    steering: Mutex<Steering>,
+    /// The programs, loaded at once and attached by [`RouterShared::attach`].
+    steering: Mutex<Option<Steering>>,
     /// Each worker's counters, as it last published them.
     pub counts: Vec<Mutex<Counts>>,
     /// Neighbours the workers could not find, to be resolved.
     pub resolve: Mutex<HashSet<(Nic, IpAddr)>>,
     /// When the view was last read.
     refreshed: Mutex<Instant>,
-    /// Whether XDP runs in native mode on each NIC.
-    pub native: [bool; 2],
-    pub zero_copy: bool,
+    /// Whether XDP runs in native mode on each NIC, and the sockets in
+    /// zero-copy mode (once attached).
+    modes: Mutex<([bool; 2], bool)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -112,32 +113,60 @@ pub struct Now<'a> {
 }
 
 impl RouterShared {
-    /// Attaches the programs and opens a socket on every queue both NICs
-    /// have (a worker each). Nothing is steered until [`RouterShared::refresh`].
-    pub fn open(
+    /// Finds both NICs and their common queues (a worker each); attaches
+    /// nothing yet ([`RouterShared::attach`] does, at once or, in a
+    /// takeover, once the process before has let go of the NICs).
+    pub fn new(
         cfg: &gatehouse_config::WgRouter,
         port: u16,
         mtu: u32,
         workers: usize,
-    ) -> Result<(RouterShared, Vec<Lane>), OpenError> {
+    ) -> Result<RouterShared, OpenError> {
         let index = |field: &'static str, name: &str| {
             netlink::ifindex(name).map_err(|e| OpenError { field, message: format!("no interface {name:?}: {e}") })
         };
         let lan_index = index("router.lan", &cfg.lan)?;
         let wan_index = index("router.wan", &cfg.wan)?;
-        let queues = rx_queues(&cfg.lan).min(rx_queues(&cfg.wan));
         let (lq, wq) = (rx_queues(&cfg.lan), rx_queues(&cfg.wan));
+        let queues = lq.min(wq);
         if lq != wq || queues as usize > workers.max(1) {
             tracing::warn!(
                 lan = %cfg.lan, wan = %cfg.wan, lan_queues = lq, wan_queues = wq,
                 "router mode takes queues 0..{queues} of each NIC; traffic the NICs spread to other queues goes to the kernel (set equal queue counts with ethtool -L)"
             );
         }
-        let mut steering = Steering::attach(&cfg.lan, &cfg.wan)
-            .map_err(|e| OpenError { field: "router", message: format!("cannot attach XDP: {e}") })?;
+        let view = view((&cfg.lan, lan_index), (&cfg.wan, wan_index), port, mtu);
+        let steering =
+            Steering::load().map_err(|e| OpenError { field: "router", message: format!("cannot load XDP: {e}") })?;
+        Ok(RouterShared {
+            lan: cfg.lan.clone(),
+            wan: cfg.wan.clone(),
+            lan_index,
+            wan_index,
+            view: ArcSwap::from_pointee(view),
+            steering: Mutex::new(Some(steering)),
+            counts: (0..queues).map(|_| Mutex::new(Counts::default())).collect(),
+            resolve: Mutex::new(HashSet::new()),
+            refreshed: Mutex::new(Instant::now() - REFRESH),
+            modes: Mutex::new(([false; 2], false)),
+        })
+    }
+
+    /// Workers (and queue pairs) this router runs.
+    pub fn queues(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Opens a socket on every queue pair, fills the programs' maps, and
+    /// only then attaches the programs: no frame is steered before there
+    /// is a socket and a rule for it.
+    pub fn attach(&self, it: &Now<'_>) -> Result<Vec<Lane>, OpenError> {
+        let mut guard = lock(&self.steering);
+        let steering =
+            guard.as_mut().ok_or(OpenError { field: "router", message: "XDP programs not loaded".into() })?;
         let mut lanes = Vec::new();
         let mut zero_copy = true;
-        for q in 0..queues {
+        for q in 0..self.queues() as u32 {
             let mut open = |nic: Nic, name: &str, ifindex: u32| {
                 let field = if nic == Nic::Lan { "router.lan" } else { "router.wan" };
                 let s = xsk::Socket::open(ifindex, q, xsk::Config::default()).map_err(|e| OpenError {
@@ -147,29 +176,18 @@ impl RouterShared {
                 steering.set_socket(nic, q, s.fd()).map_err(|e| OpenError { field, message: e.to_string() })?;
                 Ok::<xsk::Socket, OpenError>(s)
             };
-            let lan = open(Nic::Lan, &cfg.lan, lan_index)?;
-            let wan = open(Nic::Wan, &cfg.wan, wan_index)?;
+            let lan = open(Nic::Lan, &self.lan, self.lan_index)?;
+            let wan = open(Nic::Wan, &self.wan, self.wan_index)?;
             zero_copy &= lan.zero_copy && wan.zero_copy;
             lanes.push(Lane { lan, wan });
         }
-        let native = steering.native;
-        let view = view((&cfg.lan, lan_index), (&cfg.wan, wan_index), port, mtu);
-        Ok((
-            RouterShared {
-                lan: cfg.lan.clone(),
-                wan: cfg.wan.clone(),
-                lan_index,
-                wan_index,
-                view: ArcSwap::from_pointee(view),
-                steering: Mutex::new(steering),
-                counts: lanes.iter().map(|_| Mutex::new(Counts::default())).collect(),
-                resolve: Mutex::new(HashSet::new()),
-                refreshed: Mutex::new(Instant::now() - REFRESH),
-                native,
-                zero_copy,
-            },
-            lanes,
-        ))
+        let map_err = |e: super::steer::SteerError| OpenError { field: "router", message: e.to_string() };
+        steering.update(&wanted(self, &(it.allowed)(), it.port)).map_err(map_err)?;
+        steering.attach(&self.lan, &self.wan).map_err(map_err)?;
+        *lock(&self.modes) = (steering.native, zero_copy);
+        drop(guard);
+        *lock(&self.refreshed) = Instant::now() - REFRESH;
+        Ok(lanes)
     }
 
     /// The control thread's turn: neighbours asked for are solicited, and
@@ -206,7 +224,9 @@ impl RouterShared {
             self.view.store(Arc::new(fresh));
         }
         let want = wanted(self, &(it.allowed)(), port);
-        if let Err(e) = lock(&self.steering).update(&want) {
+        if let Some(steering) = lock(&self.steering).as_mut()
+            && let Err(e) = steering.update(&want)
+        {
             tracing::error!(interface = %it.name, "router steering maps: {e}");
         }
     }
@@ -244,8 +264,8 @@ impl RouterShared {
             "lan_address": view.lan.v4.map(|a| a.to_string()),
             "wan_address": view.wan.v4.map(|a| a.to_string()),
             "workers": self.counts.len(),
-            "xdp": if self.native.iter().all(|n| *n) { "native" } else { "generic" },
-            "zero_copy": self.zero_copy,
+            "xdp": if lock(&self.modes).0.iter().all(|n| *n) { "native" } else { "generic" },
+            "zero_copy": lock(&self.modes).1,
             "sealed": t.sealed,
             "opened": t.opened,
         })

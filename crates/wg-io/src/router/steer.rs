@@ -101,19 +101,32 @@ impl Nic {
 }
 
 impl Steering {
-    /// Loads both programs and attaches them, native mode where the driver
-    /// has it. Nothing is steered until [`Steering::update`] names a port.
-    pub fn attach(lan: &str, wan: &str) -> Result<Steering, SteerError> {
+    /// Loads and verifies both programs and makes their maps; attaches
+    /// nothing (a takeover loads while the process before still routes).
+    pub fn load() -> Result<Steering, SteerError> {
         let mut bpf = Ebpf::load(OBJECT).map_err(err("loading the XDP programs"))?;
-        let mut native = [false; 2];
-        for (k, (nic, name)) in [(Nic::Lan, lan), (Nic::Wan, wan)].into_iter().enumerate() {
+        for nic in [Nic::Lan, Nic::Wan] {
             let prog: &mut Xdp = bpf
                 .program_mut(nic.program())
                 .ok_or(SteerError::Missing("router program"))?
                 .try_into()
                 .map_err(err(nic.program()))?;
             prog.load().map_err(err(format!("verifying {}", nic.program())))?;
-            native[k] = match prog.attach(name, XdpFlags::DRV_MODE) {
+        }
+        Ok(Steering { bpf, current: Wanted::default(), native: [false; 2] })
+    }
+
+    /// Attaches the programs to the NICs, in native mode where the driver
+    /// has it: from now on the maps decide what the router takes.
+    pub fn attach(&mut self, lan: &str, wan: &str) -> Result<(), SteerError> {
+        for (k, (nic, name)) in [(Nic::Lan, lan), (Nic::Wan, wan)].into_iter().enumerate() {
+            let prog: &mut Xdp = self
+                .bpf
+                .program_mut(nic.program())
+                .ok_or(SteerError::Missing("router program"))?
+                .try_into()
+                .map_err(err(nic.program()))?;
+            self.native[k] = match prog.attach(name, XdpFlags::DRV_MODE) {
                 Ok(_) => true,
                 Err(e) => {
                     tracing::warn!(interface = name, error = %e, "native XDP refused; using generic (skb) mode");
@@ -122,7 +135,7 @@ impl Steering {
                 }
             };
         }
-        Ok(Steering { bpf, current: Wanted::default(), native })
+        Ok(())
     }
 
     /// Registers the AF_XDP socket of a side's queue.
