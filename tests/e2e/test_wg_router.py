@@ -27,7 +27,7 @@ import pytest
 
 from harness import Gatehouse, wait_for
 from netns import metric, offload_off
-from test_wireguard import genkey, wireguard_go
+from test_wireguard import genkey, sh, wireguard_go
 
 TAG = f"wr{os.getpid() % 100000}"
 NS = {k: f"{TAG}-{k}" for k in ("lan", "gw", "wan", "b", "c")}
@@ -36,13 +36,6 @@ WAN6 = {"gw": "2001:db8:72::1", "b": "2001:db8:72::2", "c": "2001:db8:72::3"}
 SITE = {"b": 2, "c": 3}
 PORT = 51820
 ADMIN = "http://127.0.0.1:9180"
-
-
-def sh(*cmd, check=True, input=None, timeout=120):
-    p = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)}: {p.stderr.strip()}")
-    return p.stdout
 
 
 def ns(k, *cmd, check=True, input=None, timeout=120):

@@ -180,6 +180,22 @@ pub enum Bench {
     },
 }
 
+/// Prints a benchmark's result lines on standard output, or its error.
+fn print_rows<R: std::fmt::Display, E: std::fmt::Display>(what: &str, rows: Result<Vec<R>, E>) -> ExitCode {
+    match rows {
+        Ok(rows) => {
+            for r in &rows {
+                println!("{r}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gatehouse bench {what}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs one benchmark, printing its results on standard output and its
 /// progress on standard error.
 pub fn run(what: Bench) -> ExitCode {
@@ -198,18 +214,7 @@ pub fn run(what: Bench) -> ExitCode {
                     r.engine, r.size, r.batch, r.pps, gbps
                 )
             });
-            match rows {
-                Ok(rows) => {
-                    for r in &rows {
-                        println!("{r}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("gatehouse bench wg-crypto: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            print_rows("wg-crypto", rows)
         }
         Bench::WgRouter { seconds, sizes, peers, vector } => {
             if let Some(bad) = sizes.iter().find(|s| !(60..=1434).contains(*s)) {
@@ -235,18 +240,7 @@ pub fn run(what: Bench) -> ExitCode {
                     r.cycles
                 )
             });
-            match rows {
-                Ok(rows) => {
-                    for r in &rows {
-                        println!("{r}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("gatehouse bench wg-router: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            print_rows("wg-router", rows)
         }
         Bench::Keyops { seconds, rsa } => {
             let time = std::time::Duration::from_secs_f64(seconds.max(0.1));

@@ -55,16 +55,6 @@ struct real_key {
 #define ETH_HLEN_ 14
 #define BE16(x) __builtin_bswap16(x)
 
-static __always_inline void mapped(__u8 *key, const __u8 *v4) {
-    __builtin_memset(key, 0, 10);
-    key[10] = 0xff;
-    key[11] = 0xff;
-    key[12] = v4[0];
-    key[13] = v4[1];
-    key[14] = v4[2];
-    key[15] = v4[3];
-}
-
 static __always_inline int to_plane(struct xdp_md *ctx) {
     // Lower bits of the flags: the action when the queue has no socket.
     return bpf_redirect_map(&XSKS, ctx->rx_queue_index, XDP_PASS);

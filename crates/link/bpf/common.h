@@ -22,4 +22,16 @@ struct bpf_map_def {
     unsigned int map_flags;
 };
 
+// An IPv4 address as a 16-byte key, ::ffff:a.b.c.d (the maps key both
+// families alike).
+static __always_inline void mapped(__u8 *key, const __u8 *v4) {
+    __builtin_memset(key, 0, 10);
+    key[10] = 0xff;
+    key[11] = 0xff;
+    key[12] = v4[0];
+    key[13] = v4[1];
+    key[14] = v4[2];
+    key[15] = v4[3];
+}
+
 #endif

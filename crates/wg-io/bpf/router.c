@@ -39,16 +39,6 @@ struct lpm_key {
 
 #define ETH_HLEN_ 14
 
-static __always_inline void mapped(__u8 *key, const __u8 *v4) {
-    __builtin_memset(key, 0, 10);
-    key[10] = 0xff;
-    key[11] = 0xff;
-    key[12] = v4[0];
-    key[13] = v4[1];
-    key[14] = v4[2];
-    key[15] = v4[3];
-}
-
 // The destination address of an IPv4 or IPv6 frame, as a 16-byte key,
 // and where its layer 4 starts; 0 if it is neither or cut short.
 static __always_inline const __u8 *destination(const __u8 *data, const void *end, __u8 *dst, __u8 *proto, int *later_fragment) {

@@ -156,15 +156,7 @@ impl Worker<'_> {
                     now,
                 ),
             }
-            let out: Vec<&[u8]> = frames
-                .iter()
-                .zip(&self.fates)
-                .filter_map(|(f, fate)| match *fate {
-                    Fate::Send { head, len } => f.mem.get(head..head + len),
-                    _ => None,
-                })
-                .collect();
-            copy_out(tx, &out, self.counters);
+            copy_out(tx, &sent(&frames, &self.fates), self.counters);
         }
         for d in &self.descs {
             rx.recycle(d.addr);
@@ -224,15 +216,7 @@ impl Worker<'_> {
             &mut self.counts,
             Instant::now(),
         );
-        let out: Vec<&[u8]> = frames
-            .iter()
-            .zip(&self.fates)
-            .filter_map(|(f, fate)| match *fate {
-                Fate::Send { head, len } => f.mem.get(head..head + len),
-                _ => None,
-            })
-            .collect();
-        copy_out(&mut self.lane.lan, &out, self.counters);
+        copy_out(&mut self.lane.lan, &sent(&frames, &self.fates), self.counters);
         self.finish_extra();
     }
 
@@ -254,6 +238,18 @@ impl Worker<'_> {
             *slot.lock().unwrap_or_else(|e| e.into_inner()) = c.clone();
         }
     }
+}
+
+/// The bytes of every frame the pipeline marked to send, in order.
+fn sent<'f>(frames: &'f [Frame<'_>], fates: &[Fate]) -> Vec<&'f [u8]> {
+    frames
+        .iter()
+        .zip(fates)
+        .filter_map(|(f, fate)| match *fate {
+            Fate::Send { head, len } => f.mem.get(head..head + len),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Copies frames into free frames of `tx` and sends them; what finds no
