@@ -23,6 +23,7 @@ use http::{HeaderMap, Method, Response, StatusCode, Version};
 use hyper::body::Body;
 use quiche::h3::NameValue;
 
+use super::fields::{fields_of, head_size_hint, response_head};
 use super::io::MAX_DATAGRAM;
 use super::io::{Datagram, Endpoint, Io, send_scratch};
 use super::listener::QuicListener;
@@ -34,8 +35,6 @@ use crate::downstream::conn::{ConnState, Open};
 use crate::downstream::ready::ReadySet;
 use crate::downstream::recv;
 use crate::downstream::tls::quic_handshake;
-use crate::h1::hop_by_hop_name;
-use crate::h2::CONNECTION_SPECIFIC;
 use crate::h2::request::{Fields, Refused};
 use crate::metrics::HandshakeResult;
 use crate::proxy::{self, HeadWriter};
@@ -103,6 +102,9 @@ pub struct Start {
 struct Conn {
     quic: quiche::Connection,
     h3: Option<quiche::h3::Connection>,
+    /// Request streams whose data came in 0-RTT packets (replayable),
+    /// until their head is read.
+    early: Vec<u64>,
     rx: tokio::sync::mpsc::Receiver<Datagram>,
     io: Arc<Io>,
     endpoint: Arc<Endpoint>,
@@ -152,6 +154,7 @@ pub async fn run(start: Start) {
     let mut conn = Conn {
         quic: start.quic,
         h3: None,
+        early: Vec::new(),
         rx: start.rx,
         io: start.io,
         endpoint: start.endpoint,
@@ -194,6 +197,16 @@ impl Conn {
                         // connection's own errors close it in quiche.
                         let _ = self.quic.recv(&mut d.data, info);
                         input += 1;
+                        if self.quic.is_in_early_data() {
+                            // Packet by packet: the one that ends the
+                            // handshake may come in the same batch, and
+                            // what came before it is still 0-RTT data.
+                            for id in self.quic.readable() {
+                                if !self.early.contains(&id) {
+                                    self.early.push(id);
+                                }
+                            }
+                        }
                     }
                     // The endpoint stopped: nothing more will arrive.
                     Poll::Ready(None) => {
@@ -459,7 +472,13 @@ impl Conn {
             state.log_rejected(405, reason::BAD_REQUEST);
             return self.answer(stream, StatusCode::METHOD_NOT_ALLOWED);
         }
-        let early = self.quic.is_in_early_data();
+        let early = match self.early.iter().position(|id| *id == stream) {
+            Some(at) => {
+                self.early.swap_remove(at);
+                true
+            }
+            None => self.quic.is_in_early_data(),
+        };
         if early && !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
             // Replayable data must not start an unsafe request (RFC 8470).
             return self.answer(stream, StatusCode::from_u16(425).unwrap_or(StatusCode::BAD_REQUEST));
@@ -748,46 +767,4 @@ enum Outcome {
     Blocked,
     Reset(u64),
     Done,
-}
-
-/// Room a response head needs on its stream before it is worth encoding:
-/// its fields' length (QPACK makes it shorter), capped so that a large
-/// head is still tried (quiche then says whether it fits).
-fn head_size_hint(headers: &HeaderMap) -> usize {
-    let fields: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 2).sum();
-    (fields + 8).min(1024)
-}
-
-fn response_head(status: StatusCode, headers: &HeaderMap) -> Vec<quiche::h3::Header> {
-    let mut out = Vec::with_capacity(headers.len() + 1);
-    out.push(quiche::h3::Header::new(b":status", status.as_str().as_bytes()));
-    out.extend(fields(headers));
-    out
-}
-
-fn fields_of(headers: &HeaderMap) -> Vec<quiche::h3::Header> {
-    fields(headers).collect()
-}
-
-/// A header map's fields as HTTP/3 carries them: without the
-/// connection-specific ones (RFC 9114 4.2).
-fn fields(headers: &HeaderMap) -> impl Iterator<Item = quiche::h3::Header> + '_ {
-    headers
-        .iter()
-        .filter(|(name, _)| hop_by_hop_name(name.as_str().as_bytes()) & CONNECTION_SPECIFIC == 0)
-        .map(|(name, value)| quiche::h3::Header::new(name.as_str().as_bytes(), value.as_bytes()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_head_is_encoded_only_with_room_for_it() {
-        let mut h = HeaderMap::new();
-        h.insert("content-type", http::HeaderValue::from_static("text/plain"));
-        assert_eq!(head_size_hint(&h), "content-type".len() + "text/plain".len() + 2 + 8);
-        h.insert("x-big", http::HeaderValue::from_str(&"a".repeat(5000)).expect("value"));
-        assert_eq!(head_size_hint(&h), 1024);
-    }
 }

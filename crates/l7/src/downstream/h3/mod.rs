@@ -37,6 +37,7 @@
 //! closes; its worker's endpoint keeps receiving until the last one has.
 pub mod cid;
 mod conn;
+mod fields;
 pub mod forward;
 mod initial;
 mod io;
