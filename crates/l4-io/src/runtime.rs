@@ -58,18 +58,8 @@ pub enum InterfaceError {
     Socket { queue: u32, source: std::io::Error },
 }
 
-/// `02:00:0a:ff:00:01` as bytes.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let v: Vec<u8> = s.split(':').map(|h| u8::from_str_radix(h, 16)).collect::<Result<_, _>>().ok()?;
-    <[u8; 6]>::try_from(v).ok()
-}
-
-fn rx_queues(iface: &str) -> u32 {
-    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
-        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
-        .unwrap_or(1)
-        .max(1)
-}
+pub use gatehouse_link::xsk::parse_mac;
+use gatehouse_link::xsk::rx_queues;
 
 enum Backend {
     Xdp(Box<xsk::Socket>),

@@ -424,6 +424,26 @@ impl Socket {
     }
 }
 
+/// How many receive queues interface `name` has (a socket per queue
+/// takes all its traffic; at least 1).
+pub fn rx_queues(name: &str) -> u32 {
+    std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
+        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// `02:00:0a:ff:00:01` as bytes.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let v: Vec<u8> = s.split(':').map(|h| u8::from_str_radix(h, 16)).collect::<Result<_, _>>().ok()?;
+    <[u8; 6]>::try_from(v).ok()
+}
+
+/// The MAC address of interface `name`, as the kernel reports it.
+pub fn mac_of(name: &str) -> Option<[u8; 6]> {
+    parse_mac(std::fs::read_to_string(format!("/sys/class/net/{name}/address")).ok()?.trim())
+}
+
 /// The start of the frame holding UMEM offset `addr`.
 pub fn frame_of(addr: u64) -> u64 {
     addr & !(FRAME_SIZE as u64 - 1)

@@ -122,6 +122,7 @@ impl Interface {
         }
 
         let mut dev = Device::new(StaticSecret::from_bytes(*settings.secret.0), Instant::now(), wall_now(), OsRng);
+        dev.set_mtu(settings.mtu as usize);
         let mut meta = HashMap::new();
         for p in &settings.peers {
             add_peer(&mut dev, &mut meta, p).map_err(|e| StartError::at("peers", e.to_string()))?;
@@ -259,6 +260,7 @@ impl Interface {
         }
         let mut applied = new.clone();
         applied.mtu = new.mtu.min(sh.buffer_mtu);
+        sh.device().set_mtu(applied.mtu as usize);
         applied.listen_port = old.listen_port;
         if sh.router.is_none()
             && let Err(e) = update_link(sh.ifindex, &old, &applied)

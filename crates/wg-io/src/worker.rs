@@ -22,7 +22,7 @@ use std::time::Instant;
 use gatehouse_mbx::aead::{OpenJob, SealJob, TAG_LEN, open_batch, seal_batch};
 use gatehouse_wg::device::{DropReason, Inbound, OpenPlan, Received, SealPlan, Transmit};
 use gatehouse_wg::messages::{TRANSPORT, transport::DATA};
-use gatehouse_wg::transport::{TransportError, padded_len};
+use gatehouse_wg::transport::{TransportError, padded_len, padded_within};
 
 use crate::shared::{Counters, Shared, Sticky};
 use gatehouse_udp::{self as udp, BATCH, GSO_SEGMENTS, Got, Outgoing};
@@ -196,7 +196,7 @@ impl Worker<'_> {
         let mut jobs: Vec<SealJob<'_>> = Vec::with_capacity(n);
         for slot in batch.iter_mut() {
             let Some(plan) = &slot.seal else { continue };
-            let padded = padded_len(slot.len).min(mtu.max(slot.len));
+            let padded = padded_within(slot.len, mtu);
             slot.buf[..DATA].copy_from_slice(&plan.header);
             slot.buf[DATA + slot.len..DATA + padded].fill(0);
             slot.len = DATA + padded + TAG_LEN;

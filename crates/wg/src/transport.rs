@@ -118,6 +118,14 @@ pub fn padded_len(packet: usize) -> usize {
     packet.next_multiple_of(16)
 }
 
+/// The length a packet is padded to on an interface of `mtu`: a multiple
+/// of 16 but never past the MTU (as the kernel and wireguard-go pad), so
+/// that a full-sized packet's datagram still fits the path the MTU was
+/// chosen for.
+pub fn padded_within(packet: usize, mtu: usize) -> usize {
+    padded_len(packet).min(mtu.max(packet))
+}
+
 impl Keypair {
     /// Messages sent so far.
     pub fn sent(&self) -> u64 {
@@ -225,6 +233,14 @@ impl Keypair {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padding_stops_at_the_mtu() {
+        assert_eq!(padded_within(20, 1420), 32);
+        assert_eq!(padded_within(1420, 1420), 1420, "not 1424: the datagram must fit the path");
+        assert_eq!(padded_within(1419, 1420), 1420);
+        assert_eq!(padded_within(0, 1420), 0);
+    }
 
     #[test]
     fn replays_and_old_counters_are_refused() {

@@ -43,7 +43,7 @@ pub const VECTOR: usize = 64;
 mod tests;
 
 /// One side of the router: its NIC's MAC, its addresses, its next hops.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Side {
     pub mac: [u8; 6],
     pub v4: Option<Ipv4Addr>,
@@ -62,7 +62,7 @@ impl Side {
 }
 
 /// What the pipeline needs to know of the router.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Router {
     pub lan: Side,
     pub wan: Side,

@@ -24,12 +24,7 @@ use super::{Counts, Extra, Fate, Frame, Router, RouterDrop};
 /// outer header, rounded up.
 const HEADROOM: usize = 128;
 
-/// The length a packet is padded to: a multiple of 16, but never past the
-/// tunnel's MTU (as the kernel and wireguard-go pad), so that a full-sized
-/// packet's datagram still fits the path the MTU was chosen for.
-fn padded_len(len: usize, mtu: usize) -> usize {
-    gatehouse_wg::transport::padded_len(len).min(mtu.max(len))
-}
+use gatehouse_wg::transport::padded_within as padded_len;
 
 /// Outer headers in front of a sealed packet: Ethernet, IP, UDP and the
 /// transport message's 16 bytes.

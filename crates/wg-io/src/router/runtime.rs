@@ -58,23 +58,10 @@ pub struct OpenError {
     pub message: String,
 }
 
-fn rx_queues(name: &str) -> u32 {
-    std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
-        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
-        .unwrap_or(1)
-        .max(1)
-}
-
 /// A NIC's side as the kernel has it now: MAC, first global address of
 /// each family, routes and neighbours.
 fn read_side(name: &str, index: u32) -> Side {
-    let mac = std::fs::read_to_string(format!("/sys/class/net/{name}/address"))
-        .ok()
-        .and_then(|t| {
-            let v: Vec<u8> = t.trim().split(':').map(|h| u8::from_str_radix(h, 16)).collect::<Result<_, _>>().ok()?;
-            <[u8; 6]>::try_from(v).ok()
-        })
-        .unwrap_or_default();
+    let mac = xsk::mac_of(name).unwrap_or_default();
     let addrs = netlink::addresses(index).unwrap_or_default();
     let v4 = addrs.iter().find_map(|(a, _)| match a {
         IpAddr::V4(a) => Some(*a),
@@ -127,7 +114,7 @@ impl RouterShared {
         };
         let lan_index = index("router.lan", &cfg.lan)?;
         let wan_index = index("router.wan", &cfg.wan)?;
-        let (lq, wq) = (rx_queues(&cfg.lan), rx_queues(&cfg.wan));
+        let (lq, wq) = (xsk::rx_queues(&cfg.lan), xsk::rx_queues(&cfg.wan));
         let queues = lq.min(wq);
         if lq != wq || queues as usize > workers.max(1) {
             tracing::warn!(
@@ -209,18 +196,8 @@ impl RouterShared {
         drop(at);
         let (port, mtu) = (it.port, it.mtu);
         let fresh = view((&self.lan, self.lan_index), (&self.wan, self.wan_index), port, mtu);
-        let old = self.view.load();
-        if fresh.lan.mac != old.lan.mac
-            || fresh.wan.mac != old.wan.mac
-            || fresh.lan.v4 != old.lan.v4
-            || fresh.lan.v6 != old.lan.v6
-            || fresh.wan.v4 != old.wan.v4
-            || fresh.wan.v6 != old.wan.v6
-            || *fresh.lan.hops != *old.lan.hops
-            || *fresh.wan.hops != *old.wan.hops
-            || fresh.mtu != old.mtu
-            || fresh.port != old.port
-        {
+        // Published only when it changed: the workers keep their copy.
+        if fresh != **self.view.load() {
             self.view.store(Arc::new(fresh));
         }
         let want = wanted(self, &(it.allowed)(), port);

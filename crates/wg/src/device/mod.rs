@@ -163,6 +163,8 @@ pub struct Device<R: rand_core::CryptoRngCore> {
     under_load: bool,
     /// A monotonic instant and the wall-clock time then, for timestamps.
     clock: (Instant, Duration),
+    /// Packets it seals itself are padded up to this at most.
+    mtu: usize,
     rng: R,
 }
 
@@ -182,6 +184,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             limiter: HandshakeLimiter::new(now),
             under_load: false,
             clock: (now, wall),
+            mtu: usize::MAX,
             rng,
         }
     }
@@ -199,6 +202,11 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
     /// rate (the caller's queues are backing up). Above
     /// [`crate::ratelimit::UNDER_LOAD_PER_SECOND`] handshake messages a
     /// second the device is under load by itself.
+    /// The interface's MTU, which padding stops at (as the caller pads).
+    pub fn set_mtu(&mut self, mtu: usize) {
+        self.mtu = mtu;
+    }
+
     pub fn set_under_load(&mut self, on: bool) {
         self.under_load = on;
     }
@@ -438,7 +446,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         peer.keepalive_at = None;
         peer.stats.tx_packets += 1;
         peer.stats.tx_bytes +=
-            (crate::transport::padded_len(packet.len()) + crate::messages::transport::MIN_LEN) as u64;
+            (crate::transport::padded_within(packet.len(), self.mtu) + crate::messages::transport::MIN_LEN) as u64;
         if !packet.is_empty() && peer.new_handshake_at.is_none() {
             peer.new_handshake_at = Some(now + KEEPALIVE_TIMEOUT + REKEY_TIMEOUT);
         }
@@ -454,7 +462,8 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         let mut handshakes = Vec::new();
         let plan = self.reserve(id, packet, now, &mut handshakes);
         if let Ok(Some(plan)) = &plan {
-            out.push(Transmit { to: plan.to, datagram: seal_one(plan, packet) });
+            let padded = crate::transport::padded_within(packet.len(), self.mtu);
+            out.push(Transmit { to: plan.to, datagram: seal_padded(plan, packet, padded) });
         }
         // A rekey's initiation goes after the packet it was started by.
         out.append(&mut handshakes);
@@ -770,11 +779,16 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
 
 /// A transport message for `packet` sealed by `plan`, one at a time.
 pub fn seal_one(plan: &SealPlan, packet: &[u8]) -> Vec<u8> {
+    seal_padded(plan, packet, crate::transport::padded_len(packet.len()))
+}
+
+/// As [`seal_one`], the packet padded to `padded` bytes.
+fn seal_padded(plan: &SealPlan, packet: &[u8], padded: usize) -> Vec<u8> {
     use crate::messages::transport::DATA;
-    let mut d = Vec::with_capacity(DATA + crate::transport::padded_len(packet.len()) + crate::crypto::TAG_LEN);
+    let mut d = Vec::with_capacity(DATA + padded + crate::crypto::TAG_LEN);
     d.extend_from_slice(&plan.header);
     d.extend_from_slice(packet);
-    d.resize(DATA + crate::transport::padded_len(packet.len()) + crate::crypto::TAG_LEN, 0);
+    d.resize(DATA + padded.max(packet.len()) + crate::crypto::TAG_LEN, 0);
     crate::crypto::seal_fixed(&plan.key, plan.counter, &mut d[DATA..], &[]);
     d
 }
