@@ -4,7 +4,7 @@
 BIN := target/release/gatehouse
 CONFIG ?= examples/gatehouse.yaml
 
-.PHONY: all deps build run test lint unit e2e bench clean
+.PHONY: all deps build run test lint unit e2e bench fuzz clean
 
 all: build
 
@@ -40,6 +40,13 @@ e2e: build
 bench: build
 	@./scripts/install-deps.sh --bench
 	bench/run.sh
+
+# Coverage-guided fuzzing of every target under AFL++ (FUZZ_MINUTES each,
+# default 5; FUZZ_JOBS at a time). Not part of `make test`, which replays
+# the corpora instead.
+fuzz:
+	@./scripts/install-deps.sh --fuzz
+	python3 scripts/fuzz.py
 
 clean:
 	cargo clean

@@ -209,7 +209,7 @@ def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--root":
         root = Path(sys.argv[2]).resolve()
     found = 0
-    for src in sorted(root.glob("crates/*/src")):
+    for src in sorted([*root.glob("crates/*/src"), *root.glob("fuzz/src")]):
         files = crate_files(src)
         reexports = reexports_of(files)
         graph, names = {}, {}

@@ -68,6 +68,12 @@ need fonts-dejavu-core /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 if [ "${1:-}" = "--bench" ]; then
   need haproxy /usr/sbin/haproxy
 fi
+# make fuzz: cargo-afl builds AFL++ from its own copy of the source (make,
+# a C compiler); the runner times each fuzzer with the kernel's accounting.
+if [ "${1:-}" = "--fuzz" ]; then
+  need make /usr/bin/make
+  need gcc /usr/bin/gcc
+fi
 
 if [ ${#want_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -120,6 +126,20 @@ fi
 if [ "${1:-}" = "--bench" ] && ! command -v boringtun-cli >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/boringtun-cli" ]; then
   cargo install --locked boringtun-cli@0.7.1 >/dev/null 2>&1 \
     || echo "warning: boringtun-cli could not be installed; the tunnel benchmark will skip it" >&2
+fi
+
+# cargo-afl and the AFL++ it builds (for this rustc: its LLVM runtime is
+# tied to the compiler's version), checked by the afl-fuzz it leaves.
+if [ "${1:-}" = "--fuzz" ]; then
+  afl_version=0.18.2
+  rustc_id="$(rustc -V | awk '{ print $2 "-" substr($3, 2, 7) }')"
+  afl_fuzz="${XDG_DATA_HOME:-$HOME/.local/share}/afl.rs/rustc-$rustc_id/afl.rs-$afl_version/afl/bin/afl-fuzz"
+  if [ ! -x "$afl_fuzz" ]; then
+    cargo install --locked --force cargo-afl@"$afl_version" >/dev/null 2>&1 \
+      || { echo "cargo-afl could not be installed" >&2; exit 1; }
+    [ -x "$afl_fuzz" ] || cargo afl config --build --force >/dev/null
+    [ -x "$afl_fuzz" ] || { echo "AFL++ was not built: $afl_fuzz is missing" >&2; exit 1; }
+  fi
 fi
 
 # Caddy, the HTTP/3 benchmark's peer, built from the Go module proxy at the

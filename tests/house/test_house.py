@@ -74,9 +74,14 @@ def test_the_binary_is_wiring_only():
     assert not list((ROOT / "crates" / "gatehouse" / "src").glob("bench*")), "bench code belongs in crates/bench"
 
 
+def sources():
+    """Every Rust file of the workspace: the crates and the fuzz targets."""
+    return [*(ROOT / "crates").rglob("*.rs"), *(ROOT / "fuzz").rglob("*.rs")]
+
+
 def test_no_function_returns_result_of_string():
     found = []
-    for f in (ROOT / "crates").rglob("*.rs"):
+    for f in sources():
         for n, line in enumerate(f.read_text().splitlines(), 1):
             if re.search(r"Result<[^;{]*,\s*String>", line):
                 found.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()}")
@@ -93,7 +98,7 @@ def code_lines(text):
 def test_one_idea_a_file():
     limit = 800
     long = []
-    for f in (ROOT / "crates").rglob("*.rs"):
+    for f in sources():
         if f.name == "tests.rs" or "tests" in f.relative_to(ROOT).parts[:-1]:
             continue
         n = code_lines(f.read_text())
@@ -117,3 +122,15 @@ def test_no_production_crate_has_bench_code():
         if f.stem == "bench" or re.search(r"^\s*(pub(\([^)]*\))?\s+)?mod bench\b", f.read_text(), re.M):
             found.append(str(rel))
     assert not found, "bench code belongs in crates/bench: " + ", ".join(found)
+
+
+def test_every_fuzz_target_is_listed_and_has_a_corpus():
+    """A target's binary, its entry in TARGETS (what make test replays) and
+    its corpus go together."""
+    lib = (ROOT / "fuzz" / "src" / "lib.rs").read_text()
+    listed = set(re.findall(r'\("(\w+)", \w+::run\)', lib))
+    bins = {p.stem for p in (ROOT / "fuzz" / "src" / "bin").glob("*.rs")}
+    assert bins == listed, f"binaries {sorted(bins ^ listed)} and TARGETS differ"
+    assert len(bins) >= 12
+    for t in bins:
+        assert any((ROOT / "fuzz" / "corpus" / t).iterdir()), f"fuzz/corpus/{t} is empty"

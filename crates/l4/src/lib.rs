@@ -8,7 +8,6 @@
 #![deny(unsafe_code)]
 
 pub mod encap;
-mod fuzz;
 pub mod neighbour;
 pub mod plane;
 mod prefetch;

@@ -218,7 +218,8 @@ impl Key {
         Key(Zeroizing::new(*k))
     }
 
-    fn mac(&self, data: &[u8]) -> [u8; MAC_LEN] {
+    /// The MAC of `data` (what a datagram ends with).
+    pub fn mac(&self, data: &[u8]) -> [u8; MAC_LEN] {
         let mut m = blake2::Blake2sMac::<U16>::new_from_slice(&self.0[..]).expect("a 32-byte key fits BLAKE2s");
         m.update(data);
         m.finalize_fixed().into()

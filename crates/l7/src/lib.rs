@@ -23,8 +23,8 @@ mod downstream;
 mod error;
 mod filters;
 mod gather;
-mod h1;
-mod h2;
+pub mod h1;
+pub mod h2;
 mod idle;
 mod metrics;
 pub mod plane;
@@ -37,4 +37,12 @@ mod ssl_ffi;
 mod upstream;
 
 pub use error::{BoxError, ClientBodyError};
+
+/// The QUIC glue of the HTTP/3 server that is Gatehouse's own (quiche does
+/// the rest): connection IDs that name their worker, Retry tokens, and the
+/// Initial packet that refuses a bad token. Public for the fuzz targets.
+pub mod quic {
+    pub use crate::downstream::h3::cid::{CID_LEN, Keys, worker_of};
+    pub use crate::downstream::h3::initial::{INVALID_TOKEN, VERSION_1, close_packet};
+}
 pub use plane::L7;

@@ -134,7 +134,7 @@ pub(crate) fn resource_versions(old: &Config, new: &Config, version: u64, prev: 
 
 /// The stored form of a resource: `name` (from the path) first, then the
 /// fields as sent. A `name` field that differs from the path is refused.
-fn named_entry(what: &str, name: &str, value: Value) -> Result<Value, WriteError> {
+pub fn named_entry(what: &str, name: &str, value: Value) -> Result<Value, WriteError> {
     let Value::Object(fields) = value else {
         return Err(WriteError::BadEntry { path: None, message: format!("{what} must stay a JSON object") });
     };
@@ -153,7 +153,7 @@ fn named_entry(what: &str, name: &str, value: Value) -> Result<Value, WriteError
 }
 
 /// RFC 7396 JSON merge patch.
-fn merge_patch(target: &mut Value, patch: &Value) {
+pub fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return;

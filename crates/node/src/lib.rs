@@ -27,7 +27,7 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 use serde_json::{Map, Value, json};
 
-pub use apply::{ApplyError, Change, Expect, Written};
+pub use apply::{ApplyError, Change, Expect, Written, merge_patch, named_entry};
 pub use control::{Control, Running, Versions};
 pub use run::{AdminStart, HaRequestError, MakePlanes, RunError, check, ha_request, run};
 

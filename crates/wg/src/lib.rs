@@ -33,6 +33,4 @@ pub mod transport;
 pub mod uapi;
 
 #[cfg(test)]
-mod fuzz;
-#[cfg(test)]
 mod interop;

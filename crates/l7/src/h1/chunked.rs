@@ -13,6 +13,13 @@ pub fn put_chunk_size(out: &mut Vec<u8>, len: usize) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Longest chunk-size line (digits and extensions), CR included.
+pub const MAX_SIZE_LINE: usize = 1024;
+/// Longest trailer line, CR included.
+pub const MAX_TRAILER_LINE: usize = 8192;
+const SIZE_LINE_TOO_LONG: &str = "chunk size line too long";
+const TRAILER_TOO_LONG: &str = "trailer line too long";
+
 /// Strict chunked-body decoder state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Chunk {
@@ -56,9 +63,14 @@ impl ChunkedDecoder {
         loop {
             match self.state {
                 Chunk::Size => {
+                    // The limit holds however the line arrives: in one read
+                    // or in several.
                     let Some(eol) = buf.iter().position(|&b| b == b'\n') else {
-                        return if buf.len() > 1024 { Err("chunk size line too long") } else { Ok(Decoded::NeedMore) };
+                        return if buf.len() > MAX_SIZE_LINE { Err(SIZE_LINE_TOO_LONG) } else { Ok(Decoded::NeedMore) };
                     };
+                    if eol > MAX_SIZE_LINE {
+                        return Err(SIZE_LINE_TOO_LONG);
+                    }
                     let line = &buf[..eol];
                     let line = line.strip_suffix(b"\r").ok_or("chunk size line without CR")?;
                     let digits = line.split(|&b| b == b';').next().unwrap_or(b"").trim_ascii_end();
@@ -91,8 +103,15 @@ impl ChunkedDecoder {
                 }
                 Chunk::Trailers => {
                     let Some(eol) = buf.iter().position(|&b| b == b'\n') else {
-                        return if buf.len() > 8192 { Err("trailers too long") } else { Ok(Decoded::NeedMore) };
+                        return if buf.len() > MAX_TRAILER_LINE {
+                            Err(TRAILER_TOO_LONG)
+                        } else {
+                            Ok(Decoded::NeedMore)
+                        };
                     };
+                    if eol > MAX_TRAILER_LINE {
+                        return Err(TRAILER_TOO_LONG);
+                    }
                     let empty = eol == 0 || (eol == 1 && buf[0] == b'\r');
                     buf.advance(eol + 1);
                     if empty {
@@ -142,6 +161,19 @@ mod tests {
             assert!(decode_all(bad, bad.len()).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
         assert!(decode_all(b"fffffffffffffffff\r\n", 19).is_err(), "size overflow");
+    }
+
+    /// Found writing the h1_chunked fuzz target: a long size line was refused
+    /// when it came in two reads and taken when it came in one.
+    #[test]
+    fn line_limits_hold_however_the_line_arrives() {
+        let long_ext = [&b"5;"[..], &[b'x'; MAX_SIZE_LINE], b"\r\nhello\r\n0\r\n\r\n"].concat();
+        let long_trailer = [&b"0\r\nx: "[..], &[b'y'; MAX_TRAILER_LINE], b"\r\n\r\n"].concat();
+        for input in [long_ext, long_trailer] {
+            for split in [input.len(), 600, 2000] {
+                assert!(decode_all(&input, split.min(input.len())).is_err(), "split {split}");
+            }
+        }
     }
 
     #[test]

@@ -247,41 +247,6 @@ mod tests {
     }
 
     #[test]
-    fn mutated_response_heads_never_panic_and_kept_fields_are_valid() {
-        let seeds: [&[u8]; 5] = [
-            b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 23 Nov 2026 10:00:00 GMT\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok",
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: X-A, close\r\nX-A: 1\r\nKeep-Alive: t=5\r\n\r\n",
-            b"HTTP/1.0 404 Not Found\nX-Obs: caf\xc3\xa9\nX-Empty:\n\n",
-            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
-            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nTE: x\r\n\r\n",
-        ];
-        let parsed = crate::h1::request::tests::fuzz_heads(&seeds, 0x6a7e_4005f, |input| {
-            let mut buf = BytesMut::from(input);
-            let mut fields = Vec::new();
-            let head = loop {
-                match parse_response(&mut buf, false, &mut fields) {
-                    Ok(Parsed::Final(h, _)) => break Some(h),
-                    Ok(Parsed::Interim) => continue,
-                    _ => break None,
-                }
-            };
-            let Some(head) = head else { return false };
-            // Every field written raw to a client is one a header map takes
-            // (the map is what hyper's clients get), and none is hop-by-hop
-            // outside a 101.
-            assert_eq!(head.header_map().len(), head.field_lines().count(), "{:?}", String::from_utf8_lossy(input));
-            for (name, value, line) in head.field_lines() {
-                assert!(line.starts_with(name) && line.ends_with(value));
-                if head.status != StatusCode::SWITCHING_PROTOCOLS {
-                    assert_eq!(hop_by_hop_name(name), 0, "{:?}", String::from_utf8_lossy(input));
-                }
-            }
-            true
-        });
-        assert!(parsed > 1_000, "only {parsed} mutated heads parsed");
-    }
-
-    #[test]
     fn fields_connection_lists_go_whatever_their_case() {
         let head = b"HTTP/1.1 200 OK\r\nConnection: X-Secret, keep-alive\r\nx-secret: 1\r\nX-SECRET: 2\r\nX-Kept: 3\r\nContent-Length: 0\r\n\r\n";
         let (r, _, _) = parse(head, false).expect("ok");

@@ -50,6 +50,12 @@ fn addr_bytes(a: &SocketAddr) -> ([u8; 18], usize) {
     (out, 18)
 }
 
+impl Default for Keys {
+    fn default() -> Self {
+        Keys::new()
+    }
+}
+
 impl Keys {
     pub fn new() -> Keys {
         let mut k = Keys { token: [0; 32], reset: [0; 32] };

@@ -39,7 +39,7 @@ pub mod cid;
 mod conn;
 mod fields;
 pub mod forward;
-mod initial;
+pub mod initial;
 mod io;
 mod listener;
 mod room;

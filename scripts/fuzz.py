@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Runs every fuzz target under AFL++ for a while: `make fuzz`.
+
+Each target (fuzz/src/bin/<target>.rs, built by `cargo afl build`) is
+fuzzed for FUZZ_MINUTES minutes (default 5), FUZZ_JOBS at a time (default:
+the number of CPUs), from its corpus (fuzz/corpus/<target>/). A run resumes
+the queue of the one before it (target/afl/out/<target>), so the time adds
+up. At the end a table gives, per target, executions, edges found (of the
+map), crashes and the CPU time this run took, as the kernel accounted it;
+each run's row is also appended to target/afl/runs.tsv, the record
+docs/RELIABILITY.md is written from.
+
+A crash is an input in target/afl/out/<target>/default/crashes/: reproduce
+it with `cargo test -p gatehouse-fuzz --test corpus` after copying it into
+the corpus as crash-<what>.bin, fix the bug, and keep the file.
+
+Usage: scripts/fuzz.py [TARGET ...]   (default: all)
+Environment: FUZZ_MINUTES, FUZZ_JOBS.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FUZZ = ROOT / "fuzz"
+AFL = ROOT / "target" / "afl"
+PROFILE = "fuzz"
+
+
+def targets():
+    return sorted(p.stem for p in (FUZZ / "src" / "bin").glob("*.rs"))
+
+
+def build():
+    subprocess.run(
+        ["cargo", "afl", "build", "--profile", PROFILE, "--target-dir", str(AFL),
+         "-p", "gatehouse-fuzz", "--features", "afl"],
+        cwd=ROOT, check=True)
+
+
+def stats(target):
+    """The fuzzer's own counters, from its fuzzer_stats file."""
+    path = AFL / "out" / target / "default" / "fuzzer_stats"
+    out = {}
+    try:
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(":")
+            out[k.strip()] = v.strip()
+    except OSError:
+        pass
+    return out
+
+
+def start(target, seconds):
+    out = AFL / "out" / target
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update({
+        "AFL_NO_UI": "1",
+        # Resume the queue of the run before, if any.
+        "AFL_AUTORESUME": "1",
+        "AFL_SKIP_CPUFREQ": "1",
+        # Crashes are the fuzzer's to see: the core pattern stays as it is.
+        "AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES": "1",
+        # Several fuzzers share the machine's CPUs.
+        "AFL_TRY_AFFINITY": "1",
+    })
+    log = open(out / "afl.log", "w")
+    cmd = ["cargo", "afl", "fuzz", "-i", str(FUZZ / "corpus" / target), "-o", str(out),
+           "-V", str(seconds), "--", str(AFL / PROFILE / target)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log
+
+
+def main():
+    wanted = sys.argv[1:] or targets()
+    unknown = [t for t in wanted if t not in targets()]
+    if unknown:
+        sys.exit(f"no such target: {', '.join(unknown)} (targets: {', '.join(targets())})")
+    minutes = float(os.environ.get("FUZZ_MINUTES", "5"))
+    jobs = int(os.environ.get("FUZZ_JOBS", str(os.cpu_count() or 1)))
+    build()
+    pending = list(wanted)
+    running = {}
+    rows = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            t = pending.pop(0)
+            proc, log = start(t, int(minutes * 60))
+            running[proc.pid] = (t, proc, log, time.monotonic())
+            print(f"fuzzing {t} for {minutes:g} min", flush=True)
+        pid, status, usage = os.wait4(-1, 0)
+        if pid not in running:
+            continue
+        t, proc, log, began = running.pop(pid)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        log.close()
+        s = stats(t)
+        cpu = usage.ru_utime + usage.ru_stime
+        crashes = int(s.get("saved_crashes", "0") or 0)
+        row = {
+            "target": t,
+            "execs": int(s.get("execs_done", "0") or 0),
+            "edges": f"{s.get('edges_found', '?')}/{s.get('total_edges', '?')}",
+            "corpus": s.get("corpus_count", "?"),
+            "crashes": crashes,
+            "cpu_s": round(cpu),
+            "wall_s": round(time.monotonic() - began),
+            "status": proc.returncode,
+        }
+        rows.append(row)
+        with open(AFL / "runs.tsv", "a") as f:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                    capture_output=True, text=True).stdout.strip()
+            f.write("\t".join([time.strftime("%Y-%m-%dT%H:%M:%S"), commit] +
+                              [str(row[k]) for k in ("target", "execs", "edges", "corpus", "crashes", "cpu_s")]) + "\n")
+        if proc.returncode != 0:
+            print(f"{t}: afl-fuzz exited with {proc.returncode}; see {AFL / 'out' / t / 'afl.log'}", flush=True)
+    print(f"\n{'target':<14}{'execs':>12}{'edges':>14}{'corpus':>8}{'crashes':>9}{'cpu s':>8}")
+    for r in sorted(rows, key=lambda r: r["target"]):
+        print(f"{r['target']:<14}{r['execs']:>12}{r['edges']:>14}{r['corpus']:>8}{r['crashes']:>9}{r['cpu_s']:>8}")
+    crashed = [r["target"] for r in rows if r["crashes"]]
+    failed = [r["target"] for r in rows if r["status"] != 0]
+    for t in crashed:
+        print(f"crashes of {t}: {AFL / 'out' / t / 'default' / 'crashes'}")
+    if failed:
+        sys.exit(f"afl-fuzz failed for: {', '.join(failed)}")
+    if crashed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
