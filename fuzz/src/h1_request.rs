@@ -42,7 +42,9 @@ pub fn run(data: &[u8]) {
     let bytes2 = Bytes::from(written);
     let req2 = build_request(&h2, &bytes2, &again, ()).expect("a written head builds a request");
     assert_eq!(req2.method(), parts.method);
-    assert_eq!(req2.uri().path_and_query(), parts.uri.path_and_query().or(req2.uri().path_and_query()));
+    // The target in origin form, as an upstream gets it.
+    let path = if parts.uri.path().is_empty() { "/" } else { parts.uri.path() };
+    assert_eq!((req2.uri().path(), req2.uri().query()), (path, parts.uri.query()));
     assert_eq!(req2.headers(), &parts.headers, "fields differ after a round trip");
     assert_eq!(h2.close, h.close);
 }

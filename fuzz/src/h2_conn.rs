@@ -51,10 +51,21 @@ struct Client {
     opened_by_client: HashSet<u32>,
     closed_by_server: HashSet<u32>,
     last_goaway: Option<u32>,
+    /// The largest frame the client allowed in any SETTINGS it sent.
+    max_frame: usize,
 }
 
 impl Client {
-    fn sent(&mut self, kind: u8, stream: u32, len: usize) {
+    fn sent(&mut self, kind: u8, stream: u32, payload: &[u8]) {
+        let len = payload.len();
+        if kind == frame::SETTINGS && stream == 0 {
+            for s in payload.chunks_exact(6) {
+                let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]) as usize;
+                if u16::from_be_bytes([s[0], s[1]]) == frame::SETTINGS_MAX_FRAME_SIZE && value < 1 << 24 {
+                    self.max_frame = self.max_frame.max(value);
+                }
+            }
+        }
         if kind == frame::DATA {
             self.conn_sent += len as i64;
             *self.stream_sent.entry(stream).or_default() += len as i64;
@@ -66,7 +77,7 @@ impl Client {
 
     fn check(&mut self, out: &[u8]) {
         let lim = limits();
-        for f in frames(out, frame::DEFAULT_MAX_FRAME) {
+        for f in frames(out, self.max_frame.max(frame::DEFAULT_MAX_FRAME)) {
             match f.kind {
                 frame::WINDOW_UPDATE => {
                     let inc =
@@ -145,7 +156,7 @@ pub fn run(data: &[u8]) {
                 let mut f = Vec::new();
                 frame::put_head(&mut f, payload.len(), kind, flags, stream);
                 f.extend_from_slice(&payload);
-                client.sent(kind, stream, payload.len());
+                client.sent(kind, stream, &payload);
                 buf.extend_from_slice(&f);
                 conn.receive(&mut buf);
             }

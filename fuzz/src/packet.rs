@@ -43,7 +43,9 @@ fn compare_with_etherparse(frame: &[u8], ip: &packet::Ip) {
     }
 }
 
-fn forward_checks(bytes: &[u8], frame_len: usize) {
+/// `flow`: the view's reading of the same packet, when it read one whose
+/// ports an ICMP error's quote carries (TCP or UDP, not a fragment).
+fn forward_checks(bytes: &[u8], frame_len: usize, flow: Option<packet::Flow>) {
     let Ok(h) = forward::header(bytes) else { return };
     assert!(h.len <= bytes.len() && h.header_len <= h.len);
     let mut copy = bytes[..h.len].to_vec();
@@ -77,7 +79,9 @@ fn forward_checks(bytes: &[u8], frame_len: usize) {
         match packet::parse(&eth, Checks::default()) {
             Ok(Frame::Ip(ip)) => {
                 assert_eq!((ip.flow.src, ip.flow.dst), (from, h.src), "the error goes back to the sender");
+                let Some(flow) = flow else { continue };
                 assert!(ip.icmp.is_some_and(|i| i.quoted), "the error does not quote the packet");
+                assert_eq!(packet::quoted(&eth, &ip), Some(flow), "the error quotes another flow");
             }
             other => panic!("an ICMP error the view does not take: {other:?}"),
         }
@@ -85,12 +89,17 @@ fn forward_checks(bytes: &[u8], frame_len: usize) {
 }
 
 pub fn run(data: &[u8]) {
+    let mut flow = None;
     if let Ok(Frame::Ip(ip)) = packet::parse(data, Checks::default()) {
         assert!(ip.l3 < ip.l4 && ip.l4 <= ip.end && ip.end <= data.len());
         compare_with_etherparse(data, &ip);
         let _ = packet::quoted(data, &ip);
+        flow = matches!(ip.flow.proto, packet::PROTO_TCP | packet::PROTO_UDP).then_some((ip.l3, ip.flow));
     }
-    if let Ok((_, l3)) = packet::ethernet(data).map(|(_, _, t, off)| (t, off)) {
-        forward_checks(&data[l3..], data.len());
+    // The router's checks read any bytes after an Ethernet header as an
+    // IP packet (the link layer is the caller's).
+    if let Ok((_, _, _, l3)) = packet::ethernet(data) {
+        let flow = flow.filter(|&(at, _)| at == l3).map(|(_, f)| f);
+        forward_checks(&data[l3..], data.len(), flow);
     }
 }

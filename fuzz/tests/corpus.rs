@@ -86,3 +86,14 @@ fn mutants_of_every_corpus_pass() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// `FUZZ_TARGET=h2_conn FUZZ_INPUT=path cargo test -p gatehouse-fuzz --test
+/// corpus one_input -- --nocapture` runs one input (a crash AFL++ found)
+/// with the panic's whole message.
+#[test]
+fn one_input() {
+    let (Some(target), Some(path)) = (std::env::var_os("FUZZ_TARGET"), std::env::var_os("FUZZ_INPUT")) else { return };
+    let f = TARGETS.iter().find(|(n, _)| std::ffi::OsStr::new(n) == target).map(|(_, f)| *f);
+    let f = f.unwrap_or_else(|| panic!("no target {target:?}"));
+    f(&std::fs::read(&path).unwrap_or_else(|e| panic!("{path:?}: {e}")));
+}

@@ -81,6 +81,12 @@ struct TreeBuilder {
 }
 
 impl TreeBuilder {
+    fn fail(&mut self, line: usize, message: impl Into<String>) {
+        if self.error.is_none() {
+            self.error = Some(SyntaxError { line, message: message.into() });
+        }
+    }
+
     fn push_node(&mut self, node: Node) {
         match self.stack.last_mut() {
             None => {
@@ -90,25 +96,49 @@ impl TreeBuilder {
             }
             Some(Open::Seq(_, items)) => items.push(node),
             Some(Open::Map(_, entries, pending_key)) => match pending_key.take() {
-                None => *pending_key = Some(node),
+                None => {
+                    // Every key of a config is a field name: a list, a
+                    // mapping or null there has no meaning (and could not
+                    // be written back). Found by the config fuzz target.
+                    let not_a_name = key_kind(&node);
+                    let line = node.line;
+                    *pending_key = Some(node);
+                    if let Some(kind) = not_a_name {
+                        self.fail(line, format!("a key must be a name, found {kind}"));
+                    }
+                }
                 Some(key) => {
                     let duplicate = entries.iter().any(|(k, _)| k.value == key.value);
-                    if duplicate && self.error.is_none() {
-                        self.error = Some(SyntaxError {
-                            line: key.line,
-                            message: format!("duplicate key {:?}", key.scalar().unwrap_or("?")),
-                        });
-                    }
                     entries.push((key, node));
+                    if duplicate && let Some((key, _)) = entries.last() {
+                        let message = format!("duplicate key {:?}", key.scalar().unwrap_or("?"));
+                        let line = key.line;
+                        self.fail(line, message);
+                    }
                 }
             },
         }
     }
 }
 
+/// What a key is when it is not a name.
+fn key_kind(key: &Node) -> Option<&'static str> {
+    match key.value {
+        Value::Scalar { .. } => None,
+        _ => Some(key.kind()),
+    }
+}
+
 impl MarkedEventReceiver for TreeBuilder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let line = mark.line();
+        // A tag (`!name`, `!!str`) would change what a value means in a way
+        // the decoder does not read: refused rather than dropped.
+        if let Event::Scalar(_, _, _, Some(_)) | Event::SequenceStart(_, Some(_)) | Event::MappingStart(_, Some(_)) =
+            &ev
+        {
+            self.fail(line, "YAML tags (!name) are not supported in Gatehouse config");
+        }
         match ev {
             Event::Scalar(text, style, _, _) => {
                 let plain = style == TScalarStyle::Plain;
@@ -130,12 +160,7 @@ impl MarkedEventReceiver for TreeBuilder {
                 self.push_node(node);
             }
             Event::Alias(_) => {
-                if self.error.is_none() {
-                    self.error = Some(SyntaxError {
-                        line,
-                        message: "YAML aliases are not supported in Gatehouse config".into(),
-                    });
-                }
+                self.fail(line, "YAML aliases are not supported in Gatehouse config");
                 self.push_node(Node { line, value: Value::Null });
             }
             _ => {}
@@ -165,6 +190,20 @@ mod tests {
         let err = parse("a: 1\nb: 2\na: 3\n").expect_err("duplicate");
         assert_eq!(err.line, 3);
         assert!(err.message.contains("duplicate key"), "{}", err.message);
+    }
+
+    #[test]
+    fn keys_are_names_and_tags_are_refused() {
+        for (doc, says) in [
+            ("a: 1\n? [x]\n: 2\n", "a key must be a name, found a list"),
+            ("a:\n  {b: 1}: 2\n", "a key must be a name, found a mapping"),
+            ("~: 1\n", "a key must be a name, found null"),
+            ("a: !secret 1\n", "YAML tags"),
+            ("a: !!str 1\n", "YAML tags"),
+        ] {
+            let err = parse(doc).expect_err(doc);
+            assert!(err.message.contains(says), "{doc:?}: {}", err.message);
+        }
     }
 
     #[test]

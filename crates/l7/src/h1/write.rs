@@ -14,7 +14,15 @@ pub fn encode_request_head(req: &http::request::Parts, chunked: bool, out: &mut 
     out.reserve(256);
     out.extend_from_slice(req.method.as_str().as_bytes());
     out.extend_from_slice(b" ");
-    out.extend_from_slice(req.uri.path_and_query().map_or("/", |pq| pq.as_str()).as_bytes());
+    // Origin form: a target in absolute form with no path
+    // (`http://a.test?q`) still starts with `/`. Found by the h1_request
+    // fuzz target: `?q` went out as the request target.
+    let path = req.uri.path();
+    out.extend_from_slice(if path.is_empty() { b"/" } else { path.as_bytes() });
+    if let Some(q) = req.uri.query() {
+        out.push(b'?');
+        out.extend_from_slice(q.as_bytes());
+    }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     for (name, value) in &req.headers {
         out.extend_from_slice(name.as_str().as_bytes());

@@ -257,6 +257,12 @@ fn read_int(block: &[u8], pos: &mut usize, prefix: u8) -> Result<usize, HpackErr
     loop {
         let b = *block.get(*pos).ok_or(HpackError::Truncated)?;
         *pos += 1;
+        // Past 28 bits no byte can add to a value we take (continuation
+        // bytes of zeros pad an encoding only so far). Found by the
+        // h2_hpack fuzz target: the shift overflowed on a long run of them.
+        if shift > 28 {
+            return Err(HpackError::IntegerOverflow);
+        }
         value += ((b & 0x7f) as usize) << shift;
         if value > 1 << 28 {
             return Err(HpackError::IntegerOverflow);
@@ -525,12 +531,14 @@ mod tests {
 
     #[test]
     fn bad_blocks_are_refused() {
-        let cases: [(&str, HpackError); 7] = [
+        let cases: [(&str, HpackError); 8] = [
             ("80", HpackError::BadIndex),
             ("be", HpackError::BadIndex),
             ("82 3f e1 01", HpackError::BadSizeUpdate),
             ("3f e2 1f", HpackError::BadSizeUpdate),
             ("ff ff ff ff ff 0f", HpackError::IntegerOverflow),
+            // Over-long: zero continuation bytes past 28 bits, then 1.
+            ("ff 80 80 80 80 80 80 80 80 80 80 01", HpackError::IntegerOverflow),
             ("40 85 f2", HpackError::Truncated),
             ("00 81 ff 00", HpackError::BadHuffman),
         ];

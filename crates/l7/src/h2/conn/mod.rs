@@ -720,7 +720,16 @@ impl Connection {
     fn stream_error(&mut self, id: u32, why: Reason) {
         match self.streams.slot_of(id) {
             Some(slot) => self.reset(slot, why),
-            None => frame::put_rst(&mut self.out, id, why),
+            None => {
+                // A stream the client has not opened (a bad PRIORITY frame
+                // on it) is closed by the reset: it can never open later.
+                // Found by the h2_conn fuzz target.
+                if id % 2 == 1 && id > self.streams.last() {
+                    self.streams.saw(id);
+                }
+                self.streams.remember_closed(id);
+                frame::put_rst(&mut self.out, id, why);
+            }
         }
     }
 
