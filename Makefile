@@ -4,7 +4,7 @@
 BIN := target/release/gatehouse
 CONFIG ?= examples/gatehouse.yaml
 
-.PHONY: all deps build run test lint unit e2e bench fuzz clean
+.PHONY: all deps build run test lint unit e2e bench fuzz soak clean
 
 all: build
 
@@ -47,6 +47,14 @@ bench: build
 fuzz:
 	@./scripts/install-deps.sh --fuzz
 	python3 scripts/fuzz.py
+
+# Thirty minutes of every kind of traffic through one Gatehouse under
+# faults (SOAK_MINUTES to change it); writes its report and plots into
+# docs/RELIABILITY.md. Not part of `make test`.
+soak: build
+	@./scripts/install-deps.sh --soak
+	cd tools/h3get && go build -o ../../target/soakload ./soakload
+	python3 tests/soak/soak.py
 
 clean:
 	cargo clean

@@ -6,9 +6,11 @@ fuzzed for FUZZ_MINUTES minutes (default 5), FUZZ_JOBS at a time (default:
 the number of CPUs), from its corpus (fuzz/corpus/<target>/). A run resumes
 the queue of the one before it (target/afl/out/<target>), so the time adds
 up. At the end a table gives, per target, executions, edges found (of the
-map), crashes and the CPU time this run took, as the kernel accounted it;
-each run's row is also appended to target/afl/runs.tsv, the record
-docs/RELIABILITY.md is written from. CPU time is read from a cgroup of
+map), crashes and the CPU time this run took, as the kernel accounted it.
+Each run's rows are appended to docs/fuzz-runs.tsv (kept in the tree: the
+record of all fuzzing done), and the table in docs/RELIABILITY.md (between
+the fuzz markers) is written anew from it: per target, the CPU time of all
+runs, the executions, and the edges of the latest run. CPU time is read from a cgroup of
 its own per fuzzer (cgroup v2 cpu.stat or v1 cpuacct.usage): afl-fuzz's
 forkserver and the processes it forks are all counted, which the
 rusage of a waited child misses. Without cgroups, the fuzzer's run time
@@ -32,6 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FUZZ = ROOT / "fuzz"
 AFL = ROOT / "target" / "afl"
 PROFILE = "fuzz"
+RUNS = ROOT / "docs" / "fuzz-runs.tsv"
+REPORT = ROOT / "docs" / "RELIABILITY.md"
+COLUMNS = ["date", "commit", "cpu", "target", "execs", "edges", "corpus", "crashes", "cpu_s", "cpu_source"]
+BEGIN, END = "<!-- fuzz:begin -->", "<!-- fuzz:end -->"
 
 
 def targets():
@@ -110,6 +116,42 @@ def start(target, seconds, group):
     return proc, log
 
 
+def cpu_name():
+    family = model = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("cpu family") and family == "?":
+            family = line.split(":")[1].strip()
+        if line.startswith("model") and not line.startswith("model name") and model == "?":
+            model = line.split(":")[1].strip()
+    return f"family {family} model {model}"
+
+
+def write_report():
+    """The fuzzing table of docs/RELIABILITY.md, from every run recorded."""
+    totals = {}
+    for line in RUNS.read_text().splitlines()[1:]:
+        row = dict(zip(COLUMNS, line.split("\t")))
+        t = totals.setdefault(row["target"], {"cpu_s": 0, "execs": 0, "crashes": 0, "runs": 0})
+        t["cpu_s"] += int(row["cpu_s"])
+        t["execs"] += int(row["execs"])
+        t["crashes"] += int(row["crashes"])
+        t["runs"] += 1
+        t["edges"], t["corpus"], t["last"] = row["edges"], row["corpus"], row["date"][:10]
+    lines = [BEGIN, "", "| target | CPU minutes | executions | edges (latest run, of the map) | queue | crashes | runs |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in sorted(totals):
+        t = totals[name]
+        lines.append(f"| {name} | {t['cpu_s'] / 60:.1f} | {t['execs']:,} | {t['edges']} | {t['corpus']} | "
+                     f"{t['crashes']} | {t['runs']} |")
+    cpu = sum(t["cpu_s"] for t in totals.values()) / 60
+    lines += ["", f"{cpu:.0f} CPU minutes in all, from `docs/fuzz-runs.tsv` (each run's commit, CPU and numbers); "
+              "written by `scripts/fuzz.py`.", "", END]
+    text = REPORT.read_text()
+    if BEGIN in text and END in text:
+        text = text[:text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END):]
+        REPORT.write_text(text)
+
+
 def main():
     wanted = sys.argv[1:] or targets()
     unknown = [t for t in wanted if t not in targets()]
@@ -157,11 +199,14 @@ def main():
             "status": proc.returncode,
         }
         rows.append(row)
-        with open(AFL / "runs.tsv", "a") as f:
+        if not RUNS.exists():
+            RUNS.write_text("\t".join(COLUMNS) + "\n")
+        with open(RUNS, "a") as f:
             commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                     capture_output=True, text=True).stdout.strip()
-            f.write("\t".join([time.strftime("%Y-%m-%dT%H:%M:%S"), commit] +
-                              [str(row[k]) for k in ("target", "execs", "edges", "corpus", "crashes", "cpu_s", "cpu_source")]) + "\n")
+            f.write("\t".join([time.strftime("%Y-%m-%dT%H:%M:%S"), commit, cpu_name()] +
+                              [str(row[k]) for k in COLUMNS[3:]]) + "\n")
+        write_report()
         if proc.returncode != 0:
             print(f"{t}: afl-fuzz exited with {proc.returncode}; see {AFL / 'out' / t / 'afl.log'}", flush=True)
     print(f"\n{'target':<14}{'execs':>12}{'edges':>14}{'corpus':>8}{'crashes':>9}{'cpu s':>8}")

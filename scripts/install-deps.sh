@@ -128,6 +128,11 @@ if [ "${1:-}" = "--bench" ] && ! command -v boringtun-cli >/dev/null 2>&1 && [ !
     || echo "warning: boringtun-cli could not be installed; the tunnel benchmark will skip it" >&2
 fi
 
+# make soak plots its report with matplotlib.
+if [ "${1:-}" = "--soak" ]; then
+  python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install -q matplotlib || python3 -m pip install -q --break-system-packages matplotlib
+fi
+
 # cargo-afl and the AFL++ it builds (for this rustc: its LLVM runtime is
 # tied to the compiler's version), checked by the afl-fuzz it leaves.
 if [ "${1:-}" = "--fuzz" ]; then

@@ -35,6 +35,10 @@ impl fmt::Display for FieldError {
 pub struct Ctx {
     path: Vec<String>,
     pub errors: Vec<FieldError>,
+    /// The routes, upstreams and certificates come from the store (etcd),
+    /// not from the document checked: rules that need them wait for the
+    /// document composed with the store's.
+    pub resources_elsewhere: bool,
 }
 
 impl Ctx {

@@ -206,7 +206,11 @@ fn safe_plain(t: &str) -> bool {
 }
 
 fn emit_scalar(out: &mut String, text: &str, plain: bool) {
-    if plain && safe_plain(text) {
+    // A plain scalar that reads as a number or a boolean stays plain even
+    // where `safe_plain` is stricter (`+6`, `-.5`): quoted it would read
+    // back as a string. Found by the config fuzz target.
+    let typed = || !to_json(&scalar(text, true)).is_string();
+    if plain && (safe_plain(text) || typed()) {
         out.push_str(text);
     } else {
         // JSON's string escapes are valid in YAML's double-quoted style.
@@ -331,6 +335,15 @@ routes:
     allow: {}
 nested: [[1, 2], [], [[x]]]
 "#;
+
+    #[test]
+    fn numbers_written_with_a_sign_stay_numbers() {
+        for text in ["weight: +6\n", "x: -.5\n", "x: +00\n", "x: 1e5\n"] {
+            let doc = parse(text).expect("parses");
+            let again = parse(&emit(&doc)).expect("reads back");
+            assert_eq!(to_json(&again), to_json(&doc), "{text}");
+        }
+    }
 
     #[test]
     fn emitted_yaml_reads_back_as_the_same_document() {

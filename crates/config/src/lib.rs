@@ -74,10 +74,24 @@ fn bare_bracketed_address(line: &str) -> Option<&str> {
 
 /// Decodes and validates a document (`file` names it in errors).
 pub fn from_node(root: &yaml::Node, file: &Path) -> Result<Config, ConfigErrors> {
+    checked(root, file, false)
+}
+
+/// Decodes and validates a node's own file when its resources may live
+/// in a store: with `store: etcd` the routes, upstreams and certificates
+/// come from etcd (the file's are ignored), so the rules that need them
+/// are left to the document composed with etcd's, which [`from_node`]
+/// checks whole. With the file store this is [`from_node`].
+pub fn from_local_node(root: &yaml::Node, file: &Path) -> Result<Config, ConfigErrors> {
+    checked(root, file, true)
+}
+
+fn checked(root: &yaml::Node, file: &Path, local: bool) -> Result<Config, ConfigErrors> {
     let fail = |errors| ConfigErrors { file: file.to_path_buf(), errors };
     let mut ctx = Ctx::default();
     let config = <Config as decode::Decode>::decode(root, &mut ctx);
     if let Some(c) = &config {
+        ctx.resources_elsewhere = local && matches!(c.store, Store::Etcd(_));
         validate::validate(c, &mut ctx);
     }
     match config {
@@ -100,6 +114,19 @@ pub fn load(file: &Path) -> Result<Config, ConfigErrors> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_etcd_node_file_needs_no_certificates_of_its_own() {
+        let text = "store: { type: etcd, endpoints: [http://127.0.0.1:2379] }\n\
+                    listeners: [{ name: tls, address: 127.0.0.1:8443, protocol: https }]\n";
+        let file = Path::new("node.yaml");
+        let doc = parse_document(text, file).expect("parses");
+        assert!(from_local_node(&doc, file).is_ok(), "the certificates come from etcd");
+        let whole = from_node(&doc, file).expect_err("composed, it still needs one");
+        assert_eq!(whole.errors[0].path, "listeners[0].protocol");
+        let file_store = parse_document("listeners: [{ name: tls, address: 127.0.0.1:8443, protocol: https }]\n", file);
+        assert!(from_local_node(&file_store.expect("parses"), file).is_err(), "the file store holds them itself");
+    }
 
     const GOOD: &str = r#"
 listeners:

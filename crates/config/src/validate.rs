@@ -123,7 +123,7 @@ fn listeners(c: &Config, ctx: &mut Ctx) {
                 (Protocol::Http, Some(_)) => {
                     ctx.error_at("tls", None, "is only allowed on listeners with protocol: https")
                 }
-                (Protocol::Https, _) if c.certificates.is_empty() => {
+                (Protocol::Https, _) if c.certificates.is_empty() && !ctx.resources_elsewhere => {
                     ctx.error_at("protocol", None, "https needs at least one entry in certificates")
                 }
                 _ => {}

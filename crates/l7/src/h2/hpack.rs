@@ -257,10 +257,12 @@ fn read_int(block: &[u8], pos: &mut usize, prefix: u8) -> Result<usize, HpackErr
     loop {
         let b = *block.get(*pos).ok_or(HpackError::Truncated)?;
         *pos += 1;
-        // Past 28 bits no byte can add to a value we take (continuation
-        // bytes of zeros pad an encoding only so far). Found by the
-        // h2_hpack fuzz target: the shift overflowed on a long run of them.
-        if shift > 28 {
+        // Four continuation bytes hold 28 bits, all a value we take may
+        // need: a fifth is refused, as loona-hpack and nghttp2 refuse it.
+        // Found by the h2_hpack fuzz target: the shift overflowed on a long
+        // run of zero continuation bytes, and then (against loona-hpack) a
+        // six-octet encoding of a small value was taken.
+        if shift > 21 {
             return Err(HpackError::IntegerOverflow);
         }
         value += ((b & 0x7f) as usize) << shift;
@@ -531,7 +533,7 @@ mod tests {
 
     #[test]
     fn bad_blocks_are_refused() {
-        let cases: [(&str, HpackError); 8] = [
+        let cases: [(&str, HpackError); 9] = [
             ("80", HpackError::BadIndex),
             ("be", HpackError::BadIndex),
             ("82 3f e1 01", HpackError::BadSizeUpdate),
@@ -539,6 +541,8 @@ mod tests {
             ("ff ff ff ff ff 0f", HpackError::IntegerOverflow),
             // Over-long: zero continuation bytes past 28 bits, then 1.
             ("ff 80 80 80 80 80 80 80 80 80 80 01", HpackError::IntegerOverflow),
+            // Six octets for a small value (zero padding).
+            ("ff 80 80 80 80 00", HpackError::IntegerOverflow),
             ("40 85 f2", HpackError::Truncated),
             ("00 81 ff 00", HpackError::BadHuffman),
         ];
