@@ -91,7 +91,7 @@ impl Client {
                 frame::HEADERS | frame::DATA => {
                     assert!(!self.closed_by_server.contains(&f.stream), "stream {} came back", f.stream);
                     assert!(self.opened_by_client.contains(&f.stream), "stream {} was never opened", f.stream);
-                    if f.has_end_stream() {
+                    if f.flags & frame::END_STREAM != 0 {
                         self.closed_by_server.insert(f.stream);
                     }
                 }
@@ -112,16 +112,6 @@ impl Client {
             let w = i64::from(lim.stream_window) + opened - self.stream_sent.get(id).copied().unwrap_or(0);
             assert!(w <= i64::from(lim.stream_window), "stream {id}'s window grew to {w}");
         }
-    }
-}
-
-trait EndStream {
-    fn has_end_stream(&self) -> bool;
-}
-
-impl EndStream for crate::h2_frames::Out {
-    fn has_end_stream(&self) -> bool {
-        self.flags & frame::END_STREAM != 0
     }
 }
 

@@ -287,6 +287,26 @@ def stop_process(proc, sig):
             proc.wait()
 
 
+def nginx_conf(d, port, body, processes):
+    """An NGINX config answering every request on 127.0.0.1:`port` with
+    `body`, its files in `d`; `processes` sets how it runs (workers, or
+    `master_process off;` for one process that a kill stops whole)."""
+    text = body.replace("\n", "\\n").replace('"', '\\"')
+    return f"""
+{processes}
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f;
+  uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "{text}"; }} }}
+}}
+"""
+
+
 class NginxBackend:
     """A real NGINX serving a fixed body on loopback, with its stock
     keep-alive settings (it closes a kept-alive connection after 1,000
@@ -297,20 +317,7 @@ class NginxBackend:
         self.dir = Path(tmp_path) / f"nginx-{self.port}"
         self.dir.mkdir(parents=True)
         d = self.dir
-        text = body.replace("\n", "\\n").replace('"', '\\"')
-        (d / "nginx.conf").write_text(f"""
-worker_processes {workers};
-daemon off;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f;
-  uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
-  server {{ listen 127.0.0.1:{self.port}; location / {{ return 200 "{text}"; }} }}
-}}
-""")
+        (d / "nginx.conf").write_text(nginx_conf(d, self.port, body, f"worker_processes {workers};"))
         self.proc = subprocess.Popen(["nginx", "-c", str(d / "nginx.conf"), "-p", str(d)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: port_open(self.port) or self._died(), what=f"nginx listening on {self.port}")

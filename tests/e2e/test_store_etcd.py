@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from harness import Gatehouse, curl, free_port, wait_for
+from harness import BIN, Gatehouse, curl, free_port, wait_for
 
 KEY = "k3y-for-the-admin-api-0123"
 pytestmark = pytest.mark.skipif(not shutil.which("etcd"), reason="etcd is not installed (scripts/install-deps.sh)")
@@ -147,3 +147,32 @@ def test_changes_keep_arriving_across_a_compaction(tmp_path, etcd):
         wait_for(lambda: curl(f"http://127.0.0.1:{web}/")[1] == "after\n", timeout=5, what="the change after compaction")
     finally:
         g.stop()
+
+
+def test_a_node_serves_https_with_a_certificate_from_etcd(tmp_path, etcd):
+    """The node's file has an HTTPS listener and no certificate of its own:
+    the certificate, like the routes, is in etcd. (It once refused to
+    start: its file was validated alone.)"""
+    tls, admin = free_port(), free_port()
+    for key, value in {
+        "certificates/local": {"name": "local", "self_signed": True, "sni": ["localhost"]},
+        "routes/hello": {"name": "hello", "direct_response": {"status": 200, "body": "over tls\n"}},
+    }.items():
+        assert etcd.ctl("put", f"/gatehouse/{key}", json.dumps(value)).returncode == 0
+    config = f"""
+access_log: {{ path: off }}
+workers: 1
+data_dir: {tmp_path}/data
+admin: {{ address: 127.0.0.1:{admin}, api_key: {KEY} }}
+store: {{ type: etcd, endpoints: [{etcd.url}], prefix: /gatehouse, timeout: 1s }}
+listeners: [{{ name: tls, address: 127.0.0.1:{tls}, protocol: https }}]
+"""
+    (tmp_path / "node.yaml").write_text(config)
+    check = subprocess.run([str(BIN), "check", "-c", str(tmp_path / "node.yaml")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    gh = Gatehouse(tmp_path, config, [tls, admin])
+    try:
+        code, body, _ = curl("-k", f"https://localhost:{tls}/", "--resolve", f"localhost:{tls}:127.0.0.1")
+        assert (code, body) == (200, "over tls\n")
+    finally:
+        gh.stop()

@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "e2e"))
 
 import netns  # noqa: E402
-from harness import BIN, ROOT, wait_for  # noqa: E402
+from harness import BIN, ROOT, nginx_conf, wait_for  # noqa: E402
 
 TAG = "soak"
 NS = {k: f"{TAG}-{k}" for k in ("r", "gh", "s1", "s2", "w", "c")}
@@ -113,19 +113,7 @@ class Proc:
 def nginx(tmp, name, port, body):
     d = tmp / name
     d.mkdir()
-    (d / "nginx.conf").write_text(f"""
-daemon off;
-master_process off;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f;
-  uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
-  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "{body}\\n"; }} }}
-}}
-""")
+    (d / "nginx.conf").write_text(nginx_conf(d, port, body + "\n", "master_process off;"))
     return Proc(name, "gh", ["nginx", "-c", str(d / "nginx.conf"), "-p", str(d)])
 
 
