@@ -231,27 +231,38 @@ def slow_clients(n):
     open, reopened when Gatehouse closes them. Runs in the namespace."""
     code = r"""
 import socket, ssl, sys, threading, time
-n = int(sys.argv[1]); opened = [0]
-def slow():
+n = int(sys.argv[1])
+def connect(port, deadline=30.0):
+    # Reconnects as soon as the port accepts again, within a deadline.
+    end = time.monotonic() + deadline
     while True:
         try:
-            s = socket.create_connection(("127.0.0.1", 8080), timeout=30); opened[0] += 1
+            return socket.create_connection(("127.0.0.1", port), timeout=30)
+        except OSError:
+            if time.monotonic() > end:
+                raise
+def slow():
+    while True:
+        s = connect(8080)
+        try:
+            # A slow-header client sends a byte every 5 s: the pace is the
+            # client's shape, not a wait for something.
             for b in b"GET /direct HTTP/1.1\r\nHost: soak\r\nX-Slow: " + b"a" * 10000:
                 s.send(bytes([b])); time.sleep(5)
         except OSError:
-            time.sleep(1)
+            pass
 def idle():
     ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
     while True:
         try:
-            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", 8443), timeout=600), server_hostname="localhost")
-            opened[0] += 1; s.recv(1)
+            ctx.wrap_socket(connect(8443), server_hostname="localhost").recv(1)
         except OSError:
-            time.sleep(1)
-for _ in range(n):
-    threading.Thread(target=slow, daemon=True).start(); threading.Thread(target=idle, daemon=True).start()
-while True:
-    time.sleep(10); print(opened[0], flush=True)
+            pass
+threads = [threading.Thread(target=f, daemon=True) for _ in range(n) for f in (slow, idle)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 """
     return popen_ns("gh", sys.executable, "-c", code, str(n), stdout=subprocess.DEVNULL)
 
