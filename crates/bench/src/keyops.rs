@@ -3,10 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use boring::derive::Deriver;
 use boring::ec::{EcGroup, EcKey};
 use boring::hash::MessageDigest;
 use boring::nid::Nid;
-use boring::pkey::PKey;
+use boring::pkey::{Id, PKey};
 use boring::rsa::Rsa;
 use boring::sign::Signer;
 use gatehouse_mbx as mbx;
@@ -87,6 +88,7 @@ pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Ve
             out.push(r);
         }
     }
+    x25519(time, &mut report, &mut out);
     let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1);
     if let Ok(pkey) = group.and_then(|g| EcKey::generate(&g)).and_then(PKey::from_ec_key) {
         let ecdsa = measure(time, 1, || boring_sign(&pkey, msg));
@@ -97,6 +99,56 @@ pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Ve
         }
     }
     out
+}
+
+/// X25519: BoringSSL's key generation (its fixed-base tables) and shared
+/// secret, one at a time, against the eight-lane ladder, which does both.
+fn x25519(time: Duration, report: &mut impl FnMut(&Result), out: &mut Vec<Result>) {
+    let mut push = |engine, key: &str, v: Option<f64>| {
+        if let Some(v) = v {
+            let r = Result { engine, key: key.into(), ops_per_sec: v };
+            report(&r);
+            out.push(r);
+        }
+    };
+    let (Ok(a), Ok(b)) = (PKey::generate(Id::X25519), PKey::generate(Id::X25519)) else { return };
+    push("boring", "x25519-keygen", measure(time, 1, || PKey::generate(Id::X25519).is_ok()));
+    push(
+        "boring",
+        "x25519",
+        measure(time, 1, || {
+            let Ok(mut d) = Deriver::new(&a) else { return false };
+            d.set_peer(&b).is_ok() && d.derive_to_vec().is_ok_and(|s| s.len() == 32)
+        }),
+    );
+    if !mbx::available() {
+        return;
+    }
+    let mut peer = [0u8; 32];
+    if b.raw_public_key(&mut peer).is_err() {
+        return;
+    }
+    let mut scalars = [[0u8; 32]; mbx::BATCH];
+    let mut outs = [[0u8; 32]; mbx::BATCH];
+    let mut lanes = |point: &[u8; 32]| {
+        measure(time, mbx::BATCH, || {
+            for s in scalars.iter_mut() {
+                if boring::rand::rand_bytes(s).is_err() {
+                    return false;
+                }
+            }
+            let mut ops: Vec<mbx::x25519::X25519Op<'_>> = scalars
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(scalar, out)| mbx::x25519::X25519Op { scalar, point, out })
+                .collect();
+            mbx::x25519::x25519_batch(&mut ops).iter().all(|r| r.is_ok())
+        })
+    };
+    let keygen = lanes(&mbx::x25519::BASE);
+    let shared = lanes(&peer);
+    push("mb", "x25519-keygen", keygen);
+    push("mb", "x25519", shared);
 }
 
 /// The batch size from which one multi-buffer batch costs less than running

@@ -259,6 +259,9 @@ pub fn run(what: Bench) -> ExitCode {
                     );
                 }
             }
+            if let Some(b) = crate::keyops::break_even(&results, "x25519") {
+                eprintln!("  x25519: one mb batch of 8 costs {b:.2} boring shared secrets");
+            }
             for r in &results {
                 println!("{r}");
             }

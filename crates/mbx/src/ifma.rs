@@ -39,19 +39,19 @@ pub(crate) fn to_lanes(v: V) -> [u64; LANES] {
 
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn zero() -> V {
+pub(crate) fn zero() -> V {
     _mm512_setzero_si512()
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512ifma")]
-fn lo(acc: V, a: V, b: V) -> V {
+pub(crate) fn lo(acc: V, a: V, b: V) -> V {
     _mm512_madd52lo_epu64(acc, a, b)
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512ifma")]
-fn hi(acc: V, a: V, b: V) -> V {
+pub(crate) fn hi(acc: V, a: V, b: V) -> V {
     _mm512_madd52hi_epu64(acc, a, b)
 }
 

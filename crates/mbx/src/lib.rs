@@ -31,6 +31,7 @@ mod engine;
 mod ifma;
 pub mod poly1305;
 mod rsa;
+pub mod x25519;
 
 pub use batch::{BATCH, Op, OpError, private_batch, private_batch_with_fault};
 pub use engine::{Fault, available};
