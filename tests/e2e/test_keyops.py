@@ -89,7 +89,9 @@ def test_concurrent_handshakes_batch_and_all_succeed(tmp_path, gatehouse):
     assert batched + single == 400, (batched, single)
     assert batched > 0, "64 concurrent clients must fill some batches"
     delays = {s.name: s.value for s in families["gatehouse_keyops_queue_delay_seconds"].samples if s.name.endswith("_count")}
-    assert delays["gatehouse_keyops_queue_delay_seconds_count"] == 400
+    # Every queued operation: the 400 signatures and, on this CPU, the 400
+    # X25519 key shares (Python's client offers X25519).
+    assert delays["gatehouse_keyops_queue_delay_seconds_count"] == 800
 
 
 @needs_ifma
@@ -223,6 +225,101 @@ def test_every_handshake_counts_its_key_share_by_group(tmp_path, gatehouse):
         families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
     shares = {}
     for sample in families["gatehouse_tls_key_shares"].samples:
-        shares[sample.labels["group"]] = shares.get(sample.labels["group"], 0) + sample.value
-    assert shares == {"X25519": 1, "X25519MLKEM768": 1, "P-256": 1, "P-384": 1,
-                      "X25519Kyber768Draft00": 0, "other": 0}, shares
+        if sample.value:
+            shares[(sample.labels["group"], sample.labels["engine"])] = sample.value
+    # auto: on a CPU with IFMA the X25519-based TLS 1.3 shares come from
+    # the lanes (through BoringSSL's handshake hints); the rest from BoringSSL.
+    lanes = "mb" if IFMA else "boring"
+    assert shares == {("X25519", lanes): 1, ("X25519MLKEM768", lanes): 1, ("P-256", "boring"): 1,
+                      ("P-384", "boring"): 1}, shares
+
+
+def metrics(admin):
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        return {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+
+
+def lane_shares(families):
+    """Key shares the lanes computed, by group."""
+    return {s.labels["group"]: s.value for s in families["gatehouse_tls_key_shares"].samples
+            if s.labels["engine"] == "mb" and s.value}
+
+
+def x25519_batches(families, size=None):
+    return sum(s.value for s in families["gatehouse_keyops_batches"].samples
+               if s.labels.get("key") == "x25519" and (size is None or s.labels["size"] == str(size)))
+
+
+@needs_ifma
+def test_key_shares_in_lanes_for_every_kind_of_client(tmp_path, gatehouse):
+    port, admin = free_port(), free_port()
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
+    g = gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
+    g.wait_log("key shares in AVX-512 IFMA lanes")
+    # Go's crypto/tls: X25519MLKEM768, its ML-KEM half by BoringSSL and its
+    # X25519 half in lanes; the client checks the server's Finished, so a
+    # wrong secret would fail here.
+    group, answer = go_request(tmp_path, port, crt, "a.test")
+    assert (group, answer.endswith("hello\n")) == ("X25519MLKEM768", True), answer
+    # curl (OpenSSL) with X25519; an OpenSSL client offering only P-256; and
+    # TLS 1.2 ECDHE-ECDSA: the last two are BoringSSL's own.
+    code, body, err = curl("--curves", "X25519", "--cacert", str(crt), "--resolve", f"a.test:{port}:127.0.0.1",
+                           "--tlsv1.3", f"https://a.test:{port}/")
+    assert (code, body) == (200, "hello\n"), err
+    out = s_client(port, "-tls1_3", "-groups", "P-256", "-CAfile", str(crt), "-verify_return_error")
+    assert "Server Temp Key: ECDH, prime256v1" in out and "Verify return code: 0 (ok)" in out, out
+    out = s_client(port, "-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384", "-CAfile", str(crt),
+                   "-verify_return_error")
+    assert "Cipher is ECDHE-ECDSA-AES256-GCM-SHA384" in out, out
+    # A client whose X25519 share is refused by the server's preference
+    # (it lists X25519MLKEM768 but sends only X25519): BoringSSL asks again.
+    out = s_client(port, "-tls1_3", "-groups", "X25519:P-256", "-CAfile", str(crt), "-verify_return_error")
+    assert "Server Temp Key: X25519" in out and "Verify return code: 0 (ok)" in out, out
+    fams = metrics(admin)
+    assert lane_shares(fams) == {"X25519MLKEM768": 1, "X25519": 2}, lane_shares(fams)
+    assert x25519_batches(fams) >= 1
+
+
+@needs_ifma
+def test_two_thousand_concurrent_handshakes_with_lane_key_shares(tmp_path, gatehouse):
+    port, admin = free_port(), free_port()
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
+    gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
+    with concurrent.futures.ThreadPoolExecutor(128) as pool:
+        results = list(pool.map(lambda _: handshake(port, crt), range(2000)))
+    assert all(r.startswith(b"HTTP/1.1 200") and r.endswith(b"hello\n") for r in results)
+    fams = metrics(admin)
+    assert lane_shares(fams) == {"X25519": 2000}, lane_shares(fams)
+    # Every share took two lanes of some batch.
+    lanes = sum(int(s.labels["size"]) * s.value for s in fams["gatehouse_keyops_batches"].samples
+                if s.labels.get("key") == "x25519")
+    assert lanes == 4000
+
+
+@needs_ifma
+def test_a_faulty_key_share_lane_fails_only_its_own_handshake(tmp_path, gatehouse, monkeypatch):
+    # The fourth share of each batch: only full batches (8 lanes) lose one.
+    monkeypatch.setenv("GATEHOUSE_TEST_FAULT_SHARE", "3")
+    port, admin = free_port(), free_port()
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
+    gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
+    # One at a time: batches of one share, untouched.
+    for _ in range(5):
+        assert handshake(port, crt).startswith(b"HTTP/1.1 200")
+
+    def attempt(_):
+        try:
+            return ("ok", handshake(port, crt))
+        except (ssl.SSLError, OSError) as e:
+            return ("error", str(e))
+
+    with concurrent.futures.ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(attempt, range(400)))
+    ok = [r for kind, r in results if kind == "ok"]
+    failed = [r for kind, r in results if kind != "ok"]
+    assert all(r.startswith(b"HTTP/1.1 200") for r in ok)
+    # Exactly one handshake per full batch failed: the faulty lane's.
+    assert len(failed) == x25519_batches(metrics(admin), size=8), failed[:3]
+    assert failed, "64 concurrent clients fill some batches"
+    assert all("BAD_RECORD_MAC" in f.upper() or "DECRYPT" in f.upper() for f in failed), failed[:3]

@@ -10,6 +10,7 @@
 
 pub mod batcher;
 pub mod padding;
+pub mod share;
 pub mod stats;
 
 use std::fmt;
@@ -42,6 +43,10 @@ pub enum Error {
     Fault,
     /// The worker dropped the operation (shutting down).
     Dropped,
+    /// The client's X25519 point has small order (the shared secret is zero).
+    LowOrder,
+    /// The client's key share is not of the group's length or form.
+    PeerShare,
 }
 
 impl fmt::Display for Error {
@@ -53,6 +58,8 @@ impl fmt::Display for Error {
             Error::Engine(e) => write!(f, "multi-buffer engine: {e}"),
             Error::Fault => f.write_str("result failed the public-key check"),
             Error::Dropped => f.write_str("operation dropped"),
+            Error::LowOrder => f.write_str("the client's X25519 point has small order"),
+            Error::PeerShare => f.write_str("the client's key share is malformed"),
         }
     }
 }

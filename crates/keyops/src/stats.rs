@@ -12,10 +12,11 @@ pub const DELAY_BUCKETS_US: [u64; 8] = [10, 50, 100, 250, 500, 1000, 2500, 10000
 
 #[derive(Default)]
 struct Counters {
-    /// Batches run by the multi-buffer engine, by size (index = ops − 1), per class.
-    mb_batches: [[AtomicU64; BATCH]; 3],
+    /// Batches run by the multi-buffer engine, by size (index = lanes − 1),
+    /// per kind of key ([`KEYS`]).
+    mb_batches: [[AtomicU64; BATCH]; KEYS.len()],
     /// Operations run one by one because their batch was below break-even.
-    single_ops: [AtomicU64; 3],
+    single_ops: [AtomicU64; KEYS.len()],
     delay: [AtomicU64; DELAY_BUCKETS_US.len() + 1],
     delay_sum_us: AtomicU64,
     faults: AtomicU64,
@@ -24,6 +25,14 @@ struct Counters {
     /// any other group).
     key_shares: [[AtomicU64; GROUPS.len() + 1]; 2],
 }
+
+/// The kinds of key whose operations the batcher queues: the RSA sizes in
+/// [`KeyClass::ALL`] order, then X25519 (one lane per scalar
+/// multiplication).
+pub const KEYS: [&str; 4] = ["rsa2048", "rsa3072", "rsa4096", "x25519"];
+
+/// [`KEYS`]' index of X25519.
+pub(crate) const X25519: usize = 3;
 
 /// The key-exchange groups counted by name (TLS `NamedGroup` code points);
 /// any other is counted as `other`.
@@ -58,8 +67,12 @@ fn bump(a: &AtomicU64, by: u64) {
 }
 
 pub(crate) fn record_batch(class: KeyClass, ops: usize, mb: bool) {
+    record_batch_of(class.index(), ops, mb);
+}
+
+/// Counts a batch of `lanes` operations of the key kind `k` ([`KEYS`]).
+pub(crate) fn record_batch_of(k: usize, ops: usize, mb: bool) {
     MINE.with(|c| {
-        let k = class.index();
         if mb {
             if let Some(slot) = c.mb_batches[k].get(ops.saturating_sub(1)) {
                 bump(slot, 1);
@@ -98,9 +111,9 @@ pub fn record_key_share(group: u16, engine: crate::Engine) {
 /// Counters summed: over all workers ([`snapshot`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    /// `[class][ops − 1]`: multi-buffer batches of each size; classes 2048, 3072, 4096.
-    pub mb_batches: [[u64; BATCH]; 3],
-    pub single_ops: [u64; 3],
+    /// `[kind][lanes − 1]`: multi-buffer batches of each size, per [`KEYS`].
+    pub mb_batches: [[u64; BATCH]; KEYS.len()],
+    pub single_ops: [u64; KEYS.len()],
     /// Queue-delay histogram, non-cumulative, buckets of [`DELAY_BUCKETS_US`] then +Inf.
     pub delay: [u64; DELAY_BUCKETS_US.len() + 1],
     pub delay_sum_us: u64,
@@ -131,7 +144,7 @@ pub(crate) fn this_thread() -> Snapshot {
 
 impl Snapshot {
     fn add(&mut self, c: &Counters) {
-        for k in 0..3 {
+        for k in 0..KEYS.len() {
             for (dst, src) in self.mb_batches[k].iter_mut().zip(&c.mb_batches[k]) {
                 *dst += src.load(Relaxed);
             }

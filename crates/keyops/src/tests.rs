@@ -9,7 +9,7 @@ use boring::rsa::{Padding, Rsa};
 use boring::sign::{RsaPssSaltlen, Signer, Verifier};
 use boring::ssl::SslSignatureAlgorithm as Alg;
 
-use crate::{Engine, Provider, RsaKey, RsaProvider, batcher, stats};
+use crate::{Engine, Provider, RsaKey, RsaProvider, batcher, share, stats};
 
 fn rsa_key(bits: u32) -> PKey<Private> {
     PKey::from_rsa(Rsa::generate(bits).expect("keygen")).expect("pkey")
@@ -121,4 +121,80 @@ fn unsupported_keys_stay_on_boring_with_a_note() {
     if gatehouse_mbx::available() {
         assert!(note.expect("note").contains("65537"));
     }
+}
+
+/// A client's X25519 key as BoringSSL makes it: the key and its public value.
+fn x25519_client() -> (PKey<Private>, [u8; 32]) {
+    let key = PKey::generate(boring::pkey::Id::X25519).expect("key");
+    let mut public = [0u8; 32];
+    key.raw_public_key(&mut public).expect("raw");
+    (key, public)
+}
+
+/// What the client derives from the server's public value.
+fn client_secret(client: &PKey<Private>, server_public: &[u8]) -> Vec<u8> {
+    let mut der = vec![0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x03, 0x21, 0x00];
+    der.extend_from_slice(server_public);
+    let peer = PKey::public_key_from_der(&der).expect("server public");
+    let mut d = boring::derive::Deriver::new(client).expect("deriver");
+    d.set_peer(&peer).expect("peer");
+    d.derive_to_vec().expect("derive")
+}
+
+#[test]
+fn x25519_shares_agree_with_the_clients_boringssl() {
+    if !gatehouse_mbx::available() {
+        return;
+    }
+    let rt = runtime();
+    let before = stats::this_thread();
+    // Four shares fill eight lanes and run at once; a fifth runs when idle.
+    let clients: Vec<_> = (0..5).map(|_| x25519_client()).collect();
+    let pending: Vec<_> =
+        clients.iter().map(|(_, public)| share::start(share::X25519, public).expect("X25519 share")).collect();
+    let after = stats::this_thread();
+    assert_eq!(after.mb_batches[stats::X25519][7], before.mb_batches[stats::X25519][7] + 1, "a full batch");
+    for ((client, _), fut) in clients.iter().zip(pending) {
+        let s = rt.block_on(fut).expect("share");
+        assert_eq!(s.group, share::X25519);
+        assert_eq!(client_secret(client, &s.ciphertext), *s.secret);
+    }
+    assert_eq!(stats::this_thread().mb_batches[stats::X25519][1], before.mb_batches[stats::X25519][1] + 1);
+}
+
+#[test]
+fn x25519mlkem768_shares_decapsulate_to_the_same_secret() {
+    use boring::mlkem::{Algorithm, MlKemPrivateKey};
+    if !gatehouse_mbx::available() {
+        return;
+    }
+    let rt = runtime();
+    let (x_key, x_public) = x25519_client();
+    let (m_public, m_private) = MlKemPrivateKey::generate(Algorithm::MlKem768).expect("ML-KEM key");
+    let mut peer = m_public.as_bytes().to_vec();
+    peer.extend_from_slice(&x_public);
+    let s = rt.block_on(share::start(share::X25519_MLKEM768, &peer).expect("hybrid share")).expect("share");
+    assert_eq!(s.ciphertext.len(), 1088 + 32);
+    assert_eq!(s.secret.len(), 64);
+    let ss = m_private.decapsulate(&s.ciphertext[..1088]).expect("decapsulate");
+    assert_eq!(&s.secret[..32], &ss[..]);
+    assert_eq!(client_secret(&x_key, &s.ciphertext[1088..]), &s.secret[32..]);
+    // Malformed or foreign shares are left to BoringSSL.
+    assert!(share::start(share::X25519_MLKEM768, &peer[..1000]).is_none());
+    assert!(share::start(share::X25519, &peer).is_none());
+    assert!(share::start(0x0017, &x_public).is_none());
+}
+
+#[test]
+fn a_small_order_point_fails_only_its_own_share() {
+    if !gatehouse_mbx::available() {
+        return;
+    }
+    let rt = runtime();
+    let (client, public) = x25519_client();
+    let bad = share::start(share::X25519, &[0u8; 32]).expect("queued");
+    let good = share::start(share::X25519, &public).expect("queued");
+    assert!(matches!(rt.block_on(bad), Err(crate::Error::LowOrder)));
+    let s = rt.block_on(good).expect("share");
+    assert_eq!(client_secret(&client, &s.ciphertext), *s.secret);
 }

@@ -481,11 +481,11 @@ impl Metrics {
 fn keyops(o: &mut Exposition) {
     use gatehouse_keyops::stats::{self, DELAY_BUCKETS_US};
     let s = stats::snapshot();
-    let keys = ["rsa2048", "rsa3072", "rsa4096"];
+    let keys = stats::KEYS;
     o.header(
         "gatehouse_keyops_batches_total",
         "counter",
-        "Multi-buffer private-key batches, by key size and operations in the batch.",
+        "Multi-buffer batches, by key (RSA size, or x25519 for key shares) and operations (lanes) in the batch.",
     );
     for (k, sizes) in keys.iter().zip(&s.mb_batches) {
         for (i, n) in sizes.iter().enumerate() {

@@ -26,3 +26,14 @@ pub fn enable_early_data(ctx: &mut boring::ssl::SslContextBuilder) {
     // SSL_CTX_set_early_data_enabled only sets a flag on it.
     unsafe { boring_sys::SSL_CTX_set_early_data_enabled(ctx.as_ptr(), 1) }
 }
+
+/// Hands BoringSSL handshake hints (`SSL_set_handshake_hints`, in its
+/// serialized form): here, the server's key share computed in lanes. Only
+/// during the handshake (the certificate-selection callback); BoringSSL
+/// copies the bytes. False if it refused them.
+pub fn set_handshake_hints(ssl: &mut SslRef, hints: &[u8]) -> bool {
+    // SAFETY: `ssl` is a live SSL borrowed mutably for the call; `hints`
+    // is a valid slice for its length, which BoringSSL reads and copies
+    // before returning.
+    unsafe { boring_sys::SSL_set_handshake_hints(ssl.as_ptr(), hints.as_ptr(), hints.len()) == 1 }
+}

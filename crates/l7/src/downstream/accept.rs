@@ -207,8 +207,7 @@ async fn serve_tls(stream: TcpStream, acceptor: SslAcceptor, conn: NewConn, open
     let info = (ssl.version_str(), ssl.current_cipher().map_or("-", |c| c.name()));
     metrics.handshake(worker.id, info.0, info.1, HandshakeResult::Ok);
     if let Some(group) = ssl.curve() {
-        // BoringSSL computed the server's share in the handshake.
-        gatehouse_keyops::stats::record_key_share(group, gatehouse_keyops::Engine::Boring);
+        gatehouse_keyops::stats::record_key_share(group, crate::downstream::key_share::engine_used(ssl));
     }
     if is_h2 {
         tls_stream.get_mut().get_mut().pass_through();

@@ -23,6 +23,7 @@ pub mod h1;
 pub mod h2;
 pub mod h3;
 pub mod handover;
+pub mod key_share;
 pub mod ready;
 pub mod recv;
 pub mod tls;

@@ -29,6 +29,8 @@ use boring::x509::{X509, X509NameBuilder};
 use gatehouse_config::{Certificate, FieldError, KeyProvider, ListenerTls, TlsVersion};
 use gatehouse_keyops::{Engine, KeyMethod, Provider, RsaKey, RsaProvider};
 
+use super::key_share;
+
 /// A certificate and key loaded from disk, checked to belong together.
 #[derive(Clone)]
 pub struct LoadedCert {
@@ -42,6 +44,9 @@ pub struct LoadedCert {
     /// For RSA keys on the multi-buffer engine: the asynchronous key method.
     /// `None`: BoringSSL uses the key directly.
     pub provider: Option<Arc<dyn Provider>>,
+    /// Where the TLS 1.3 key shares of handshakes with this certificate are
+    /// computed: `key_provider` resolved on this CPU (`mb`: the lanes).
+    pub shares: Engine,
 }
 
 /// Loads (or for `self_signed`, generates on first use) every certificate.
@@ -84,7 +89,7 @@ pub fn load_certificates(
                     error("key", "expected an RSA or ECDSA private key".into());
                     continue;
                 }
-                let provider = match key_provider(c, &key, is_ecdsa) {
+                let (provider, shares) = match key_provider(c, &key, is_ecdsa) {
                     Ok(p) => p,
                     Err(e) => {
                         error("key_provider", e.to_string());
@@ -100,6 +105,7 @@ pub fn load_certificates(
                     is_ecdsa,
                     not_after,
                     provider,
+                    shares,
                 });
             }
             Err((field, msg)) => error(field, msg),
@@ -116,8 +122,28 @@ fn unix_seconds(t: &boring::asn1::Asn1TimeRef) -> i64 {
 
 /// The engine for a certificate's key: `None` keeps BoringSSL's own signing
 /// (ECDSA keys, and RSA on `boring`); RSA on `mb` gets a batched provider.
-fn key_provider(c: &Certificate, key: &PKey<Private>, is_ecdsa: bool) -> Result<Option<Arc<dyn Provider>>, TlsError> {
+/// And the engine of its handshakes' key shares.
+fn key_provider(
+    c: &Certificate,
+    key: &PKey<Private>,
+    is_ecdsa: bool,
+) -> Result<(Option<Arc<dyn Provider>>, Engine), TlsError> {
     let engine = gatehouse_keyops::resolve(c.key_provider)?;
+    if engine == Engine::Mb {
+        tracing::info!(
+            certificate = %c.name,
+            "TLS 1.3 X25519 and X25519MLKEM768 key shares in AVX-512 IFMA lanes, batched per worker"
+        );
+    }
+    Ok((signer(c, key, is_ecdsa, engine)?, engine))
+}
+
+fn signer(
+    c: &Certificate,
+    key: &PKey<Private>,
+    is_ecdsa: bool,
+    engine: Engine,
+) -> Result<Option<Arc<dyn Provider>>, TlsError> {
     if is_ecdsa || engine == Engine::Boring {
         let why = match (engine, c.key_provider) {
             (Engine::Boring, KeyProvider::Auto) => "key_provider auto: this CPU has no AVX-512 IFMA",
@@ -268,19 +294,22 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.write_all(bytes)
 }
 
+/// A certificate's context, and where its handshakes' key shares are made.
+type CertCtx = (SslContext, Engine);
+
 /// The RSA and/or ECDSA context serving one name.
 #[derive(Clone, Default)]
 struct CertPair {
-    ecdsa: Option<SslContext>,
-    rsa: Option<SslContext>,
+    ecdsa: Option<CertCtx>,
+    rsa: Option<CertCtx>,
 }
 
 impl CertPair {
-    fn set(&mut self, ecdsa: bool, ctx: SslContext) {
+    fn set(&mut self, ecdsa: bool, ctx: CertCtx) {
         if ecdsa { self.ecdsa = Some(ctx) } else { self.rsa = Some(ctx) }
     }
 
-    fn choose(&self, ecdsa_ok: bool) -> Option<&SslContext> {
+    fn choose(&self, ecdsa_ok: bool) -> Option<&CertCtx> {
         match (&self.ecdsa, &self.rsa) {
             (Some(e), Some(r)) => Some(if ecdsa_ok { e } else { r }),
             (Some(e), None) => Some(e),
@@ -436,7 +465,7 @@ fn cert_table<'a>(
     let default_cert = certs.iter().find(|c| Some(c.name.as_str()) == default_name).ok_or(TlsError::NoCertificate)?;
     let mut table = CertTable::default();
     for cert in certs {
-        let ctx = cert_context(tls, cert, side)?;
+        let ctx = (cert_context(tls, cert, side)?, cert.shares);
         for name in &cert.sni {
             let name = name.to_ascii_lowercase();
             let slot = match name.strip_prefix("*.") {
@@ -470,22 +499,47 @@ fn base_context(
         quic_handshake::report_done(b);
     }
     let table = Arc::new(table);
-    b.set_select_certificate_callback(move |mut hello: ClientHello<'_>| {
-        let sni = hello.servername(NameType::HOST_NAME).map(str::to_owned);
-        let pair = table.lookup(sni.as_deref());
-        let ecdsa_ok = client_accepts_ecdsa(&hello);
-        if let Some(ctx) = pair.choose(ecdsa_ok) {
-            hello.ssl_mut().set_ssl_context(ctx).map_err(|_| SelectCertError::ERROR)?;
-        }
-        if quic {
+    if quic {
+        b.set_select_certificate_callback(move |mut hello: ClientHello<'_>| {
+            let ctx = choose(&table, &hello).map(|(ctx, _)| ctx.clone());
+            switch_to(hello.ssl_mut(), ctx.as_ref()).ok_or(SelectCertError::ERROR)?;
             hello.ssl_mut().set_task_waker(Some(quic_handshake::current_waker()));
-        }
-        crate::ssl_ffi::shed_handshake_config(hello.ssl_mut());
-        Ok(())
-    });
+            Ok(())
+        });
+    } else {
+        // Asynchronous: the handshake waits for the key share's batch. The
+        // switch to the certificate's context waits too, in the finishing
+        // step: BoringSSL calls the callback of the context it is on when it
+        // retries, and the certificates' contexts have none.
+        b.set_async_select_certificate_callback(move |hello: &mut ClientHello<'_>| {
+            let chosen = choose(&table, hello).cloned();
+            let job = match &chosen {
+                Some((_, Engine::Mb)) => key_share::start(hello),
+                _ => None,
+            };
+            Ok(key_share::finish(job, chosen.map(|(ctx, _)| ctx)))
+        });
+    }
     b.set_certificate(&default_cert.chain[0]).map_err(tls_err)?;
     install_key(b, default_cert)?;
     Ok(())
+}
+
+/// The certificate for the handshake's SNI name and the client's signature
+/// algorithms, and where its key share is made.
+fn choose<'t>(table: &'t CertTable, hello: &ClientHello<'_>) -> Option<&'t CertCtx> {
+    let sni = hello.servername(NameType::HOST_NAME);
+    table.lookup(sni).choose(client_accepts_ecdsa(hello))
+}
+
+/// Switches the handshake to its certificate's context. `None`: BoringSSL
+/// refused the switch.
+pub(super) fn switch_to(ssl: &mut boring::ssl::SslRef, ctx: Option<&SslContext>) -> Option<()> {
+    if let Some(ctx) = ctx {
+        ssl.set_ssl_context(ctx).ok()?;
+    }
+    crate::ssl_ffi::shed_handshake_config(ssl);
+    Some(())
 }
 
 /// Builds a listener's acceptor and its SNI table.

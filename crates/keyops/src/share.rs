@@ -1,0 +1,189 @@
+//! TLS 1.3 key shares computed ahead of BoringSSL, for its handshake hints.
+//!
+//! BoringSSL has no hook for the key exchange, but it takes *handshake
+//! hints*: a server share (the "ciphertext") and the shared secret it
+//! would have computed, used when the group it picks is the hint's
+//! (`ssl/tls13_server.cc`, `resolve_ecdhe_secret`). Before the handshake
+//! runs, the certificate-selection callback reads the ClientHello, predicts
+//! the group as BoringSSL will pick it ([`predict`]), and [`start`]s the
+//! share: X25519 in the worker's lanes, and for X25519MLKEM768 the X25519
+//! half in lanes and the ML-KEM-768 encapsulation in BoringSSL. A hint
+//! that does not apply costs its computation, never a handshake.
+
+use std::future::Future;
+
+use boring::mlkem::{Algorithm, MlKemPublicKey};
+use zeroize::Zeroizing;
+
+use crate::{Error, batcher};
+
+/// TLS `NamedGroup` code points of the groups computed here.
+pub const X25519: u16 = 0x001d;
+pub const X25519_MLKEM768: u16 = 0x11ec;
+
+/// BoringSSL's default server preference (`ssl/ssl_key_share.cc`), which
+/// Gatehouse keeps, and with `SSL_OP_CIPHER_SERVER_PREFERENCE` the order
+/// in which it picks.
+const SERVER_PREFERENCE: [u16; 4] = [X25519_MLKEM768, X25519, 0x0017, 0x0018];
+
+const MLKEM768_PUBLIC: usize = 1184;
+
+/// The server's share and the shared secret, as BoringSSL would make them.
+pub struct Share {
+    pub group: u16,
+    pub ciphertext: Vec<u8>,
+    pub secret: Zeroizing<Vec<u8>>,
+}
+
+/// The group BoringSSL will pick for a TLS 1.3 handshake, from the client's
+/// `supported_groups` extension body: the first of the server's preference
+/// the client lists.
+pub fn predict(supported_groups: &[u8]) -> Option<u16> {
+    let list = supported_groups.get(2..)?;
+    let offered = |g: u16| list.chunks_exact(2).any(|c| c == g.to_be_bytes());
+    SERVER_PREFERENCE.into_iter().find(|&g| offered(g))
+}
+
+/// The client's share for `group` in its `key_share` extension body, if it
+/// sent one (otherwise BoringSSL asks again with a HelloRetryRequest).
+pub fn client_share(key_share: &[u8], group: u16) -> Option<&[u8]> {
+    let len = usize::from(u16::from_be_bytes([*key_share.first()?, *key_share.get(1)?]));
+    let mut rest = key_share.get(2..2 + len)?;
+    while rest.len() >= 4 {
+        let g = u16::from_be_bytes([rest[0], rest[1]]);
+        let n = usize::from(u16::from_be_bytes([rest[2], rest[3]]));
+        let key = rest.get(4..4 + n)?;
+        if g == group {
+            return Some(key);
+        }
+        rest = &rest[4 + n..];
+    }
+    None
+}
+
+/// Starts the server's share of `group` against the client's `peer` share,
+/// on this worker's batcher. `None` when the group is not one computed here
+/// or the client's share is malformed: BoringSSL then handles it (and
+/// refuses what is malformed, with the right alert).
+pub fn start(group: u16, peer: &[u8]) -> Option<impl Future<Output = Result<Share, Error>> + use<>> {
+    let (mlkem, x25519) = match group {
+        X25519 => (None, peer),
+        X25519_MLKEM768 if peer.len() == MLKEM768_PUBLIC + 32 => {
+            let (m, x) = peer.split_at(MLKEM768_PUBLIC);
+            (Some(MlKemPublicKey::from_slice(Algorithm::MlKem768, m).ok()?), x)
+        }
+        _ => return None,
+    };
+    let point: [u8; 32] = x25519.try_into().ok()?;
+    let pending = batcher::submit_share(point);
+    Some(async move {
+        let x = pending.await.unwrap_or(Err(Error::Dropped))?;
+        let Some(mlkem) = mlkem else {
+            return Ok(Share { group, ciphertext: x.public.to_vec(), secret: Zeroizing::new(x.secret.to_vec()) });
+        };
+        // The ML-KEM half after the lanes, so that a share that fails
+        // there costs no encapsulation.
+        let (mut ciphertext, ss) = mlkem.encapsulate().map_err(|_| Error::Crypto("ML-KEM-768 encapsulation"))?;
+        let ss = Zeroizing::new(ss);
+        ciphertext.extend_from_slice(&x.public);
+        let mut secret = Zeroizing::new(Vec::with_capacity(64));
+        secret.extend_from_slice(&ss[..]);
+        secret.extend_from_slice(&x.secret[..]);
+        Ok(Share { group, ciphertext, secret })
+    })
+}
+
+impl Share {
+    /// The hints in BoringSSL's serialized form (`ssl/handoff.cc`):
+    /// `SEQUENCE { [1] IMPLICIT SEQUENCE { INTEGER group, OCTET STRING
+    /// ciphertext, OCTET STRING secret } }`. Holds the secret: zeroed on drop.
+    pub fn hints_der(&self) -> Zeroizing<Vec<u8>> {
+        let mut inner = Zeroizing::new(Vec::with_capacity(self.ciphertext.len() + self.secret.len() + 16));
+        der(&mut inner, 0x02, &integer(self.group));
+        der(&mut inner, 0x04, &self.ciphertext);
+        der(&mut inner, 0x04, &self.secret);
+        let mut hint = Zeroizing::new(Vec::with_capacity(inner.len() + 4));
+        der(&mut hint, 0xa1, &inner);
+        let mut out = Zeroizing::new(Vec::with_capacity(hint.len() + 4));
+        der(&mut out, 0x30, &hint);
+        out
+    }
+}
+
+/// A DER INTEGER's content octets for a non-negative u16.
+fn integer(v: u16) -> Vec<u8> {
+    let b = v.to_be_bytes();
+    let mut out = if b[0] == 0 { vec![b[1]] } else { b.to_vec() };
+    if out[0] & 0x80 != 0 {
+        out.insert(0, 0);
+    }
+    out
+}
+
+/// Appends tag, definite length and content.
+fn der(out: &mut Vec<u8>, tag: u8, content: &[u8]) {
+    out.push(tag);
+    let n = content.len();
+    if n < 0x80 {
+        out.push(n as u8);
+    } else if n < 0x100 {
+        out.extend_from_slice(&[0x81, n as u8]);
+    } else {
+        out.extend_from_slice(&[0x82, (n >> 8) as u8, n as u8]);
+    }
+    out.extend_from_slice(content);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_group_is_predicted_in_server_preference() {
+        let list = |gs: &[u16]| {
+            let mut v = ((gs.len() * 2) as u16).to_be_bytes().to_vec();
+            gs.iter().for_each(|g| v.extend_from_slice(&g.to_be_bytes()));
+            v
+        };
+        assert_eq!(predict(&list(&[0x001d, 0x11ec, 0x0017])), Some(X25519_MLKEM768));
+        assert_eq!(predict(&list(&[0x0017, 0x001d])), Some(X25519));
+        assert_eq!(predict(&list(&[0x0018, 0x0017])), Some(0x0017));
+        assert_eq!(predict(&list(&[0x0019])), None);
+        assert_eq!(predict(&[0x00]), None);
+    }
+
+    #[test]
+    fn the_clients_share_is_found_by_group() {
+        let mut ext = vec![0, 0];
+        for (g, len) in [(0x11ecu16, 1216usize), (0x001d, 32)] {
+            ext.extend_from_slice(&g.to_be_bytes());
+            ext.extend_from_slice(&(len as u16).to_be_bytes());
+            ext.extend(std::iter::repeat_n(g as u8, len));
+        }
+        let total = (ext.len() - 2) as u16;
+        ext[..2].copy_from_slice(&total.to_be_bytes());
+        assert_eq!(client_share(&ext, X25519).map(<[u8]>::len), Some(32));
+        assert_eq!(client_share(&ext, X25519_MLKEM768).map(<[u8]>::len), Some(1216));
+        assert_eq!(client_share(&ext, 0x0017), None);
+        assert_eq!(client_share(&ext[..40], X25519), None, "truncated");
+    }
+
+    #[test]
+    fn hints_encode_as_boringssl_parses_them() {
+        let share = Share { group: X25519, ciphertext: vec![7; 32], secret: Zeroizing::new(vec![9; 32]) };
+        let der = share.hints_der();
+        let mut want = vec![0x30, 0x49, 0xa1, 0x47, 0x02, 0x01, 0x1d, 0x04, 0x20];
+        want.extend([7; 32]);
+        want.extend([0x04, 0x20]);
+        want.extend([9; 32]);
+        assert_eq!(&der[..], &want[..]);
+        let big = Share { group: X25519_MLKEM768, ciphertext: vec![1; 1120], secret: Zeroizing::new(vec![2; 64]) };
+        let der = big.hints_der();
+        // 0x11ec as a DER INTEGER, lengths in long form.
+        // Inner: 4 + (4 + 1120) + (2 + 64) = 1194 octets; the hint 1198.
+        assert_eq!(&der[..4], &[0x30, 0x82, 0x04, 0xae]);
+        assert_eq!(&der[4..8], &[0xa1, 0x82, 0x04, 0xaa]);
+        assert_eq!(&der[8..12], &[0x02, 0x02, 0x11, 0xec]);
+        assert_eq!(der.len(), 4 + 4 + 4 + 4 + 1120 + 2 + 64);
+    }
+}
