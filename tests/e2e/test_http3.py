@@ -395,6 +395,33 @@ def test_quic_go_gets_posts_and_moves_its_connection_to_a_new_port(h3):
     assert len({r["local"] for r in out}) == 2
 
 
+def key_shares(g):
+    """The server's key shares so far, by (group, engine)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{g.admin_port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gatehouse_tls_key_shares_total{") and not line.endswith(" 0"):
+            labels = dict(kv.split("=") for kv in line[line.index("{") + 1:line.index("}")].split(","))
+            out[(labels["group"].strip('"'), labels["engine"].strip('"'))] = float(line.split()[-1])
+    return out
+
+
+@pytest.mark.skipif("avx512ifma" not in open("/proc/cpuinfo").read(), reason="no AVX-512 IFMA: shares stay in BoringSSL")
+def test_quic_handshakes_take_their_key_shares_from_the_lanes(h3):
+    # The certificate's key_provider is auto: on this CPU, the lanes. quic-go
+    # offers X25519MLKEM768 (its ML-KEM half from BoringSSL), aioquic X25519.
+    g = h3()
+    port, ca, _ = g.h3
+    out = h3get(port, ca, "-path", "/hello")
+    assert out[0]["status"] == 200 and out[0]["len"] == 6
+    c = H3Client(port, ca)
+    r = c.request("GET", "/hello")
+    assert r.status == 200 and bytes(r.body) == b"hello\n"
+    c.close()
+    shares = key_shares(g)
+    assert shares == {("X25519MLKEM768", "mb"): 1, ("X25519", "mb"): 1}, shares
+
+
 def resumed_with_early_requests(port, ca):
     """A first connection for a ticket, then a second that sends a GET and
     a POST in 0-RTT data."""

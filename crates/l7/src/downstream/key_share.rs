@@ -4,17 +4,19 @@
 //! The listener's certificate-selection callback, which runs before
 //! BoringSSL processes the ClientHello, starts the share when the chosen
 //! certificate's key provider resolves to `mb`, and the handshake waits
-//! (BoringSSL's "pending certificate") until the batch has run. When the
+//! (BoringSSL's "pending certificate") until the batch has run: on TCP
+//! through BoringSSL's asynchronous callback, on QUIC through [`drive`]. When the
 //! handshake ends, [`engine_used`] tells whether BoringSSL took the hint,
 //! for `gatehouse_tls_key_shares_total`.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
 
 use boring::ex_data::Index;
 use boring::ssl::{
-    AsyncSelectCertError, BoxSelectCertFinish, BoxSelectCertFuture, ClientHello, ExtensionType, Ssl, SslContext,
-    SslRef, SslVersion,
+    AsyncSelectCertError, BoxSelectCertFinish, BoxSelectCertFuture, ClientHello, ExtensionType, SelectCertError, Ssl,
+    SslContext, SslRef, SslVersion,
 };
 use gatehouse_keyops::share::{self, Share};
 use gatehouse_keyops::{Engine, Error};
@@ -72,6 +74,40 @@ fn apply(ssl: &mut SslRef, s: &Share) -> Result<(), AsyncSelectCertError> {
     }
     ssl.set_ex_data(hinted_index(), s.group);
     Ok(())
+}
+
+/// Drives the selection future where BoringSSL's asynchronous callback
+/// cannot (QUIC, whose handshakes quiche runs without a task waker): polls
+/// it with `waker`, keeps it on the connection while it is pending, and
+/// applies its result when done.
+pub fn drive(
+    mut hello: ClientHello<'_>,
+    waker: &Waker,
+    start: impl Fn(&mut ClientHello<'_>) -> BoxSelectCertFuture,
+) -> Result<(), SelectCertError> {
+    let index = pending_index();
+    let held = hello.ssl_mut().ex_data_mut(index).and_then(|m| m.get_mut().ok().and_then(Option::take));
+    let mut fut = match held {
+        Some(f) => f,
+        None => start(&mut hello),
+    };
+    match fut.as_mut().poll(&mut Context::from_waker(waker)) {
+        Poll::Pending => {
+            hello.ssl_mut().replace_ex_data(index, Mutex::new(Some(fut)));
+            Err(SelectCertError::RETRY)
+        }
+        Poll::Ready(Ok(finish)) => finish(hello).map_err(|_| SelectCertError::ERROR),
+        Poll::Ready(Err(_)) => Err(SelectCertError::ERROR),
+    }
+}
+
+/// Per QUIC connection: its selection future while it waits (in a mutex
+/// only because ex_data must be `Sync`; it is taken with `get_mut`).
+type Held = Mutex<Option<BoxSelectCertFuture>>;
+
+fn pending_index() -> Index<Ssl, Held> {
+    static INDEX: OnceLock<Index<Ssl, Held>> = OnceLock::new();
+    *INDEX.get_or_init(|| Ssl::new_ex_index().expect("BoringSSL allocates an ex_data index"))
 }
 
 /// Which engine computed a finished handshake's key share: the lanes when

@@ -21,8 +21,8 @@ use boring::hash::MessageDigest;
 use boring::nid::Nid;
 use boring::pkey::{Id, PKey, Private};
 use boring::ssl::{
-    AlpnError, ClientHello, ExtensionType, NameType, SelectCertError, SslAcceptor, SslContext, SslContextBuilder,
-    SslMethod, SslOptions, SslSessionCacheMode, SslVersion, select_next_proto,
+    AlpnError, ClientHello, ExtensionType, NameType, SslAcceptor, SslContext, SslContextBuilder, SslMethod, SslOptions,
+    SslSessionCacheMode, SslVersion, select_next_proto,
 };
 use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, SubjectAlternativeName};
 use boring::x509::{X509, X509NameBuilder};
@@ -499,26 +499,28 @@ fn base_context(
         quic_handshake::report_done(b);
     }
     let table = Arc::new(table);
+    // Asynchronous: the handshake waits for the key share's batch. The
+    // switch to the certificate's context waits too, in the finishing step:
+    // BoringSSL calls the callback of the context it is on when it retries,
+    // and the certificates' contexts have none.
+    let selection = move |hello: &mut ClientHello<'_>| {
+        let chosen = choose(&table, hello).cloned();
+        let job = match &chosen {
+            Some((_, Engine::Mb)) => key_share::start(hello),
+            _ => None,
+        };
+        key_share::finish(job, chosen.map(|(ctx, _)| ctx))
+    };
     if quic {
+        // quiche sets no task waker: the QUIC connection's is handed over
+        // here, for this future and for the asynchronous key methods.
         b.set_select_certificate_callback(move |mut hello: ClientHello<'_>| {
-            let ctx = choose(&table, &hello).map(|(ctx, _)| ctx.clone());
-            switch_to(hello.ssl_mut(), ctx.as_ref()).ok_or(SelectCertError::ERROR)?;
-            hello.ssl_mut().set_task_waker(Some(quic_handshake::current_waker()));
-            Ok(())
+            let waker = quic_handshake::current_waker();
+            hello.ssl_mut().set_task_waker(Some(waker.clone()));
+            key_share::drive(hello, &waker, &selection)
         });
     } else {
-        // Asynchronous: the handshake waits for the key share's batch. The
-        // switch to the certificate's context waits too, in the finishing
-        // step: BoringSSL calls the callback of the context it is on when it
-        // retries, and the certificates' contexts have none.
-        b.set_async_select_certificate_callback(move |hello: &mut ClientHello<'_>| {
-            let chosen = choose(&table, hello).cloned();
-            let job = match &chosen {
-                Some((_, Engine::Mb)) => key_share::start(hello),
-                _ => None,
-            };
-            Ok(key_share::finish(job, chosen.map(|(ctx, _)| ctx)))
-        });
+        b.set_async_select_certificate_callback(move |hello: &mut ClientHello<'_>| Ok(selection(hello)));
     }
     b.set_certificate(&default_cert.chain[0]).map_err(tls_err)?;
     install_key(b, default_cert)?;
@@ -614,7 +616,7 @@ pub mod quic_handshake {
                 return;
             }
             if let Some(group) = ssl.curve() {
-                gatehouse_keyops::stats::record_key_share(group, gatehouse_keyops::Engine::Boring);
+                gatehouse_keyops::stats::record_key_share(group, super::super::key_share::engine_used(ssl));
             }
             let cipher = ssl.current_cipher().map_or("-", |c| c.name());
             DONE.with(|d| d.set(Some((ssl.version_str(), cipher))));
