@@ -95,10 +95,11 @@ def test_concurrent_handshakes_batch_and_all_succeed(tmp_path, gatehouse):
 
 
 @needs_ifma
-def test_a_faulty_lane_fails_its_handshake_cleanly_and_the_rest_succeed(tmp_path, gatehouse, monkeypatch):
+@pytest.mark.parametrize("kind", ["rsa:2048", "ec"])
+def test_a_faulty_lane_fails_its_handshake_cleanly_and_the_rest_succeed(tmp_path, gatehouse, monkeypatch, kind):
     monkeypatch.setenv("GATEHOUSE_TEST_FAULT_LANE", "0")
     port = free_port()
-    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="rsa:2048")
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind=kind)
     g = gatehouse(config(port, "k", crt, key), [port])
 
     def attempt(_):
@@ -120,7 +121,7 @@ def test_a_faulty_lane_fails_its_handshake_cleanly_and_the_rest_succeed(tmp_path
     assert len(ok) > len(failed), (len(ok), failed[:3])
     assert all(r.startswith(b"HTTP/1.1 200") for r in ok)
     assert not any("BAD_SIGNATURE" in r.upper() or "DECRYPT" in r.upper() for r in failed), failed[:5]
-    g.wait_log("failed the public-key check")
+    g.wait_log("failed the public-key check" if kind != "ec" else "ECDSA lane failed its checks")
 
 
 def two_certificates(tmp_path, port, provider):
@@ -295,6 +296,11 @@ def test_two_thousand_concurrent_handshakes_with_lane_key_shares(tmp_path, gateh
     lanes = sum(int(s.labels["size"]) * s.value for s in fams["gatehouse_keyops_batches"].samples
                 if s.labels.get("key") == "x25519")
     assert lanes == 4000
+    # Every ECDSA signature ran: in lanes from the break-even batch up, or alone.
+    signed = sum(int(s.labels["size"]) * s.value for s in fams["gatehouse_keyops_batches"].samples
+                 if s.labels.get("key") == "ecdsa-p256")
+    single = sum(s.value for s in fams["gatehouse_keyops_single_ops"].samples if s.labels.get("key") == "ecdsa-p256")
+    assert signed + single == 2000, (signed, single)
 
 
 @needs_ifma

@@ -97,6 +97,26 @@ pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Ve
             report(&r);
             out.push(r);
         }
+        // The lanes: SHA-256 of the message, then eight signatures at once.
+        let d = pkey.ec_key().ok().and_then(|k| k.private_key().to_vec_padded(32).ok());
+        let key = d.and_then(|d| <[u8; 32]>::try_from(d).ok()).and_then(|d| mbx::p256::P256Key::new(&d).ok());
+        if let (true, Some(key)) = (mbx::available(), key) {
+            let mut outs = [[0u8; 64]; mbx::BATCH];
+            let mb = measure(time, mbx::BATCH, || {
+                let digests: Vec<[u8; 32]> = (0..mbx::BATCH).map(|_| boring::sha::sha256(msg)).collect();
+                let mut ops: Vec<mbx::p256::SignOp<'_>> = digests
+                    .iter()
+                    .zip(outs.iter_mut())
+                    .map(|(digest, out)| mbx::p256::SignOp { key: &key, digest, out })
+                    .collect();
+                mbx::p256::sign_batch(&mut ops).iter().all(|r| r.is_ok())
+            });
+            if let Some(v) = mb {
+                let r = Result { engine: "mb", key: "ecdsa-p256".into(), ops_per_sec: v };
+                report(&r);
+                out.push(r);
+            }
+        }
     }
     out
 }

@@ -28,11 +28,13 @@ struct Counters {
 
 /// The kinds of key whose operations the batcher queues: the RSA sizes in
 /// [`KeyClass::ALL`] order, then X25519 (one lane per scalar
-/// multiplication).
-pub const KEYS: [&str; 4] = ["rsa2048", "rsa3072", "rsa4096", "x25519"];
+/// multiplication) and ECDSA P-256 signatures.
+pub const KEYS: [&str; 5] = ["rsa2048", "rsa3072", "rsa4096", "x25519", "ecdsa-p256"];
 
 /// [`KEYS`]' index of X25519.
 pub(crate) const X25519: usize = 3;
+/// [`KEYS`]' index of ECDSA P-256.
+pub(crate) const ECDSA_P256: usize = 4;
 
 /// The key-exchange groups counted by name (TLS `NamedGroup` code points);
 /// any other is counted as `other`.

@@ -198,3 +198,35 @@ fn a_small_order_point_fails_only_its_own_share() {
     let s = rt.block_on(good).expect("share");
     assert_eq!(client_secret(&client, &s.ciphertext), *s.secret);
 }
+
+#[test]
+fn ecdsa_on_mb_batches_from_break_even_and_every_signature_verifies() {
+    use boring::ec::{EcGroup, EcKey};
+    use boring::nid::Nid;
+    if !gatehouse_mbx::available() {
+        return;
+    }
+    let rt = runtime();
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).expect("group");
+    let pkey = PKey::from_ec_key(EcKey::generate(&group).expect("key")).expect("pkey");
+    let provider = crate::EcdsaProvider::new(crate::EcdsaKey::new(&pkey, Engine::Mb).expect("key"));
+    assert_eq!(provider.engine(), Engine::Mb);
+    let k = stats::ECDSA_P256;
+    let before = stats::this_thread();
+    let msgs: Vec<Vec<u8>> = (0..9u8).map(|i| vec![i; 100]).collect();
+    // Eight fill a batch at once; the ninth, alone, goes to BoringSSL.
+    let ops: Vec<_> = msgs.iter().map(|m| provider.sign(Alg::ECDSA_SECP256R1_SHA256, m)).collect();
+    let after = stats::this_thread();
+    assert_eq!(after.mb_batches[k][7], before.mb_batches[k][7] + 1, "a full batch ran at once");
+    for (m, op) in msgs.iter().zip(ops) {
+        let sig = rt.block_on(op.wait()).expect("signature");
+        let mut v = Verifier::new(MessageDigest::sha256(), &pkey).expect("verifier");
+        v.update(m).expect("update");
+        assert!(v.verify(&sig).expect("verify"), "a valid DER signature");
+    }
+    assert_eq!(stats::this_thread().single_ops[k], before.single_ops[k] + 1);
+    assert!(matches!(
+        provider.sign(Alg::ECDSA_SECP384R1_SHA384, b"x"),
+        crate::KeyOp::Ready(Err(crate::Error::Algorithm(_)))
+    ));
+}

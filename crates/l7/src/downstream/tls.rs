@@ -27,7 +27,7 @@ use boring::ssl::{
 use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, SubjectAlternativeName};
 use boring::x509::{X509, X509NameBuilder};
 use gatehouse_config::{Certificate, FieldError, KeyProvider, ListenerTls, TlsVersion};
-use gatehouse_keyops::{Engine, KeyMethod, Provider, RsaKey, RsaProvider};
+use gatehouse_keyops::{EcdsaKey, EcdsaProvider, Engine, KeyMethod, Provider, RsaKey, RsaProvider};
 
 use super::key_share;
 
@@ -41,7 +41,7 @@ pub struct LoadedCert {
     pub is_ecdsa: bool,
     /// The leaf certificate's notAfter, Unix seconds.
     pub not_after: i64,
-    /// For RSA keys on the multi-buffer engine: the asynchronous key method.
+    /// For keys on the multi-buffer engine (RSA, ECDSA P-256): the asynchronous key method.
     /// `None`: BoringSSL uses the key directly.
     pub provider: Option<Arc<dyn Provider>>,
     /// Where the TLS 1.3 key shares of handshakes with this certificate are
@@ -144,12 +144,10 @@ fn signer(
     is_ecdsa: bool,
     engine: Engine,
 ) -> Result<Option<Arc<dyn Provider>>, TlsError> {
-    if is_ecdsa || engine == Engine::Boring {
-        let why = match (engine, c.key_provider) {
-            (Engine::Boring, KeyProvider::Auto) => "key_provider auto: this CPU has no AVX-512 IFMA",
-            (Engine::Boring, _) => "key_provider boring",
-            // ECDSA signing in IFMA lanes is issue 33's next step.
-            (Engine::Mb, _) => "ECDSA signing is not batched yet",
+    if engine == Engine::Boring {
+        let why = match c.key_provider {
+            KeyProvider::Auto => "key_provider auto: this CPU has no AVX-512 IFMA",
+            _ => "key_provider boring",
         };
         tracing::info!(
             certificate = %c.name,
@@ -158,6 +156,23 @@ fn signer(
             if is_ecdsa { "ECDSA" } else { "RSA" },
         );
         return Ok(None);
+    }
+    if is_ecdsa {
+        return match EcdsaKey::new(key, engine) {
+            Ok(k) => {
+                tracing::info!(
+                    certificate = %c.name,
+                    provider = "mb",
+                    "ECDSA P-256 key on mb (AVX-512 IFMA multi-buffer, batched per worker)"
+                );
+                Ok(Some(Arc::new(EcdsaProvider::new(k))))
+            }
+            Err(gatehouse_keyops::KeyError::NotEcdsaP256) => {
+                tracing::warn!(certificate = %c.name, "not a P-256 key: its signatures stay on boring");
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        };
     }
     let (rsa, note) = RsaKey::new(key, engine)?;
     if let Some(note) = note {

@@ -1,0 +1,88 @@
+//! Signatures from the lanes verified by BoringSSL, for random keys and
+//! digests in batches of every size; faults caught.
+
+use boring::bn::BigNumContext;
+use boring::ec::{EcGroup, EcKey};
+use boring::ecdsa::EcdsaSig;
+use boring::nid::Nid;
+use boring::pkey::Private;
+
+use super::{P256Key, PointFault, SignFault, SignOp, sign_batch, sign_batch_with_fault};
+use crate::available;
+
+fn key() -> (EcKey<Private>, P256Key) {
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).expect("group");
+    let k = EcKey::generate(&group).expect("key");
+    let d: [u8; 32] = k.private_key().to_vec_padded(32).expect("d").try_into().expect("32");
+    let mb = P256Key::new(&d).expect("prepared");
+    (k, mb)
+}
+
+fn verifies(k: &EcKey<Private>, digest: &[u8; 32], sig: &[u8; 64]) -> bool {
+    let r = boring::bn::BigNum::from_slice(&sig[..32]).expect("r");
+    let s = boring::bn::BigNum::from_slice(&sig[32..]).expect("s");
+    let sig = EcdsaSig::from_private_components(r, s).expect("sig");
+    sig.verify(digest, k).expect("verify runs")
+}
+
+#[test]
+fn random_batches_verify_with_boringssl() {
+    if !available() {
+        eprintln!("skipped: no AVX-512 IFMA on this CPU");
+        return;
+    }
+    let keys: Vec<_> = (0..8).map(|_| key()).collect();
+    for round in 0..120 {
+        let n = 1 + round % 8;
+        let digests: Vec<[u8; 32]> = (0..n)
+            .map(|i| match (round + i) % 4 {
+                0 => [0xff; 32], // above n
+                1 => [0; 32],
+                _ => core::array::from_fn(|_| fastrand::u8(..)),
+            })
+            .collect();
+        let mut outs = vec![[0u8; 64]; n];
+        let mut ops: Vec<SignOp<'_>> = digests
+            .iter()
+            .zip(outs.iter_mut())
+            .enumerate()
+            .map(|(i, (digest, out))| SignOp { key: &keys[(round + i) % 8].1, digest, out })
+            .collect();
+        let results = sign_batch(&mut ops);
+        for i in 0..n {
+            assert_eq!(results[i], Ok(()), "round {round} lane {i}");
+            assert!(verifies(&keys[(round + i) % 8].0, &digests[i], &outs[i]), "round {round} lane {i}");
+        }
+    }
+    let _ = BigNumContext::new();
+}
+
+#[test]
+fn a_faulty_lane_gives_no_signature_and_the_others_verify() {
+    if !available() {
+        return;
+    }
+    let (k, mb) = key();
+    let digests: Vec<[u8; 32]> = (0..8).map(|_| core::array::from_fn(|_| fastrand::u8(..))).collect();
+    let mut outs = vec![[0u8; 64]; 8];
+    let mut ops: Vec<SignOp<'_>> =
+        digests.iter().zip(outs.iter_mut()).map(|(digest, out)| SignOp { key: &mb, digest, out }).collect();
+    let results = sign_batch_with_fault(&mut ops, Some(PointFault { lane: 5 }));
+    for i in 0..8 {
+        if i == 5 {
+            assert_eq!(results[i], Err(SignFault));
+        } else {
+            assert_eq!(results[i], Ok(()));
+            assert!(verifies(&k, &digests[i], &outs[i]));
+        }
+    }
+}
+
+#[test]
+fn keys_out_of_range_are_refused() {
+    assert!(P256Key::new(&[0; 32]).is_err());
+    assert!(P256Key::new(&[0xff; 32]).is_err());
+    let mut one = [0u8; 32];
+    one[31] = 1;
+    assert!(P256Key::new(&one).is_ok());
+}
