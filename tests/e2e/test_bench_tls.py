@@ -36,6 +36,27 @@ def test_2000_concurrent_handshakes_against_mb_complete_without_error(tmp_path, 
     assert f"negotiated {want}" in err, err
 
 
+@needs_ifma
+def test_a_faulty_ecdsa_lane_fails_only_its_own_handshake(tmp_path, gatehouse, monkeypatch):
+    # ECDSA signatures run in lanes when a busy stretch asks for enough of
+    # them (else BoringSSL signs in place): a fast client with 64
+    # connections makes such stretches. Lane 0 of every lane batch is
+    # corrupted; its check refuses it, and only that handshake fails.
+    monkeypatch.setenv("GATEHOUSE_TEST_FAULT_LANE", "0")
+    port, admin = free_port(), free_port()
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
+    g = gatehouse(config(port, "k", crt, key, provider="mb", extra=f"admin: {{ address: 127.0.0.1:{admin} }}"),
+                  [port, admin])
+    g.wait_log("ECDSA P-256 key on mb")
+    rc, rate, p50, p99, errors, err = bench_tls(port, "-c", "64", "-n", "3000", "--timeout", "60", "--tls", "1.3")
+    from test_keyops import metrics
+    fams = metrics(admin)
+    batches = sum(s.value for s in fams["gatehouse_keyops_batches"].samples if s.labels.get("key") == "ecdsa-p256")
+    assert batches > 0, "64 connections make lane batches"
+    assert errors == batches, (errors, batches, err)
+    g.wait_log("ECDSA lane failed its checks")
+
+
 def test_a_run_for_a_duration_reports_latency_and_client_cost(tmp_path, gatehouse):
     port = free_port()
     crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")

@@ -94,6 +94,11 @@ struct Batcher {
     shares: Vec<SharePending>,
     /// ECDSA P-256 signatures.
     signs: Vec<SignPending>,
+    /// Key shares and signatures (`[shares, signs]`) asked for since the
+    /// worker last went idle, and in the busy stretch before that: whether
+    /// a new one waits for company or runs at once.
+    this_tick: [u32; 2],
+    last_tick: [u32; 2],
     /// Bumped at every flush, so the timer knows whether its batch already ran.
     generation: u64,
     timer: Arc<Notify>,
@@ -104,12 +109,21 @@ thread_local! {
         queues: Default::default(),
         shares: Vec::new(),
         signs: Vec::new(),
+        this_tick: [0; 2],
+        last_tick: [0; 2],
         generation: 0,
         timer: Arc::new(Notify::new()),
     });
 }
 
 impl Batcher {
+    /// Counts one more request of `kind` in this busy stretch; true when
+    /// this stretch or the last asked for at least `enough` of them.
+    fn busy(&mut self, kind: usize, enough: usize) -> bool {
+        self.this_tick[kind] += 1;
+        self.last_tick[kind].max(self.this_tick[kind]) as usize >= enough
+    }
+
     fn is_empty(&self) -> bool {
         self.queues.iter().all(Vec::is_empty) && self.shares.is_empty() && self.signs.is_empty()
     }
@@ -148,16 +162,34 @@ pub fn submit_share(peer: [u8; 32]) -> oneshot::Receiver<Result<X25519Share, Err
         return rx;
     }
     let full = BATCHER.with_borrow_mut(|b| {
+        let pending = SharePending { scalar, peer, queued: Instant::now(), reply };
+        // A quiet worker (no second share in this busy stretch or the last)
+        // computes the share at once: waiting for company that is not coming
+        // costs the handshake a round trip through the scheduler.
+        let busy = b.busy(0, 2);
+        if b.shares.is_empty() && !busy {
+            return Some(vec![pending]);
+        }
         if b.is_empty() {
             b.timer.notify_one();
         }
-        b.shares.push(SharePending { scalar, peer, queued: Instant::now(), reply });
+        b.shares.push(pending);
         (2 * b.shares.len() >= mbx::BATCH).then(|| std::mem::take(&mut b.shares))
     });
     if let Some(ops) = full {
         run_shares(ops);
     }
     rx
+}
+
+/// Whether the next ECDSA signature should queue for the lanes: when the
+/// worker's last busy stretch (from one idle moment to the next) or this
+/// one asked for at least [`ECDSA_BREAK_EVEN`] signatures, or some wait
+/// already. Otherwise BoringSSL signs in place, sparing the handshake a
+/// round trip through the scheduler for a batch that would run below
+/// break-even, one by one in BoringSSL anyway.
+pub(crate) fn sign_in_lanes() -> bool {
+    BATCHER.with_borrow_mut(|b| b.busy(1, ECDSA_BREAK_EVEN) || !b.signs.is_empty())
 }
 
 /// Queues an ECDSA P-256 signature of a SHA-256 `digest`; the receiver
@@ -182,6 +214,9 @@ pub(crate) fn submit_sign(key: Arc<EcdsaKey>, digest: [u8; 32]) -> oneshot::Rece
 /// check; and by the timer.
 pub fn on_idle() {
     let queued = BATCHER.with_borrow_mut(|b| {
+        if b.this_tick != [0; 2] || b.last_tick != [0; 2] {
+            b.last_tick = std::mem::take(&mut b.this_tick);
+        }
         if b.is_empty() {
             return None;
         }

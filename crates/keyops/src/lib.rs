@@ -431,7 +431,11 @@ impl Provider for EcdsaProvider {
         }
         let digest = boring::sha::sha256(msg);
         match self.key.engine() {
-            Engine::Mb => KeyOp::Queued(batcher::submit_sign(self.key.clone(), digest)),
+            Engine::Mb if batcher::sign_in_lanes() => KeyOp::Queued(batcher::submit_sign(self.key.clone(), digest)),
+            Engine::Mb => {
+                stats::record_batch_of(stats::ECDSA_P256, 1, false);
+                KeyOp::Ready(self.key.sign_single(&digest))
+            }
             Engine::Boring => KeyOp::Ready(self.key.sign_single(&digest)),
         }
     }

@@ -212,19 +212,31 @@ fn ecdsa_on_mb_batches_from_break_even_and_every_signature_verifies() {
     let provider = crate::EcdsaProvider::new(crate::EcdsaKey::new(&pkey, Engine::Mb).expect("key"));
     assert_eq!(provider.engine(), Engine::Mb);
     let k = stats::ECDSA_P256;
+    let msgs: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 100]).collect();
+    let check = |ops: Vec<crate::KeyOp>| {
+        for (m, op) in msgs.iter().zip(ops) {
+            let sig = rt.block_on(op.wait()).expect("signature");
+            let mut v = Verifier::new(MessageDigest::sha256(), &pkey).expect("verifier");
+            v.update(m).expect("update");
+            assert!(v.verify(&sig).expect("verify"), "a valid DER signature");
+        }
+    };
+    // A quiet worker signs in place until a busy stretch asks for the
+    // break-even count; the rest of the burst queues, and runs in lanes
+    // when the worker goes idle.
     let before = stats::this_thread();
-    let msgs: Vec<Vec<u8>> = (0..9u8).map(|i| vec![i; 100]).collect();
-    // Eight fill a batch at once; the ninth, alone, goes to BoringSSL.
     let ops: Vec<_> = msgs.iter().map(|m| provider.sign(Alg::ECDSA_SECP256R1_SHA256, m)).collect();
-    let after = stats::this_thread();
-    assert_eq!(after.mb_batches[k][7], before.mb_batches[k][7] + 1, "a full batch ran at once");
-    for (m, op) in msgs.iter().zip(ops) {
-        let sig = rt.block_on(op.wait()).expect("signature");
-        let mut v = Verifier::new(MessageDigest::sha256(), &pkey).expect("verifier");
-        v.update(m).expect("update");
-        assert!(v.verify(&sig).expect("verify"), "a valid DER signature");
-    }
-    assert_eq!(stats::this_thread().single_ops[k], before.single_ops[k] + 1);
+    let inline = batcher::ECDSA_BREAK_EVEN - 1;
+    assert_eq!(stats::this_thread().single_ops[k], before.single_ops[k] + inline as u64);
+    check(ops);
+    let queued = 8 - inline;
+    assert_eq!(stats::this_thread().mb_batches[k][queued - 1], before.mb_batches[k][queued - 1] + 1);
+    // After that stretch, a burst of eight queues from the first and fills
+    // a batch at once.
+    let before = stats::this_thread();
+    let ops: Vec<_> = msgs.iter().map(|m| provider.sign(Alg::ECDSA_SECP256R1_SHA256, m)).collect();
+    assert_eq!(stats::this_thread().mb_batches[k][7], before.mb_batches[k][7] + 1, "a full batch ran at once");
+    check(ops);
     assert!(matches!(
         provider.sign(Alg::ECDSA_SECP384R1_SHA384, b"x"),
         crate::KeyOp::Ready(Err(crate::Error::Algorithm(_)))

@@ -9,6 +9,11 @@
 // of response body, and the 50th and 99th percentile of the time from
 // sending a request (or, in handshake mode, from dialling) to the end of
 // its response.
+//
+// With -tcp, handshake mode runs over TCP instead: Go's crypto/tls (TLS
+// 1.3, which offers X25519MLKEM768 first by default) and one HTTP/1.1 GET
+// with Connection: close per connection, for full TLS handshakes with the
+// key shares browsers send.
 package main
 
 import (
@@ -23,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,6 +92,7 @@ func main() {
 	handshake := flag.Bool("handshake", false, "a new connection for every request")
 	insecure := flag.Bool("insecure", false, "do not verify the server's certificate (as h2load)")
 	curve := flag.String("curve", "", "key share: x25519, x25519mlkem768 or p256 (default: Go's own preference)")
+	overTCP := flag.Bool("tcp", false, "handshake mode over TCP: TLS 1.3 and one HTTP/1.1 GET per connection")
 	flag.Parse()
 
 	server, pool, err := target.Parse(*addr, *ca)
@@ -117,7 +124,26 @@ func main() {
 	l.deadline = start.Add(*duration)
 	var tallies []*tally
 	var wg sync.WaitGroup
-	for i := 0; i < *conns; i++ {
+	if *overTCP {
+		if !*handshake {
+			fail(errors.New("-tcp needs -handshake"))
+		}
+		tcpConf := tlsConf.Clone()
+		tcpConf.NextProtos = []string{"http/1.1"}
+		tcpConf.MinVersion = tls.VersionTLS13
+		tcpConf.ClientSessionCache = nil
+		request := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", *path, *host)
+		for i := 0; i < *conns; i++ {
+			t := &tally{}
+			tallies = append(tallies, t)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l.tcpHandshakes(server.String(), tcpConf, request, t)
+			}()
+		}
+	}
+	for i := 0; i < *conns && !*overTCP; i++ {
 		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
 			fail(err)
@@ -209,6 +235,36 @@ func (l *load) handshakes(tr *quic.Transport, t *tally) {
 			continue
 		}
 		t.done(n, began)
+	}
+}
+
+// tcpHandshakes dials TCP, shakes hands, sends one GET and reads the
+// answer to its end, over and over.
+func (l *load) tcpHandshakes(addr string, conf *tls.Config, request string, t *tally) {
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	for time.Now().Before(l.deadline) {
+		began := time.Now()
+		conn, err := tls.DialWithDialer(dialer, "tcp", addr, conf)
+		if err != nil {
+			t.fail(fmt.Errorf("dial: %w", err))
+			continue
+		}
+		t.handshakes++
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.WriteString(conn, request)
+		var body []byte
+		if err == nil {
+			body, err = io.ReadAll(conn)
+		}
+		_ = conn.Close()
+		if err == nil && !strings.HasPrefix(string(body), "HTTP/1.1 200") {
+			err = fmt.Errorf("answer %.40q", body)
+		}
+		if err != nil {
+			t.fail(err)
+			continue
+		}
+		t.done(int64(len(body)), began)
 	}
 }
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Full TLS 1.3 handshakes with the key shares browsers send: Gatehouse
+(key_provider mb and boring) and Caddy side by side.
+
+Each server answers a GET itself, over TLS 1.3 with an ECDSA P-256
+certificate, pinned to CPU 0 (Gatehouse one worker, Caddy GOMAXPROCS=1).
+The load is h3load -tcp -handshake (tools/h3get/h3load: Go's crypto/tls, a
+new connection, a full handshake and one HTTP/1.1 GET with Connection:
+close per request, 16 workers) on CPU 1, once with X25519MLKEM768 (what Go,
+Chrome and Firefox offer first) and once with X25519. Per run: the server's
+user+system CPU time (all threads) per handshake. Every server is warmed up
+and then loaded for DURATION seconds in turn, ROUNDS times in alternating
+order; reported are the medians, and Gatehouse mb's ratio to each.
+
+Caddy is v2 built from the Go module proxy (tools/caddy), the one peer here
+that speaks X25519MLKEM768 (HAProxy and NGINX on Debian run OpenSSL 3.0).
+
+Usage: bench/tls_pq.py [--duration S] [--rounds N] [--write docs/BENCHMARKS.md]
+"""
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import l7_bench as B  # noqa: E402
+
+H3LOAD = B.ROOT / "target" / "h3load"
+CADDY = B.ROOT / "target" / "caddy"
+CURVES = ("x25519mlkem768", "x25519")
+
+
+def caddy(d, port, crt, key):
+    cfg = Path(d) / "Caddyfile"
+    cfg.write_text(f"""
+{{
+  admin off
+  auto_https off
+  persist_config off
+  servers {{
+    protocols h1 h2
+  }}
+}}
+https://localhost:{port} {{
+  bind 127.0.0.1
+  tls {crt} {key}
+  respond "hello" 200
+}}
+""")
+    return ["env", f"HOME={d}", f"XDG_DATA_HOME={d}", f"XDG_CONFIG_HOME={d}", "GOMAXPROCS=1",
+            str(CADDY), "run", "--config", str(cfg), "--adapter", "caddyfile"]
+
+
+SERVERS = {
+    "gatehouse mb": lambda d, p, c, k: B.gatehouse_tls(d, p, c, k, "1.3", "ecdsa", "mb"),
+    "gatehouse boring": lambda d, p, c, k: B.gatehouse_tls(d, p, c, k, "1.3", "ecdsa", "boring"),
+    "caddy": caddy,
+}
+
+
+def load(port, crt, curve, seconds):
+    args = ["taskset", "-c", B.LOAD_CPU, str(H3LOAD), "-tcp", "-handshake", "-c", "16",
+            "-addr", f"127.0.0.1:{port}", "-host", "localhost", "-ca", crt, "-curve", curve, "-d", f"{seconds}s"]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
+    if p.returncode != 0:
+        raise RuntimeError(f"h3load failed: {p.stderr}")
+    return json.loads(p.stdout)
+
+
+def run(name, make, workdir, crt, key, curve, seconds):
+    d = Path(tempfile.mkdtemp(dir=workdir, prefix=name.replace(" ", "-") + "-"))
+    port = B.free_port()
+    server = B.Server(name, make(d, port, crt, key), port, d)
+    try:
+        load(port, crt, curve, 2)  # warm-up
+        u0, s0 = B.cpu_ticks(server.proc.pid)
+        out = load(port, crt, curve, seconds)
+        u1, s1 = B.cpu_ticks(server.proc.pid)
+    finally:
+        server.stop()
+    if out["requests"] == 0:
+        raise RuntimeError(f"{name}: no handshakes completed: {out}")
+    return {"cpu_us": (u1 - u0 + s1 - s0) * B.TICK_US / out["requests"], "rate": out["rps"],
+            "p50_ms": out["p50_ms"], "errors": out["errors"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--write", help="append the results to this markdown file")
+    args = ap.parse_args()
+    for tool, hint in ((H3LOAD, "make build"), (CADDY, "scripts/install-deps.sh --bench")):
+        if not tool.exists():
+            sys.exit(f"{tool} is missing: run {hint}")
+    workdir = Path(tempfile.mkdtemp(prefix="gh-tls-pq-"))
+    # Go verifies the name against the subjectAltName only.
+    crt, key = str(workdir / "ecdsa.crt"), str(workdir / "ecdsa.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "30", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", key, "-out", crt], check=True, capture_output=True)
+    results = {}
+    for curve in CURVES:
+        runs = {name: [] for name in SERVERS}
+        for r in range(args.rounds):
+            order = list(SERVERS.items()) if r % 2 == 0 else list(reversed(SERVERS.items()))
+            for name, make in order:
+                runs[name].append(run(name, make, workdir, crt, key, curve, args.duration))
+        results[curve] = {name: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for name, rs in runs.items()}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=B.ROOT).stdout.strip()
+    lines = [f"## {datetime.date.today()} — full TLS 1.3 handshakes by key share, Go crypto/tls client, commit {commit}",
+             "", f"CPU: {B.cpu_model()}. Command: `bench/tls_pq.py --duration {args.duration} --rounds {args.rounds}`; "
+             "ECDSA P-256 certificate; server on CPU 0, h3load -tcp -handshake -c16 on CPU 1; medians of the rounds.", "",
+             "| key share | server | CPU-µs/handshake | handshakes/s | p50 ms | errors | Gatehouse mb ÷ this (CPU) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for curve, res in results.items():
+        g = res["gatehouse mb"]["cpu_us"]
+        for name, r in res.items():
+            lines.append(f"| {curve} | {name} | {r['cpu_us']:.0f} | {r['rate']:.0f} | {r['p50_ms']:.2f} | "
+                         f"{r['errors']:.0f} | {B.fmt_ratio(g, r['cpu_us'])} |")
+    pq, classic = results["x25519mlkem768"]["gatehouse mb"]["cpu_us"], results["x25519"]["gatehouse mb"]["cpu_us"]
+    lines += ["", f"Gatehouse mb: X25519MLKEM768 costs {pq / classic:.2f}× its X25519 handshake.", ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        with open(args.write, "a") as f:
+            f.write("\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
