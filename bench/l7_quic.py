@@ -74,6 +74,16 @@ def gatehouse(d, port, backend_port, crt, key):
 
 
 def caddy(d, port, backend_port, crt, key):
+    return caddy_serving(d, port, crt, key, "h1 h2 h3", f"""reverse_proxy 127.0.0.1:{backend_port} {{
+    transport http {{
+      keepalive_idle_conns_per_host 256
+    }}
+  }}""")
+
+
+def caddy_serving(d, port, crt, key, protocols, site):
+    """Caddy on localhost:port with the certificate, the given protocols
+    and `site` as its one site's directives."""
     cfg = Path(d) / "Caddyfile"
     cfg.write_text(f"""
 {{
@@ -81,17 +91,13 @@ def caddy(d, port, backend_port, crt, key):
   auto_https off
   persist_config off
   servers {{
-    protocols h1 h2 h3
+    protocols {protocols}
   }}
 }}
 https://localhost:{port} {{
   bind 127.0.0.1
   tls {crt} {key}
-  reverse_proxy 127.0.0.1:{backend_port} {{
-    transport http {{
-      keepalive_idle_conns_per_host 256
-    }}
-  }}
+  {site}
 }}
 """)
     return ["env", f"HOME={d}", f"XDG_DATA_HOME={d}", f"XDG_CONFIG_HOME={d}", "GOMAXPROCS=1",

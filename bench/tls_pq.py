@@ -29,31 +29,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import l7_bench as B  # noqa: E402
+import l7_quic as Q  # noqa: E402
 
 H3LOAD = B.ROOT / "target" / "h3load"
-CADDY = B.ROOT / "target" / "caddy"
+CADDY = Q.CADDY
 CURVES = ("x25519mlkem768", "x25519")
 
 
 def caddy(d, port, crt, key):
-    cfg = Path(d) / "Caddyfile"
-    cfg.write_text(f"""
-{{
-  admin off
-  auto_https off
-  persist_config off
-  servers {{
-    protocols h1 h2
-  }}
-}}
-https://localhost:{port} {{
-  bind 127.0.0.1
-  tls {crt} {key}
-  respond "hello" 200
-}}
-""")
-    return ["env", f"HOME={d}", f"XDG_DATA_HOME={d}", f"XDG_CONFIG_HOME={d}", "GOMAXPROCS=1",
-            str(CADDY), "run", "--config", str(cfg), "--adapter", "caddyfile"]
+    return Q.caddy_serving(d, port, crt, key, "h1 h2", 'respond "hello" 200')
 
 
 SERVERS = {

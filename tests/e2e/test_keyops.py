@@ -72,13 +72,20 @@ def handshake(port, ca):
 
 
 @needs_ifma
-def test_concurrent_handshakes_batch_and_all_succeed(tmp_path, gatehouse):
+def concurrent_handshakes(tmp_path, gatehouse, kind, count, threads):
+    """Gatehouse (mb, with an admin API) and `count` handshakes from
+    `threads` clients at once, every one answered; returns the admin port."""
     port, admin = free_port(), free_port()
-    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="rsa:2048")
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind=kind)
     gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
-    with concurrent.futures.ThreadPoolExecutor(64) as pool:
-        results = list(pool.map(lambda _: handshake(port, crt), range(400)))
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(lambda _: handshake(port, crt), range(count)))
     assert all(r.startswith(b"HTTP/1.1 200") and r.endswith(b"hello\n") for r in results)
+    return admin
+
+
+def test_concurrent_handshakes_batch_and_all_succeed(tmp_path, gatehouse):
+    admin = concurrent_handshakes(tmp_path, gatehouse, "rsa:2048", 400, 64)
     # The batcher's counters account for every signature: batched or single.
     from prometheus_client.parser import text_string_to_metric_families
     with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
@@ -283,13 +290,7 @@ def test_key_shares_in_lanes_for_every_kind_of_client(tmp_path, gatehouse):
 
 @needs_ifma
 def test_two_thousand_concurrent_handshakes_with_lane_key_shares(tmp_path, gatehouse):
-    port, admin = free_port(), free_port()
-    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
-    gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
-    with concurrent.futures.ThreadPoolExecutor(128) as pool:
-        results = list(pool.map(lambda _: handshake(port, crt), range(2000)))
-    assert all(r.startswith(b"HTTP/1.1 200") and r.endswith(b"hello\n") for r in results)
-    fams = metrics(admin)
+    fams = metrics(concurrent_handshakes(tmp_path, gatehouse, "ec", 2000, 128))
     assert lane_shares(fams) == {"X25519": 2000}, lane_shares(fams)
     # Every share took two lanes of some batch.
     lanes = sum(int(s.labels["size"]) * s.value for s in fams["gatehouse_keyops_batches"].samples
