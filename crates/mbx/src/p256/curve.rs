@@ -7,6 +7,8 @@
 
 use std::sync::OnceLock;
 
+use zeroize::Zeroize;
+
 use boring::bn::{BigNum, BigNumContext};
 use boring::ec::{EcGroup, EcPoint};
 use boring::nid::Nid;
@@ -53,8 +55,10 @@ pub(crate) fn hex(s: &str) -> Vec<u8> {
 }
 
 fn limbs5(be: &[u8]) -> [u64; 5] {
-    let v = limbs_from_be(be, 5).unwrap_or_default();
-    core::array::from_fn(|i| v.get(i).copied().unwrap_or(0))
+    let mut v = limbs_from_be(be, 5).unwrap_or_default();
+    let out = core::array::from_fn(|i| v.get(i).copied().unwrap_or(0));
+    v.zeroize();
+    out
 }
 
 fn words4(be: &[u8]) -> [u64; 4] {
@@ -100,14 +104,18 @@ fn pow2_mod(m_be: &[u8], k: i32) -> [u64; 5] {
 pub(crate) fn to_mont_scalar(x_be: &[u8], m_hex: &str) -> [u64; 5] {
     let m = BigNum::from_slice(&hex(m_hex)).expect("modulus");
     let mut ctx = BigNumContext::new().expect("ctx");
-    let x = BigNum::from_slice(x_be).expect("x");
+    // x may be a private key: every copy is cleared before it is freed.
+    let mut x = BigNum::from_slice(x_be).expect("x");
     let mut shifted = BigNum::new().expect("bn");
     shifted.lshift(&x, 260).expect("shift");
     let mut r = BigNum::new().expect("bn");
     r.nnmod(&shifted, &m, &mut ctx).expect("mod");
-    let out = limbs5(&r.to_vec_padded(33).expect("fits"));
-    r.clear();
-    shifted.clear();
+    let mut bytes = r.to_vec_padded(33).expect("fits");
+    let out = limbs5(&bytes);
+    bytes.zeroize();
+    for b in [&mut x, &mut shifted, &mut r] {
+        b.clear();
+    }
     out
 }
 
