@@ -55,7 +55,7 @@ pub fn finish(
             None => None,
         };
         let finish: BoxSelectCertFinish = Box::new(move |mut hello: ClientHello<'_>| {
-            super::tls::switch_to(hello.ssl_mut(), ctx.as_ref()).ok_or(AsyncSelectCertError)?;
+            switch_to(hello.ssl_mut(), ctx.as_ref()).ok_or(AsyncSelectCertError)?;
             if let Some(s) = share {
                 apply(hello.ssl_mut(), &s)?;
             }
@@ -63,6 +63,16 @@ pub fn finish(
         });
         Ok(finish)
     })
+}
+
+/// Switches the handshake to its certificate's context. `None`: BoringSSL
+/// refused the switch.
+pub fn switch_to(ssl: &mut SslRef, ctx: Option<&SslContext>) -> Option<()> {
+    if let Some(ctx) = ctx {
+        ssl.set_ssl_context(ctx).ok()?;
+    }
+    crate::ssl_ffi::shed_handshake_config(ssl);
+    Some(())
 }
 
 fn apply(ssl: &mut SslRef, s: &Share) -> Result<(), AsyncSelectCertError> {

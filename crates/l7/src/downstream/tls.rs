@@ -549,16 +549,6 @@ fn choose<'t>(table: &'t CertTable, hello: &ClientHello<'_>) -> Option<&'t CertC
     table.lookup(sni).choose(client_accepts_ecdsa(hello))
 }
 
-/// Switches the handshake to its certificate's context. `None`: BoringSSL
-/// refused the switch.
-pub(super) fn switch_to(ssl: &mut boring::ssl::SslRef, ctx: Option<&SslContext>) -> Option<()> {
-    if let Some(ctx) = ctx {
-        ssl.set_ssl_context(ctx).ok()?;
-    }
-    crate::ssl_ffi::shed_handshake_config(ssl);
-    Some(())
-}
-
 /// Builds a listener's acceptor and its SNI table.
 pub fn build_listener_tls(tls: &ListenerTls, certs: &[LoadedCert]) -> Result<ListenerTlsState, TlsError> {
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
@@ -631,7 +621,7 @@ pub mod quic_handshake {
                 return;
             }
             if let Some(group) = ssl.curve() {
-                gatehouse_keyops::stats::record_key_share(group, super::super::key_share::engine_used(ssl));
+                gatehouse_keyops::stats::record_key_share(group, crate::downstream::key_share::engine_used(ssl));
             }
             let cipher = ssl.current_cipher().map_or("-", |c| c.name());
             DONE.with(|d| d.set(Some((ssl.version_str(), cipher))));
