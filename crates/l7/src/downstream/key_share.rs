@@ -27,13 +27,17 @@ fn hinted_index() -> Index<Ssl, u16> {
     *INDEX.get_or_init(|| Ssl::new_ex_index().expect("BoringSSL allocates an ex_data index"))
 }
 
+/// Whether the client lists TLS 1.3 in its `supported_versions`.
+pub fn offers_tls13(hello: &ClientHello<'_>) -> bool {
+    hello
+        .get_extension(ExtensionType::SUPPORTED_VERSIONS)
+        .is_some_and(|v| v.len() > 1 && v[1..].chunks_exact(2).any(|c| c == [0x03, 0x04]))
+}
+
 /// The share to compute for this ClientHello, if BoringSSL will do TLS 1.3
 /// with X25519 or X25519MLKEM768 and the client sent that share.
 pub fn start(hello: &ClientHello<'_>) -> Option<impl Future<Output = Result<Share, Error>> + Send + use<>> {
-    let tls13 = hello
-        .get_extension(ExtensionType::SUPPORTED_VERSIONS)
-        .is_some_and(|v| v.len() > 1 && v[1..].chunks_exact(2).any(|c| c == [0x03, 0x04]));
-    if !tls13 || hello.ssl().max_proto_version() != Some(SslVersion::TLS1_3) {
+    if !offers_tls13(hello) || hello.ssl().max_proto_version() != Some(SslVersion::TLS1_3) {
         return None;
     }
     let group = share::predict(hello.get_extension(ExtensionType::SUPPORTED_GROUPS)?)?;

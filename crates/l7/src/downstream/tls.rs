@@ -643,10 +643,7 @@ fn client_accepts_ecdsa(hello: &ClientHello<'_>) -> bool {
     // ecdsa_secp256r1_sha256 (0x0403) is the TLS 1.3 name; in TLS 1.2 any
     // (hash, ecdsa=3) pair works with a P-256 key.
     let any_ecdsa = list.chunks_exact(2).any(|c| c[1] == 0x03);
-    let supports_13 = hello
-        .get_extension(ExtensionType::SUPPORTED_VERSIONS)
-        .is_some_and(|v| v.len() > 1 && v[1..].chunks_exact(2).any(|c| c == [0x03, 0x04]));
-    if supports_13 { tls13_only } else { any_ecdsa && offers_ecdsa_suite(hello.ciphers()) }
+    if key_share::offers_tls13(hello) { tls13_only } else { any_ecdsa && offers_ecdsa_suite(hello.ciphers()) }
 }
 
 fn offers_ecdsa_suite(ciphers: &[u8]) -> bool {

@@ -42,6 +42,8 @@ pub(crate) struct Modulus {
 
 /// The scalar constants and the comb table, made once.
 pub(crate) struct Consts {
+    /// n, big-endian: what keys and nonces are compared with.
+    pub n_be: [u8; 32],
     pub p: Modulus,
     pub n: Modulus,
     /// b·R mod p.
@@ -50,7 +52,7 @@ pub(crate) struct Consts {
     pub table: Vec<[[[u64; 5]; 2]; ENTRIES]>,
 }
 
-pub(crate) fn hex(s: &str) -> Vec<u8> {
+fn hex(s: &str) -> Vec<u8> {
     (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap_or(0)).collect()
 }
 
@@ -143,7 +145,9 @@ pub(crate) fn consts() -> &'static Consts {
             });
             table.push(row);
         }
-        Consts { p: modulus(P), n: modulus(N), b_r: to_mont_scalar(&hex(B), P), table }
+        let mut n_be = [0u8; 32];
+        n_be.copy_from_slice(&hex(N));
+        Consts { n_be, p: modulus(P), n: modulus(N), b_r: to_mont_scalar(&hex(B), P), table }
     })
 }
 

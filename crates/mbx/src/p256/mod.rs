@@ -24,7 +24,7 @@ use zeroize::{Zeroize, Zeroizing};
 use crate::bn::{limbs_from_be, limbs_to_be, window, words_from_be};
 use crate::engine::available;
 use crate::ifma::{LANES, V, from_lanes, mod_exp, pack, sub_cond, unpack, wipe};
-use curve::{ENTRIES, Fe, Jacobian, Lanes, WINDOWS, add_affine, consts, hex, on_curve, splat5};
+use curve::{ENTRIES, Fe, Jacobian, Lanes, WINDOWS, add_affine, consts, on_curve, splat5};
 
 /// A P-256 private key prepared for the lanes: d·R mod n.
 pub struct P256Key {
@@ -38,8 +38,7 @@ pub struct BadKey;
 impl P256Key {
     /// From the private scalar, 32 big-endian bytes, 0 < d < n.
     pub fn new(d: &[u8; 32]) -> Result<Self, BadKey> {
-        let n = hex(curve::N);
-        if d.iter().all(|&b| b == 0) || d[..] >= n[..] {
+        if d.iter().all(|&b| b == 0) || *d >= consts().n_be {
             return Err(BadKey);
         }
         Ok(P256Key { d_r: Zeroizing::new(curve::to_mont_scalar(d, curve::N)) })
@@ -76,13 +75,13 @@ pub fn sign_batch_with_fault(ops: &mut [SignOp<'_>], fault: Option<PointFault>) 
     assert!(ops.len() <= LANES, "at most {LANES} operations per batch");
     let c = consts();
     let mut nonces = Zeroizing::new([[0u8; 32]; LANES]);
-    let n = hex(curve::N);
+    let n = c.n_be;
     for k in nonces.iter_mut().take(ops.len().max(1)) {
         loop {
             if boring::rand::rand_bytes(k).is_err() {
                 return [Err(SignFault); LANES];
             }
-            if k.iter().any(|&b| b != 0) && k[..] < n[..] {
+            if k.iter().any(|&b| b != 0) && *k < n {
                 break;
             }
         }
