@@ -17,13 +17,22 @@
 //! HTTP/2 connections turn it off ([`Gather::pass_through`]): their output
 //! writes many streams' frames at once already, and gathering their
 //! records as well measured worse.
+//!
+//! A connection's last bytes ([`LastWrites`]: the response before a
+//! close and the TLS close_notify alert) are all gathered and sent with
+//! `MSG_MORE`, so that the FIN of the shutdown that follows leaves with
+//! them: one TCP segment where there were three (response, alert, FIN),
+//! each of which the sender's CPU also receives on loopback. A full TLS
+//! handshake with one request and a close took about 9% less CPU (94
+//! against 85 CPU-µs on Zen 5, docs/BENCHMARKS.md).
 
 use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
 
 use crate::spare::{self, Spares};
 
@@ -48,11 +57,56 @@ pub struct Gather<T> {
     sent: usize,
     /// Every write goes straight to the socket.
     pass_through: bool,
+    /// The connection's last bytes: every write is gathered, and sent
+    /// with what follows ([`LastWrites`]).
+    last: bool,
+}
+
+/// A socket that can take bytes to send together with what follows:
+/// `MSG_MORE`, so that a shutdown right after puts its FIN in the same
+/// segment. What is taken is sent at the latest when the socket shuts
+/// down or closes.
+pub trait WriteMore: AsyncWrite {
+    fn poll_write_more(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write(cx, buf)
+    }
+}
+
+impl WriteMore for TcpStream {
+    fn poll_write_more(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        loop {
+            ready!(this.poll_write_ready(cx))?;
+            let sent = this.try_io(Interest::WRITABLE, || {
+                socket2::SockRef::from(&*this).send_with_flags(buf, libc::MSG_MORE | libc::MSG_NOSIGNAL)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+}
+
+/// A client connection's stream that can be told that what is written
+/// next is the last of it: the response before a close. Then the
+/// response, the TLS alert and the FIN leave in one segment ([`Gather`]).
+pub trait LastWrites {
+    fn last_writes(&mut self) {}
+}
+
+/// Cleartext: the response is one write, and the FIN follows it.
+impl LastWrites for TcpStream {}
+
+impl<T> LastWrites for tokio_boring::SslStream<crate::idle::ReadAhead<Gather<T>>> {
+    fn last_writes(&mut self) {
+        self.get_mut().get_mut().last = true;
+    }
 }
 
 impl<T> Gather<T> {
     pub fn new(inner: T) -> Self {
-        Gather { inner, out: Vec::new(), sent: 0, pass_through: false }
+        Gather { inner, out: Vec::new(), sent: 0, pass_through: false, last: false }
     }
 
     /// Stops gathering (nothing is gathered yet): for HTTP/2, whose
@@ -70,11 +124,13 @@ impl<T> Gather<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> Gather<T> {
+impl<T: WriteMore + Unpin> Gather<T> {
     /// Writes everything gathered; then the buffer goes back to the spares.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.sent < self.out.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out[self.sent..]))?;
+            let rest = &self.out[self.sent..];
+            let inner = Pin::new(&mut self.inner);
+            let n = ready!(if self.last { inner.poll_write_more(cx, rest) } else { inner.poll_write(cx, rest) })?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -92,7 +148,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Gather<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Gather<T> {
+impl<T: WriteMore + Unpin> AsyncWrite for Gather<T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         // Bounded: a write is taken only while fewer than SEND_AT bytes are
@@ -100,7 +156,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Gather<T> {
         if this.out.len() >= SEND_AT {
             ready!(this.poll_drain(cx))?;
         }
-        if this.out.is_empty() && (buf.len() < GATHER_FROM || this.pass_through) {
+        if this.out.is_empty() && (buf.len() < GATHER_FROM || this.pass_through) && !this.last {
             return Pin::new(&mut this.inner).poll_write(cx, buf);
         }
         if this.out.capacity() == 0 {
@@ -140,7 +196,18 @@ mod tests {
     struct Socket {
         room: usize,
         writes: Vec<Vec<u8>>,
+        /// Indices in `writes` of the writes sent with `MSG_MORE`.
+        more: Vec<usize>,
         shut: bool,
+    }
+
+    impl WriteMore for Socket {
+        fn poll_write_more(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            let index = self.writes.len();
+            let n = ready!(self.as_mut().poll_write(cx, buf))?;
+            self.more.push(index);
+            Poll::Ready(Ok(n))
+        }
     }
 
     impl AsyncRead for Socket {
@@ -268,5 +335,41 @@ mod tests {
         assert!(matches!(Pin::new(&mut g).poll_shutdown(&mut cx()), Poll::Ready(Ok(()))));
         assert_eq!(g.inner.writes, vec![r]);
         assert!(g.inner.shut);
+    }
+
+    #[test]
+    fn the_last_writes_leave_together_and_wait_for_the_shutdown() {
+        let mut g = Gather::new(Socket { room: usize::MAX, ..Socket::default() });
+        let (response, alert) = (record(122, 1), record(24, 2));
+        g.last = true;
+        assert!(matches!(write(&mut g, &response), Poll::Ready(Ok(122))));
+        assert!(matches!(write(&mut g, &alert), Poll::Ready(Ok(24))));
+        assert!(g.inner.writes.is_empty(), "small last writes are gathered too");
+        assert!(matches!(flush(&mut g), Poll::Ready(Ok(()))));
+        assert_eq!(g.inner.writes, vec![[response, alert].concat()], "one send");
+        assert_eq!(g.inner.more, vec![0], "sent to wait for the FIN");
+        assert!(matches!(Pin::new(&mut g).poll_shutdown(&mut cx()), Poll::Ready(Ok(()))));
+        assert!(g.inner.shut);
+        assert_eq!(g.out.capacity(), 0);
+    }
+
+    /// The kernel side of `MSG_MORE`: the last bytes and the FIN arrive,
+    /// and nothing is lost when the shutdown follows at once.
+    #[tokio::test]
+    async fn a_tcp_socket_sends_the_last_writes_and_the_fin() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let client = TcpStream::connect(listener.local_addr().expect("address")).await.expect("connects");
+        let (server, _) = listener.accept().await.expect("accepts");
+        let mut g = Gather::new(server);
+        g.last = true;
+        g.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.expect("writes");
+        g.write_all(b"alert").await.expect("writes");
+        g.flush().await.expect("flushes");
+        g.shutdown().await.expect("shuts down");
+        let mut got = Vec::new();
+        let mut client = client;
+        client.read_to_end(&mut got).await.expect("reads to the FIN");
+        assert_eq!(got, b"HTTP/1.1 200 OK\r\n\r\nalert");
     }
 }

@@ -32,6 +32,7 @@ mod proxy;
 mod refusal;
 mod router;
 mod snapshot;
+mod sockopt;
 mod spare;
 mod ssl_ffi;
 mod upstream;

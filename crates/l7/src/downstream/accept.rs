@@ -74,7 +74,7 @@ pub fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::Unbound
             tokio::select! {
                 _ = sweep.tick() => worker.conns.sweep(std::time::Instant::now()),
                 command = commands.recv() => match command {
-                    Some(ListenerCommand::Open(key, socket)) => match TcpListener::from_std(socket) {
+                    Some(ListenerCommand::Open(key, socket)) => match listen(socket) {
                         Ok(l) => {
                             let task = tokio::spawn(accept_loop(l, key.0.clone(), worker.clone()));
                             if let Some(old) = accepting.insert(key, task) {
@@ -110,11 +110,22 @@ pub fn worker_main(worker: Arc<Worker>, mut commands: tokio::sync::mpsc::Unbound
     });
 }
 
+/// A worker's listening socket, set up so that what it accepts needs no
+/// option of its own: TCP_NODELAY is inherited by every connection (one
+/// system call a listener, not one a connection), and connections come
+/// with their first bytes ([`crate::sockopt::defer_accept`]).
+fn listen(socket: std::net::TcpListener) -> std::io::Result<TcpListener> {
+    socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
+    if let Err(e) = crate::sockopt::defer_accept(&socket) {
+        tracing::warn!("TCP_DEFER_ACCEPT refused, connections are accepted before their first bytes: {e}");
+    }
+    TcpListener::from_std(socket)
+}
+
 async fn accept_loop(listener: TcpListener, name: Arc<str>, worker: Arc<Worker>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
                 start(stream, peer, &name, &worker);
             }
             Err(e) => {

@@ -186,6 +186,15 @@ impl<T> ClientIo<T> {
     pub fn begin_request(self: Pin<&mut Self>) {
         *self.project().busy = true;
     }
+
+    /// What is written next is the connection's last: the response before
+    /// a close ([`crate::gather::LastWrites`]).
+    pub fn last_writes(self: Pin<&mut Self>)
+    where
+        T: crate::gather::LastWrites + Unpin,
+    {
+        self.project().inner.get_mut().last_writes();
+    }
 }
 
 impl<T: AsyncRead + AsyncWrite> AsyncRead for ClientIo<T> {

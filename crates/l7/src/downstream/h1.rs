@@ -26,6 +26,7 @@ use crate::body::ClientBody;
 use crate::body::ResponseBody;
 use crate::downstream::conn::{ClientStream, ConnState, Open};
 use crate::downstream::handover::{DRAIN_IDLE_GRACE, handed_over};
+use crate::gather::LastWrites;
 use crate::h1::chunked::put_chunk_size;
 use crate::h1::request::{Parse, RequestHead, build_request, parse_head};
 use crate::h1::{CLIENT_READ_CHUNK, Framing, Span, write};
@@ -66,7 +67,7 @@ where
 #[allow(clippy::manual_async_fn)] // on purpose: see above
 pub fn serve<T>(mut io: ClientStream<T>, open: Open, alpn_h2: Option<bool>) -> impl Future<Output = ()> + Send
 where
-    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    T: AsyncRead + AsyncWrite + LastWrites + Send + Unpin + 'static,
 {
     async move {
         io.as_mut().stop_scanning();
@@ -137,7 +138,7 @@ enum Next {
 /// drains; the client has [`DRAIN_IDLE_GRACE`] to begin a request.
 async fn exchange<T>(io: &mut ClientStream<T>, first: Option<BytesMut>) -> Next
 where
-    T: AsyncRead + AsyncWrite,
+    T: AsyncRead + AsyncWrite + LastWrites + Unpin,
 {
     let state = io.state().clone();
     let (max_head, max_headers) = {
@@ -170,6 +171,7 @@ where
         };
         let Some(req) = req else {
             state.log_rejected(400, reason::BAD_REQUEST);
+            io.as_mut().last_writes();
             let _ = io.write_all(RESPONSE_400).await;
             return close(io).await;
         };
@@ -194,7 +196,7 @@ async fn answer<T>(
     client_close: bool,
 ) -> bool
 where
-    T: AsyncRead + AsyncWrite,
+    T: AsyncRead + AsyncWrite + LastWrites + Unpin,
 {
     let Ok(resp) = proxy::handle(req, state.clone(), HeadWriter::Own).await;
     let mut out = OUT_SPARE.take().unwrap_or_default();
@@ -250,7 +252,7 @@ async fn write_response<T>(
     out: &mut Vec<u8>,
 ) -> bool
 where
-    T: AsyncRead + AsyncWrite,
+    T: AsyncRead + AsyncWrite + LastWrites + Unpin,
 {
     let (parts, mut body) = resp.into_parts();
     let exact = body.size_hint().exact();
@@ -318,10 +320,14 @@ where
             _ => {}
         }
     }
+    if !keep {
+        io.as_mut().last_writes();
+    }
     if !out.is_empty() && io.write_all(out).await.is_err() {
         return false;
     }
-    io.flush().await.is_ok() && keep
+    // The close that follows sends what is left (the shutdown flushes).
+    keep && io.flush().await.is_ok()
 }
 
 /// Polls the body once without waiting: `None` if it has nothing yet.
