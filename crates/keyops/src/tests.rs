@@ -19,12 +19,16 @@ fn engines() -> Vec<Engine> {
     if gatehouse_mbx::available() { vec![Engine::Boring, Engine::Mb] } else { vec![Engine::Boring] }
 }
 
+/// A worker's runtime as the L7 plane builds it: the batcher runs when
+/// the thread parks, and its timer task bounds every wait.
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .on_thread_park(batcher::on_idle)
         .build()
-        .expect("runtime")
+        .expect("runtime");
+    rt.spawn(batcher::run_timer());
+    rt
 }
 
 /// A TLS signature scheme, its digest, and whether it is PSS.
@@ -160,6 +164,48 @@ fn x25519_shares_agree_with_the_clients_boringssl() {
         assert_eq!(client_secret(client, &s.ciphertext), *s.secret);
     }
     assert_eq!(stats::this_thread().mb_batches[stats::X25519][1], before.mb_batches[stats::X25519][1] + 1);
+}
+
+#[test]
+fn a_queue_that_filled_waits_for_company_until_none_comes() {
+    if !gatehouse_mbx::available() {
+        return;
+    }
+    // Room for the worker to park before the timer ends a wait, however
+    // slow the machine (every other test passes with any bound).
+    batcher::set_max_delay(std::time::Duration::from_millis(100));
+    let rt = runtime();
+    let (_, public) = x25519_client();
+    let share = || share::start(share::X25519, &public).expect("X25519 share");
+    let batches = |lanes: usize| stats::this_thread().mb_batches[stats::X25519][lanes - 1];
+    // A full batch (the first share of a quiet worker runs alone, the
+    // next four fill the lanes): from now on an idle worker leaves a share
+    // for company.
+    let full_before = batches(8);
+    let full: Vec<_> = (0..5).map(|_| share()).collect();
+    assert_eq!(batches(8), full_before + 1);
+    for f in full {
+        rt.block_on(f).expect("share");
+    }
+    let (pairs, flushes) = (batches(4), stats::this_thread().timer_flushes);
+    // One share queues; the worker parks (the sleep) and leaves it; a
+    // second comes and both run together when the timer ends the wait.
+    rt.block_on(async {
+        let first = share();
+        tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+        let second = share();
+        first.await.expect("share");
+        second.await.expect("share");
+    });
+    assert_eq!(batches(4), pairs + 1, "the two shares ran as one batch");
+    assert_eq!(stats::this_thread().timer_flushes, flushes + 1);
+    // A lone share waits out the timer alone: the wait brought nobody, so
+    // the next lone share runs at once, with no timer.
+    let (singles, flushes) = (batches(2), stats::this_thread().timer_flushes);
+    rt.block_on(share()).expect("share");
+    assert_eq!((batches(2), stats::this_thread().timer_flushes), (singles + 1, flushes + 1));
+    rt.block_on(share()).expect("share");
+    assert_eq!((batches(2), stats::this_thread().timer_flushes), (singles + 2, flushes + 1));
 }
 
 #[test]
