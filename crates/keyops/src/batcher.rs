@@ -11,16 +11,17 @@
 //! four shares fill a batch; even one share alone costs less in lanes than
 //! in BoringSSL ([`SHARE_BREAK_EVEN`]).
 //!
-//! Key shares and ECDSA signatures are *patient* while waiting pays: once
-//! their queue has filled a whole batch, an idle worker leaves a partial
-//! queue for the next arrivals to fill (the timer still bounds the wait at
-//! `max_delay`), as Intel's QAT_SW and Envoy's CryptoMb wait for full
-//! batches. A timer flush that finds the queue less than half full — the
-//! company did not come, as with a few clients making handshakes one
-//! after another — ends the patience until a batch fills again. Under a
-//! client-bound load that kept one Zen 5 worker 55% busy, batches went
-//! from two shares on average to nearly four, for 5% less CPU per
-//! handshake (docs/BENCHMARKS.md); a lone client never waits.
+//! Key shares and ECDSA signatures are *patient* while waiting pays: an
+//! idle worker then leaves a partial queue for the next arrivals to fill
+//! (the timer still bounds the wait at `max_delay`), as Intel's QAT_SW and
+//! Envoy's CryptoMb wait for full batches. A queue turns patient when a
+//! batch of it fills, or when company is around: two batches' worth of
+//! TLS handshakes under way on the worker ([`handshake_begins`]) and the
+//! previous arrival within `max_delay`. A wait that ends with less than
+//! half a batch turns it impatient for a number of arrivals that doubles
+//! with each such wait. A client or a few making handshakes one after
+//! another never wait. Under client-bound loads on one Zen 5 worker, this
+//! took 11–20% off the CPU of a full handshake (docs/BENCHMARKS.md).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -98,6 +99,39 @@ struct SignPending {
     reply: oneshot::Sender<Result<Vec<u8>, Error>>,
 }
 
+/// Operations that fill a batch, `[shares, signs]`.
+const FULL: [usize; 2] = [mbx::BATCH / 2, mbx::BATCH];
+/// Handshakes under way on the worker from which a queue may wait for
+/// company: two batches' worth. With fewer, a few clients making
+/// handshakes in a loop wait for each other: four clients waiting from
+/// one batch's worth lost 30% in median latency and 12% in handshakes/s
+/// for 12% less CPU, eight lost 24% waiting for signatures (Zen 5).
+const COMPANY: [usize; 2] = [2 * FULL[SHARES], 2 * FULL[SIGNS]];
+/// Arrivals a queue stays impatient after a wait that did not pay: the
+/// first time, and at most.
+const BACKOFF_MIN: u32 = 8;
+const BACKOFF_MAX: u32 = 1024;
+
+/// A TLS handshake under way on this worker, until dropped: what tells the
+/// batcher that company for a queued share or signature may come.
+pub struct Handshake(());
+
+/// Counts a handshake under way on this worker until the guard drops.
+pub fn handshake_begins() -> Handshake {
+    BATCHER.with_borrow_mut(|b| b.handshakes += 1);
+    Handshake(())
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        // try_with: a task dropped while its thread ends finds no batcher.
+        let _ = BATCHER.try_with(|b| {
+            let mut b = b.borrow_mut();
+            b.handshakes = b.handshakes.saturating_sub(1);
+        });
+    }
+}
+
 /// Indices of the two handshake queues in [`Batcher`]'s per-kind arrays.
 const SHARES: usize = 0;
 const SIGNS: usize = 1;
@@ -117,6 +151,15 @@ struct Batcher {
     /// Whether an idle worker leaves a partial queue of shares or of
     /// signatures (`[shares, signs]`) to fill (see the module's notes).
     patient: [bool; 2],
+    /// When the last share and the last signature were asked for.
+    last_arrival: [Option<Instant>; 2],
+    /// Arrivals that may not make the queue patient again after a wait
+    /// that brought too little company, and how many the next such wait
+    /// costs (doubling from [`BACKOFF_MIN`]; a full batch clears it).
+    backoff: [u32; 2],
+    penalty: [u32; 2],
+    /// TLS handshakes under way on this worker ([`handshake_begins`]).
+    handshakes: u32,
     timer: Arc<Notify>,
 }
 
@@ -128,11 +171,47 @@ thread_local! {
         this_tick: [0; 2],
         last_tick: [0; 2],
         patient: [false; 2],
+        last_arrival: [None; 2],
+        backoff: [0; 2],
+        penalty: [0; 2],
+        handshakes: 0,
         timer: Arc::new(Notify::new()),
     });
 }
 
 impl Batcher {
+    /// Notes an arrival of `kind` at `now`: the queue turns patient when
+    /// company is around — enough handshakes under way on the worker to
+    /// fill two batches ([`COMPANY`]), and the previous arrival less than `max_delay`
+    /// ago — unless a recent wait came out nearly empty ([`Self::waited`]).
+    /// A client or two making handshakes one after another never wait.
+    fn arrives(&mut self, kind: usize, now: Instant) {
+        let recent = self.last_arrival[kind].is_some_and(|t| now.saturating_duration_since(t) < max_delay());
+        self.last_arrival[kind] = Some(now);
+        if self.backoff[kind] > 0 {
+            self.backoff[kind] -= 1;
+        } else if recent && self.handshakes as usize >= COMPANY[kind] {
+            self.patient[kind] = true;
+        }
+    }
+
+    /// A patient queue of `kind` waited `max_delay` and holds `n`: with
+    /// less than half a batch, waiting did not pay; the queue stops being
+    /// patient for a number of arrivals that doubles with each such wait.
+    fn waited(&mut self, kind: usize, n: usize) {
+        if self.patient[kind] && 2 * n < FULL[kind] {
+            self.patient[kind] = false;
+            self.penalty[kind] = (2 * self.penalty[kind]).clamp(BACKOFF_MIN, BACKOFF_MAX);
+            self.backoff[kind] = self.penalty[kind];
+        }
+    }
+
+    /// A batch of `kind` filled: waiting pays.
+    fn filled(&mut self, kind: usize) {
+        self.patient[kind] = true;
+        self.penalty[kind] = 0;
+    }
+
     /// Counts one more request of `kind` in this busy stretch; true when
     /// this stretch or the last asked for at least `enough` of them.
     fn busy(&mut self, kind: usize, enough: usize) -> bool {
@@ -184,7 +263,9 @@ pub fn submit_share(peer: [u8; 32]) -> oneshot::Receiver<Result<X25519Share, Err
         return rx;
     }
     let full = BATCHER.with_borrow_mut(|b| {
-        let pending = SharePending { scalar, peer, queued: Instant::now(), reply };
+        let now = Instant::now();
+        b.arrives(SHARES, now);
+        let pending = SharePending { scalar, peer, queued: now, reply };
         // A quiet worker (no second share in this busy stretch or the last)
         // computes the share at once: waiting for company that is not coming
         // costs the handshake a round trip through the scheduler.
@@ -196,9 +277,9 @@ pub fn submit_share(peer: [u8; 32]) -> oneshot::Receiver<Result<X25519Share, Err
             b.timer.notify_one();
         }
         b.shares.push(pending);
-        let full = 2 * b.shares.len() >= mbx::BATCH;
+        let full = b.shares.len() >= FULL[SHARES];
         if full {
-            b.patient[SHARES] = true;
+            b.filled(SHARES);
         }
         full.then(|| std::mem::take(&mut b.shares))
     });
@@ -215,7 +296,10 @@ pub fn submit_share(peer: [u8; 32]) -> oneshot::Receiver<Result<X25519Share, Err
 /// round trip through the scheduler for a batch that would run below
 /// break-even, one by one in BoringSSL anyway.
 pub(crate) fn sign_in_lanes() -> bool {
-    BATCHER.with_borrow_mut(|b| b.busy(SIGNS, ECDSA_BREAK_EVEN) || !b.signs.is_empty() || b.patient[SIGNS])
+    BATCHER.with_borrow_mut(|b| {
+        b.arrives(SIGNS, Instant::now());
+        b.busy(SIGNS, ECDSA_BREAK_EVEN) || !b.signs.is_empty() || b.patient[SIGNS]
+    })
 }
 
 /// Queues an ECDSA P-256 signature of a SHA-256 `digest`; the receiver
@@ -227,9 +311,9 @@ pub(crate) fn submit_sign(key: Arc<EcdsaKey>, digest: [u8; 32]) -> oneshot::Rece
             b.timer.notify_one();
         }
         b.signs.push(SignPending { key, digest, queued: Instant::now(), reply });
-        let full = b.signs.len() >= mbx::BATCH;
+        let full = b.signs.len() >= FULL[SIGNS];
         if full {
-            b.patient[SIGNS] = true;
+            b.filled(SIGNS);
         }
         full.then(|| std::mem::take(&mut b.signs))
     });
@@ -247,9 +331,11 @@ pub fn on_idle() {
     flush(false);
 }
 
-/// Runs the queues: all of them (`timer`: the oldest operation has waited
-/// `max_delay`), or all but the patient ones.
+/// Runs the queues: on an idle worker, all but the patient ones; for the
+/// timer (`timer`), all but the patient ones whose oldest operation has
+/// not yet waited `max_delay` ([`Batcher::waited`] judges those that did).
 fn flush(timer: bool) {
+    let now = Instant::now();
     let queued = BATCHER.with_borrow_mut(|b| {
         if b.this_tick != [0; 2] || b.last_tick != [0; 2] {
             b.last_tick = std::mem::take(&mut b.this_tick);
@@ -257,20 +343,18 @@ fn flush(timer: bool) {
         if b.is_empty() {
             return None;
         }
-        if timer {
-            // A whole wait brought no company: stop waiting.
-            if b.shares.len() == 1 {
-                b.patient[SHARES] = false;
-            }
-            if b.signs.len() == 1 {
-                b.patient[SIGNS] = false;
+        let due =
+            |head: Option<Instant>| timer && head.is_some_and(|t| now.saturating_duration_since(t) >= max_delay());
+        let due = [due(b.shares.first().map(|p| p.queued)), due(b.signs.first().map(|p| p.queued))];
+        let lengths = [b.shares.len(), b.signs.len()];
+        for kind in [SHARES, SIGNS] {
+            if due[kind] {
+                b.waited(kind, lengths[kind]);
             }
         }
-        let waits = |patient: bool, queued: bool| !timer && patient && queued;
-        let shares =
-            if waits(b.patient[SHARES], !b.shares.is_empty()) { Vec::new() } else { std::mem::take(&mut b.shares) };
-        let signs =
-            if waits(b.patient[SIGNS], !b.signs.is_empty()) { Vec::new() } else { std::mem::take(&mut b.signs) };
+        let waits = |kind: usize| b.patient[kind] && !due[kind];
+        let shares = if waits(SHARES) { Vec::new() } else { std::mem::take(&mut b.shares) };
+        let signs = if waits(SIGNS) { Vec::new() } else { std::mem::take(&mut b.signs) };
         Some((b.queues.each_mut().map(std::mem::take), shares, signs))
     });
     let Some((queued, shares, signs)) = queued else { return };

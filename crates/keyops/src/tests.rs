@@ -209,6 +209,34 @@ fn a_queue_that_filled_waits_for_company_until_none_comes() {
 }
 
 #[test]
+fn handshakes_under_way_make_a_share_wait_until_a_wait_comes_out_empty() {
+    if !gatehouse_mbx::available() {
+        return;
+    }
+    batcher::set_max_delay(std::time::Duration::from_millis(100));
+    let rt = runtime();
+    let (_, public) = x25519_client();
+    let share = || share::start(share::X25519, &public).expect("X25519 share");
+    let now = || {
+        let s = stats::this_thread();
+        (s.mb_batches[stats::X25519][1], s.timer_flushes)
+    };
+    // Two batches' worth of handshakes under way: company is around.
+    let under_way: Vec<_> = (0..8).map(|_| batcher::handshake_begins()).collect();
+    let (singles, flushes) = now();
+    rt.block_on(share()).expect("share"); // the first of a quiet worker runs at once
+    assert_eq!(now(), (singles + 1, flushes));
+    // The next, soon after: it waits for company, which does not come.
+    rt.block_on(share()).expect("share");
+    assert_eq!(now(), (singles + 2, flushes + 1), "waited for the timer");
+    // That wait came out empty: the next shares run without waiting.
+    rt.block_on(share()).expect("share");
+    rt.block_on(share()).expect("share");
+    assert_eq!(now(), (singles + 4, flushes + 1));
+    drop(under_way);
+}
+
+#[test]
 fn x25519mlkem768_shares_decapsulate_to_the_same_secret() {
     use boring::mlkem::{Algorithm, MlKemPrivateKey};
     if !gatehouse_mbx::available() {

@@ -207,7 +207,9 @@ async fn serve_tls(stream: TcpStream, acceptor: SslAcceptor, conn: NewConn, open
     // Boxed, as every part of the task that is not its idle wait: the task
     // is as large as its largest state, and an idle connection should not
     // pay for the handshake's.
+    let handshake = gatehouse_keyops::batcher::handshake_begins();
     let accepted = Box::pin(tokio::time::timeout(header_timeout, tokio_boring::accept(&acceptor, stream))).await;
+    drop(handshake);
     let mut tls_stream = match accepted {
         Ok(Ok(s)) => s,
         Ok(Err(_)) => return metrics.handshake(worker.id, "-", "-", HandshakeResult::Failed),

@@ -128,6 +128,8 @@ struct Conn {
     /// Packets quiche made that the socket did not take yet.
     unsent: Vec<(Vec<u8>, SocketAddr, SocketAddr)>,
     handshake_counted: bool,
+    /// Tells the worker's batcher a handshake is under way, until it ends.
+    batching: Option<gatehouse_keyops::batcher::Handshake>,
     /// The handshake's version and cipher, once it is done.
     tls_info: (&'static str, &'static str),
     /// Highest client stream seen, for GOAWAY.
@@ -175,6 +177,7 @@ pub async fn run(start: Start) {
         draining: false,
         unsent: Vec::new(),
         handshake_counted: false,
+        batching: Some(gatehouse_keyops::batcher::handshake_begins()),
         tls_info: ("TLSv1.3", "-"),
         last_stream: None,
         sent: Vec::new(),
@@ -279,6 +282,7 @@ impl Conn {
     /// The handshake is done: counted, its version and cipher kept.
     fn established(&mut self) {
         self.handshake_counted = true;
+        self.batching = None;
         self.endpoint.handshakes.fetch_sub(1, Ordering::Relaxed);
         let info = quic_handshake::take_done().unwrap_or(("TLSv1.3", "-"));
         if let Some(l) = self.listener_metrics() {
