@@ -1,5 +1,6 @@
 //! The per-worker batcher: thread-local queues of RSA private operations, one
-//! per key size, and of X25519 key shares, with no locks.
+//! per key size, of X25519 key shares and of ECDSA P-256 signatures, with no
+//! locks.
 //!
 //! A queue runs as a batch when it holds [`mbx::BATCH`] operations (at once, in
 //! the handshake that filled it), when the worker has no other ready work (the
