@@ -166,16 +166,21 @@ fn x25519_shares_agree_with_the_clients_boringssl() {
     assert_eq!(stats::this_thread().mb_batches[stats::X25519][1], before.mb_batches[stats::X25519][1] + 1);
 }
 
+/// A worker for the tests of waiting, and a client's public key; `None`
+/// without IFMA. The timer's bound leaves the worker room to park before
+/// a wait ends, however slow the machine (every other test passes with
+/// any bound).
+fn waiting_worker() -> Option<(tokio::runtime::Runtime, [u8; 32])> {
+    if !gatehouse_mbx::available() {
+        return None;
+    }
+    batcher::set_max_delay(std::time::Duration::from_millis(100));
+    Some((runtime(), x25519_client().1))
+}
+
 #[test]
 fn a_queue_that_filled_waits_for_company_until_none_comes() {
-    if !gatehouse_mbx::available() {
-        return;
-    }
-    // Room for the worker to park before the timer ends a wait, however
-    // slow the machine (every other test passes with any bound).
-    batcher::set_max_delay(std::time::Duration::from_millis(100));
-    let rt = runtime();
-    let (_, public) = x25519_client();
+    let Some((rt, public)) = waiting_worker() else { return };
     let share = || share::start(share::X25519, &public).expect("X25519 share");
     let batches = |lanes: usize| stats::this_thread().mb_batches[stats::X25519][lanes - 1];
     // A full batch (the first share of a quiet worker runs alone, the
@@ -210,12 +215,7 @@ fn a_queue_that_filled_waits_for_company_until_none_comes() {
 
 #[test]
 fn handshakes_under_way_make_a_share_wait_until_a_wait_comes_out_empty() {
-    if !gatehouse_mbx::available() {
-        return;
-    }
-    batcher::set_max_delay(std::time::Duration::from_millis(100));
-    let rt = runtime();
-    let (_, public) = x25519_client();
+    let Some((rt, public)) = waiting_worker() else { return };
     let share = || share::start(share::X25519, &public).expect("X25519 share");
     let now = || {
         let s = stats::this_thread();
