@@ -83,11 +83,7 @@ def main():
         if not tool.exists():
             sys.exit(f"{tool} is missing: run {hint}")
     workdir = Path(tempfile.mkdtemp(prefix="gh-tls-pq-"))
-    # Go verifies the name against the subjectAltName only.
-    crt, key = str(workdir / "ecdsa.crt"), str(workdir / "ecdsa.key")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-days", "30", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-                    "-keyout", key, "-out", crt], check=True, capture_output=True)
+    crt, key = B.make_cert(workdir, "ecdsa")
     results = {}
     for curve in CURVES:
         runs = {name: [] for name in SERVERS}
@@ -96,9 +92,7 @@ def main():
             for name, make in order:
                 runs[name].append(run(name, make, workdir, crt, key, curve, args.duration))
         results[curve] = {name: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for name, rs in runs.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=B.ROOT).stdout.strip()
-    lines = [f"## {datetime.date.today()} — full TLS 1.3 handshakes by key share, Go crypto/tls client, commit {commit}",
+    lines = [f"## {datetime.date.today()} — full TLS 1.3 handshakes by key share, Go crypto/tls client, commit {B.commit()}",
              "", f"CPU: {B.cpu_model()}. Command: `bench/tls_pq.py --duration {args.duration} --rounds {args.rounds}`; "
              "ECDSA P-256 certificate; server on CPU 0, h3load -tcp -handshake -c16 on CPU 1; medians of the rounds.", "",
              "| key share | server | CPU-µs/handshake | handshakes/s | p50 ms | errors | Gatehouse mb ÷ this (CPU) |",
@@ -113,8 +107,7 @@ def main():
     text = "\n".join(lines)
     print(text)
     if args.write:
-        with open(args.write, "a") as f:
-            f.write("\n" + text + "\n")
+        B.insert_section(args.write, text + "\n")
 
 
 if __name__ == "__main__":

@@ -336,7 +336,6 @@ pub fn on_idle() {
 /// timer (`timer`), all but the patient ones whose oldest operation has
 /// not yet waited `max_delay` ([`Batcher::waited`] judges those that did).
 fn flush(timer: bool) {
-    let now = Instant::now();
     let queued = BATCHER.with_borrow_mut(|b| {
         if b.this_tick != [0; 2] || b.last_tick != [0; 2] {
             b.last_tick = std::mem::take(&mut b.this_tick);
@@ -344,8 +343,11 @@ fn flush(timer: bool) {
         if b.is_empty() {
             return None;
         }
-        let due =
-            |head: Option<Instant>| timer && head.is_some_and(|t| now.saturating_duration_since(t) >= max_delay());
+        // The clock only for the timer: an idle worker parks often.
+        let now = timer.then(Instant::now);
+        let due = |head: Option<Instant>| {
+            now.zip(head).is_some_and(|(now, t)| now.saturating_duration_since(t) >= max_delay())
+        };
         let due = [due(b.shares.first().map(|p| p.queued)), due(b.signs.first().map(|p| p.queued))];
         let lengths = [b.shares.len(), b.signs.len()];
         for kind in [SHARES, SIGNS] {

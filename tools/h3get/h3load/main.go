@@ -124,6 +124,16 @@ func main() {
 	l.deadline = start.Add(*duration)
 	var tallies []*tally
 	var wg sync.WaitGroup
+	// spawn runs work on a goroutine of its own with a tally of its own.
+	spawn := func(work func(t *tally)) {
+		t := &tally{}
+		tallies = append(tallies, t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(t)
+		}()
+	}
 	if *overTCP {
 		if !*handshake {
 			fail(errors.New("-tcp needs -handshake"))
@@ -134,13 +144,7 @@ func main() {
 		tcpConf.ClientSessionCache = nil
 		request := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", *path, *host)
 		for i := 0; i < *conns; i++ {
-			t := &tally{}
-			tallies = append(tallies, t)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l.tcpHandshakes(server.String(), tcpConf, request, t)
-			}()
+			spawn(func(t *tally) { l.tcpHandshakes(server.String(), tcpConf, request, t) })
 		}
 	}
 	for i := 0; i < *conns && !*overTCP; i++ {
@@ -151,13 +155,7 @@ func main() {
 		tr := &quic.Transport{Conn: udp}
 		defer tr.Close()
 		if *handshake {
-			t := &tally{}
-			tallies = append(tallies, t)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l.handshakes(tr, t)
-			}()
+			spawn(func(t *tally) { l.handshakes(tr, t) })
 			continue
 		}
 		conn, err := tr.Dial(context.Background(), server, tlsConf, l.quic)
@@ -167,13 +165,7 @@ func main() {
 		defer conn.CloseWithError(0, "")
 		cc := (&http3.Transport{}).NewClientConn(conn)
 		for j := 0; j < *streams; j++ {
-			t := &tally{}
-			tallies = append(tallies, t)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l.requests(cc, t)
-			}()
+			spawn(func(t *tally) { l.requests(cc, t) })
 		}
 	}
 	wg.Wait()
