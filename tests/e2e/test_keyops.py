@@ -1,6 +1,7 @@
 """Batched private-key offload (key_provider: mb) through real TLS clients."""
 
 import concurrent.futures
+import json
 import os
 import subprocess
 import urllib.request
@@ -253,9 +254,13 @@ def lane_shares(families):
             if s.labels["engine"] == "mb" and s.value}
 
 
-def x25519_batches(families, size=None):
+def lane_batches(families, key, size=None):
     return sum(s.value for s in families["gatehouse_keyops_batches"].samples
-               if s.labels.get("key") == "x25519" and (size is None or s.labels["size"] == str(size)))
+               if s.labels.get("key") == key and (size is None or s.labels["size"] == str(size)))
+
+
+def x25519_batches(families, size=None):
+    return lane_batches(families, "x25519", size)
 
 
 @needs_ifma
@@ -264,9 +269,9 @@ def test_key_shares_in_lanes_for_every_kind_of_client(tmp_path, gatehouse):
     crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
     g = gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
     g.wait_log("key shares in AVX-512 IFMA lanes")
-    # Go's crypto/tls: X25519MLKEM768, its ML-KEM half by BoringSSL and its
-    # X25519 half in lanes; the client checks the server's Finished, so a
-    # wrong secret would fail here.
+    # Go's crypto/tls: X25519MLKEM768, its X25519 half in IFMA lanes and its
+    # ML-KEM half in Keccak lanes; the client checks the server's Finished,
+    # so a wrong secret would fail here.
     group, answer = go_request(tmp_path, port, crt, "a.test")
     assert (group, answer.endswith("hello\n")) == ("X25519MLKEM768", True), answer
     # curl (OpenSSL) with X25519; an OpenSSL client offering only P-256; and
@@ -286,6 +291,30 @@ def test_key_shares_in_lanes_for_every_kind_of_client(tmp_path, gatehouse):
     fams = metrics(admin)
     assert lane_shares(fams) == {"X25519MLKEM768": 1, "X25519": 2}, lane_shares(fams)
     assert x25519_batches(fams) >= 1
+    assert lane_batches(fams, "mlkem768", 1) == 1, "one ML-KEM-768 encapsulation, in lanes"
+
+
+@needs_ifma
+def test_concurrent_post_quantum_handshakes_share_their_ml_kem_batches(tmp_path, gatehouse):
+    # 32 Go crypto/tls clients in a loop, each checking the server's
+    # Finished: ML-KEM-768 encapsulations run several to a batch of lanes,
+    # and every handshake's secret is right.
+    port, admin = free_port(), free_port()
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
+    gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
+    h3load = BIN.parent.parent / "h3load"
+    p = subprocess.run([str(h3load), "-tcp", "-handshake", "-c", "32", "-d", "3s", "-addr", f"127.0.0.1:{port}",
+                        "-host", "a.test", "-ca", str(crt), "-curve", "x25519mlkem768"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["errors"] == 0 and summary["handshakes"] >= 100, summary
+    fams = metrics(admin)
+    assert lane_shares(fams).get("X25519MLKEM768", 0) >= summary["handshakes"], lane_shares(fams)
+    encapsulated = sum(int(s.labels["size"]) * s.value for s in fams["gatehouse_keyops_batches"].samples
+                       if s.labels.get("key") == "mlkem768")
+    assert encapsulated == lane_shares(fams)["X25519MLKEM768"]
+    assert sum(lane_batches(fams, "mlkem768", n) for n in (2, 3, 4)) > 0, "no batch of more than one"
 
 
 @needs_ifma

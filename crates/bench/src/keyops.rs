@@ -89,6 +89,7 @@ pub fn run(time: Duration, sizes: &[u32], mut report: impl FnMut(&Result)) -> Ve
         }
     }
     x25519(time, &mut report, &mut out);
+    mlkem768(time, &mut report, &mut out);
     let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1);
     if let Ok(pkey) = group.and_then(|g| EcKey::generate(&g)).and_then(PKey::from_ec_key) {
         let ecdsa = measure(time, 1, || boring_sign(&pkey, msg));
@@ -169,6 +170,55 @@ fn x25519(time: Duration, report: &mut impl FnMut(&Result), out: &mut Vec<Result
     let shared = lanes(&peer);
     push("mb", "x25519-keygen", keygen);
     push("mb", "x25519", shared);
+}
+
+/// ML-KEM-768 encapsulation as a TLS server makes it for a client's key
+/// share: BoringSSL parses the key (expanding its matrix) and encapsulates,
+/// one at a time; the lanes take a batch of one (a lone handshake) and of
+/// four (a full batch of X25519MLKEM768 shares).
+fn mlkem768(time: Duration, report: &mut impl FnMut(&Result), out: &mut Vec<Result>) {
+    use boring::mlkem::{Algorithm, MlKemPrivateKey, MlKemPublicKey};
+    let Ok((public, _)) = MlKemPrivateKey::generate(Algorithm::MlKem768) else { return };
+    let key = public.as_bytes().to_vec();
+    let mut push = |engine, name: &str, v: Option<f64>| {
+        if let Some(v) = v {
+            let r = Result { engine, key: name.into(), ops_per_sec: v };
+            report(&r);
+            out.push(r);
+        }
+    };
+    push(
+        "boring",
+        "mlkem768",
+        measure(time, 1, || {
+            MlKemPublicKey::from_slice(Algorithm::MlKem768, &key).and_then(|k| k.encapsulate()).is_ok()
+        }),
+    );
+    if !mbx::mlkem::available() {
+        return;
+    }
+    for (n, name) in [(1, "mlkem768-x1"), (4, "mlkem768")] {
+        let mut entropy = vec![[0u8; 32]; n];
+        let mut cts = vec![[0u8; mbx::mlkem::CIPHERTEXT_BYTES]; n];
+        let mut secrets = vec![[0u8; 32]; n];
+        let v = measure(time, n, || {
+            if entropy.iter_mut().any(|m| boring::rand::rand_bytes(m).is_err()) {
+                return false;
+            }
+            let mut ops: Vec<mbx::mlkem::EncapOp<'_>> = entropy
+                .iter()
+                .zip(cts.iter_mut().zip(secrets.iter_mut()))
+                .map(|(m, (ciphertext, secret))| mbx::mlkem::EncapOp {
+                    public_key: &key,
+                    entropy: m,
+                    ciphertext,
+                    secret,
+                })
+                .collect();
+            mbx::mlkem::encapsulate_batch(&mut ops).iter().all(|r| r.is_ok())
+        });
+        push("mb", name, v);
+    }
 }
 
 /// The batch size from which one multi-buffer batch costs less than running

@@ -75,15 +75,25 @@ struct Pending {
 pub const SHARE_BREAK_EVEN: usize = 1;
 
 /// An X25519 key share computed in lanes: the server's public key and the
-/// secret shared with the client.
+/// secret shared with the client; for X25519MLKEM768, the ML-KEM-768
+/// ciphertext and secret too.
 pub struct X25519Share {
     pub public: [u8; 32],
+    pub secret: Zeroizing<[u8; 32]>,
+    pub mlkem: Option<MlKemShare>,
+}
+
+/// An ML-KEM-768 encapsulation to the client's key.
+pub struct MlKemShare {
+    pub ciphertext: Box<[u8; mbx::mlkem::CIPHERTEXT_BYTES]>,
     pub secret: Zeroizing<[u8; 32]>,
 }
 
 struct SharePending {
     scalar: Zeroizing<[u8; 32]>,
     peer: [u8; 32],
+    /// The client's ML-KEM-768 key, checked ([`mbx::mlkem::check_public_key`]).
+    mlkem: Option<Box<[u8]>>,
     queued: Instant,
     reply: oneshot::Sender<Result<X25519Share, Error>>,
 }
@@ -255,8 +265,10 @@ pub(crate) fn submit(
 
 /// Queues an X25519 key share against the client's public key `peer`, with
 /// a fresh scalar from BoringSSL's generator; the receiver gets the server's
-/// public key and the shared secret. Only on a CPU with IFMA.
-pub fn submit_share(peer: [u8; 32]) -> oneshot::Receiver<Result<X25519Share, Error>> {
+/// public key and the shared secret. With `mlkem`, a checked ML-KEM-768
+/// key of the client's, the batch encapsulates to it too. Only on a CPU
+/// with IFMA.
+pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiver<Result<X25519Share, Error>> {
     let (reply, rx) = oneshot::channel();
     let mut scalar = Zeroizing::new([0u8; 32]);
     if boring::rand::rand_bytes(&mut scalar[..]).is_err() {
@@ -266,7 +278,7 @@ pub fn submit_share(peer: [u8; 32]) -> oneshot::Receiver<Result<X25519Share, Err
     let full = BATCHER.with_borrow_mut(|b| {
         let now = Instant::now();
         b.arrives(SHARES, now);
-        let pending = SharePending { scalar, peer, queued: now, reply };
+        let pending = SharePending { scalar, peer, mlkem, queued: now, reply };
         // A quiet worker (no second share in this busy stretch or the last)
         // computes the share at once: waiting for company that is not coming
         // costs the handshake a round trip through the scheduler.
@@ -481,14 +493,56 @@ fn run_shares(ops: Vec<SharePending>) {
     {
         secret[0] ^= 1; // a wrong secret: only that client's Finished fails
     }
+    let mut mlkem = encapsulate(&ops).into_iter();
     for (i, op) in ops.into_iter().enumerate() {
-        let sent = match (results[2 * i], results[2 * i + 1]) {
-            (Ok(()), Ok(())) => Ok(X25519Share { public: publics[i], secret: Zeroizing::new(secrets[i]) }),
-            (Err(_), _) => Err(Error::Fault), // the base point has no small order
-            (_, Err(_)) => Err(Error::LowOrder),
+        let kem = if op.mlkem.is_some() { mlkem.next() } else { None };
+        let sent = match (results[2 * i], results[2 * i + 1], kem.transpose()) {
+            (Ok(()), Ok(()), Ok(mlkem)) => {
+                Ok(X25519Share { public: publics[i], secret: Zeroizing::new(secrets[i]), mlkem })
+            }
+            (Err(_), _, _) => Err(Error::Fault), // the base point has no small order
+            (_, Err(_), _) => Err(Error::LowOrder),
+            (_, _, Err(e)) => Err(e),
         };
         let _ = op.reply.send(sent);
     }
+}
+
+/// The ML-KEM-768 halves of a batch of shares, in order of the shares
+/// that have one: encapsulations in Keccak lanes, each with 32 bytes from
+/// BoringSSL's generator as FIPS 203's `m`.
+fn encapsulate(ops: &[SharePending]) -> Vec<Result<MlKemShare, Error>> {
+    let keys: Vec<&[u8]> = ops.iter().filter_map(|op| op.mlkem.as_deref()).collect();
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let mut entropy = Zeroizing::new(vec![[0u8; 32]; keys.len()]);
+    if entropy.iter_mut().any(|m| boring::rand::rand_bytes(m).is_err()) {
+        return keys.iter().map(|_| Err(Error::Crypto("rand"))).collect();
+    }
+    let mut out: Vec<MlKemShare> = keys
+        .iter()
+        .map(|_| MlKemShare {
+            ciphertext: Box::new([0; mbx::mlkem::CIPHERTEXT_BYTES]),
+            secret: Zeroizing::new([0; 32]),
+        })
+        .collect();
+    let results = {
+        let mut batch: Vec<mbx::mlkem::EncapOp<'_>> = keys
+            .iter()
+            .zip(entropy.iter())
+            .zip(out.iter_mut())
+            .map(|((key, m), o)| mbx::mlkem::EncapOp {
+                public_key: key,
+                entropy: m,
+                ciphertext: &mut o.ciphertext,
+                secret: &mut o.secret,
+            })
+            .collect();
+        mbx::mlkem::encapsulate_batch(&mut batch)
+    };
+    stats::record_batch_of(stats::MLKEM768, keys.len(), true);
+    out.into_iter().zip(results).map(|(o, r)| r.map(|()| o).map_err(|_| Error::Crypto("ML-KEM-768 key"))).collect()
 }
 
 fn run(class: mbx::KeyClass, ops: Vec<Pending>) {

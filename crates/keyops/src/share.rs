@@ -7,13 +7,17 @@
 //! runs, the certificate-selection callback reads the ClientHello, predicts
 //! the group as BoringSSL will pick it ([`predict`]), and [`start`]s the
 //! share: X25519 in the worker's lanes, and for X25519MLKEM768 the X25519
-//! half in lanes and the ML-KEM-768 encapsulation in BoringSSL. A hint
+//! half in lanes and the ML-KEM-768 encapsulation in the same batch's
+//! Keccak lanes (`mbx::mlkem`; in BoringSSL on a CPU without AVX-512BW).
+//! A hint
 //! that does not apply costs its computation, never a handshake.
 
 use std::future::Future;
 
 use boring::mlkem::{Algorithm, MlKemPublicKey};
 use zeroize::Zeroizing;
+
+use gatehouse_mbx as mbx;
 
 use crate::{Error, batcher};
 
@@ -70,21 +74,33 @@ pub fn start(group: u16, peer: &[u8]) -> Option<impl Future<Output = Result<Shar
         X25519 => (None, peer),
         X25519_MLKEM768 if peer.len() == MLKEM768_PUBLIC + 32 => {
             let (m, x) = peer.split_at(MLKEM768_PUBLIC);
-            (Some(MlKemPublicKey::from_slice(Algorithm::MlKem768, m).ok()?), x)
+            (Some(m), x)
         }
         _ => return None,
     };
     let point: [u8; 32] = x25519.try_into().ok()?;
-    let pending = batcher::submit_share(point);
+    // ML-KEM-768 in the batch's Keccak lanes where the CPU has them (every
+    // CPU with IFMA does), else in BoringSSL after the lanes.
+    let (lanes, boring) = match mlkem {
+        Some(m) if mbx::mlkem::available() => (Some(mbx::mlkem::check_public_key(m).then(|| Box::from(m))?), None),
+        Some(m) => (None, Some(MlKemPublicKey::from_slice(Algorithm::MlKem768, m).ok()?)),
+        None => (None, None),
+    };
+    let pending = batcher::submit_share(point, lanes);
     Some(async move {
         let x = pending.await.unwrap_or(Err(Error::Dropped))?;
-        let Some(mlkem) = mlkem else {
-            return Ok(Share { group, ciphertext: x.public.to_vec(), secret: Zeroizing::new(x.secret.to_vec()) });
+        let (mut ciphertext, ss) = match (x.mlkem, boring) {
+            (Some(kem), _) => (kem.ciphertext.to_vec(), kem.secret),
+            (None, Some(key)) => {
+                // After the lanes, so that a share that fails there costs
+                // no encapsulation.
+                let (ct, ss) = key.encapsulate().map_err(|_| Error::Crypto("ML-KEM-768 encapsulation"))?;
+                (ct, Zeroizing::new(ss))
+            }
+            (None, None) => {
+                return Ok(Share { group, ciphertext: x.public.to_vec(), secret: Zeroizing::new(x.secret.to_vec()) });
+            }
         };
-        // The ML-KEM half after the lanes, so that a share that fails
-        // there costs no encapsulation.
-        let (mut ciphertext, ss) = mlkem.encapsulate().map_err(|_| Error::Crypto("ML-KEM-768 encapsulation"))?;
-        let ss = Zeroizing::new(ss);
         ciphertext.extend_from_slice(&x.public);
         let mut secret = Zeroizing::new(Vec::with_capacity(64));
         secret.extend_from_slice(&ss[..]);

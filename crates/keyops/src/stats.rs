@@ -28,13 +28,16 @@ struct Counters {
 
 /// The kinds of key whose operations the batcher queues: the RSA sizes in
 /// [`KeyClass::ALL`] order, then X25519 (one lane per scalar
-/// multiplication) and ECDSA P-256 signatures.
-pub const KEYS: [&str; 5] = ["rsa2048", "rsa3072", "rsa4096", "x25519", "ecdsa-p256"];
+/// multiplication), ECDSA P-256 signatures and ML-KEM-768 encapsulations
+/// (the X25519MLKEM768 shares of one batch of X25519 lanes).
+pub const KEYS: [&str; 6] = ["rsa2048", "rsa3072", "rsa4096", "x25519", "ecdsa-p256", "mlkem768"];
 
 /// [`KEYS`]' index of X25519.
 pub(crate) const X25519: usize = 3;
 /// [`KEYS`]' index of ECDSA P-256.
 pub(crate) const ECDSA_P256: usize = 4;
+/// [`KEYS`]' index of ML-KEM-768.
+pub(crate) const MLKEM768: usize = 5;
 
 /// The key-exchange groups counted by name (TLS `NamedGroup` code points);
 /// any other is counted as `other`.

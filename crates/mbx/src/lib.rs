@@ -29,6 +29,7 @@ mod bn;
 pub mod chacha;
 mod engine;
 mod ifma;
+pub mod mlkem;
 pub mod p256;
 pub mod poly1305;
 mod rsa;

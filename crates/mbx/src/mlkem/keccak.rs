@@ -1,0 +1,301 @@
+//! Keccak-f[1600] in eight lanes of AVX-512, and the SHA-3 sponges ML-KEM
+//! uses (SHA3-256, SHA3-512, SHAKE128, SHAKE256) over up to eight
+//! independent messages at once.
+//!
+//! The state is word-major: `state[w][l]` is word `w` (of 25) of lane `l`,
+//! so one 512-bit register holds one word of all eight sponges. A round
+//! takes 25 rotates, about 30 three-input logic operations (`vpternlogq`)
+//! and a few XORs for all eight, where one sponge alone would take about
+//! 150 scalar operations. Absorbing and squeezing move bytes in and out of
+//! the word-major state with plain loads and stores.
+//!
+//! `unsafe` is the AVX-512 kernel's: intrinsics behind the caller's
+//! run-time CPU check (the crate's `available`).
+
+#![allow(unsafe_code)]
+
+use core::arch::x86_64::*;
+
+use zeroize::Zeroize;
+
+/// Sponges run together.
+pub(crate) const LANES: usize = 8;
+
+/// Eight sponge states, word-major.
+pub(crate) type State = [[u64; LANES]; 25];
+
+/// The round constants, from the degree-8 LFSR of the Keccak reference.
+const RC: [u64; 24] = {
+    let mut rc = [0u64; 24];
+    let mut r: u8 = 1;
+    let mut round = 0;
+    while round < 24 {
+        let mut j = 0;
+        while j < 7 {
+            if r & 1 != 0 {
+                rc[round] ^= 1u64 << ((1u32 << j) - 1);
+            }
+            r = if r & 0x80 != 0 { (r << 1) ^ 0x71 } else { r << 1 };
+            j += 1;
+        }
+        round += 1;
+    }
+    rc
+};
+
+/// The permutation on eight states at once.
+#[target_feature(enable = "avx512f")]
+pub(crate) fn permute(state: &mut State) {
+    let mut a: [__m512i; 25] = core::array::from_fn(|w| load(&state[w]));
+    for rc in RC {
+        // θ: each column's parity, folded into its two neighbours.
+        let c: [__m512i; 5] = core::array::from_fn(|x| {
+            let t = _mm512_ternarylogic_epi64::<0x96>(a[x], a[x + 5], a[x + 10]);
+            _mm512_ternarylogic_epi64::<0x96>(t, a[x + 15], a[x + 20])
+        });
+        let d: [__m512i; 5] =
+            core::array::from_fn(|x| _mm512_xor_si512(c[(x + 4) % 5], _mm512_rol_epi64::<1>(c[(x + 1) % 5])));
+        // ρ and π: word x + 5y rotated into place y + 5·((2x + 3y) mod 5)
+        // (rotations from the reference's (t + 1)(t + 2)/2 walk), then χ.
+        let b0 = _mm512_xor_si512(a[0], d[0]);
+        let b10 = _mm512_rol_epi64::<1>(_mm512_xor_si512(a[1], d[1]));
+        let b20 = _mm512_rol_epi64::<62>(_mm512_xor_si512(a[2], d[2]));
+        let b5 = _mm512_rol_epi64::<28>(_mm512_xor_si512(a[3], d[3]));
+        let b15 = _mm512_rol_epi64::<27>(_mm512_xor_si512(a[4], d[4]));
+        let b16 = _mm512_rol_epi64::<36>(_mm512_xor_si512(a[5], d[0]));
+        let b1 = _mm512_rol_epi64::<44>(_mm512_xor_si512(a[6], d[1]));
+        let b11 = _mm512_rol_epi64::<6>(_mm512_xor_si512(a[7], d[2]));
+        let b21 = _mm512_rol_epi64::<55>(_mm512_xor_si512(a[8], d[3]));
+        let b6 = _mm512_rol_epi64::<20>(_mm512_xor_si512(a[9], d[4]));
+        let b7 = _mm512_rol_epi64::<3>(_mm512_xor_si512(a[10], d[0]));
+        let b17 = _mm512_rol_epi64::<10>(_mm512_xor_si512(a[11], d[1]));
+        let b2 = _mm512_rol_epi64::<43>(_mm512_xor_si512(a[12], d[2]));
+        let b12 = _mm512_rol_epi64::<25>(_mm512_xor_si512(a[13], d[3]));
+        let b22 = _mm512_rol_epi64::<39>(_mm512_xor_si512(a[14], d[4]));
+        let b23 = _mm512_rol_epi64::<41>(_mm512_xor_si512(a[15], d[0]));
+        let b8 = _mm512_rol_epi64::<45>(_mm512_xor_si512(a[16], d[1]));
+        let b18 = _mm512_rol_epi64::<15>(_mm512_xor_si512(a[17], d[2]));
+        let b3 = _mm512_rol_epi64::<21>(_mm512_xor_si512(a[18], d[3]));
+        let b13 = _mm512_rol_epi64::<8>(_mm512_xor_si512(a[19], d[4]));
+        let b14 = _mm512_rol_epi64::<18>(_mm512_xor_si512(a[20], d[0]));
+        let b24 = _mm512_rol_epi64::<2>(_mm512_xor_si512(a[21], d[1]));
+        let b9 = _mm512_rol_epi64::<61>(_mm512_xor_si512(a[22], d[2]));
+        let b19 = _mm512_rol_epi64::<56>(_mm512_xor_si512(a[23], d[3]));
+        let b4 = _mm512_rol_epi64::<14>(_mm512_xor_si512(a[24], d[4]));
+        a = [
+            chi(b0, b1, b2),
+            chi(b1, b2, b3),
+            chi(b2, b3, b4),
+            chi(b3, b4, b0),
+            chi(b4, b0, b1),
+            chi(b5, b6, b7),
+            chi(b6, b7, b8),
+            chi(b7, b8, b9),
+            chi(b8, b9, b5),
+            chi(b9, b5, b6),
+            chi(b10, b11, b12),
+            chi(b11, b12, b13),
+            chi(b12, b13, b14),
+            chi(b13, b14, b10),
+            chi(b14, b10, b11),
+            chi(b15, b16, b17),
+            chi(b16, b17, b18),
+            chi(b17, b18, b19),
+            chi(b18, b19, b15),
+            chi(b19, b15, b16),
+            chi(b20, b21, b22),
+            chi(b21, b22, b23),
+            chi(b22, b23, b24),
+            chi(b23, b24, b20),
+            chi(b24, b20, b21),
+        ];
+        // ι.
+        a[0] = _mm512_xor_si512(a[0], _mm512_set1_epi64(rc as i64));
+    }
+    for w in 0..25 {
+        store(&mut state[w], a[w]);
+    }
+}
+
+/// χ for one word: a ^ (!b & c), one ternary operation (truth table 0xd2).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn chi(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
+    _mm512_ternarylogic_epi64::<0xd2>(a, b, c)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn load(w: &[u64; LANES]) -> __m512i {
+    // SAFETY: `w` is 64 readable bytes; the load is unaligned.
+    unsafe { _mm512_loadu_si512(w.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn store(w: &mut [u64; LANES], v: __m512i) {
+    // SAFETY: `w` is 64 writable bytes; the store is unaligned.
+    unsafe { _mm512_storeu_si512(w.as_mut_ptr().cast(), v) }
+}
+
+/// A SHA-3 sponge: its rate in bytes and the padding's first byte (the
+/// domain bits: 0x06 for SHA3-*, 0x1f for SHAKE*).
+#[derive(Clone, Copy)]
+pub(crate) struct Sponge {
+    rate: usize,
+    pad: u8,
+}
+
+pub(crate) const SHA3_256: Sponge = Sponge { rate: 136, pad: 0x06 };
+pub(crate) const SHA3_512: Sponge = Sponge { rate: 72, pad: 0x06 };
+pub(crate) const SHAKE128: Sponge = Sponge { rate: 168, pad: 0x1f };
+pub(crate) const SHAKE256: Sponge = Sponge { rate: 136, pad: 0x1f };
+
+impl Sponge {
+    /// Hashes each of `inputs` (all of one length) into the output of the
+    /// same index (all of one length), eight at a time. Panics on a CPU
+    /// without AVX-512F.
+    pub(crate) fn hash_many(self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+        assert!(super::available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
+        // SAFETY: the CPU has AVX-512F, checked above.
+        unsafe { self.hash_many_avx512(inputs, outputs) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn hash_many_avx512(self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+        assert_eq!(inputs.len(), outputs.len());
+        let mut state: State = [[0; LANES]; 25];
+        for (ins, outs) in inputs.chunks(LANES).zip(outputs.chunks_mut(LANES)) {
+            state.iter_mut().for_each(|w| *w = [0; LANES]);
+            self.absorb(&mut state, ins);
+            self.squeeze(&mut state, outs);
+        }
+        state.zeroize();
+    }
+
+    /// Absorbs one message per lane, all of one length, and pads.
+    #[target_feature(enable = "avx512f")]
+    fn absorb(self, state: &mut State, inputs: &[&[u8]]) {
+        let len = inputs.first().map_or(0, |m| m.len());
+        assert!(inputs.iter().all(|m| m.len() == len), "lanes absorb messages of one length");
+        let full = len / self.rate;
+        for block in 0..full {
+            for (l, m) in inputs.iter().enumerate() {
+                let words = m[block * self.rate..(block + 1) * self.rate].chunks_exact(8);
+                for (w, word) in words.enumerate() {
+                    state[w][l] ^= le64(word);
+                }
+            }
+            permute(state);
+        }
+        // The last, partial block with the padding.
+        let tail = len - full * self.rate;
+        let mut block = [0u8; 168];
+        for (l, m) in inputs.iter().enumerate() {
+            block[..self.rate].fill(0);
+            block[..tail].copy_from_slice(&m[full * self.rate..]);
+            block[tail] ^= self.pad;
+            block[self.rate - 1] ^= 0x80;
+            for (w, word) in block[..self.rate].chunks_exact(8).enumerate() {
+                state[w][l] ^= le64(word);
+            }
+        }
+        block.zeroize();
+        permute(state);
+    }
+
+    /// Squeezes each lane's output (all of one length).
+    #[target_feature(enable = "avx512f")]
+    fn squeeze(self, state: &mut State, outputs: &mut [&mut [u8]]) {
+        let len = outputs.first().map_or(0, |o| o.len());
+        assert!(outputs.iter().all(|o| o.len() == len), "lanes squeeze outputs of one length");
+        let mut at = 0;
+        while at < len {
+            if at > 0 {
+                permute(state);
+            }
+            let take = (len - at).min(self.rate);
+            for (l, out) in outputs.iter_mut().enumerate() {
+                for (w, chunk) in out[at..at + take].chunks_mut(8).enumerate() {
+                    chunk.copy_from_slice(&state[w][l].to_le_bytes()[..chunk.len()]);
+                }
+            }
+            at += take;
+        }
+    }
+}
+
+/// Eight bytes, little-endian, from a slice of exactly eight.
+#[inline(always)]
+fn le64(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(b);
+    u64::from_le_bytes(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn one(s: Sponge, msg: &[u8], out_len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; out_len];
+        s.hash_many(&[msg], &mut [&mut out[..]]);
+        out
+    }
+
+    #[test]
+    fn constants_are_keccaks() {
+        assert_eq!(RC[0], 1);
+        assert_eq!(RC[1], 0x8082);
+        assert_eq!(RC[23], 0x8000_0000_8000_8008);
+    }
+
+    #[test]
+    fn known_digests() {
+        if !super::super::available() {
+            return;
+        }
+        assert_eq!(hex(&one(SHA3_256, b"", 32)), "a7ffc6f8bf1ed76651c14756a061d662f580ff4de43b49fa82d80a4b80f8434a");
+        assert_eq!(hex(&one(SHA3_256, b"abc", 32)), "3a985da74fe225b2045c172d6bd390bd855f086e3e9d525b46bfe24511431532");
+        assert_eq!(
+            hex(&one(SHA3_512, b"abc", 64)),
+            "b751850b1a57168a5693cd924b6b096e08f621827444f70d884f5d0240d2712e\
+             10e116e9192af3c91a7ec57647e3934057340b4cf408d5a56592f8274eec53f0"
+        );
+        assert_eq!(hex(&one(SHAKE128, b"", 16)), "7f9c2ba4e88f827d616045507605853e");
+        assert_eq!(hex(&one(SHAKE256, b"", 16)), "46b9dd2b0ba88d13233b3feb743eeb24");
+        // Many blocks in, many out (digests from Python's hashlib).
+        let long: Vec<u8> = (0..1184).map(|j| (j * 7) as u8).collect();
+        assert_eq!(hex(&one(SHA3_256, &long, 32)), "aae48deefd5b39a4c4db3e9a2206c51dc93143139d915069d99c1d786938edf6");
+        let seed: Vec<u8> = (0..34).collect();
+        assert_eq!(hex(&one(SHAKE128, &seed, 504)[488..]), "29ff7d3b267b841f9b09aec0c57eddd9");
+        // Messages of exactly one block: the padding takes a block of its own.
+        let block: Vec<u8> = (0..136).collect();
+        assert_eq!(hex(&one(SHA3_512, &block[..72], 16)), "5d63f2bbe971a983ac6847480106e4e1");
+        assert_eq!(hex(&one(SHAKE256, &block, 200)[184..]), "654c53427abb3932a40afb86b76373e6");
+    }
+
+    /// Lanes are independent, messages may span blocks, and outputs of
+    /// many blocks match squeezing one lane alone.
+    #[test]
+    fn lanes_match_one_at_a_time() {
+        if !super::super::available() {
+            return;
+        }
+        for (s, len, out_len) in [(SHA3_256, 1184, 32), (SHAKE128, 34, 504), (SHAKE256, 33, 128), (SHA3_512, 72, 64)] {
+            let msgs: Vec<Vec<u8>> = (0..11).map(|i| (0..len).map(|j| (i * 31 + j * 7) as u8).collect()).collect();
+            let mut outs = vec![vec![0u8; out_len]; msgs.len()];
+            let ins: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
+            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+            s.hash_many(&ins, &mut refs);
+            for (m, o) in msgs.iter().zip(&outs) {
+                assert_eq!(&one(s, m, out_len), o);
+            }
+            assert_ne!(outs[0], outs[1]);
+        }
+    }
+}

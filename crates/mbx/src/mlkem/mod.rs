@@ -1,0 +1,181 @@
+//! ML-KEM-768 encapsulation (FIPS 203) for many keys at once: the server's
+//! half of the X25519MLKEM768 key share.
+//!
+//! Most of an encapsulation is Keccak: hashing the 1184-byte key (H),
+//! deriving the shared secret and the coins (G), expanding the key's
+//! 3×3 matrix from its seed (nine SHAKE128 streams) and the noise (seven
+//! SHAKE256 streams). Every one of those is independent of the others, in
+//! one encapsulation and across encapsulations, so they run eight at a
+//! time in the lanes of [`keccak`]: a batch of four handshakes' shares
+//! hashes its four keys together, expands 36 matrix entries in five
+//! rounds, and so on. The polynomial arithmetic that remains runs per key
+//! ([`poly`]).
+//!
+//! The result is FIPS 203's `ML-KEM.Encaps_internal(ek, m)` byte for byte:
+//! checked against BoringSSL's decapsulation on random keys and against
+//! BoringSSL's known-answer values. Keys are checked as FIPS 203 §7.2 asks
+//! (every coefficient below q); secrets (the message, the coins, the noise)
+//! touch no branch or address, and every buffer that held one is zeroed.
+
+mod keccak;
+mod poly;
+mod simd;
+#[cfg(test)]
+mod tests;
+
+use zeroize::Zeroizing;
+
+use keccak::{SHA3_256, SHA3_512, SHAKE128, SHAKE256};
+use poly::{K, N, Poly};
+
+/// The encapsulation key: three polynomials of 384 bytes and a 32-byte seed.
+pub const PUBLIC_KEY_BYTES: usize = 1184;
+/// The ciphertext: three polynomials compressed to 10 bits, one to 4.
+pub const CIPHERTEXT_BYTES: usize = 1088;
+pub const SECRET_BYTES: usize = 32;
+
+const POLY_BYTES: usize = 384;
+/// SHAKE128 output read at first per matrix entry: three blocks, which
+/// give 256 values below q but for about one entry in a hundred.
+const MATRIX_STREAM: usize = 3 * 168;
+
+/// True when this CPU runs the Keccak lanes and the 16-bit kernels
+/// (AVX-512 F, BW, VBMI and VBMI2: Zen 4 and later, Intel since Ice Lake).
+pub fn available() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512vbmi")
+        && std::is_x86_feature_detected!("avx512vbmi2")
+}
+
+/// Whether `key` is an ML-KEM-768 encapsulation key: its length, and each
+/// coefficient below q (the check that the key re-encodes to itself).
+pub fn check_public_key(key: &[u8]) -> bool {
+    key.len() == PUBLIC_KEY_BYTES && decode_key(key).is_some()
+}
+
+/// One encapsulation of a batch.
+pub struct EncapOp<'a> {
+    /// The peer's encapsulation key.
+    pub public_key: &'a [u8],
+    /// 32 random bytes (FIPS 203's `m`), from a cryptographic generator.
+    pub entropy: &'a [u8; 32],
+    pub ciphertext: &'a mut [u8; CIPHERTEXT_BYTES],
+    pub secret: &'a mut [u8; SECRET_BYTES],
+}
+
+/// The encapsulation key failed [`check_public_key`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidKey;
+
+/// A decoded key: t̂ and the matrix seed.
+struct Key {
+    t: [Poly; K],
+    rho: [u8; 32],
+}
+
+fn decode_key(key: &[u8]) -> Option<Key> {
+    let (polys, rho) = key.split_at_checked(K * POLY_BYTES)?;
+    let mut t = [Poly::default(); K];
+    for (p, bytes) in t.iter_mut().zip(polys.chunks_exact(POLY_BYTES)) {
+        *p = Poly::decode12(bytes)?;
+    }
+    Some(Key { t, rho: rho.try_into().ok()? })
+}
+
+/// Encapsulates to each op's key, any number at once. Panics on a CPU
+/// without AVX-512F ([`available`]).
+pub fn encapsulate_batch(ops: &mut [EncapOp<'_>]) -> Vec<Result<(), InvalidKey>> {
+    assert!(available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
+    let keys: Vec<Option<Key>> = ops
+        .iter()
+        .map(|op| if op.public_key.len() == PUBLIC_KEY_BYTES { decode_key(op.public_key) } else { None })
+        .collect();
+    let live: Vec<usize> = (0..ops.len()).filter(|&i| keys[i].is_some()).collect();
+    let n = live.len();
+
+    // H(ek), then (K, r) = G(m ‖ H(ek)).
+    let mut g_in = Zeroizing::new(vec![[0u8; 64]; n]);
+    {
+        let inputs: Vec<&[u8]> = live.iter().map(|&i| ops[i].public_key).collect();
+        let mut hashes = vec![[0u8; 32]; n];
+        let mut outs: Vec<&mut [u8]> = hashes.iter_mut().map(|h| &mut h[..]).collect();
+        SHA3_256.hash_many(&inputs, &mut outs);
+        for ((g, h), &i) in g_in.iter_mut().zip(&hashes).zip(&live) {
+            g[..32].copy_from_slice(ops[i].entropy);
+            g[32..].copy_from_slice(h);
+        }
+    }
+    let mut g_out = Zeroizing::new(vec![[0u8; 64]; n]);
+    hash(SHA3_512, &g_in, &mut g_out);
+
+    // Â's entries (public): entry (i, j) of u_i's sum from SHAKE128(ρ ‖ i ‖ j).
+    let seeds: Vec<[u8; 34]> = live
+        .iter()
+        .filter_map(|&i| keys[i].as_ref())
+        .flat_map(|key| {
+            (0..K * K).map(move |e| {
+                let mut s = [0u8; 34];
+                s[..32].copy_from_slice(&key.rho);
+                s[32] = (e / K) as u8;
+                s[33] = (e % K) as u8;
+                s
+            })
+        })
+        .collect();
+    let mut streams = vec![[0u8; MATRIX_STREAM]; seeds.len()];
+    hash(SHAKE128, &seeds, &mut streams);
+    let mut matrix = vec![Poly::default(); seeds.len()];
+    for ((entry, stream), seed) in matrix.iter_mut().zip(&streams).zip(&seeds) {
+        if simd::sample(stream, entry) < N {
+            sample_long(seed, entry);
+        }
+    }
+
+    // The noise: r (3), e₁ (3), e₂ from SHAKE256(r ‖ N), N = 0..7.
+    let prf_in: Zeroizing<Vec<[u8; 33]>> = Zeroizing::new(
+        g_out
+            .iter()
+            .flat_map(|g| {
+                (0..2 * K + 1).map(move |nonce| {
+                    let mut s = [0u8; 33];
+                    s[..32].copy_from_slice(&g[32..]);
+                    s[32] = nonce as u8;
+                    s
+                })
+            })
+            .collect(),
+    );
+    let mut noise = Zeroizing::new(vec![[0u8; 128]; prf_in.len()]);
+    hash(SHAKE256, &prf_in, &mut noise);
+
+    for (slot, &i) in live.iter().enumerate() {
+        let Some(key) = keys[i].as_ref() else { continue };
+        let op = &mut ops[i];
+        let coins = &noise[slot * (2 * K + 1)..(slot + 1) * (2 * K + 1)];
+        simd::encrypt(&key.t, &matrix[slot * K * K..(slot + 1) * K * K], op.entropy, coins, op.ciphertext);
+        op.secret.copy_from_slice(&g_out[slot][..32]);
+    }
+    keys.iter().map(|k| if k.is_some() { Ok(()) } else { Err(InvalidKey) }).collect()
+}
+
+/// The same sponge over equal-length inputs into equal-length outputs.
+fn hash<const I: usize, const O: usize>(s: keccak::Sponge, inputs: &[[u8; I]], outputs: &mut [[u8; O]]) {
+    let ins: Vec<&[u8]> = inputs.iter().map(|x| &x[..]).collect();
+    let mut outs: Vec<&mut [u8]> = outputs.iter_mut().map(|x| &mut x[..]).collect();
+    s.hash_many(&ins, &mut outs);
+}
+
+/// A matrix entry whose first blocks held too few values below q: read
+/// the stream further (public data, so the extra time tells nothing).
+fn sample_long(seed: &[u8; 34], entry: &mut Poly) {
+    let mut len = MATRIX_STREAM;
+    loop {
+        len += 2 * 168;
+        let mut stream = vec![0u8; len];
+        SHAKE128.hash_many(&[seed], &mut [&mut stream[..]]);
+        if simd::sample(&stream, entry) == N {
+            return;
+        }
+    }
+}

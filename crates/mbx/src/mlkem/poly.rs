@@ -1,0 +1,376 @@
+//! Polynomials of ML-KEM (FIPS 203): 256 coefficients modulo q = 3329,
+//! the number-theoretic transform, sampling and the byte encodings.
+//!
+//! Coefficients are `i16` in Montgomery arithmetic (R = 2^16) with lazy
+//! reduction, as in the Kyber reference: [`mont`] maps a product below
+//! q·2^15 to (−q, q), [`barrett`] any `i16` to about (−q/2, q/2]. The
+//! transform's twiddles carry the factor R, so a forward transform leaves
+//! values in the normal domain, a base-case product adds a factor R⁻¹ and
+//! the inverse transform's final scaling by R²/128 takes it away again.
+//!
+//! Nothing here branches on or indexes memory by a coefficient, except
+//! [`sample_ntt`], which reads the public matrix seed only.
+//!
+//! The transforms and the sampling here are the plain forms of the
+//! AVX-512 kernels in `simd`, which the tests hold to them; the rest runs
+//! as written, compiled for AVX-512 inside `simd::encrypt`.
+
+pub(crate) const N: usize = 256;
+/// ML-KEM-768's rank.
+pub(crate) const K: usize = 3;
+pub(crate) const Q: i16 = 3329;
+/// q⁻¹ mod 2^16, as a signed 16-bit value.
+pub(crate) const QINV: i16 = -3327;
+
+#[derive(Clone, Copy)]
+pub(crate) struct Poly(pub(crate) [i16; N]);
+
+/// Zeroed by `Zeroize` as its default, all zeroes.
+impl zeroize::DefaultIsZeroes for Poly {}
+
+impl Default for Poly {
+    fn default() -> Self {
+        Poly([0; N])
+    }
+}
+
+/// a·R⁻¹ mod q, in (−q, q), for |a| < q·2^15: what [`fqmul`] computes
+/// for a product (the tests check the two agree).
+#[cfg(test)]
+fn mont(a: i32) -> i16 {
+    let t = (a as i16).wrapping_mul(QINV);
+    ((a - i32::from(t) * i32::from(Q)) >> 16) as i16
+}
+
+/// a·b·R⁻¹ mod q, as [`mont`] of the product, in the form vector units
+/// take (high and low halves of 16-bit products: `vpmulhw`, `vpmullw`).
+#[inline(always)]
+fn fqmul(a: i16, b: i16) -> i16 {
+    let p = i32::from(a) * i32::from(b);
+    let t = (p as i16).wrapping_mul(QINV);
+    ((p >> 16) as i16).wrapping_sub(((i32::from(t) * i32::from(Q)) >> 16) as i16)
+}
+
+/// ⌊(2^26 + q/2)/q⌋, Barrett's constant.
+pub(crate) const BARRETT_V: i16 = (((1 << 26) + Q as i32 / 2) / Q as i32) as i16;
+
+/// a mod q, centred: in [−(q−1)/2, (q−1)/2].
+#[inline(always)]
+pub(crate) fn barrett(a: i16) -> i16 {
+    let t = ((i32::from(BARRETT_V) * i32::from(a) + (1 << 25)) >> 26) as i16;
+    a.wrapping_sub(t.wrapping_mul(Q))
+}
+
+/// x·y mod q for the tables, at compile time.
+const fn mulmod(x: i32, y: i32) -> i32 {
+    (x * y) % Q as i32
+}
+
+const fn bitrev7(i: usize) -> usize {
+    ((i as u8).reverse_bits() >> 1) as usize
+}
+
+/// ζ^bitrev7(i) · R mod q for ζ = 17, centred: the twiddles of layer after
+/// layer (index 1..128; the last 64 serve the base-case products too).
+pub(crate) const ZETAS: [i16; 128] = {
+    let mut z = [0i16; 128];
+    let mut i = 0;
+    while i < 128 {
+        let mut p = 1i32;
+        let mut e = 0;
+        while e < bitrev7(i) {
+            p = mulmod(p, 17);
+            e += 1;
+        }
+        let r = mulmod(p, (1 << 16) % Q as i32);
+        z[i] = if r > Q as i32 / 2 { (r - Q as i32) as i16 } else { r as i16 };
+        i += 1;
+    }
+    z
+};
+
+/// R²/128 mod q: the inverse transform's final factor (1/128 and back
+/// into the normal domain after a base-case product).
+pub(crate) const INV_SCALE: i16 = 1441;
+
+impl Poly {
+    /// The forward transform (FIPS 203 Algorithm 9), coefficients of
+    /// magnitude below q in, below q after a final reduction.
+    /// The plain form of `simd::ntt`, which the tests hold it to.
+    #[cfg(test)]
+    pub(crate) fn ntt(&mut self) {
+        let f = &mut self.0;
+        let mut k = 1;
+        let mut len = 128;
+        while len >= 2 {
+            for start in (0..N).step_by(2 * len) {
+                let zeta = ZETAS[k];
+                k += 1;
+                let (lo, hi) = f[start..start + 2 * len].split_at_mut(len);
+                for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
+                    let t = fqmul(zeta, *b);
+                    *b = *a - t;
+                    *a += t;
+                }
+            }
+            len /= 2;
+        }
+        self.reduce();
+    }
+
+    /// The inverse transform (Algorithm 10) times R: undoes [`Self::ntt`]
+    /// of a base-case product. The plain form of `simd::inv_ntt`.
+    #[cfg(test)]
+    pub(crate) fn inv_ntt(&mut self) {
+        let f = &mut self.0;
+        let mut k = 127;
+        let mut len = 2;
+        while len <= 128 {
+            for start in (0..N).step_by(2 * len) {
+                let zeta = ZETAS[k];
+                k -= 1;
+                let (lo, hi) = f[start..start + 2 * len].split_at_mut(len);
+                for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
+                    let t = *a;
+                    *a = barrett(t + *b);
+                    *b = fqmul(zeta, *b - t);
+                }
+            }
+            len *= 2;
+        }
+        for c in f.iter_mut() {
+            *c = fqmul(*c, INV_SCALE);
+        }
+    }
+
+    /// Adds the base-case product of `a` and `b` (in the transform's
+    /// domain; Algorithm 11) times R⁻¹ to `self`.
+    #[inline(always)]
+    pub(crate) fn add_product(&mut self, a: &Poly, b: &Poly) {
+        for i in 0..64 {
+            let zeta = ZETAS[64 + i];
+            for (j, z) in [(4 * i, zeta), (4 * i + 2, -zeta)] {
+                let (a0, a1, b0, b1) = (a.0[j], a.0[j + 1], b.0[j], b.0[j + 1]);
+                self.0[j] += fqmul(fqmul(a1, b1), z) + fqmul(a0, b0);
+                self.0[j + 1] += fqmul(a0, b1) + fqmul(a1, b0);
+            }
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn add(&mut self, other: &Poly) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a += *b;
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn reduce(&mut self) {
+        for c in self.0.iter_mut() {
+            *c = barrett(*c);
+        }
+    }
+
+    /// Coefficients into [0, q) without a branch (after [`Self::reduce`]).
+    #[inline(always)]
+    fn canonical(&self) -> [u16; N] {
+        core::array::from_fn(|i| {
+            let c = barrett(self.0[i]);
+            (c + ((c >> 15) & Q)) as u16
+        })
+    }
+
+    /// SamplePolyCBD with η = 2 (Algorithm 8) from 128 bytes of PRF output.
+    #[inline(always)]
+    pub(crate) fn cbd2(bytes: &[u8; 128]) -> Poly {
+        let mut p = Poly::default();
+        for (i, chunk) in bytes.chunks_exact(4).enumerate() {
+            let t = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            // Each 2-bit field's two bits summed.
+            let d = (t & 0x5555_5555) + ((t >> 1) & 0x5555_5555);
+            for j in 0..8 {
+                let a = ((d >> (4 * j)) & 3) as i16;
+                let b = ((d >> (4 * j + 2)) & 3) as i16;
+                p.0[8 * i + j] = a - b;
+            }
+        }
+        p
+    }
+
+    /// Decompress₁ of a 32-byte message: bit i becomes ⌈q/2⌋ or 0.
+    #[inline(always)]
+    pub(crate) fn from_message(m: &[u8; 32]) -> Poly {
+        let mut p = Poly::default();
+        for (i, c) in p.0.iter_mut().enumerate() {
+            let bit = i16::from((m[i / 8] >> (i % 8)) & 1);
+            *c = -bit & ((Q + 1) / 2);
+        }
+        p
+    }
+
+    /// ByteDecode₁₂ of 384 bytes; `None` if a value is not below q (the
+    /// modulus check of an encapsulation key, FIPS 203 §7.2).
+    pub(crate) fn decode12(bytes: &[u8]) -> Option<Poly> {
+        let mut p = Poly::default();
+        let mut bad = 0u16;
+        for (i, b) in bytes.chunks_exact(3).enumerate() {
+            let x = u16::from(b[0]) | (u16::from(b[1] & 0x0f) << 8);
+            let y = u16::from(b[1] >> 4) | (u16::from(b[2]) << 4);
+            bad |= (x >= Q as u16) as u16 | (y >= Q as u16) as u16;
+            p.0[2 * i] = x as i16;
+            p.0[2 * i + 1] = y as i16;
+        }
+        (bad == 0).then_some(p)
+    }
+
+    /// Compress₁₀ and ByteEncode₁₀ into 320 bytes.
+    #[inline(always)]
+    pub(crate) fn compress10(&self, out: &mut [u8]) {
+        let c = self.canonical();
+        for (four, o) in c.chunks_exact(4).zip(out.chunks_exact_mut(5)) {
+            let v: [u64; 4] = core::array::from_fn(|i| compress(four[i], 10));
+            let w = v[0] | v[1] << 10 | v[2] << 20 | v[3] << 30;
+            o.copy_from_slice(&w.to_le_bytes()[..5]);
+        }
+    }
+
+    /// Compress₄ and ByteEncode₄ into 128 bytes.
+    #[inline(always)]
+    pub(crate) fn compress4(&self, out: &mut [u8]) {
+        let c = self.canonical();
+        for (two, o) in c.chunks_exact(2).zip(out.iter_mut()) {
+            *o = (compress(two[0], 4) | compress(two[1], 4) << 4) as u8;
+        }
+    }
+}
+
+/// Compress_d(x) = ⌈2^d·x/q⌋ mod 2^d for x in [0, q), with a multiply and
+/// a shift in place of the division (exact for every such x; see tests).
+#[inline(always)]
+pub(crate) fn compress(x: u16, d: u32) -> u64 {
+    // ⌊n/q⌋ = ⌊n·M / 2^35⌋ with M = ⌈2^35/q⌉, for n < 2^22.
+    const M: u64 = (1u64 << 35).div_ceil(Q as u64);
+    let n = (u64::from(x) << d) + (Q as u64) / 2;
+    ((n * M) >> 35) & ((1 << d) - 1)
+}
+
+/// SampleNTT (Algorithm 7): coefficients below q from a SHAKE128 stream of
+/// the public seed, three bytes for two candidates. Returns how many it
+/// found (256 when `stream` sufficed). The plain form of
+/// `simd::sample_ntt`.
+#[cfg(test)]
+pub(crate) fn sample_ntt(stream: &[u8], out: &mut Poly) -> usize {
+    // Both candidates are stored; only those below q advance the count.
+    let mut buf = [0i16; N + 2];
+    let mut n = 0;
+    for b in stream.chunks_exact(3) {
+        if n >= N {
+            break;
+        }
+        let d1 = u16::from(b[0]) | (u16::from(b[1] & 0x0f) << 8);
+        let d2 = u16::from(b[1] >> 4) | (u16::from(b[2]) << 4);
+        buf[n] = d1 as i16;
+        n += usize::from(d1 < Q as u16);
+        buf[n] = d2 as i16;
+        n += usize::from(d2 < Q as u16);
+    }
+    out.0.copy_from_slice(&buf[..N]);
+    n.min(N)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The transform's definition (FIPS 203 §4.3), straight from ζ = 17.
+    fn naive_ntt(f: &[i64; N]) -> [i64; N] {
+        let q = i64::from(Q);
+        let pow = |mut b: i64, mut e: usize| {
+            let mut r = 1;
+            while e > 0 {
+                if e & 1 == 1 {
+                    r = r * b % q;
+                }
+                b = b * b % q;
+                e >>= 1;
+            }
+            r
+        };
+        let mut out = [0i64; N];
+        for i in 0..128 {
+            let z = pow(17, 2 * bitrev7(i) + 1);
+            for j in 0..128 {
+                let w = pow(z, j);
+                out[2 * i] = (out[2 * i] + f[2 * j] * w) % q;
+                out[2 * i + 1] = (out[2 * i + 1] + f[2 * j + 1] * w) % q;
+            }
+        }
+        out
+    }
+
+    fn modq(x: i16) -> i64 {
+        i64::from(x).rem_euclid(i64::from(Q))
+    }
+
+    #[test]
+    fn the_transform_matches_its_definition_and_inverts() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..20 {
+            let mut p = Poly::default();
+            p.0.iter_mut().for_each(|c| *c = rng.i16(-Q + 1..Q));
+            let want = naive_ntt(&core::array::from_fn(|i| modq(p.0[i])));
+            let orig = p;
+            p.ntt();
+            assert!(p.0.iter().zip(want).all(|(&a, b)| modq(a) == b));
+            // Inverse after a product by the transform of 1 (R⁻¹ each time)
+            // gives the input back.
+            let mut one = Poly::default();
+            one.0[0] = 1;
+            one.ntt();
+            let mut prod = Poly::default();
+            prod.add_product(&p, &one);
+            prod.reduce();
+            // prod = p·R⁻¹, the factor the inverse takes away.
+            prod.inv_ntt();
+            assert!(prod.0.iter().zip(orig.0).all(|(&a, b)| modq(a) == modq(b)));
+        }
+    }
+
+    #[test]
+    fn compression_is_exact() {
+        for d in [1, 4, 10, 11] {
+            for x in 0..Q as u16 {
+                let want = ((u64::from(x) << d) * 2 + Q as u64) / (2 * Q as u64) % (1 << d);
+                assert_eq!(compress(x, d), want, "x={x} d={d}");
+            }
+        }
+    }
+
+    #[test]
+    fn reductions_stay_in_range() {
+        for a in i16::MIN..=i16::MAX {
+            let r = barrett(a);
+            assert!(r.abs() <= Q / 2 && modq(r) == modq(a), "barrett({a})");
+        }
+        let mut rng = fastrand::Rng::with_seed(3);
+        for _ in 0..100_000 {
+            let a = rng.i32(-(i32::from(Q) << 15) + 1..i32::from(Q) << 15);
+            let r = mont(a);
+            assert!(r.abs() < Q);
+            let (x, y) = (rng.i16(..), rng.i16(-Q..Q));
+            assert_eq!(fqmul(x, y), mont(i32::from(x) * i32::from(y)));
+            assert_eq!((i64::from(r) << 16).rem_euclid(3329), i64::from(a).rem_euclid(3329));
+        }
+    }
+
+    #[test]
+    fn decoding_refuses_values_not_below_q() {
+        let mut bytes = [0u8; 384];
+        assert!(Poly::decode12(&bytes).is_some());
+        bytes[0] = 0x01;
+        bytes[1] = 0x0d; // 0xd01 = 3329
+        assert!(Poly::decode12(&bytes).is_none());
+        bytes[0] = 0x00; // 3328
+        assert!(Poly::decode12(&bytes).is_some());
+    }
+}
