@@ -1,16 +1,17 @@
 //! Keccak-f[1600] in eight lanes of AVX-512, and the SHA-3 sponges ML-KEM
-//! uses (SHA3-256, SHA3-512, SHAKE128, SHAKE256) over up to eight
-//! independent messages at once.
+//! uses (SHA3-256, SHA3-512, SHAKE128, SHAKE256) run as jobs in them.
 //!
 //! The state is word-major: `state[w][l]` is word `w` (of 25) of lane `l`,
 //! so one 512-bit register holds one word of all eight sponges. A round
 //! takes 25 rotates, about 30 three-input logic operations (`vpternlogq`)
 //! and a few XORs for all eight, where one sponge alone would take about
-//! 150 scalar operations. Absorbing and squeezing move bytes in and out of
-//! the word-major state with plain loads and stores.
+//! 150 scalar operations. [`run`] keeps the lanes busy: each lane has a
+//! job (a sponge, its input, its output) and takes the next as soon as it
+//! is done, so jobs of different sponges and lengths share permutations
+//! (the 1184-byte key hashes of ML-KEM run beside its matrix streams).
 //!
-//! `unsafe` is the AVX-512 kernel's: intrinsics behind the caller's
-//! run-time CPU check (the crate's `available`).
+//! `unsafe` is the AVX-512 kernel's: intrinsics behind the run-time CPU
+//! check (`super::available`).
 
 #![allow(unsafe_code)]
 
@@ -151,77 +152,118 @@ pub(crate) const SHA3_512: Sponge = Sponge { rate: 72, pad: 0x06 };
 pub(crate) const SHAKE128: Sponge = Sponge { rate: 168, pad: 0x1f };
 pub(crate) const SHAKE256: Sponge = Sponge { rate: 136, pad: 0x1f };
 
+/// One hash to compute: a sponge, its input and where its output goes.
+pub(crate) struct Job<'a> {
+    pub(crate) sponge: Sponge,
+    pub(crate) input: &'a [u8],
+    pub(crate) output: &'a mut [u8],
+}
+
+/// Where a lane stands in its job: absorbing block `next` of `blocks`
+/// (the last one padded), or squeezing from byte `at` of its output.
+#[derive(Clone, Copy)]
+enum Step {
+    Idle,
+    Absorb { job: usize, next: usize, blocks: usize },
+    Squeeze { job: usize, at: usize },
+}
+
+/// Runs every job, each in a lane of its own, eight lanes to a
+/// permutation: a lane that finishes takes the next job at once, so jobs
+/// of any sponge and any length share permutations. Panics on a CPU
+/// without AVX-512F.
+pub(crate) fn run(jobs: &mut [Job<'_>]) {
+    assert!(super::available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
+    // SAFETY: the CPU has AVX-512F, checked above.
+    unsafe { run_avx512(jobs) }
+}
+
+#[target_feature(enable = "avx512f")]
+fn run_avx512(jobs: &mut [Job<'_>]) {
+    let mut state: State = [[0; LANES]; 25];
+    let mut lanes = [Step::Idle; LANES];
+    let mut queued = 0;
+    loop {
+        // Idle lanes take the next jobs; absorbing lanes take in a block.
+        for (l, step) in lanes.iter_mut().enumerate() {
+            if let Step::Idle = step
+                && queued < jobs.len()
+            {
+                state.iter_mut().for_each(|w| w[l] = 0);
+                let blocks = jobs[queued].input.len() / jobs[queued].sponge.rate + 1;
+                *step = Step::Absorb { job: queued, next: 0, blocks };
+                queued += 1;
+            }
+            if let Step::Absorb { job, next, .. } = *step {
+                absorb_block(&mut state, l, &jobs[job], next);
+            }
+        }
+        if lanes.iter().all(|s| matches!(s, Step::Idle)) {
+            break;
+        }
+        permute(&mut state);
+        // Lanes past their last block give output.
+        for (l, step) in lanes.iter_mut().enumerate() {
+            let (job, at) = match *step {
+                Step::Idle => continue,
+                Step::Absorb { job, next, blocks } if next + 1 < blocks => {
+                    *step = Step::Absorb { job, next: next + 1, blocks };
+                    continue;
+                }
+                Step::Absorb { job, .. } => (job, 0),
+                Step::Squeeze { job, at } => (job, at),
+            };
+            let Job { sponge, output, .. } = &mut jobs[job];
+            let take = (output.len() - at).min(sponge.rate);
+            squeeze_block(&state, l, &mut output[at..at + take]);
+            *step = if at + take < output.len() { Step::Squeeze { job, at: at + take } } else { Step::Idle };
+        }
+    }
+    state.zeroize();
+}
+
+/// XORs block `b` of the job's input (the last one padded) into lane `l`.
+#[inline]
+fn absorb_block(state: &mut State, l: usize, job: &Job<'_>, b: usize) {
+    let rate = job.sponge.rate;
+    let from = b * rate;
+    if from + rate <= job.input.len() {
+        for (w, word) in job.input[from..from + rate].chunks_exact(8).enumerate() {
+            state[w][l] ^= le64(word);
+        }
+        return;
+    }
+    let mut block = [0u8; 168];
+    let tail = job.input.len() - from;
+    block[..tail].copy_from_slice(&job.input[from..]);
+    block[tail] ^= job.sponge.pad;
+    block[rate - 1] ^= 0x80;
+    for (w, word) in block[..rate].chunks_exact(8).enumerate() {
+        state[w][l] ^= le64(word);
+    }
+    block.zeroize();
+}
+
+/// Copies the first `out.len()` bytes (at most a rate) of lane `l` out.
+#[inline]
+fn squeeze_block(state: &State, l: usize, out: &mut [u8]) {
+    let last = (out.len() / 8).min(24);
+    let mut words = out.chunks_exact_mut(8);
+    for (w, chunk) in (&mut words).enumerate() {
+        chunk.copy_from_slice(&state[w][l].to_le_bytes());
+    }
+    let rest = words.into_remainder();
+    let n = rest.len();
+    rest.copy_from_slice(&state[last][l].to_le_bytes()[..n]);
+}
+
 impl Sponge {
-    /// Hashes each of `inputs` (all of one length) into the output of the
-    /// same index (all of one length), eight at a time. Panics on a CPU
-    /// without AVX-512F.
+    /// Hashes each of `inputs` into the output of the same index.
     pub(crate) fn hash_many(self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
-        assert!(super::available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
-        // SAFETY: the CPU has AVX-512F, checked above.
-        unsafe { self.hash_many_avx512(inputs, outputs) }
-    }
-
-    #[target_feature(enable = "avx512f")]
-    fn hash_many_avx512(self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
         assert_eq!(inputs.len(), outputs.len());
-        let mut state: State = [[0; LANES]; 25];
-        for (ins, outs) in inputs.chunks(LANES).zip(outputs.chunks_mut(LANES)) {
-            state.iter_mut().for_each(|w| *w = [0; LANES]);
-            self.absorb(&mut state, ins);
-            self.squeeze(&mut state, outs);
-        }
-        state.zeroize();
-    }
-
-    /// Absorbs one message per lane, all of one length, and pads.
-    #[target_feature(enable = "avx512f")]
-    fn absorb(self, state: &mut State, inputs: &[&[u8]]) {
-        let len = inputs.first().map_or(0, |m| m.len());
-        assert!(inputs.iter().all(|m| m.len() == len), "lanes absorb messages of one length");
-        let full = len / self.rate;
-        for block in 0..full {
-            for (l, m) in inputs.iter().enumerate() {
-                let words = m[block * self.rate..(block + 1) * self.rate].chunks_exact(8);
-                for (w, word) in words.enumerate() {
-                    state[w][l] ^= le64(word);
-                }
-            }
-            permute(state);
-        }
-        // The last, partial block with the padding.
-        let tail = len - full * self.rate;
-        let mut block = [0u8; 168];
-        for (l, m) in inputs.iter().enumerate() {
-            block[..self.rate].fill(0);
-            block[..tail].copy_from_slice(&m[full * self.rate..]);
-            block[tail] ^= self.pad;
-            block[self.rate - 1] ^= 0x80;
-            for (w, word) in block[..self.rate].chunks_exact(8).enumerate() {
-                state[w][l] ^= le64(word);
-            }
-        }
-        block.zeroize();
-        permute(state);
-    }
-
-    /// Squeezes each lane's output (all of one length).
-    #[target_feature(enable = "avx512f")]
-    fn squeeze(self, state: &mut State, outputs: &mut [&mut [u8]]) {
-        let len = outputs.first().map_or(0, |o| o.len());
-        assert!(outputs.iter().all(|o| o.len() == len), "lanes squeeze outputs of one length");
-        let mut at = 0;
-        while at < len {
-            if at > 0 {
-                permute(state);
-            }
-            let take = (len - at).min(self.rate);
-            for (l, out) in outputs.iter_mut().enumerate() {
-                for (w, chunk) in out[at..at + take].chunks_mut(8).enumerate() {
-                    chunk.copy_from_slice(&state[w][l].to_le_bytes()[..chunk.len()]);
-                }
-            }
-            at += take;
-        }
+        let mut jobs: Vec<Job<'_>> =
+            inputs.iter().zip(outputs.iter_mut()).map(|(input, output)| Job { sponge: self, input, output }).collect();
+        run(&mut jobs);
     }
 }
 

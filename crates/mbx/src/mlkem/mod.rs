@@ -94,22 +94,9 @@ pub fn encapsulate_batch(ops: &mut [EncapOp<'_>]) -> Vec<Result<(), InvalidKey>>
     let live: Vec<usize> = (0..ops.len()).filter(|&i| keys[i].is_some()).collect();
     let n = live.len();
 
-    // H(ek), then (K, r) = G(m ‖ H(ek)).
-    let mut g_in = Zeroizing::new(vec![[0u8; 64]; n]);
-    {
-        let inputs: Vec<&[u8]> = live.iter().map(|&i| ops[i].public_key).collect();
-        let mut hashes = vec![[0u8; 32]; n];
-        let mut outs: Vec<&mut [u8]> = hashes.iter_mut().map(|h| &mut h[..]).collect();
-        SHA3_256.hash_many(&inputs, &mut outs);
-        for ((g, h), &i) in g_in.iter_mut().zip(&hashes).zip(&live) {
-            g[..32].copy_from_slice(ops[i].entropy);
-            g[32..].copy_from_slice(h);
-        }
-    }
-    let mut g_out = Zeroizing::new(vec![[0u8; 64]; n]);
-    hash(SHA3_512, &g_in, &mut g_out);
-
-    // Â's entries (public): entry (i, j) of u_i's sum from SHAKE128(ρ ‖ i ‖ j).
+    // H(ek) and Â's entries (public; entry (i, j) of u_i's sum from
+    // SHAKE128(ρ ‖ i ‖ j)) in one run: the long hashes of the keys first,
+    // the matrix streams filling the other lanes meanwhile.
     let seeds: Vec<[u8; 34]> = live
         .iter()
         .filter_map(|&i| keys[i].as_ref())
@@ -124,13 +111,35 @@ pub fn encapsulate_batch(ops: &mut [EncapOp<'_>]) -> Vec<Result<(), InvalidKey>>
         })
         .collect();
     let mut streams = vec![[0u8; MATRIX_STREAM]; seeds.len()];
-    hash(SHAKE128, &seeds, &mut streams);
+    let mut hashes = vec![[0u8; 32]; n];
+    {
+        let keys = live.iter().zip(hashes.iter_mut()).map(|(&i, h)| keccak::Job {
+            sponge: SHA3_256,
+            input: ops[i].public_key,
+            output: &mut h[..],
+        });
+        let matrix = seeds.iter().zip(streams.iter_mut()).map(|(seed, stream)| keccak::Job {
+            sponge: SHAKE128,
+            input: seed,
+            output: &mut stream[..],
+        });
+        keccak::run(&mut keys.chain(matrix).collect::<Vec<_>>());
+    }
     let mut matrix = vec![Poly::default(); seeds.len()];
     for ((entry, stream), seed) in matrix.iter_mut().zip(&streams).zip(&seeds) {
         if simd::sample(stream, entry) < N {
             sample_long(seed, entry);
         }
     }
+
+    // (K, r) = G(m ‖ H(ek)).
+    let mut g_in = Zeroizing::new(vec![[0u8; 64]; n]);
+    for ((g, h), &i) in g_in.iter_mut().zip(&hashes).zip(&live) {
+        g[..32].copy_from_slice(ops[i].entropy);
+        g[32..].copy_from_slice(h);
+    }
+    let mut g_out = Zeroizing::new(vec![[0u8; 64]; n]);
+    hash(SHA3_512, &g_in, &mut g_out);
 
     // The noise: r (3), e₁ (3), e₂ from SHAKE256(r ‖ N), N = 0..7.
     let prf_in: Zeroizing<Vec<[u8; 33]>> = Zeroizing::new(
