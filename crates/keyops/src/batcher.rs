@@ -92,7 +92,7 @@ pub struct MlKemShare {
 struct SharePending {
     scalar: Zeroizing<[u8; 32]>,
     peer: [u8; 32],
-    /// The client's ML-KEM-768 key, checked ([`mbx::mlkem::check_public_key`]).
+    /// The client's ML-KEM-768 key (the batch checks it).
     mlkem: Option<Box<[u8]>>,
     queued: Instant,
     reply: oneshot::Sender<Result<X25519Share, Error>>,
@@ -171,6 +171,9 @@ struct Batcher {
     penalty: [u32; 2],
     /// TLS handshakes under way on this worker ([`handshake_begins`]).
     handshakes: u32,
+    /// Handshakes whose key shares a batch just gave back, each about to
+    /// ask for its signature: company the next signatures can count on.
+    signs_coming: u32,
     timer: Arc<Notify>,
 }
 
@@ -186,6 +189,7 @@ thread_local! {
         backoff: [0; 2],
         penalty: [0; 2],
         handshakes: 0,
+        signs_coming: 0,
         timer: Arc::new(Notify::new()),
     });
 }
@@ -265,8 +269,9 @@ pub(crate) fn submit(
 
 /// Queues an X25519 key share against the client's public key `peer`, with
 /// a fresh scalar from BoringSSL's generator; the receiver gets the server's
-/// public key and the shared secret. With `mlkem`, a checked ML-KEM-768
-/// key of the client's, the batch encapsulates to it too. Only on a CPU
+/// public key and the shared secret. With `mlkem`, the client's ML-KEM-768
+/// key, the batch encapsulates to it too (or fails the share if the key
+/// is not one). Only on a CPU
 /// with IFMA.
 pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiver<Result<X25519Share, Error>> {
     let (reply, rx) = oneshot::channel();
@@ -304,14 +309,18 @@ pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiv
 
 /// Whether the next ECDSA signature should queue for the lanes: when the
 /// worker's last busy stretch (from one idle moment to the next) or this
-/// one asked for at least [`ECDSA_BREAK_EVEN`] signatures, or some wait
-/// already. Otherwise BoringSSL signs in place, sparing the handshake a
+/// one asked for at least [`ECDSA_BREAK_EVEN`] signatures, when some wait
+/// already, or when a batch of key shares just let go of enough
+/// handshakes, each about to sign. Otherwise BoringSSL signs in place, sparing the handshake a
 /// round trip through the scheduler for a batch that would run below
 /// break-even, one by one in BoringSSL anyway.
 pub(crate) fn sign_in_lanes() -> bool {
     BATCHER.with_borrow_mut(|b| {
         b.arrives(SIGNS, Instant::now());
-        b.busy(SIGNS, ECDSA_BREAK_EVEN) || !b.signs.is_empty() || b.patient[SIGNS]
+        // This one and those a batch of shares just let go: enough for a batch.
+        let coming = b.signs_coming as usize;
+        b.signs_coming = b.signs_coming.saturating_sub(1);
+        b.busy(SIGNS, ECDSA_BREAK_EVEN) || !b.signs.is_empty() || b.patient[SIGNS] || coming >= ECDSA_BREAK_EVEN
     })
 }
 
@@ -351,6 +360,11 @@ fn flush(timer: bool) {
     let queued = BATCHER.with_borrow_mut(|b| {
         if b.this_tick != [0; 2] || b.last_tick != [0; 2] {
             b.last_tick = std::mem::take(&mut b.this_tick);
+        }
+        if !timer {
+            // What a batch of shares let go came in the stretch now ending
+            // (or comes in the next, from shares run below).
+            b.signs_coming = 0;
         }
         if b.is_empty() {
             return None;
@@ -478,6 +492,7 @@ fn run_shares(ops: Vec<SharePending>) {
         stats::record_queue_delay(now.saturating_duration_since(op.queued));
     }
     stats::record_batch_of(stats::X25519, 2 * ops.len(), true);
+    BATCHER.with_borrow_mut(|b| b.signs_coming += ops.len() as u32);
     let mut publics = [[0u8; 32]; mbx::BATCH / 2];
     let mut secrets = Zeroizing::new([[0u8; 32]; mbx::BATCH / 2]);
     let results = {
