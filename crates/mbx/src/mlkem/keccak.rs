@@ -222,26 +222,29 @@ fn run_avx512(jobs: &mut [Job<'_>]) {
     state.zeroize();
 }
 
-/// XORs block `b` of the job's input (the last one padded) into lane `l`.
+/// XORs block `b` of the job's input (the last one padded) into lane `l`,
+/// word by word: no copy of the input (which may be secret) is made.
 #[inline]
 fn absorb_block(state: &mut State, l: usize, job: &Job<'_>, b: usize) {
     let rate = job.sponge.rate;
     let from = b * rate;
-    if from + rate <= job.input.len() {
-        for (w, word) in job.input[from..from + rate].chunks_exact(8).enumerate() {
-            state[w][l] ^= le64(word);
-        }
-        return;
-    }
-    let mut block = [0u8; 168];
-    let tail = job.input.len() - from;
-    block[..tail].copy_from_slice(&job.input[from..]);
-    block[tail] ^= job.sponge.pad;
-    block[rate - 1] ^= 0x80;
-    for (w, word) in block[..rate].chunks_exact(8).enumerate() {
+    let end = (from + rate).min(job.input.len());
+    let mut words = job.input[from..end].chunks_exact(8);
+    for (w, word) in (&mut words).enumerate() {
         state[w][l] ^= le64(word);
     }
-    block.zeroize();
+    if end - from == rate {
+        return;
+    }
+    // The last block: its partial word, then the padding.
+    let tail = end - from;
+    let mut last = 0u64;
+    for (i, &byte) in words.remainder().iter().enumerate() {
+        last |= u64::from(byte) << (8 * i);
+    }
+    last ^= u64::from(job.sponge.pad) << (8 * (tail % 8));
+    state[tail / 8][l] ^= last;
+    state[rate / 8 - 1][l] ^= 0x80 << 56;
 }
 
 /// Copies the first `out.len()` bytes (at most a rate) of lane `l` out.

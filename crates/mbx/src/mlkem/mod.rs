@@ -49,8 +49,10 @@ pub fn available() -> bool {
 }
 
 /// Whether `key` is an ML-KEM-768 encapsulation key: its length, and each
-/// coefficient below q (the check that the key re-encodes to itself).
-pub fn check_public_key(key: &[u8]) -> bool {
+/// coefficient below q (the check that the key re-encodes to itself),
+/// as [`encapsulate_batch`] checks each key.
+#[cfg(test)]
+fn check_public_key(key: &[u8]) -> bool {
     key.len() == PUBLIC_KEY_BYTES && decode_key(key).is_some()
 }
 
@@ -78,7 +80,7 @@ fn decode_key(key: &[u8]) -> Option<Key> {
     let (polys, rho) = key.split_at_checked(K * POLY_BYTES)?;
     let mut t = [Poly::default(); K];
     for (p, bytes) in t.iter_mut().zip(polys.chunks_exact(POLY_BYTES)) {
-        *p = Poly::decode12(bytes)?;
+        *p = simd::decode12(bytes.try_into().ok()?)?;
     }
     Some(Key { t, rho: rho.try_into().ok()? })
 }

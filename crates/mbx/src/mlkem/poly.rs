@@ -209,7 +209,9 @@ impl Poly {
     }
 
     /// ByteDecode₁₂ of 384 bytes; `None` if a value is not below q (the
-    /// modulus check of an encapsulation key, FIPS 203 §7.2).
+    /// modulus check of an encapsulation key, FIPS 203 §7.2). The plain
+    /// form of `simd::decode12`.
+    #[cfg(test)]
     pub(crate) fn decode12(bytes: &[u8]) -> Option<Poly> {
         let mut p = Poly::default();
         let mut bad = 0u16;
