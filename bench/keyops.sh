@@ -19,7 +19,7 @@ echo "$ec" | awk 'NF {printf "openssl speed key=%s ops_per_sec=%s\n", $1, $2}'
 echo
 printf '%-10s %10s %10s %10s %12s %12s\n' key mb boring openssl mb/openssl mb/boring
 all=$(echo "$ossl" | awk '{printf "rsa%s %s\n", $1, $2}'; echo "$ec")
-for key in rsa2048 rsa3072 rsa4096 x25519 ecdsa-p256; do
+for key in rsa2048 rsa3072 rsa4096 x25519 ecdsa-p256 mlkem768; do
   mb=$(echo "$gh" | sed -n "s/.*engine=mb key=$key ops_per_sec=\([0-9]*\).*/\1/p")
   bo=$(echo "$gh" | sed -n "s/.*engine=boring key=$key ops_per_sec=\([0-9]*\).*/\1/p")
   os=$(echo "$all" | awk -v k="$key" '$1==k {printf "%.0f", $2}')

@@ -2,7 +2,9 @@
 //! once, one per 64-bit lane, with radix 2^52 limbs and the IFMA
 //! instructions (`vpmadd52luq`/`vpmadd52huq`); and ChaCha20 across sixteen
 //! packets at once ([`chacha`]) and Poly1305 across eight ([`poly1305`]),
-//! together the ChaCha20-Poly1305 AEAD as WireGuard uses it ([`aead`]).
+//! together the ChaCha20-Poly1305 AEAD as WireGuard uses it ([`aead`]);
+//! X25519 and ECDSA P-256 in IFMA lanes ([`x25519`], [`p256`]); and
+//! ML-KEM-768 encapsulation with SHA-3 in eight Keccak lanes ([`mlkem`]).
 //!
 //! The private operation uses the CRT, fixed-window exponentiation with
 //! constant-time table reads and almost Montgomery multiplication; every result
