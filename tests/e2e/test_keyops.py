@@ -3,6 +3,7 @@
 import concurrent.futures
 import json
 import os
+import socket
 import subprocess
 import urllib.request
 import ssl
@@ -315,6 +316,60 @@ def test_concurrent_post_quantum_handshakes_share_their_ml_kem_batches(tmp_path,
                        if s.labels.get("key") == "mlkem768")
     assert encapsulated == lane_shares(fams)["X25519MLKEM768"]
     assert sum(lane_batches(fams, "mlkem768", n) for n in (2, 3, 4)) > 0, "no batch of more than one"
+
+
+def pq_client_hello(mlkem_key, name=b"a.test"):
+    """A TLS 1.3 ClientHello offering only X25519MLKEM768, with this
+    ML-KEM-768 key (1184 bytes) and a fixed X25519 point as its share."""
+    def ext(kind, body):
+        return kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
+
+    share = mlkem_key + bytes([9] + [0] * 31)
+    key_share = (0x11ec).to_bytes(2, "big") + len(share).to_bytes(2, "big") + share
+    sni = b"\x00" + len(name).to_bytes(2, "big") + name
+    exts = b"".join([
+        ext(0x0000, (len(sni)).to_bytes(2, "big") + sni),
+        ext(0x002b, b"\x02\x03\x04"),
+        ext(0x000a, b"\x00\x02\x11\xec"),
+        ext(0x000d, b"\x00\x02\x04\x03"),
+        ext(0x0033, len(key_share).to_bytes(2, "big") + key_share),
+    ])
+    body = (b"\x03\x03" + os.urandom(32) + b"\x20" + os.urandom(32) + b"\x00\x02\x13\x01" + b"\x01\x00"
+            + len(exts).to_bytes(2, "big") + exts)
+    hs = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x01" + len(hs).to_bytes(2, "big") + hs
+
+
+def first_record(port, hello):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(hello)
+        head = b""
+        while len(head) < 7:
+            chunk = s.recv(7 - len(head))
+            if not chunk:
+                break
+            head += chunk
+        return head
+
+
+@needs_ifma
+def test_a_malformed_ml_kem_key_share_is_refused_with_an_alert(tmp_path, gatehouse):
+    # FIPS 203's check of the client's key: a coefficient of 4095 is no
+    # key. The lanes leave it to BoringSSL, which answers with a fatal
+    # alert; a well-formed key (all coefficients zero) gets a ServerHello,
+    # and the server goes on serving.
+    port, admin = free_port(), free_port()
+    crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
+    gatehouse(config(port, "k", crt, key, extra=f"admin: {{ address: 127.0.0.1:{admin} }}"), [port, admin])
+    good = bytes(1152) + bytes(range(32))
+    bad = b"\xff\x0f" + good[2:]
+    head = first_record(port, pq_client_hello(bad))
+    assert head[:1] == b"\x15" and head[5:6] == b"\x02" and head[6] in (47, 50), head.hex()
+    head = first_record(port, pq_client_hello(good))
+    assert head[:1] == b"\x16" and head[5:6] == b"\x02", head.hex()  # a ServerHello
+    code, body, err = curl("--cacert", str(crt), "--resolve", f"a.test:{port}:127.0.0.1", f"https://a.test:{port}/")
+    assert (code, body) == (200, "hello\n"), err
+    assert lane_batches(metrics(admin), "mlkem768") == 2, "both keys went to the lanes"
 
 
 @needs_ifma
