@@ -11,6 +11,8 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use etherparse::err::Layer;
+use etherparse::err::packet::SliceError;
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use gatehouse_wire::forward::{self, Error};
 use gatehouse_wire::packet::{self, Checks, Frame};
@@ -18,6 +20,10 @@ use gatehouse_wire::packet::{self, Checks, Frame};
 fn compare_with_etherparse(frame: &[u8], ip: &packet::Ip) {
     let sliced = match SlicedPacket::from_ethernet(frame) {
         Ok(s) => s,
+        // etherparse holds ICMPv4 timestamp messages (types 13 and 14) to
+        // their 20 bytes; the view, as a router, takes ICMP messages it does
+        // not interpret at any length (corpus: crash-icmp-timestamp-*.bin).
+        Err(SliceError::Len(e)) if matches!(e.layer, Layer::Icmpv4Timestamp | Layer::Icmpv4TimestampReply) => return,
         Err(e) => panic!("the view takes a frame etherparse refuses ({e}): {frame:02x?}"),
     };
     let (src, dst, ttl, proto) = match &sliced.net {

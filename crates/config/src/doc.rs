@@ -194,8 +194,13 @@ pub fn list_mut<'a>(root: &'a mut Node, kind: &str) -> Result<&'a mut Vec<Node>,
 }
 
 /// Whether a plain scalar can be written back without quotes and read the
-/// same: a conservative subset (no spaces, no YAML indicators up front).
+/// same: a conservative subset (no spaces, no YAML indicators up front,
+/// not a document marker: `...` alone on a line ends the document, found
+/// by the config fuzz target).
 fn safe_plain(t: &str) -> bool {
+    if t.starts_with("...") || t.starts_with("---") {
+        return false;
+    }
     let Some(first) = t.chars().next() else { return false };
     let first_ok = first.is_ascii_alphanumeric()
         || first == '/'
