@@ -271,8 +271,7 @@ pub(crate) fn submit(
 /// a fresh scalar from BoringSSL's generator; the receiver gets the server's
 /// public key and the shared secret. With `mlkem`, the client's ML-KEM-768
 /// key, the batch encapsulates to it too (or fails the share if the key
-/// is not one). Only on a CPU
-/// with IFMA.
+/// is not one). Only on a CPU with IFMA.
 pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiver<Result<X25519Share, Error>> {
     let (reply, rx) = oneshot::channel();
     let mut scalar = Zeroizing::new([0u8; 32]);
@@ -311,9 +310,9 @@ pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiv
 /// worker's last busy stretch (from one idle moment to the next) or this
 /// one asked for at least [`ECDSA_BREAK_EVEN`] signatures, when some wait
 /// already, or when a batch of key shares just let go of enough
-/// handshakes, each about to sign. Otherwise BoringSSL signs in place, sparing the handshake a
-/// round trip through the scheduler for a batch that would run below
-/// break-even, one by one in BoringSSL anyway.
+/// handshakes, each about to sign. Otherwise BoringSSL signs in place,
+/// sparing the handshake a round trip through the scheduler for a batch
+/// that would run below break-even, one by one in BoringSSL anyway.
 pub(crate) fn sign_in_lanes() -> bool {
     BATCHER.with_borrow_mut(|b| {
         b.arrives(SIGNS, Instant::now());

@@ -8,9 +8,9 @@
 //! the group as BoringSSL will pick it ([`predict`]), and [`start`]s the
 //! share: X25519 in the worker's lanes, and for X25519MLKEM768 the X25519
 //! half in lanes and the ML-KEM-768 encapsulation in the same batch's
-//! Keccak lanes (`mbx::mlkem`; in BoringSSL on a CPU without AVX-512BW).
-//! A hint
-//! that does not apply costs its computation, never a handshake.
+//! Keccak lanes (`mbx::mlkem`; in BoringSSL on a CPU without the AVX-512
+//! they need). A hint that does not apply costs its computation, never a
+//! handshake.
 
 use std::future::Future;
 
@@ -29,8 +29,6 @@ pub const X25519_MLKEM768: u16 = 0x11ec;
 /// Gatehouse keeps, and with `SSL_OP_CIPHER_SERVER_PREFERENCE` the order
 /// in which it picks.
 const SERVER_PREFERENCE: [u16; 4] = [X25519_MLKEM768, X25519, 0x0017, 0x0018];
-
-const MLKEM768_PUBLIC: usize = 1184;
 
 /// The server's share and the shared secret, as BoringSSL would make them.
 pub struct Share {
@@ -72,8 +70,8 @@ pub fn client_share(key_share: &[u8], group: u16) -> Option<&[u8]> {
 pub fn start(group: u16, peer: &[u8]) -> Option<impl Future<Output = Result<Share, Error>> + use<>> {
     let (mlkem, x25519) = match group {
         X25519 => (None, peer),
-        X25519_MLKEM768 if peer.len() == MLKEM768_PUBLIC + 32 => {
-            let (m, x) = peer.split_at(MLKEM768_PUBLIC);
+        X25519_MLKEM768 if peer.len() == mbx::mlkem::PUBLIC_KEY_BYTES + 32 => {
+            let (m, x) = peer.split_at(mbx::mlkem::PUBLIC_KEY_BYTES);
             (Some(m), x)
         }
         _ => return None,

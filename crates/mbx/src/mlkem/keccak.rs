@@ -19,11 +19,13 @@ use core::arch::x86_64::*;
 
 use zeroize::Zeroize;
 
+use super::Cpu;
+
 /// Sponges run together.
-pub(crate) const LANES: usize = 8;
+const LANES: usize = 8;
 
 /// Eight sponge states, word-major.
-pub(crate) type State = [[u64; LANES]; 25];
+type State = [[u64; LANES]; 25];
 
 /// The round constants, from the degree-8 LFSR of the Keccak reference.
 const RC: [u64; 24] = {
@@ -46,7 +48,7 @@ const RC: [u64; 24] = {
 
 /// The permutation on eight states at once.
 #[target_feature(enable = "avx512f")]
-pub(crate) fn permute(state: &mut State) {
+fn permute(state: &mut State) {
     let mut a: [__m512i; 25] = core::array::from_fn(|w| load(&state[w]));
     for rc in RC {
         // θ: each column's parity, folded into its two neighbours.
@@ -170,11 +172,9 @@ enum Step {
 
 /// Runs every job, each in a lane of its own, eight lanes to a
 /// permutation: a lane that finishes takes the next job at once, so jobs
-/// of any sponge and any length share permutations. Panics on a CPU
-/// without AVX-512F.
-pub(crate) fn run(jobs: &mut [Job<'_>]) {
-    assert!(super::available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
-    // SAFETY: the CPU has AVX-512F, checked above.
+/// of any sponge and any length share permutations.
+pub(crate) fn run(_: Cpu, jobs: &mut [Job<'_>]) {
+    // SAFETY: a `Cpu` exists only where `available()` held, AVX-512F included.
     unsafe { run_avx512(jobs) }
 }
 
@@ -262,11 +262,11 @@ fn squeeze_block(state: &State, l: usize, out: &mut [u8]) {
 
 impl Sponge {
     /// Hashes each of `inputs` into the output of the same index.
-    pub(crate) fn hash_many(self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+    pub(crate) fn hash_many(self, cpu: Cpu, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
         assert_eq!(inputs.len(), outputs.len());
         let mut jobs: Vec<Job<'_>> =
             inputs.iter().zip(outputs.iter_mut()).map(|(input, output)| Job { sponge: self, input, output }).collect();
-        run(&mut jobs);
+        run(cpu, &mut jobs);
     }
 }
 
@@ -288,7 +288,8 @@ mod tests {
 
     fn one(s: Sponge, msg: &[u8], out_len: usize) -> Vec<u8> {
         let mut out = vec![0u8; out_len];
-        s.hash_many(&[msg], &mut [&mut out[..]]);
+        let cpu = Cpu::detect().expect("the callers check the CPU first");
+        s.hash_many(cpu, &[msg], &mut [&mut out[..]]);
         out
     }
 
@@ -301,7 +302,7 @@ mod tests {
 
     #[test]
     fn known_digests() {
-        if !super::super::available() {
+        if Cpu::detect().is_none() {
             return;
         }
         assert_eq!(hex(&one(SHA3_256, b"", 32)), "a7ffc6f8bf1ed76651c14756a061d662f580ff4de43b49fa82d80a4b80f8434a");
@@ -328,15 +329,13 @@ mod tests {
     /// many blocks match squeezing one lane alone.
     #[test]
     fn lanes_match_one_at_a_time() {
-        if !super::super::available() {
-            return;
-        }
+        let Some(cpu) = Cpu::detect() else { return };
         for (s, len, out_len) in [(SHA3_256, 1184, 32), (SHAKE128, 34, 504), (SHAKE256, 33, 128), (SHA3_512, 72, 64)] {
             let msgs: Vec<Vec<u8>> = (0..11).map(|i| (0..len).map(|j| (i * 31 + j * 7) as u8).collect()).collect();
             let mut outs = vec![vec![0u8; out_len]; msgs.len()];
             let ins: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
             let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-            s.hash_many(&ins, &mut refs);
+            s.hash_many(cpu, &ins, &mut refs);
             for (m, o) in msgs.iter().zip(&outs) {
                 assert_eq!(&one(s, m, out_len), o);
             }

@@ -48,12 +48,24 @@ pub fn available() -> bool {
         && std::is_x86_feature_detected!("avx512vbmi2")
 }
 
+/// Proof that the CPU passed [`available`]: made once per batch, it lets
+/// the kernels' safe wrappers (`keccak::run`, `simd`'s) skip the check.
+/// Only [`Cpu::detect`] makes one.
+#[derive(Clone, Copy)]
+struct Cpu(());
+
+impl Cpu {
+    fn detect() -> Option<Cpu> {
+        available().then_some(Cpu(()))
+    }
+}
+
 /// Whether `key` is an ML-KEM-768 encapsulation key: its length, and each
 /// coefficient below q (the check that the key re-encodes to itself),
 /// as [`encapsulate_batch`] checks each key.
 #[cfg(test)]
 fn check_public_key(key: &[u8]) -> bool {
-    key.len() == PUBLIC_KEY_BYTES && decode_key(key).is_some()
+    Cpu::detect().is_some_and(|cpu| decode_key(cpu, key).is_some())
 }
 
 /// One encapsulation of a batch.
@@ -66,7 +78,8 @@ pub struct EncapOp<'a> {
     pub secret: &'a mut [u8; SECRET_BYTES],
 }
 
-/// The encapsulation key failed [`check_public_key`].
+/// The encapsulation key is not one: wrong length, or a coefficient not
+/// below q (FIPS 203's modulus check).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InvalidKey;
 
@@ -76,24 +89,23 @@ struct Key {
     rho: [u8; 32],
 }
 
-fn decode_key(key: &[u8]) -> Option<Key> {
+/// The key decoded, if it is one (its length and the modulus check).
+fn decode_key(cpu: Cpu, key: &[u8]) -> Option<Key> {
     let (polys, rho) = key.split_at_checked(K * POLY_BYTES)?;
     let mut t = [Poly::default(); K];
     for (p, bytes) in t.iter_mut().zip(polys.chunks_exact(POLY_BYTES)) {
-        *p = simd::decode12(bytes.try_into().ok()?)?;
+        *p = simd::decode12(cpu, bytes.try_into().ok()?)?;
     }
     Some(Key { t, rho: rho.try_into().ok()? })
 }
 
 /// Encapsulates to each op's key, any number at once. Panics on a CPU
-/// without AVX-512F ([`available`]).
+/// without the AVX-512 of [`available`].
 pub fn encapsulate_batch(ops: &mut [EncapOp<'_>]) -> Vec<Result<(), InvalidKey>> {
-    assert!(available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
-    let keys: Vec<Option<Key>> = ops
-        .iter()
-        .map(|op| if op.public_key.len() == PUBLIC_KEY_BYTES { decode_key(op.public_key) } else { None })
-        .collect();
-    let live: Vec<usize> = (0..ops.len()).filter(|&i| keys[i].is_some()).collect();
+    let Some(cpu) = Cpu::detect() else { panic!("ML-KEM lanes called on a CPU without the AVX-512 they need") };
+    let keys: Vec<Option<Key>> = ops.iter().map(|op| decode_key(cpu, op.public_key)).collect();
+    // The ops with a key, and their keys.
+    let live: Vec<(usize, &Key)> = keys.iter().enumerate().filter_map(|(i, k)| Some((i, k.as_ref()?))).collect();
     let n = live.len();
 
     // H(ek) and Â's entries (public; entry (i, j) of u_i's sum from
@@ -101,8 +113,7 @@ pub fn encapsulate_batch(ops: &mut [EncapOp<'_>]) -> Vec<Result<(), InvalidKey>>
     // the matrix streams filling the other lanes meanwhile.
     let seeds: Vec<[u8; 34]> = live
         .iter()
-        .filter_map(|&i| keys[i].as_ref())
-        .flat_map(|key| {
+        .flat_map(|&(_, key)| {
             (0..K * K).map(move |e| {
                 let mut s = [0u8; 34];
                 s[..32].copy_from_slice(&key.rho);
@@ -115,7 +126,7 @@ pub fn encapsulate_batch(ops: &mut [EncapOp<'_>]) -> Vec<Result<(), InvalidKey>>
     let mut streams = vec![[0u8; MATRIX_STREAM]; seeds.len()];
     let mut hashes = vec![[0u8; 32]; n];
     {
-        let keys = live.iter().zip(hashes.iter_mut()).map(|(&i, h)| keccak::Job {
+        let keys = live.iter().zip(hashes.iter_mut()).map(|(&(i, _), h)| keccak::Job {
             sponge: SHA3_256,
             input: ops[i].public_key,
             output: &mut h[..],
@@ -125,23 +136,23 @@ pub fn encapsulate_batch(ops: &mut [EncapOp<'_>]) -> Vec<Result<(), InvalidKey>>
             input: seed,
             output: &mut stream[..],
         });
-        keccak::run(&mut keys.chain(matrix).collect::<Vec<_>>());
+        keccak::run(cpu, &mut keys.chain(matrix).collect::<Vec<_>>());
     }
     let mut matrix = vec![Poly::default(); seeds.len()];
     for ((entry, stream), seed) in matrix.iter_mut().zip(&streams).zip(&seeds) {
-        if simd::sample(stream, entry) < N {
-            sample_long(seed, entry);
+        if simd::sample(cpu, stream, entry) < N {
+            sample_long(cpu, seed, entry);
         }
     }
 
     // (K, r) = G(m ‖ H(ek)).
     let mut g_in = Zeroizing::new(vec![[0u8; 64]; n]);
-    for ((g, h), &i) in g_in.iter_mut().zip(&hashes).zip(&live) {
+    for ((g, h), &(i, _)) in g_in.iter_mut().zip(&hashes).zip(&live) {
         g[..32].copy_from_slice(ops[i].entropy);
         g[32..].copy_from_slice(h);
     }
     let mut g_out = Zeroizing::new(vec![[0u8; 64]; n]);
-    hash(SHA3_512, &g_in, &mut g_out);
+    hash(cpu, SHA3_512, &g_in, &mut g_out);
 
     // The noise: r (3), e₁ (3), e₂ from SHAKE256(r ‖ N), N = 0..7.
     let prf_in: Zeroizing<Vec<[u8; 33]>> = Zeroizing::new(
@@ -158,34 +169,33 @@ pub fn encapsulate_batch(ops: &mut [EncapOp<'_>]) -> Vec<Result<(), InvalidKey>>
             .collect(),
     );
     let mut noise = Zeroizing::new(vec![[0u8; 128]; prf_in.len()]);
-    hash(SHAKE256, &prf_in, &mut noise);
+    hash(cpu, SHAKE256, &prf_in, &mut noise);
 
-    for (slot, &i) in live.iter().enumerate() {
-        let Some(key) = keys[i].as_ref() else { continue };
+    for (slot, &(i, key)) in live.iter().enumerate() {
         let op = &mut ops[i];
         let coins = &noise[slot * (2 * K + 1)..(slot + 1) * (2 * K + 1)];
-        simd::encrypt(&key.t, &matrix[slot * K * K..(slot + 1) * K * K], op.entropy, coins, op.ciphertext);
+        simd::encrypt(cpu, &key.t, &matrix[slot * K * K..(slot + 1) * K * K], op.entropy, coins, op.ciphertext);
         op.secret.copy_from_slice(&g_out[slot][..32]);
     }
     keys.iter().map(|k| if k.is_some() { Ok(()) } else { Err(InvalidKey) }).collect()
 }
 
 /// The same sponge over equal-length inputs into equal-length outputs.
-fn hash<const I: usize, const O: usize>(s: keccak::Sponge, inputs: &[[u8; I]], outputs: &mut [[u8; O]]) {
+fn hash<const I: usize, const O: usize>(cpu: Cpu, s: keccak::Sponge, inputs: &[[u8; I]], outputs: &mut [[u8; O]]) {
     let ins: Vec<&[u8]> = inputs.iter().map(|x| &x[..]).collect();
     let mut outs: Vec<&mut [u8]> = outputs.iter_mut().map(|x| &mut x[..]).collect();
-    s.hash_many(&ins, &mut outs);
+    s.hash_many(cpu, &ins, &mut outs);
 }
 
 /// A matrix entry whose first blocks held too few values below q: read
 /// the stream further (public data, so the extra time tells nothing).
-fn sample_long(seed: &[u8; 34], entry: &mut Poly) {
+fn sample_long(cpu: Cpu, seed: &[u8; 34], entry: &mut Poly) {
     let mut len = MATRIX_STREAM;
     loop {
         len += 2 * 168;
         let mut stream = vec![0u8; len];
-        SHAKE128.hash_many(&[seed], &mut [&mut stream[..]]);
-        if simd::sample(&stream, entry) == N {
+        SHAKE128.hash_many(cpu, &[seed], &mut [&mut stream[..]]);
+        if simd::sample(cpu, &stream, entry) == N {
             return;
         }
     }

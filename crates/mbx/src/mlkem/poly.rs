@@ -56,7 +56,7 @@ pub(crate) const BARRETT_V: i16 = (((1 << 26) + Q as i32 / 2) / Q as i32) as i16
 
 /// a mod q, centred: in [−(q−1)/2, (q−1)/2].
 #[inline(always)]
-pub(crate) fn barrett(a: i16) -> i16 {
+fn barrett(a: i16) -> i16 {
     let t = ((i32::from(BARRETT_V) * i32::from(a) + (1 << 25)) >> 26) as i16;
     a.wrapping_sub(t.wrapping_mul(Q))
 }
@@ -171,7 +171,8 @@ impl Poly {
         }
     }
 
-    /// Coefficients into [0, q) without a branch (after [`Self::reduce`]).
+    /// Coefficients into [0, q) without a branch (reduced first: a sum of
+    /// reduced polynomials may come in).
     #[inline(always)]
     fn canonical(&self) -> [u16; N] {
         core::array::from_fn(|i| {
@@ -249,7 +250,7 @@ impl Poly {
 /// Compress_d(x) = ⌈2^d·x/q⌋ mod 2^d for x in [0, q), with a multiply and
 /// a shift in place of the division (exact for every such x; see tests).
 #[inline(always)]
-pub(crate) fn compress(x: u16, d: u32) -> u64 {
+fn compress(x: u16, d: u32) -> u64 {
     // ⌊n/q⌋ = ⌊n·M / 2^35⌋ with M = ⌈2^35/q⌉, for n < 2^22.
     const M: u64 = (1u64 << 35).div_ceil(Q as u64);
     let n = (u64::from(x) << d) + (Q as u64) / 2;

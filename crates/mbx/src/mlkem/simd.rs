@@ -11,9 +11,10 @@
 //! of a register pair, gathered into a "low" and a "high" register by one
 //! two-source permutation each (`vpermt2w`) and scattered back after.
 //!
-//! `unsafe` is the intrinsics' (loads and stores through raw pointers);
-//! every function is `#[target_feature]` and reached only after the
-//! module's CPU check ([`super::available`]).
+//! `unsafe` is the intrinsics' (loads and stores through raw pointers)
+//! and the calls into `#[target_feature]` code from the safe wrappers,
+//! which take a `Cpu`: proof that the CPU check ([`super::available`])
+//! passed.
 
 #![allow(unsafe_code)]
 
@@ -21,6 +22,7 @@ use core::arch::x86_64::*;
 
 use zeroize::Zeroize;
 
+use super::Cpu;
 use super::poly::{BARRETT_V, INV_SCALE, K, N, Poly, Q, QINV, ZETAS};
 
 /// For a layer of butterflies of span `len` (2 to 16) on 64 coefficients
@@ -171,7 +173,7 @@ fn small_layer(x: &mut V, y: &mut V, s: usize, z: &[i16; 32], inverse: bool) {
 
 /// The forward transform, as [`Poly::ntt`].
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(crate) fn ntt(p: &mut Poly) {
+fn ntt(p: &mut Poly) {
     let mut v = load(p);
     let z = |k: usize| _mm512_set1_epi16(ZETAS[k]);
     // Spans 128, 64, 32: whole registers.
@@ -197,7 +199,7 @@ pub(crate) fn ntt(p: &mut Poly) {
 
 /// The inverse transform times R, as [`Poly::inv_ntt`].
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(crate) fn inv_ntt(p: &mut Poly) {
+fn inv_ntt(p: &mut Poly) {
     let mut v = load(p);
     let z = |k: usize| _mm512_set1_epi16(ZETAS[k]);
     for s in (0..4).rev() {
@@ -267,11 +269,9 @@ fn decode12_avx512(bytes: &[u8; 384]) -> Option<Poly> {
     (bad == 0).then_some(p)
 }
 
-/// [`decode12_avx512`] from code without the target features. Panics on a
-/// CPU without them.
-pub(crate) fn decode12(bytes: &[u8; 384]) -> Option<Poly> {
-    assert!(super::available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
-    // SAFETY: the CPU has the features, checked above.
+/// [`decode12_avx512`] from code without the target features.
+pub(crate) fn decode12(_: Cpu, bytes: &[u8; 384]) -> Option<Poly> {
+    // SAFETY: a `Cpu` exists only where `available()` held.
     unsafe { decode12_avx512(bytes) }
 }
 
@@ -316,19 +316,15 @@ fn sample_ntt(stream: &[u8], out: &mut Poly) -> usize {
     n.min(N)
 }
 
-/// [`sample_ntt`] from code without the target features. Panics on a CPU
-/// without them.
-pub(crate) fn sample(stream: &[u8], out: &mut Poly) -> usize {
-    assert!(super::available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
-    // SAFETY: the CPU has the features, checked above.
+/// [`sample_ntt`] from code without the target features.
+pub(crate) fn sample(_: Cpu, stream: &[u8], out: &mut Poly) -> usize {
+    // SAFETY: a `Cpu` exists only where `available()` held.
     unsafe { sample_ntt(stream, out) }
 }
 
-/// K-PKE.Encrypt into `out`; see [`encrypt_avx512`]. Panics on a CPU
-/// without the AVX-512 of [`super::available`].
-pub(crate) fn encrypt(t: &[Poly; K], matrix: &[Poly], m: &[u8; 32], coins: &[[u8; 128]], out: &mut [u8; 1088]) {
-    assert!(super::available(), "ML-KEM lanes called on a CPU without the AVX-512 they need");
-    // SAFETY: the CPU has AVX-512F and BW, checked above.
+/// K-PKE.Encrypt into `out`; see [`encrypt_avx512`].
+pub(crate) fn encrypt(_: Cpu, t: &[Poly; K], matrix: &[Poly], m: &[u8; 32], coins: &[[u8; 128]], out: &mut [u8; 1088]) {
+    // SAFETY: a `Cpu` exists only where `available()` held.
     unsafe { encrypt_avx512(t, matrix, m, coins, out) }
 }
 
@@ -376,13 +372,9 @@ fn encrypt_avx512(t: &[Poly; K], matrix: &[Poly], m: &[u8; 32], coins: &[[u8; 12
 mod tests {
     use super::*;
 
-    fn cpu() -> bool {
-        super::super::available()
-    }
-
     #[test]
     fn the_transforms_match_the_plain_code() {
-        if !cpu() {
+        if Cpu::detect().is_none() {
             return;
         }
         let mut rng = fastrand::Rng::with_seed(11);
@@ -405,9 +397,7 @@ mod tests {
 
     #[test]
     fn decoding_matches_the_plain_code() {
-        if !cpu() {
-            return;
-        }
+        let Some(cpu) = Cpu::detect() else { return };
         let mut rng = fastrand::Rng::with_seed(13);
         for round in 0..500 {
             let mut bytes = [0u8; 384];
@@ -423,13 +413,13 @@ mod tests {
             }
             let want = Poly::decode12(&bytes).map(|p| p.0);
             assert_eq!(want.is_some(), round % 2 == 0);
-            assert_eq!(decode12(&bytes).map(|p| p.0), want);
+            assert_eq!(decode12(cpu, &bytes).map(|p| p.0), want);
         }
     }
 
     #[test]
     fn sampling_matches_the_plain_code() {
-        if !cpu() {
+        if Cpu::detect().is_none() {
             return;
         }
         let mut rng = fastrand::Rng::with_seed(12);
