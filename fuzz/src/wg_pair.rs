@@ -1,8 +1,17 @@
 //! Two WireGuard devices with fixed keys and seeded random sources, so
 //! that a run is the same every time: what the WireGuard targets and the
 //! corpus's seeds are made from.
+//!
+//! A handshake is a few X25519 multiplications, which would be most of a
+//! run: the prepared states (a pair with a session up, an initiation made)
+//! are made once per thread from the fixed clock [`start`] and cloned for
+//! each run (`gatehouse-wg`'s `fuzzing` feature), which is the same as
+//! making them again since everything in them is seeded.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use gatehouse_wg::crypto::{StaticSecret, hash, mac};
@@ -11,6 +20,7 @@ use gatehouse_wg::messages::{INITIATION, RESPONSE, initiation, response};
 
 /// A seeded random source: its output is predictable by design, so it is
 /// only for fuzzing and tests.
+#[derive(Clone)]
 pub struct Seeded(pub fastrand::Rng);
 
 impl rand_core::RngCore for Seeded {
@@ -32,6 +42,27 @@ impl rand_core::RngCore for Seeded {
 impl rand_core::CryptoRng for Seeded {}
 
 pub type Dev = Device<Seeded>;
+
+/// The monotonic clock's reading every run starts from, so that a state
+/// prepared once fits every run.
+pub fn start() -> Instant {
+    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+    *START
+}
+
+/// `make()` the first time a thread asks for `key`, a clone of it after.
+fn cached<V: Clone>(
+    cache: &'static std::thread::LocalKey<RefCell<HashMap<u64, V>>>,
+    key: u64,
+    make: impl FnOnce() -> V,
+) -> V {
+    if let Some(v) = cache.with(|c| c.borrow().get(&key).cloned()) {
+        return v;
+    }
+    let v = make();
+    cache.with(|c| c.borrow_mut().insert(key, v.clone()));
+    v
+}
 
 pub const EPOCH: Duration = Duration::from_secs(1_800_000_000);
 pub const A: &str = "192.0.2.1:51820";
@@ -77,14 +108,19 @@ pub fn deliver(to: &mut Dev, from: &str, out: Vec<Transmit>, now: Instant) -> Ve
     replies
 }
 
-/// A pair with a session up (a initiated, data went both ways).
-pub fn established(t0: Instant, seed: u64) -> (Dev, Dev) {
-    let (mut a, mut b) = pair(t0, seed);
-    let mut out = Vec::new();
-    let _ = a.send(&packet(40), t0, &mut out);
-    let back = deliver(&mut b, A, out, t0);
-    let _ = deliver(&mut a, B, back, t0);
-    (a, b)
+/// A pair with a session up at [`start`] (a initiated, data went both
+/// ways).
+pub fn established(seed: u64) -> (Dev, Dev) {
+    thread_local!(static CACHE: RefCell<HashMap<u64, (Dev, Dev)>> = RefCell::new(HashMap::new()));
+    cached(&CACHE, seed, || {
+        let t0 = start();
+        let (mut a, mut b) = pair(t0, seed);
+        let mut out = Vec::new();
+        let _ = a.send(&packet(40), t0, &mut out);
+        let back = deliver(&mut b, A, out, t0);
+        let _ = deliver(&mut a, B, back, t0);
+        (a, b)
+    })
 }
 
 /// The datagram with mac1 made right for a handshake message to the
@@ -103,12 +139,17 @@ pub fn with_mac1(d: &[u8], to_b: bool) -> Vec<u8> {
     d
 }
 
-/// Both devices still work: a fresh initiator with a newer clock
-/// completes a handshake with b and its data opens.
-pub fn still_works(b: &mut Dev, later: Instant, seed: u64) {
-    let (mut a2, _) = pair_at(later, EPOCH + Duration::from_secs(400), seed);
-    let mut out = Vec::new();
-    let _ = a2.send(&packet(20), later, &mut out);
+/// b still works: a fresh initiator 400 s after [`start`], with a newer
+/// clock, completes a handshake with b and its data opens.
+pub fn still_works(b: &mut Dev, seed: u64) {
+    thread_local!(static CACHE: RefCell<HashMap<u64, (Dev, Vec<Transmit>)>> = RefCell::new(HashMap::new()));
+    let later = start() + Duration::from_secs(400);
+    let (mut a2, out) = cached(&CACHE, seed, || {
+        let (mut a2, _) = pair_at(later, EPOCH + Duration::from_secs(400), seed);
+        let mut out = Vec::new();
+        let _ = a2.send(&packet(20), later, &mut out);
+        (a2, out)
+    });
     let back = deliver(b, A, out, later);
     assert_eq!(back.len(), 1, "b no longer answers an initiation");
     let data = deliver(&mut a2, B, back, later);

@@ -24,6 +24,7 @@ impl std::error::Error for BadPrefix {}
 
 /// One family's prefixes: (length, map from masked address to owner),
 /// longest length first.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct Table<P> {
     bits: u8,
     by_len: Vec<(u8, HashMap<u128, P>)>,
@@ -88,6 +89,7 @@ impl<P: Copy + Eq> Table<P> {
 }
 
 /// Every peer's prefixes, both families.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct AllowedIps<P> {
     v4: Table<P>,
     v6: Table<P>,

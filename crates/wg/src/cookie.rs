@@ -31,6 +31,7 @@ fn address_bytes(src: SocketAddr) -> [u8; 18] {
 }
 
 /// The responder's side: makes cookies, checks mac2, writes cookie replies.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct CookieChecker {
     secret: Key,
     born: Instant,
@@ -107,6 +108,7 @@ pub enum CookieError {
 /// The initiator's side of one peer: the mac1 of the last handshake
 /// message sent (what a cookie reply is bound to) and the cookie received.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct CookieJar {
     last_mac1: Option<[u8; MAC_LEN]>,
     cookie: Option<([u8; MAC_LEN], Instant)>,
@@ -159,7 +161,7 @@ mod tests {
         let mut rng = rand_core::OsRng;
         let t0 = Instant::now();
         let (a, b) = (Identity::new(StaticSecret::random(&mut rng)), Identity::new(StaticSecret::random(&mut rng)));
-        let a_sees_b = PeerKey::new(*b.public(), None);
+        let a_sees_b = PeerKey::new(&a, *b.public(), None);
         let src: SocketAddr = "192.0.2.7:51820".parse().expect("addr");
         let mut checker = CookieChecker::new(&b, t0, &mut rng);
         let mut jar = CookieJar::default();
@@ -186,7 +188,7 @@ mod tests {
         let mut rng = rand_core::OsRng;
         let t0 = Instant::now();
         let (a, b) = (Identity::new(StaticSecret::random(&mut rng)), Identity::new(StaticSecret::random(&mut rng)));
-        let a_sees_b = PeerKey::new(*b.public(), None);
+        let a_sees_b = PeerKey::new(&a, *b.public(), None);
         let src: SocketAddr = "[2001:db8::1]:4000".parse().expect("addr");
         let mut checker = CookieChecker::new(&b, t0, &mut rng);
         let mut jar = CookieJar::default();
@@ -197,7 +199,7 @@ mod tests {
         let (other, _) = initiate(&a, &a_sees_b, 2, ts, None, &mut rng).expect("initiation");
         jar.sent(&other, initiation::MAC1);
         assert_eq!(jar.receive(&reply, &a_sees_b, t0), Err(CookieError::Decrypt), "bound to the first");
-        let stranger = PeerKey::new(*a.public(), None);
+        let stranger = PeerKey::new(&b, *a.public(), None);
         jar.sent(&first, initiation::MAC1);
         assert_eq!(jar.receive(&reply, &stranger, t0), Err(CookieError::Decrypt), "not the peer's key");
         assert!(jar.cookie(t0).is_none());

@@ -153,6 +153,7 @@ pub fn xopen_fixed(key: &[u8; KEY_LEN], nonce: &[u8; 24], data: &mut [u8], aad: 
 pub struct Unauthentic;
 
 /// An X25519 private key, zeroed when dropped.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct StaticSecret(x25519_dalek::StaticSecret);
 
 impl StaticSecret {

@@ -35,6 +35,7 @@ fn initial() -> (Key, [u8; KEY_LEN]) {
 }
 
 /// This side's static key and what is derived from it once.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct Identity {
     secret: StaticSecret,
     public: [u8; KEY_LEN],
@@ -65,6 +66,7 @@ impl Identity {
 }
 
 /// A peer's static key, its pre-shared key, and what is derived from them.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct PeerKey {
     public: [u8; KEY_LEN],
     /// All zeros without a pre-shared key, as the protocol says.
@@ -73,15 +75,22 @@ pub struct PeerKey {
     mac1_key: [u8; KEY_LEN],
     /// HASH(LABEL_COOKIE || peer's public): opens cookies from the peer.
     cookie_key: [u8; KEY_LEN],
+    /// DH(our static key, the peer's): the same in every handshake with
+    /// the peer, so computed once (as wireguard-go does), which takes one
+    /// of the four Diffie-Hellmans out of each side's handshake. `None`
+    /// for a key of small order: handshakes with it are refused.
+    static_static: Option<Key>,
 }
 
 impl PeerKey {
-    pub fn new(public: [u8; KEY_LEN], psk: Option<[u8; KEY_LEN]>) -> PeerKey {
+    /// The peer with static key `public`, as seen by `me`.
+    pub fn new(me: &Identity, public: [u8; KEY_LEN], psk: Option<[u8; KEY_LEN]>) -> PeerKey {
         PeerKey {
             public,
             psk: Key(psk.unwrap_or([0; KEY_LEN])),
             mac1_key: hash(&[LABEL_MAC1, &public]),
             cookie_key: hash(&[LABEL_COOKIE, &public]),
+            static_static: me.secret.dh(&public),
         }
     }
 
@@ -139,6 +148,7 @@ fn put_macs(msg: &mut [u8], at: usize, mac1_key: &[u8; KEY_LEN], cookie: Option<
 }
 
 /// The initiator's state between sending an initiation and its response.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct Initiated {
     pub sender: u32,
     ephemeral: StaticSecret,
@@ -172,7 +182,7 @@ pub fn initiate(
     field[..KEY_LEN].copy_from_slice(&me.public);
     crypto::seal_fixed(&k, 0, field, &h);
     h = hash(&[&h, field]);
-    let ss = me.secret.dh(&peer.public).ok_or(HandshakeError::WeakKey)?;
+    let ss = peer.static_static.as_ref().ok_or(HandshakeError::WeakKey)?;
     let [c, k] = kdf::<2>(&c.0, &ss.0);
     let field = &mut msg[initiation::TIMESTAMP..initiation::MAC1];
     field[..TIMESTAMP_LEN].copy_from_slice(&timestamp);
@@ -180,6 +190,20 @@ pub fn initiate(
     h = hash(&[&h, field]);
     put_macs(&mut msg, initiation::MAC1, &peer.mac1_key, cookie);
     Ok((msg, Initiated { sender, ephemeral, chaining: c, hash: h }))
+}
+
+/// An initiation opened as far as the initiator's static key: who it
+/// says it is, not yet proven (the caller finds the peer by
+/// `peer_public` and proves it with [`Opened::from_peer`]).
+pub struct Opened {
+    /// The initiator's static key, as the initiation claims it.
+    pub peer_public: [u8; KEY_LEN],
+    sender: u32,
+    /// The sealed timestamp, opened with the static-static secret.
+    sealed_timestamp: [u8; TIMESTAMP_LEN + crypto::TAG_LEN],
+    remote_ephemeral: [u8; KEY_LEN],
+    chaining: Key,
+    hash: [u8; KEY_LEN],
 }
 
 /// What a responder learns from an initiation that opened.
@@ -195,8 +219,10 @@ pub struct Received {
     hash: [u8; KEY_LEN],
 }
 
-/// Opens an initiation to us (mac1 checked first, the cheap test).
-pub fn receive_initiation(me: &Identity, msg: &[u8; initiation::LEN]) -> Result<Received, HandshakeError> {
+/// Opens an initiation to us (mac1 checked first, the cheap test) as far
+/// as the initiator's static key: one Diffie-Hellman, so an initiation
+/// from a key that is no peer's costs no second one.
+pub fn receive_initiation(me: &Identity, msg: &[u8; initiation::LEN]) -> Result<Opened, HandshakeError> {
     if !me.mac1_ok(&msg[..initiation::MAC1], &msg[initiation::MAC1..initiation::MAC2]) {
         return Err(HandshakeError::Mac1);
     }
@@ -214,22 +240,39 @@ pub fn receive_initiation(me: &Identity, msg: &[u8; initiation::LEN]) -> Result<
     h = hash(&[&h, &msg[initiation::STATIC..initiation::TIMESTAMP]]);
     let mut peer_public = [0u8; KEY_LEN];
     peer_public.copy_from_slice(&field[..KEY_LEN]);
-    let ss = me.secret.dh(&peer_public).ok_or(HandshakeError::WeakKey)?;
-    let [c, k] = kdf::<2>(&c.0, &ss.0);
-    let mut field = [0u8; TIMESTAMP_LEN + crypto::TAG_LEN];
-    field.copy_from_slice(&msg[initiation::TIMESTAMP..initiation::MAC1]);
-    crypto::open(&k, 0, &mut field, &h).map_err(|_| HandshakeError::Decrypt)?;
-    h = hash(&[&h, &msg[initiation::TIMESTAMP..initiation::MAC1]]);
-    let mut timestamp = [0u8; TIMESTAMP_LEN];
-    timestamp.copy_from_slice(&field[..TIMESTAMP_LEN]);
-    Ok(Received {
+    let mut sealed_timestamp = [0u8; TIMESTAMP_LEN + crypto::TAG_LEN];
+    sealed_timestamp.copy_from_slice(&msg[initiation::TIMESTAMP..initiation::MAC1]);
+    Ok(Opened {
         peer_public,
         sender: messages::sender(msg),
-        timestamp,
+        sealed_timestamp,
         remote_ephemeral: e_pub,
         chaining: c,
         hash: h,
     })
+}
+
+impl Opened {
+    /// Proves the initiation came from `peer` (found by `peer_public`):
+    /// its timestamp opens only with the secret our static key shares
+    /// with the peer's.
+    pub fn from_peer(self, peer: &PeerKey) -> Result<Received, HandshakeError> {
+        let ss = peer.static_static.as_ref().ok_or(HandshakeError::WeakKey)?;
+        let [c, k] = kdf::<2>(&self.chaining.0, &ss.0);
+        let mut field = self.sealed_timestamp;
+        crypto::open(&k, 0, &mut field, &self.hash).map_err(|_| HandshakeError::Decrypt)?;
+        let h = hash(&[&self.hash, &self.sealed_timestamp]);
+        let mut timestamp = [0u8; TIMESTAMP_LEN];
+        timestamp.copy_from_slice(&field[..TIMESTAMP_LEN]);
+        Ok(Received {
+            peer_public: self.peer_public,
+            sender: self.sender,
+            timestamp,
+            remote_ephemeral: self.remote_ephemeral,
+            chaining: c,
+            hash: h,
+        })
+    }
 }
 
 /// The transport keys from the final chaining key: the initiator sends with
@@ -313,10 +356,10 @@ mod tests {
         let mut rng = rand_core::OsRng;
         let (a, b) = (identity(1), identity(2));
         for psk in [None, Some([7u8; 32])] {
-            let (a_sees_b, b_sees_a) = (PeerKey::new(*b.public(), psk), PeerKey::new(*a.public(), psk));
+            let (a_sees_b, b_sees_a) = (PeerKey::new(&a, *b.public(), psk), PeerKey::new(&b, *a.public(), psk));
             let ts = tai64n(std::time::Duration::from_secs(1_700_000_000));
             let (init, state) = initiate(&a, &a_sees_b, 11, ts, None, &mut rng).expect("initiation");
-            let got = receive_initiation(&b, &init).expect("opens");
+            let got = receive_initiation(&b, &init).expect("opens").from_peer(&b_sees_a).expect("from a");
             assert_eq!((got.peer_public, got.sender, got.timestamp), (*a.public(), 11, ts));
             let (resp, b_session) = respond(got, &b_sees_a, 22, None, &mut rng).expect("response");
             let a_session = receive_response(&a, &state, &a_sees_b, &resp).expect("completes");
@@ -332,7 +375,8 @@ mod tests {
     fn tampering_and_strangers_are_refused() {
         let mut rng = rand_core::OsRng;
         let (a, b, c) = (identity(1), identity(2), identity(3));
-        let a_sees_b = PeerKey::new(*b.public(), None);
+        let a_sees_b = PeerKey::new(&a, *b.public(), None);
+        let b_sees_a = PeerKey::new(&b, *a.public(), None);
         let ts = tai64n(std::time::Duration::from_secs(1));
         let (init, state) = initiate(&a, &a_sees_b, 1, ts, None, &mut rng).expect("initiation");
         assert!(matches!(receive_initiation(&c, &init), Err(HandshakeError::Mac1)), "not for c");
@@ -343,11 +387,23 @@ mod tests {
             // reaches the sealed fields.
             let m1 = mac(&b.mac1_key, &[&bad[..initiation::MAC1]]);
             bad[initiation::MAC1..initiation::MAC2].copy_from_slice(&m1);
-            assert!(matches!(receive_initiation(&b, &bad), Err(HandshakeError::Decrypt)), "byte {i}");
+            let got = receive_initiation(&b, &bad).and_then(|o| o.from_peer(&b_sees_a));
+            assert!(matches!(got, Err(HandshakeError::Decrypt)), "byte {i}");
         }
+        // Another key than the one the initiation names: its timestamp
+        // does not open with that key's static-static secret.
+        let c_sees_b = PeerKey::new(&b, *c.public(), None);
+        let opened = receive_initiation(&b, &init).expect("opens");
+        assert_eq!(opened.peer_public, *a.public());
+        assert!(matches!(opened.from_peer(&c_sees_b), Err(HandshakeError::Decrypt)), "not from c");
+        // A peer key of small order is refused on both sides.
+        let weak = PeerKey::new(&a, [0; KEY_LEN], None);
+        assert!(matches!(initiate(&a, &weak, 1, ts, None, &mut rng), Err(HandshakeError::WeakKey)));
+        let opened = receive_initiation(&b, &init).expect("opens");
+        assert!(matches!(opened.from_peer(&PeerKey::new(&b, [0; KEY_LEN], None)), Err(HandshakeError::WeakKey)));
         // The right responder with the wrong pre-shared key.
-        let got = receive_initiation(&b, &init).expect("opens");
-        let b_sees_a = PeerKey::new(*a.public(), Some([9; 32]));
+        let b_sees_a = PeerKey::new(&b, *a.public(), Some([9; 32]));
+        let got = receive_initiation(&b, &init).expect("opens").from_peer(&b_sees_a).expect("from a");
         let (resp, _) = respond(got, &b_sees_a, 2, None, &mut rng).expect("response");
         assert!(matches!(receive_response(&a, &state, &a_sees_b, &resp), Err(HandshakeError::Decrypt)));
     }

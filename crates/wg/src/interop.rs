@@ -58,7 +58,7 @@ fn sides(psk: Option<[u8; 32]>) -> Sides {
     let bt_public = x25519::PublicKey::from(&bt_secret);
     let me = Identity::new(StaticSecret::random(&mut rng));
     let bt = Tunn::new(bt_secret, x25519::PublicKey::from(*me.public()), psk, None, 1, None);
-    Sides { peer: PeerKey::new(bt_public.to_bytes(), psk), me, bt }
+    Sides { peer: PeerKey::new(&me, bt_public.to_bytes(), psk), me, bt }
 }
 
 /// Data both ways over an established session.
@@ -91,6 +91,7 @@ fn boringtun_initiates_and_we_respond() {
         let Ok(Message::Initiation(init)) = messages::parse(&init) else { panic!("an initiation") };
         let got = handshake::receive_initiation(&s.me, init).expect("opens");
         assert_eq!(&got.peer_public, s.peer.public());
+        let got = got.from_peer(&s.peer).expect("from boringtun");
         let (resp, session) = handshake::respond(got, &s.peer, 77, None, &mut rng).expect("responds");
         let mut keys = Keypair::from(session);
         // boringtun confirms the session with a keepalive.
@@ -140,7 +141,7 @@ fn boringtun_under_load_gets_our_cookie_back_in_mac2() {
     // A limit of zero: every handshake message needs a valid mac2.
     let limiter = Arc::new(RateLimiter::new(&bt_public, 0));
     let mut bt = Tunn::new(bt_secret, x25519::PublicKey::from(*me.public()), None, None, 1, Some(limiter));
-    let peer = PeerKey::new(bt_public.to_bytes(), None);
+    let peer = PeerKey::new(&me, bt_public.to_bytes(), None);
     let from = IpAddr::from([192, 0, 2, 1]);
     let mut buf = vec![0u8; 2048];
     let mut jar = CookieJar::default();
@@ -173,7 +174,7 @@ fn we_under_load_make_boringtun_prove_its_address() {
     let again = network(s.bt.format_handshake_initiation(&mut buf, true));
     assert!(checker.mac2_ok(&again, initiation::MAC1, src, t, &mut rng), "its retry carries a valid mac2");
     let Ok(Message::Initiation(again)) = messages::parse(&again) else { panic!("an initiation") };
-    let got = handshake::receive_initiation(&s.me, again).expect("opens");
+    let got = handshake::receive_initiation(&s.me, again).and_then(|o| o.from_peer(&s.peer)).expect("opens");
     let (resp, _) = handshake::respond(got, &s.peer, 8, None, &mut rng).expect("responds");
     assert_eq!(resp.len(), response::LEN);
 }

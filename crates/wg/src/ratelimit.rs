@@ -19,12 +19,14 @@ pub const UNDER_LOAD_PER_SECOND: u32 = 1_000;
 const SWEEP: Duration = Duration::from_secs(1);
 
 /// A source's tokens, in units of 1/PER_SOURCE_PER_SECOND s.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct Bucket {
     tokens: u64,
     at: Instant,
 }
 
 /// Per-source buckets and the device's handshake rate.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct HandshakeLimiter {
     buckets: HashMap<IpAddr, Bucket>,
     last_sweep: Instant,

@@ -18,6 +18,7 @@ pub const WINDOW: u64 = WINDOW_BITS - 64;
 
 /// Counters seen, the way RFC 6479 keeps them: a ring of 64-bit words, the
 /// words ahead of the highest counter cleared as it moves.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct ReplayWindow {
     bits: [u64; WORDS],
     /// The highest counter accepted plus one (0: none yet).
@@ -80,6 +81,7 @@ pub enum TransportError {
 }
 
 /// One session's keys and counters.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct Keypair {
     pub local: u32,
     pub remote: u32,

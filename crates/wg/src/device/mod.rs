@@ -83,11 +83,13 @@ pub enum Inbound {
     Done(Received),
 }
 
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct Timed {
     keys: Keypair,
     born: Instant,
 }
 
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct Peer {
     key: PeerKey,
     endpoint: Option<SocketAddr>,
@@ -151,6 +153,7 @@ enum Slot {
 }
 
 /// A WireGuard interface.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct Device<R: rand_core::CryptoRngCore> {
     me: Identity,
     peers: Vec<Option<Peer>>,
@@ -224,7 +227,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             self.allowed.insert(*net, *len, id)?;
         }
         let peer = Peer {
-            key: PeerKey::new(public, psk),
+            key: PeerKey::new(&self.me, public, psk),
             endpoint,
             persistent_keepalive: persistent_keepalive.filter(|s| *s > 0).map(|s| Duration::from_secs(u64::from(s))),
             initiated: None,
@@ -583,11 +586,20 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
         if let Some(stop) = self.screen(m, initiation::MAC1, src, now, out) {
             return stop;
         }
-        let got = match handshake::receive_initiation(&self.me, m) {
+        let opened = match handshake::receive_initiation(&self.me, m) {
+            Ok(o) => o,
+            Err(e) => return Received::Dropped(DropReason::Handshake(e)),
+        };
+        let Some(&id) = self.by_key.get(&opened.peer_public) else {
+            return Received::Dropped(DropReason::UnknownPeer);
+        };
+        let Some(peer) = self.peers.get(id).and_then(Option::as_ref) else {
+            return Received::Dropped(DropReason::UnknownPeer);
+        };
+        let got = match opened.from_peer(&peer.key) {
             Ok(g) => g,
             Err(e) => return Received::Dropped(DropReason::Handshake(e)),
         };
-        let Some(&id) = self.by_key.get(&got.peer_public) else { return Received::Dropped(DropReason::UnknownPeer) };
         let index = self.new_index(id, Slot::Keys);
         let Some(peer) = self.peers.get_mut(id).and_then(Option::as_mut) else {
             return Received::Dropped(DropReason::UnknownPeer);
