@@ -19,13 +19,23 @@ use crate::config::round_trip;
 
 const EXAMPLE: &str = include_str!("../../examples/gatehouse.yaml");
 
+/// The example config's document, parsed once per thread.
+fn example(file: &Path) -> gatehouse_config::yaml::Node {
+    thread_local!(static EXAMPLE_DOC: std::cell::OnceCell<gatehouse_config::yaml::Node> = const { std::cell::OnceCell::new() });
+    EXAMPLE_DOC.with(|d| {
+        d.get_or_init(|| match gatehouse_config::parse_document(EXAMPLE, file) {
+            Ok(doc) => doc,
+            Err(e) => panic!("the example config does not parse: {e}"),
+        })
+        .clone()
+    })
+}
+
 pub fn run(data: &[u8]) {
     let Some((&choices, body)) = data.split_first() else { return };
     let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else { return };
     let file = Path::new("gatehouse.yaml");
-    let Ok(mut document) = gatehouse_config::parse_document(EXAMPLE, file) else {
-        panic!("the example config does not parse");
-    };
+    let mut document = example(file);
     let kind = doc::KINDS[usize::from(choices & 3) % doc::KINDS.len()];
     let patch = choices & 4 != 0;
     let existing = doc::entries(&document, kind, None).first().and_then(|e| {

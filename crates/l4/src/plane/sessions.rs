@@ -190,7 +190,7 @@ impl Sessions {
             // A local address of the real server's family with a free port on this core.
             let real_v4 = service.reals[usize::from(real)].addr.is_ipv4();
             let local = (0..plane.fnat_locals.min(self.ports.len()))
-                .find(|&l| plane.local_addrs[l].is_ipv4() == real_v4 && !self.ports[l].free.is_empty())
+                .find(|&l| plane.local_addrs[l].is_ipv4() == real_v4 && self.ports[l].has_free())
                 .ok_or(DropReason::PortsExhausted)?;
             let port = self.ports[local].take().ok_or(DropReason::PortsExhausted)?;
             s.local = local as u16;
@@ -200,7 +200,7 @@ impl Sessions {
             Ok(idx) => idx,
             Err(_) => {
                 if s.local != u16::MAX {
-                    self.ports[usize::from(s.local)].free.push(s.local_port);
+                    self.ports[usize::from(s.local)].put_back(s.local_port);
                 }
                 return Err(DropReason::TableFull);
             }
@@ -276,7 +276,7 @@ impl Sessions {
             .map(|&l| usize::from(l))
             .find(|&l| {
                 plane.local_addrs.get(l).is_some_and(|a| a.is_ipv4() == v4)
-                    && self.ports.get(l).is_some_and(|p| !p.free.is_empty())
+                    && self.ports.get(l).is_some_and(|p| p.has_free())
             })
             .ok_or(DropReason::PortsExhausted)?;
         let port = self.ports[local].take().ok_or(DropReason::PortsExhausted)?;
@@ -296,7 +296,7 @@ impl Sessions {
         let idx = match A::table_mut(&mut self.tables).insert(s, false) {
             Ok(i) => i,
             Err(_) => {
-                self.ports[local].free.push(port);
+                self.ports[local].put_back(port);
                 return Err(DropReason::TableFull);
             }
         };

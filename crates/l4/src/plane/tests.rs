@@ -187,7 +187,7 @@ fn sessions_expire_by_state_and_free_their_ports() {
     run(&mut w, &plane, &tcp(CLIENT, 1, [10, 0, 0, 7], 22, TCP_SYN), 11);
     assert_eq!(w.sessions(), 0);
     assert_eq!(w.counters().services[0].sessions_active, 0);
-    let free = w.sessions.ports[0].free.len();
+    let free = w.sessions.ports[0].free_count();
     assert_eq!(free, 65536 - 1024);
 }
 
