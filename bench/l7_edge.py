@@ -139,10 +139,14 @@ class Proxy(B.Server):
         B.wait_port(self.ports["https"])
 
 
-def h2load(url, duration, connections, streams, workdir):
+def h2load(url, duration, connections, streams, workdir, rps=None):
+    """h2load's run; with `rps`, each connection is paced to that many
+    requests a second (h2load --rps)."""
     log = Path(workdir) / "h2load.log"
     args = ["taskset", "-c", B.LOAD_CPU, "h2load", "-t1", f"-c{connections}", f"-m{streams}", "-D", str(duration),
             "--log-file", str(log), url]
+    if rps:
+        args[4:4] = [f"--rps={rps:.0f}"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60).stdout
     m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
     if not m:

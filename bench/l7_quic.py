@@ -12,6 +12,12 @@ Workloads (ECDSA P-256 certificate, TLS 1.3; responses from the backend):
                 64 B request per connection,
                 the client's default key share
                 (Go: X25519MLKEM768)
+  h2-at-h3-rate     HTTP/2 as `h2`, and `h2-64k-at-h3-rate` as `h2-64k`,
+  h2-64k-at-h3-rate but each proxy paced (h2load --rps) to the requests/s
+                    it served under HTTP/3 at that size in this run (the
+                    median of its rounds): HTTP/3 and HTTP/2 compared at
+                    the same load, where h3load, slower than h2load,
+                    leaves the proxy less busy under HTTP/3
 
 h3load (tools/h3get/h3load) is a quic-go load generator; Debian's h2load
 has no QUIC. Method as bench/l7_edge.py (shared/BENCH.md): both proxies run
@@ -37,6 +43,7 @@ Usage: bench/l7_quic.py [--duration S] [--rounds N] [--only W[,W]]
 
 import datetime
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +63,13 @@ WORKLOADS = {
     "h2-64k": ("h2load", 8, 32, E.BIG),
     "h3-64k": ("h3load", 8, 32, E.BIG),
     "h3-handshake": ("handshake", 16, 1, E.SMALL),
+    "h2-at-h3-rate": ("h2load", 8, 32, E.SMALL),
+    "h2-64k-at-h3-rate": ("h2load", 8, 32, E.BIG),
 }
+# The paced workloads: the HTTP/3 workload whose rate each follows.
+PACED = {"h2-at-h3-rate": "h3", "h2-64k-at-h3-rate": "h3-64k"}
+# requests/s of every run so far, by (proxy, workload).
+RATES = {}
 TITLES = {
     "h2": "HTTP/2 over TLS, 64 B (h2load -c8 -m32)",
     "h3": "HTTP/3, 64 B (h3load -c8 -m32)",
@@ -64,6 +77,8 @@ TITLES = {
     "h3-64k": "HTTP/3, 64 KiB (h3load -c8 -m32)",
     "h3-handshake": "a full QUIC handshake (X25519MLKEM768, ECDSA P-256) and one 64 B request per "
                     "connection (h3load -handshake -c16)",
+    "h2-at-h3-rate": "HTTP/2 over TLS, 64 B (h2load -c8 -m32), paced to the proxy's `h3` requests/s",
+    "h2-64k-at-h3-rate": "HTTP/2 over TLS, 64 KiB (h2load -c8 -m32), paced to the proxy's `h3-64k` requests/s",
 }
 
 
@@ -132,9 +147,15 @@ def run_once(proxy, workload, duration, backend_port, workdir):
     client, conns, streams, size = WORKLOADS[workload]
     a0 = E.accepts(backend_port)
     u0, s0 = B.cpu_ticks(proxy.proc.pid)
+    rps = None
+    if workload in PACED:
+        rates = RATES.get((proxy.name, PACED[workload]))
+        if not rates:
+            raise RuntimeError(f"{workload} follows {PACED[workload]}'s rate: run that workload first")
+        rps = statistics.median(rates) / conns
     if client == "h2load":
         requests, errors, p99, out = E.h2load(f"https://localhost:{proxy.port}/{size}", duration, conns, streams,
-                                              workdir)
+                                              workdir, rps)
     else:
         requests, errors, p99, out = h3load(proxy.port, size, duration, conns, streams, client == "handshake")
     u1, s1 = B.cpu_ticks(proxy.proc.pid)
@@ -142,12 +163,18 @@ def run_once(proxy, workload, duration, backend_port, workdir):
     if requests == 0:
         raise RuntimeError(f"{proxy.name} {workload}: no requests completed\n{out}")
     per = B.TICK_US / requests
+    if duration > 2:  # not a warm-up
+        RATES.setdefault((proxy.name, workload), []).append(requests / duration)
     return {"cpu_us": (u1 - u0 + s1 - s0) * per, "user_us": (u1 - u0) * per, "sys_us": (s1 - s0) * per,
             "rps": requests / duration, "p99_ms": p99, "errors": errors, "connects": (a1 - a0) / requests}
 
 
 def main():
     args, workloads = E.cli(WORKLOADS, ("nginx", "h2load", "taskset", "openssl"))
+    workloads = [w for w in WORKLOADS if w in workloads]  # a paced one after the one it follows
+    for w in workloads:
+        if w in PACED and PACED[w] not in workloads:
+            sys.exit(f"{w} is paced to {PACED[w]}'s rate: add {PACED[w]} to --only")
     for built in (H3LOAD, CADDY):
         if not built.exists():
             sys.exit(f"{built} is missing: run make build and scripts/install-deps.sh --bench")
@@ -164,7 +191,7 @@ def main():
              "CPU-µs to Caddy's.", ""]
     lines += E.table(results, "Gatehouse ÷ Caddy")
     lines.append("")
-    for h3, h2 in (("h3", "h2"), ("h3-64k", "h2-64k")):
+    for h3, h2 in (("h3", "h2"), ("h3-64k", "h2-64k"), ("h3", "h2-at-h3-rate"), ("h3-64k", "h2-64k-at-h3-rate")):
         if h3 in results and h2 in results:
             for name in PEERS:
                 r = E.median(results[h3][name], "cpu_us") / E.median(results[h2][name], "cpu_us")
