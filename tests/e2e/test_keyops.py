@@ -73,7 +73,6 @@ def handshake(port, ca):
                        timeout=20, tls=True, server_name="a.test", cafile=ca)
 
 
-@needs_ifma
 def concurrent_handshakes(tmp_path, gatehouse, kind, count, threads):
     """Gatehouse (mb, with an admin API) and `count` handshakes from
     `threads` clients at once, every one answered; returns the admin port."""
@@ -86,6 +85,7 @@ def concurrent_handshakes(tmp_path, gatehouse, kind, count, threads):
     return admin
 
 
+@needs_ifma
 def test_concurrent_handshakes_batch_and_all_succeed(tmp_path, gatehouse):
     admin = concurrent_handshakes(tmp_path, gatehouse, "rsa:2048", 400, 64)
     # The batcher's counters account for every signature: batched or single.
