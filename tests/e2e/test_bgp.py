@@ -194,7 +194,8 @@ def test_h_a_frozen_node_leaves_by_bfd_within_a_second(cluster):
     n3.restart_bird()
     wait_for(everywhere, timeout=30,
              what="n3 back with a new BIRD")
-    wait_for(lambda: n3.status()["bgp"]["neighbors"][0]["established"], timeout=5, what="n3's status sees it")
+    # /status reads the sessions BIRD reported at its last poll.
+    wait_for(lambda: n3.status()["bgp"]["neighbors"][0]["established"], timeout=15, what="n3's status sees it")
     print(f"BFD: n3 dropped after {took * 1000:.0f} ms")
 
 
