@@ -9,32 +9,33 @@
 //! initiation (mac2 set) gets a response from the loaded responder.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use gatehouse_wg::device::Transmit;
 use gatehouse_wg::messages::COOKIE_REPLY;
 
-use crate::wg_pair::{A, B, Dev, addr, deliver, packet, pair, start};
+use crate::wg_pair::{A, B, Dev, addr, cached, deliver, packet, pair, start};
 
 /// The initiator and the loaded responder after the responder answered
 /// the first initiation, and its genuine cookie reply: made once per
 /// thread (seeded, so the same every time) and cloned for each run.
-fn prepared() -> (Dev, Dev, Vec<Transmit>) {
-    thread_local!(static READY: RefCell<Option<(Dev, Dev, Vec<Transmit>)>> = const { RefCell::new(None) });
-    if let Some(r) = READY.with(|r| r.borrow().clone()) {
-        return r;
-    }
-    let t0 = start();
-    let (mut a, mut b) = pair(t0, 9);
-    b.set_under_load(true);
-    let mut out = Vec::new();
-    let _ = a.send(&packet(10), t0, &mut out);
-    let replies = deliver(&mut b, A, out, t0);
-    let genuine: Vec<Transmit> = replies.into_iter().filter(|t| t.datagram.first() == Some(&COOKIE_REPLY)).collect();
-    assert_eq!(genuine.len(), 1, "a loaded responder answers an initiation with a cookie reply");
-    let ready = (a, b, genuine);
-    READY.with(|r| *r.borrow_mut() = Some(ready.clone()));
-    ready
+type Ready = (Dev, Dev, Vec<Transmit>);
+
+fn prepared() -> Ready {
+    thread_local!(static READY: RefCell<HashMap<u64, Ready>> = RefCell::new(HashMap::new()));
+    cached(&READY, 9, || {
+        let t0 = start();
+        let (mut a, mut b) = pair(t0, 9);
+        b.set_under_load(true);
+        let mut out = Vec::new();
+        let _ = a.send(&packet(10), t0, &mut out);
+        let replies = deliver(&mut b, A, out, t0);
+        let genuine: Vec<Transmit> =
+            replies.into_iter().filter(|t| t.datagram.first() == Some(&COOKIE_REPLY)).collect();
+        assert_eq!(genuine.len(), 1, "a loaded responder answers an initiation with a cookie reply");
+        (a, b, genuine)
+    })
 }
 
 pub fn run(data: &[u8]) {

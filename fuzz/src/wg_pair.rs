@@ -51,7 +51,7 @@ pub fn start() -> Instant {
 }
 
 /// `make()` the first time a thread asks for `key`, a clone of it after.
-fn cached<V: Clone>(
+pub fn cached<V: Clone>(
     cache: &'static std::thread::LocalKey<RefCell<HashMap<u64, V>>>,
     key: u64,
     make: impl FnOnce() -> V,
