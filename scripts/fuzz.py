@@ -3,9 +3,18 @@
 
 Each target (fuzz/src/bin/<target>.rs, built by `cargo afl build`) is
 fuzzed for FUZZ_MINUTES minutes (default 5), FUZZ_JOBS at a time (default:
-the number of CPUs), from its corpus (fuzz/corpus/<target>/). A run resumes
-the queue of the one before it (target/afl/out/<target>), so the time adds
-up. At the end a table gives, per target, executions, edges found (of the
+the number of CPUs). With FUZZ_TOTAL_MINUTES instead, each target is
+fuzzed until the CPU time of all its recorded runs (docs/fuzz-runs.tsv)
+reaches that many minutes, and a target already there is skipped. With
+FUZZ_WALL_MINUTES the whole run ends within that many minutes: a run is
+cut short to fit, and targets that could not start are named at the end.
+
+A run resumes the queue of the one before it (target/afl/out/<target>),
+so the time adds up. That queue is not lost with the machine: after each
+target's run, afl-cmin narrows it to the inputs that keep its coverage,
+and those are kept in the tree (fuzz/queue/<target>/, named by content
+hash). On a machine without target/afl/out, a target starts from its
+corpus and its kept queue together. At the end a table gives, per target, executions, edges found (of the
 map), crashes and the CPU time this run took, as the kernel accounted it.
 Each run's rows are appended to docs/fuzz-runs.tsv (kept in the tree: the
 record of all fuzzing done), and the table in docs/RELIABILITY.md (between
@@ -21,10 +30,12 @@ it with `cargo test -p gatehouse-fuzz --test corpus` after copying it into
 the corpus as crash-<what>.bin, fix the bug, and keep the file.
 
 Usage: scripts/fuzz.py [TARGET ...]   (default: all)
-Environment: FUZZ_MINUTES, FUZZ_JOBS.
+Environment: FUZZ_MINUTES, FUZZ_TOTAL_MINUTES, FUZZ_WALL_MINUTES, FUZZ_JOBS.
 """
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -34,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FUZZ = ROOT / "fuzz"
 AFL = ROOT / "target" / "afl"
 PROFILE = "fuzz"
+QUEUE = FUZZ / "queue"
 RUNS = ROOT / "docs" / "fuzz-runs.tsv"
 REPORT = ROOT / "docs" / "RELIABILITY.md"
 COLUMNS = ["date", "commit", "cpu", "target", "execs", "edges", "corpus", "crashes", "cpu_s", "cpu_source"]
@@ -91,6 +103,67 @@ def cpu_seconds(group):
     return int(text.strip()) / 1e9
 
 
+def inputs(target):
+    """Where afl-fuzz starts from when it has no queue to resume: the
+    corpus, and the queue kept in the tree if there is one."""
+    corpus, kept = FUZZ / "corpus" / target, QUEUE / target
+    if not kept.is_dir():
+        return corpus
+    merged = AFL / "in" / target
+    shutil.rmtree(merged, ignore_errors=True)
+    merged.mkdir(parents=True)
+    for d in (corpus, kept):
+        for f in d.iterdir():
+            if f.is_file():
+                shutil.copyfile(f, merged / f"{d.name}-{f.name}")
+    return merged
+
+
+def afl_bin():
+    """AFL++'s tools as cargo-afl built them (newest build)."""
+    data = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "afl.rs"
+    found = sorted(data.glob("rustc-*/afl.rs-*/afl/bin/afl-cmin.awk"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def keep_queue(target):
+    """Narrows the target's queue with afl-cmin (the awk version: the
+    Python one finds no coverage in cargo-afl's persistent-mode binaries)
+    and keeps the result in fuzz/queue/<target>/."""
+    queue = AFL / "out" / target / "default" / "queue"
+    bin_dir = afl_bin()
+    if not queue.is_dir() or bin_dir is None:
+        return None
+    narrowed = AFL / "cmin" / target
+    shutil.rmtree(narrowed, ignore_errors=True)
+    env = dict(os.environ, AFL_PATH=str(bin_dir), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}",
+               AFL_SKIP_CPUFREQ="1", AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES="1")
+    r = subprocess.run([str(bin_dir / "afl-cmin.awk"), "-i", str(queue), "-o", str(narrowed), "--",
+                        str(AFL / PROFILE / target)], env=env, capture_output=True, text=True)
+    files = [f for f in narrowed.iterdir() if f.is_file()] if narrowed.is_dir() else []
+    if r.returncode != 0 or not files:
+        print(f"{target}: afl-cmin kept nothing (exit {r.returncode}); fuzz/queue/{target} left as it was",
+              flush=True)
+        return None
+    kept = QUEUE / target
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    for f in files:
+        data = f.read_bytes()
+        (kept / hashlib.sha256(data).hexdigest()[:16]).write_bytes(data)
+    return len(files)
+
+
+def recorded_cpu_seconds():
+    """Per target, the CPU time of every run in docs/fuzz-runs.tsv."""
+    totals = {}
+    if RUNS.exists():
+        for line in RUNS.read_text().splitlines()[1:]:
+            row = dict(zip(COLUMNS, line.split("\t")))
+            totals[row["target"]] = totals.get(row["target"], 0) + int(row["cpu_s"])
+    return totals
+
+
 def start(target, seconds, group):
     out = AFL / "out" / target
     out.mkdir(parents=True, exist_ok=True)
@@ -106,7 +179,8 @@ def start(target, seconds, group):
         "AFL_TRY_AFFINITY": "1",
     })
     log = open(out / "afl.log", "w")
-    cmd = ["cargo", "afl", "fuzz", "-i", str(FUZZ / "corpus" / target), "-o", str(out),
+    resume = (out / "default" / "queue").is_dir()
+    cmd = ["cargo", "afl", "fuzz", "-i", str(FUZZ / "corpus" / target if resume else inputs(target)), "-o", str(out),
            "-V", str(seconds), "--", str(AFL / PROFILE / target)]
     def enter():
         if group:
@@ -158,18 +232,39 @@ def main():
     if unknown:
         sys.exit(f"no such target: {', '.join(unknown)} (targets: {', '.join(targets())})")
     minutes = float(os.environ.get("FUZZ_MINUTES", "5"))
+    total = os.environ.get("FUZZ_TOTAL_MINUTES")
     jobs = int(os.environ.get("FUZZ_JOBS", str(os.cpu_count() or 1)))
+    wall = os.environ.get("FUZZ_WALL_MINUTES")
+    deadline = time.monotonic() + float(wall) * 60 if wall else None
+
+    def seconds_for(t):
+        """This run's time for t: FUZZ_MINUTES, or what t lacks of
+        FUZZ_TOTAL_MINUTES (0 if it lacks less than half a minute)."""
+        if total is None:
+            return int(minutes * 60)
+        lack = int(float(total) * 60) - recorded_cpu_seconds().get(t, 0)
+        return lack if lack >= 30 else 0
+
+    def left():
+        """Seconds until FUZZ_WALL_MINUTES is up (the build included)."""
+        return int(deadline - time.monotonic()) if deadline else 1 << 40
+
     build()
-    pending = list(wanted)
+    pending = [t for t in wanted if seconds_for(t)]
+    if total is not None:
+        done = sorted(set(wanted) - set(pending))
+        if done:
+            print(f"already fuzzed for {total} CPU minutes: {', '.join(done)}", flush=True)
     running = {}
     rows = []
-    while pending or running:
-        while pending and len(running) < jobs:
+    while (pending and left() >= 60) or running:
+        while pending and len(running) < jobs and left() >= 60:
             t = pending.pop(0)
+            seconds = min(seconds_for(t), left() - 30)
             group = cgroup(t)
-            proc, log = start(t, int(minutes * 60), group)
+            proc, log = start(t, seconds, group)
             running[proc.pid] = (t, proc, log, time.monotonic(), group)
-            print(f"fuzzing {t} for {minutes:g} min", flush=True)
+            print(f"fuzzing {t} for {seconds / 60:.1f} min", flush=True)
         pid, status = os.waitpid(-1, 0)
         if pid not in running:
             continue
@@ -209,10 +304,20 @@ def main():
         write_report()
         if proc.returncode != 0:
             print(f"{t}: afl-fuzz exited with {proc.returncode}; see {AFL / 'out' / t / 'afl.log'}", flush=True)
+            continue
+        kept = keep_queue(t)
+        if kept is not None:
+            print(f"{t}: {kept} inputs of its queue kept in fuzz/queue/{t}", flush=True)
+        # Fuzzers that shared their CPU with other work got less than their
+        # time: in FUZZ_TOTAL_MINUTES mode they go round again.
+        if total is not None and cpu >= 10 and seconds_for(t):
+            pending.append(t)
     print(f"\n{'target':<14}{'execs':>12}{'edges':>14}{'corpus':>8}{'crashes':>9}{'cpu s':>8}")
     for r in sorted(rows, key=lambda r: r["target"]):
         print(f"{r['target']:<14}{r['execs']:>12}{r['edges']:>14}{r['corpus']:>8}{r['crashes']:>9}{r['cpu_s']:>8}"
               + ("" if r["cpu_source"] == "cgroup" else " (run time)"))
+    if pending:
+        print(f"FUZZ_WALL_MINUTES was up before these could run (again): {', '.join(pending)}")
     crashed = [r["target"] for r in rows if r["crashes"]]
     failed = [r["target"] for r in rows if r["status"] != 0]
     for t in crashed:

@@ -1,6 +1,8 @@
-//! Every target on every file of its corpus, then on bounded mutations of
-//! it: deterministic and quick, so that `make test` keeps a fixed crash
-//! fixed and exercises every target on every run. A failing input is
+//! Every target on every file of its corpus and of the queue AFL++ left
+//! (`fuzz/queue/<target>/`, narrowed by afl-cmin: `scripts/fuzz.py`), then
+//! on bounded mutations of the corpus: deterministic and quick, so that
+//! `make test` keeps a fixed crash fixed and exercises every target on
+//! every run as deep as the fuzzers got. A failing input is
 //! written to `target/fuzz-failures/` to be replayed or added to the
 //! corpus.
 
@@ -15,9 +17,16 @@ fn root() -> PathBuf {
 }
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = root().join("corpus").join(target);
+    files(&root().join("corpus").join(target))
+}
+
+fn kept_queue(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    files(&root().join("queue").join(target))
+}
+
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut files: Vec<PathBuf> =
-        std::fs::read_dir(&dir).map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
     files.sort();
     files.into_iter().filter_map(|p| std::fs::read(&p).ok().map(|d| (p, d))).collect()
 }
@@ -55,7 +64,7 @@ fn every_target_has_a_binary_and_a_corpus() {
 fn every_corpus_file_passes() {
     let mut failed = Vec::new();
     for (name, f) in TARGETS {
-        for (path, data) in corpus(name) {
+        for (path, data) in corpus(name).into_iter().chain(kept_queue(name)) {
             if let Some(why) = failure(f, &data) {
                 failed.push(format!("{}: {why}", path.strip_prefix(root()).unwrap_or(Path::new("")).display()));
             }
