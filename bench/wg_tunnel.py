@@ -18,7 +18,10 @@ remote site (Gatehouse in TUN mode, the same for both) with the iperf3
 server on its tunnel address. The gateway is Gatehouse in router mode
 (AF_XDP, no TUN) or wireguard-go with the kernel forwarding between its
 TUN and the LAN. The gateway alone is pinned to CPU 0, everything else to
-CPU 1; its cost is its CPU time plus CPU 0's softirq time, and the rows
+CPU 1, and the client's and remote's veths steer their input to CPU 1
+(RPS): on veth a receiver's stack otherwise runs in the sender's softirq,
+where a real NIC would hand it to another machine. The gateway's cost is
+its CPU time plus CPU 0's softirq time, and the rows
 give packets per such CPU-second, client to server (sealed at the
 gateway) and back (`-R`: opened at the gateway).
 
@@ -308,6 +311,12 @@ def site_topology():
     # Frames leaving a veth with checksum offload carry partial checksums,
     # which AF_XDP passes on as they are.
     ns("bwc", "ethtool", "-K", "eth0", "tx", "off", check=False)
+    # The client and the remote site stand for other machines: their
+    # network stacks take what the gateway sends on CPU 1 (RPS), where a
+    # veth would otherwise run them in the softirq of the sender's CPU and
+    # bill the receiving machine's input to the gateway.
+    for n in ("bwc", "bwr"):
+        ns(n, "sh", "-c", "echo 2 > /sys/class/net/eth0/queues/rx-0/rps_cpus")
 
 
 def site_teardown():

@@ -324,12 +324,13 @@ def test_foreign_sources_replays_and_malformed_datagrams_are_dropped_and_counted
         cap = subprocess.Popen(
             ["ip", "netns", "exec", NS["b"], sys.executable, "-c", CAPTURE, WAN["gw"], str(PORT)],
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
         try:
-            assert cap.stdout.readline().strip() == "ready"
+            assert cap.stdout.readline().strip() == "ready", cap.communicate(timeout=5)[1]
             ping("b", "10.72.1.5", count=1)
-            assert cap.stdout.readline().strip() == "sent"
+            assert cap.stdout.readline().strip() == "sent", cap.communicate(timeout=15)[1]
         finally:
             cap.kill()
             cap.wait()
