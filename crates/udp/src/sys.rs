@@ -85,8 +85,9 @@ const IPV6_PKTINFO: libc::c_int = 50;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 /// Room for the control messages of one datagram: UDP GRO's or GSO's
-/// (an int or a u16) and IPV6_PKTINFO (20 bytes), each with its header.
-const CMSG_ROOM: usize = 80;
+/// (an int or a u16), IPV6_PKTINFO (20 bytes) and a traffic class (an
+/// int), each with its header.
+const CMSG_ROOM: usize = 104;
 
 /// Asks the kernel to hand over runs of datagrams of one flow as one
 /// buffer (UDP GRO; [`recv_batch`] reports the segment size). False where
@@ -203,6 +204,9 @@ pub struct Outgoing<'a> {
     /// The local address to send from (on a dual-stack socket); `None`:
     /// the route's.
     pub from: Option<IpAddr>,
+    /// The ECN bits of the IP header (RFC 3168: 0 Not-ECT, 1 and 2 ECT,
+    /// 3 CE); 0 leaves the socket's own.
+    pub ecn: u8,
 }
 
 /// Datagrams at most in one UDP GSO send.
@@ -244,14 +248,16 @@ pub fn send_batch(fd: RawFd, v6: bool, msgs_in: &[Outgoing<'_>]) -> io::Result<u
             (Some(IpAddr::V6(_)), false) => None,
             (from, _) => from,
         };
-        if gso || from.is_some() {
+        let ecn = m.ecn & 3;
+        if gso || from.is_some() || ecn != 0 {
             hdr.msg_control = controls[i].as_mut_ptr().cast();
             hdr.msg_controllen = CMSG_ROOM;
             let mut used = 0;
             // SAFETY: the control buffer is CMSG_ROOM bytes, 8-byte aligned:
-            // room for a UDP_SEGMENT header and u16 and a packet-info header
-            // and in6_pktinfo (or the smaller in_pktinfo), written in place
-            // one after the other within msg_controllen.
+            // room for a UDP_SEGMENT header and u16, a TOS or traffic-class
+            // header and int, and a packet-info header and in6_pktinfo (or
+            // the smaller in_pktinfo), written in place one after the other
+            // within msg_controllen.
             unsafe {
                 let mut c = libc::CMSG_FIRSTHDR(hdr);
                 if gso {
@@ -260,6 +266,20 @@ pub fn send_batch(fd: RawFd, v6: bool, msgs_in: &[Outgoing<'_>]) -> io::Result<u
                     (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
                     std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, m.parts[0].len() as u16);
                     used += libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+                    c = libc::CMSG_NXTHDR(hdr, c);
+                }
+                if ecn != 0 && !c.is_null() {
+                    // An IPv4 destination (IPv4-mapped on a dual-stack
+                    // socket) takes IP_TOS, an IPv6 one a traffic class.
+                    let v4 = match m.to.ip() {
+                        IpAddr::V4(_) => true,
+                        IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
+                    };
+                    (*c).cmsg_level = if v4 { libc::IPPROTO_IP } else { libc::IPPROTO_IPV6 };
+                    (*c).cmsg_type = if v4 { libc::IP_TOS } else { libc::IPV6_TCLASS };
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, libc::c_int::from(ecn));
+                    used += libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize;
                     c = libc::CMSG_NXTHDR(hdr, c);
                 }
                 match (from, c.is_null()) {
@@ -341,7 +361,7 @@ mod tests {
         let from = SocketAddr::from(([127, 0, 0, 1], a.local_addr().expect("addr").port()));
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
         let parts: Vec<[&[u8]; 1]> = payloads.iter().map(|p| [p.as_slice()]).collect();
-        let out: Vec<Outgoing<'_>> = parts.iter().map(|p| Outgoing { parts: p, to, from: None }).collect();
+        let out: Vec<Outgoing<'_>> = parts.iter().map(|p| Outgoing { parts: p, to, from: None, ecn: 0 }).collect();
         assert_eq!(send_batch(a.as_raw_fd(), true, &out).expect("sends"), 10);
         let mut ready = [false];
         poll_readable(&[b.as_raw_fd()], 1000, &mut ready).expect("polls");
@@ -363,6 +383,50 @@ mod tests {
         );
     }
 
+    /// The TOS byte (IPv4) or traffic class (IPv6) a datagram arrived
+    /// with, read with IP_RECVTOS / IPV6_RECVTCLASS.
+    fn received_tos(fd: RawFd, v6: bool) -> u8 {
+        let mut buf = [0u8; 64];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let mut control = [0u64; 8];
+        // SAFETY: a plain C struct; zeroed is valid.
+        let mut hdr: libc::msghdr = unsafe { zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = control.as_mut_ptr().cast();
+        hdr.msg_controllen = size_of_val(&control);
+        // SAFETY: the header points at live buffers of the given lengths.
+        assert!(unsafe { libc::recvmsg(fd, &mut hdr, 0) } > 0);
+        // SAFETY: the kernel wrote well-formed control messages within
+        // msg_controllen; IP_TOS carries a byte, IPV6_TCLASS an int.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&hdr);
+            assert!(!c.is_null(), "no TOS control message");
+            if v6 { *(libc::CMSG_DATA(c) as *const libc::c_int) as u8 } else { *libc::CMSG_DATA(c) }
+        }
+    }
+
+    #[test]
+    fn ecn_bits_go_out_in_the_ip_header() {
+        for (bind, to_ip, v6) in [("127.0.0.1:0", "127.0.0.1", false), ("[::1]:0", "::1", true)] {
+            let Ok(b) = std::net::UdpSocket::bind(bind) else { continue };
+            let one: libc::c_int = 1;
+            let (level, opt) = if v6 { (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS) } else { (libc::IPPROTO_IP, libc::IP_RECVTOS) };
+            // SAFETY: an int option of the right size.
+            let r = unsafe { libc::setsockopt(b.as_raw_fd(), level, opt, (&one as *const libc::c_int).cast(), 4) };
+            assert_eq!(r, 0);
+            let to = SocketAddr::new(to_ip.parse().expect("address"), b.local_addr().expect("addr").port());
+            let a = std::net::UdpSocket::bind(if v6 { "[::]:0" } else { "0.0.0.0:0" }).expect("bind");
+            for ecn in [1u8, 2, 3] {
+                let parts: [&[u8]; 2] = [&[7u8; 50], &[8u8; 50]];
+                let out = [Outgoing { parts: &parts, to, from: None, ecn }];
+                assert_eq!(send_batch(a.as_raw_fd(), v6, &out).expect("sends"), 1);
+                assert_eq!(received_tos(b.as_raw_fd(), v6) & 3, ecn);
+                assert_eq!(received_tos(b.as_raw_fd(), v6) & 3, ecn, "every segment of a GSO send");
+            }
+        }
+    }
+
     #[test]
     fn a_gso_send_arrives_as_datagrams_or_as_one_gro_buffer() {
         let a = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -372,7 +436,7 @@ mod tests {
         let seg: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; if i == 4 { 40 } else { 100 }]).collect();
         let parts: Vec<&[u8]> = seg.iter().map(|s| s.as_slice()).collect();
         for to in [plain.local_addr().expect("addr"), gro.local_addr().expect("addr")] {
-            let out = [Outgoing { parts: &parts, to, from: None }];
+            let out = [Outgoing { parts: &parts, to, from: None, ecn: 0 }];
             assert_eq!(send_batch(a.as_raw_fd(), false, &out).expect("a GSO send"), 1);
         }
         // Without GRO: five datagrams as sent.
@@ -419,7 +483,7 @@ mod tests {
         let from_b = b.local_addr().expect("addr");
         assert_eq!(got[0].from, Some(from_b));
         let parts: [&[u8]; 1] = [b"back"];
-        let out = [Outgoing { parts: &parts, to: from_b, from: got[0].to }];
+        let out = [Outgoing { parts: &parts, to: from_b, from: got[0].to, ecn: 0 }];
         assert_eq!(send_batch(a.as_raw_fd(), v6, &out).expect("sends"), 1);
         let mut buf = [0u8; 16];
         let (n, src) = b.recv_from(&mut buf).expect("receives");

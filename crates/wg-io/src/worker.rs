@@ -206,8 +206,8 @@ impl Worker<'_> {
         }
         seal_batch(&mut jobs);
         drop(jobs);
-        let datagrams: Vec<(&[u8], SocketAddr)> =
-            batch.iter().filter_map(|s| s.seal.as_ref().map(|p| (&s.buf[..s.len], p.to))).collect();
+        let datagrams: Vec<Outbound<'_>> =
+            batch.iter().filter_map(|s| s.seal.as_ref().map(|p| (&s.buf[..s.len], p.to, 0))).collect();
         send(self.fd, self.sh.v6, &mut self.gso, &datagrams, self.counters, &self.sh.sticky);
         n
     }
@@ -420,18 +420,24 @@ fn open_all(rx: &mut [Vec<u8>], datagrams: &[Datagram]) -> Vec<bool> {
     jobs.iter().map(|j| j.ok).collect()
 }
 
-/// Groups `datagrams` into messages: runs to one destination, every
-/// datagram but the last of a run as long as the first (UDP GSO), when
-/// `gso`; else one message each.
-fn group(datagrams: &[(&[u8], SocketAddr)], gso: bool) -> Vec<(Range<usize>, SocketAddr)> {
-    let mut groups: Vec<(Range<usize>, SocketAddr)> = Vec::new();
+/// A datagram to send: its bytes, where to, and the ECN bits of its IP
+/// header (0: Not-ECT).
+pub(crate) type Outbound<'a> = (&'a [u8], SocketAddr, u8);
+
+/// Groups `datagrams` into messages: runs to one destination with the same
+/// ECN bits, every datagram but the last of a run as long as the first
+/// (UDP GSO), when `gso`; else one message each. Each group: its range,
+/// its destination and its ECN bits.
+fn group(datagrams: &[Outbound<'_>], gso: bool) -> Vec<(Range<usize>, SocketAddr, u8)> {
+    let mut groups: Vec<(Range<usize>, SocketAddr, u8)> = Vec::new();
     let mut bytes = 0;
-    for (i, (d, to)) in datagrams.iter().enumerate() {
-        if let Some((r, gto)) = groups.last_mut() {
+    for (i, &(d, to, ecn)) in datagrams.iter().enumerate() {
+        if let Some((r, gto, gecn)) = groups.last_mut() {
             let first = datagrams[r.start].0.len();
             let last_was_short = datagrams[r.end - 1].0.len() < first;
             if gso
-                && *gto == *to
+                && *gto == to
+                && *gecn == ecn
                 && d.len() <= first
                 && !last_was_short
                 && r.len() < GSO_SEGMENTS
@@ -442,7 +448,7 @@ fn group(datagrams: &[(&[u8], SocketAddr)], gso: bool) -> Vec<(Range<usize>, Soc
                 continue;
             }
         }
-        groups.push((i..i + 1, *to));
+        groups.push((i..i + 1, to, ecn));
         bytes = d.len();
     }
     groups
@@ -459,7 +465,7 @@ pub(crate) fn send_all(
     if out.is_empty() {
         return;
     }
-    let datagrams: Vec<(&[u8], SocketAddr)> = out.iter().map(|t| (t.datagram.as_slice(), t.to)).collect();
+    let datagrams: Vec<Outbound<'_>> = out.iter().map(|t| (t.datagram.as_slice(), t.to, 0)).collect();
     let mut gso = false;
     send(socket.as_raw_fd(), sh.v6, &mut gso, &datagrams, counters, &sh.sticky);
     drop(datagrams);
@@ -476,24 +482,24 @@ pub(crate) fn send(
     fd: i32,
     v6: bool,
     gso: &mut bool,
-    datagrams: &[(&[u8], SocketAddr)],
+    datagrams: &[Outbound<'_>],
     counters: &Counters,
     sticky: &Sticky,
 ) {
-    let parts: Vec<&[u8]> = datagrams.iter().map(|(d, _)| *d).collect();
-    let with_source = |g: Vec<(Range<usize>, SocketAddr)>| -> Vec<(Range<usize>, SocketAddr, Option<IpAddr>)> {
-        g.into_iter().map(|(r, to)| (r, to, sticky.get(to))).collect()
+    let parts: Vec<&[u8]> = datagrams.iter().map(|(d, _, _)| *d).collect();
+    let with_source = |g: Vec<(Range<usize>, SocketAddr, u8)>| -> Vec<Message> {
+        g.into_iter().map(|(range, to, ecn)| Message { range, to, ecn, from: sticky.get(to) }).collect()
     };
     let mut groups = with_source(group(datagrams, *gso));
     let mut at = 0;
     while at < groups.len() {
         let msgs: Vec<Outgoing<'_>> = groups[at..]
             .iter()
-            .map(|(r, to, from)| Outgoing { parts: &parts[r.clone()], to: *to, from: *from })
+            .map(|m| Outgoing { parts: &parts[m.range.clone()], to: m.to, from: m.from, ecn: m.ecn })
             .collect();
         match udp::send_batch(fd, v6, &msgs) {
             Ok(k) => {
-                let sent: usize = groups[at..at + k].iter().map(|(r, _, _)| r.len()).sum();
+                let sent: usize = groups[at..at + k].iter().map(|m| m.range.len()).sum();
                 counters.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
                 at += k.max(1);
             }
@@ -502,33 +508,46 @@ pub(crate) fn send(
                 let mut ready = [false];
                 let _ = udp::poll_writable(fd, 10, &mut ready);
                 if !ready[0] {
-                    let left: usize = groups[at..].iter().map(|(r, _, _)| r.len()).sum();
+                    let left: usize = groups[at..].iter().map(|m| m.range.len()).sum();
                     counters.tx_errors.fetch_add(left as u64, Ordering::Relaxed);
                     return;
                 }
             }
-            Err(_) if groups[at].2.is_some() => {
+            Err(_) if groups[at].from.is_some() => {
                 // The address is gone (or never could be a source here).
-                sticky.forget(groups[at].1);
-                groups[at].2 = None;
+                sticky.forget(groups[at].to);
+                groups[at].from = None;
             }
-            Err(e) if groups[at].0.len() > 1 => {
+            Err(e) if groups[at].range.len() > 1 => {
                 // The kernel or the route has no UDP GSO: never again here.
                 tracing::info!("UDP GSO refused ({e}); sending datagrams one by one");
                 *gso = false;
-                let rest: Vec<(&[u8], SocketAddr)> = datagrams[groups[at].0.start..].to_vec();
-                let base = groups[at].0.start;
+                let base = groups[at].range.start;
+                let rest: Vec<Outbound<'_>> = datagrams[base..].to_vec();
                 groups.truncate(at);
-                let single = group(&rest, false).into_iter().map(|(r, to)| (r.start + base..r.end + base, to));
-                groups.extend(single.map(|(r, to)| (r, to, None)));
+                groups.extend(group(&rest, false).into_iter().map(|(r, to, ecn)| Message {
+                    range: r.start + base..r.end + base,
+                    to,
+                    ecn,
+                    from: None,
+                }));
             }
             Err(_) => {
                 // The first one failed (no route, refused): skip it.
-                counters.tx_errors.fetch_add(groups[at].0.len() as u64, Ordering::Relaxed);
+                counters.tx_errors.fetch_add(groups[at].range.len() as u64, Ordering::Relaxed);
                 at += 1;
             }
         }
     }
+}
+
+/// One message of [`send`]: a run of its datagrams, their destination
+/// and ECN bits, and the source address to send them from.
+struct Message {
+    range: Range<usize>,
+    to: SocketAddr,
+    ecn: u8,
+    from: Option<IpAddr>,
 }
 
 /// Queues a handshake message for the control thread, or drops it when
@@ -548,17 +567,18 @@ mod tests {
     #[test]
     fn runs_to_one_peer_of_one_size_make_one_gso_message() {
         let (p, q): (SocketAddr, SocketAddr) = (([10, 0, 0, 1], 1).into(), ([10, 0, 0, 2], 1).into());
-        let big = [0u8; 100];
-        let small = [0u8; 40];
-        let d = |b: &'static [u8], to| (b, to);
-        let big: &'static [u8] = Box::leak(Box::new(big));
-        let small: &'static [u8] = Box::leak(Box::new(small));
+        let big: &'static [u8] = Box::leak(Box::new([0u8; 100]));
+        let small: &'static [u8] = Box::leak(Box::new([0u8; 40]));
+        let d = |b: &'static [u8], to| (b, to, 0);
         let list = [d(big, p), d(big, p), d(small, p), d(big, p), d(big, q), d(small, q), d(small, q)];
-        let g: Vec<(Range<usize>, SocketAddr)> = group(&list, true);
-        assert_eq!(g, vec![(0..3, p), (3..4, p), (4..6, q), (6..7, q)]);
+        let g = group(&list, true);
+        assert_eq!(g, vec![(0..3, p, 0), (3..4, p, 0), (4..6, q, 0), (6..7, q, 0)]);
         assert_eq!(group(&list, false).len(), 7);
-        let many: Vec<(&[u8], SocketAddr)> = (0..150).map(|_| (big, p)).collect();
+        // ECN bits differ: another message (they are set per message).
+        let marked = [(big, p, 0), (big, p, 2), (big, p, 2), (big, p, 0)];
+        assert_eq!(group(&marked, true), vec![(0..1, p, 0), (1..3, p, 2), (3..4, p, 0)]);
+        let many: Vec<Outbound<'_>> = (0..150).map(|_| (big, p, 0)).collect();
         let g = group(&many, true);
-        assert_eq!(g.iter().map(|(r, _)| r.len()).collect::<Vec<_>>(), [64, 64, 22]);
+        assert_eq!(g.iter().map(|(r, _, _)| r.len()).collect::<Vec<_>>(), [64, 64, 22]);
     }
 }

@@ -5,6 +5,14 @@
 //! where what the XDP program leaves to the kernel arrives (outer
 //! fragments the kernel reassembled, queues without a socket): handshakes
 //! go to the control thread, transport data through the same open path.
+//!
+//! Sealed datagrams leave through that kernel socket instead of the WAN's
+//! AF_XDP socket when the latter runs in copy mode (veth, and drivers
+//! without zero-copy AF_XDP): there every AF_XDP frame sent costs the
+//! kernel a socket buffer of its own anyway, where one UDP GSO send of a
+//! run of datagrams to one peer costs it one (`worker::send`, as TUN mode
+//! sends). The datagrams are the ones the pipeline framed, with their
+//! destination and ECN bits read back from the headers it wrote.
 
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -22,7 +30,7 @@ use super::runtime::{Lane, RouterShared};
 use super::steer::Nic;
 use super::{Counts, Extra, Fate, Frame, Router, VECTOR};
 use crate::shared::{Counters, Shared};
-use crate::worker::{hand_over, send_all};
+use crate::worker::{Outbound, hand_over, send, send_all};
 
 /// Wake-ups closer together than this mean frames are streaming in.
 const HOT: Duration = Duration::from_micros(200);
@@ -38,6 +46,10 @@ const KERNEL_BUFFER: usize = 2048;
 
 struct Worker<'a> {
     sh: &'a Shared,
+    /// The interface's kernel UDP socket of this worker.
+    socket: &'a std::net::UdpSocket,
+    /// Whether that socket may still send with UDP GSO.
+    gso: bool,
     rt: &'a RouterShared,
     counters: &'a Counters,
     index: usize,
@@ -58,6 +70,8 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
     let socket = sh.sockets[index.min(sh.sockets.len() - 1)].clone();
     let mut w = Worker {
         sh: &sh,
+        socket: &socket,
+        gso: true,
         rt,
         counters: &sh.counters[index],
         index,
@@ -156,7 +170,17 @@ impl Worker<'_> {
                     now,
                 ),
             }
-            copy_out(tx, &sent(&frames, &self.fates), self.counters);
+            let out = sent(&frames, &self.fates);
+            if from == Nic::Lan && !tx.zero_copy {
+                let datagrams: Vec<Outbound<'_>> = out.iter().filter_map(|f| datagram_of(f)).collect();
+                let short = out.len() - datagrams.len();
+                if short > 0 {
+                    self.counters.tx_errors.fetch_add(short as u64, Ordering::Relaxed);
+                }
+                send(self.socket.as_raw_fd(), self.sh.v6, &mut self.gso, &datagrams, self.counters, &self.sh.sticky);
+            } else {
+                copy_out(tx, &out, self.counters);
+            }
         }
         for d in &self.descs {
             rx.recycle(d.addr);
@@ -250,6 +274,30 @@ fn sent<'f>(frames: &'f [Frame<'_>], fates: &[Fate]) -> Vec<&'f [u8]> {
             _ => None,
         })
         .collect()
+}
+
+/// The UDP payload of a frame the seal path made (Ethernet, IPv4 without
+/// options or IPv6 without extension headers, UDP), its destination and
+/// the ECN bits of its IP header.
+pub(super) fn datagram_of(frame: &[u8]) -> Option<Outbound<'_>> {
+    let ether = u16::from_be_bytes(frame.get(ethernet::ETHERTYPE..ethernet::ETHERTYPE + 2)?.try_into().ok()?);
+    let ip = frame.get(ethernet::HEADER_LEN..)?;
+    let (dst, ecn, at): (IpAddr, u8, usize) = match ether {
+        ETHERTYPE_IPV4 if ip.len() >= ipv4::MIN_HEADER_LEN && ip[0] == 0x45 && ip[ipv4::PROTOCOL] == PROTO_UDP => {
+            let d: [u8; 4] = ip[ipv4::DST..ipv4::DST + 4].try_into().ok()?;
+            (d.into(), ip[1] & 3, ipv4::MIN_HEADER_LEN)
+        }
+        ETHERTYPE_IPV6 if ip.len() >= ipv6::HEADER_LEN && ip[0] >> 4 == 6 && ip[ipv6::NEXT_HEADER] == PROTO_UDP => {
+            let d: [u8; 16] = ip[ipv6::DST..ipv6::DST + 16].try_into().ok()?;
+            (d.into(), (ip[1] >> 4) & 3, ipv6::HEADER_LEN)
+        }
+        _ => return None,
+    };
+    let u = ip.get(at..at + udpf::HEADER_LEN)?;
+    let port = u16::from_be_bytes([u[udpf::DST_PORT], u[udpf::DST_PORT + 1]]);
+    let len = usize::from(u16::from_be_bytes([u[udpf::LENGTH], u[udpf::LENGTH + 1]]));
+    let payload = ip.get(at + udpf::HEADER_LEN..at + len.max(udpf::HEADER_LEN))?;
+    Some((payload, SocketAddr::new(dst, port), ecn))
 }
 
 /// Copies frames into free frames of `tx` and sends them; what finds no

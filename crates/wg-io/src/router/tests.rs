@@ -431,3 +431,37 @@ fn mutated_wan_frames_never_panic_and_only_genuine_packets_pass() {
     }
     assert!(delivered >= 400, "the genuine frames got through: {delivered}");
 }
+
+#[test]
+fn datagrams_read_back_from_sealed_frames_open_at_the_peer() {
+    for v6_outer in [false, true] {
+        let l = lab(v6_outer);
+        // Inner ECN bits (ECT(0), CE) go to the outer header (RFC 6040).
+        let mut ect = udp4([10, 1, 0, 5], [10, 2, 0, 9], 64);
+        ect[1] = 2;
+        ect[10..12].fill(0);
+        let c = checksum::checksum(&ect[..20]);
+        ect[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut ce = udp6("fd00:1::5", "fd00:2::9", 64);
+        ce[1] |= 3 << 4;
+        let packets = vec![ect, ce, udp4([10, 1, 0, 5], [10, 2, 0, 9], 1392)];
+        let (wan, _, _) = a_to_wan(&l, &packets);
+        assert_eq!(wan.len(), 3);
+        let b_end = if v6_outer { SocketAddr::new(ip("2001:db8::2"), PORT) } else { SocketAddr::new(ip("192.0.2.2"), PORT) };
+        let a_end = if v6_outer { SocketAddr::new(ip("2001:db8::1"), PORT) } else { SocketAddr::new(ip("192.0.2.1"), PORT) };
+        let outer = if v6_outer { 14 + 40 + 8 } else { 14 + 20 + 8 };
+        for (w, ecn) in wan.iter().zip([2, 3, 0]) {
+            let (payload, to, got_ecn) = io::datagram_of(w).expect("a datagram");
+            assert_eq!((to, got_ecn), (b_end, ecn));
+            assert_eq!(payload, &w[outer..], "the whole UDP payload");
+            let mut dev = l.b.dev.lock().expect("device");
+            let r = dev.receive(payload, a_end, l.now, &mut Vec::new(), &mut Vec::new());
+            assert!(matches!(r, Received::Packet { .. }), "{r:?}");
+        }
+        // What the seal path did not make is not taken for a datagram.
+        assert!(io::datagram_of(&wan[0][..outer - 1]).is_none());
+        let mut arp = wan[0].clone();
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert!(io::datagram_of(&arp).is_none());
+    }
+}

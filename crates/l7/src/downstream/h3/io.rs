@@ -74,6 +74,7 @@ impl Io {
                     parts: &parts[a..b],
                     to: packets[a].2,
                     from: self.source(packets[a].3),
+                    ecn: 0,
                 })
                 .collect();
             let fd = self.socket.as_raw_fd();
@@ -101,7 +102,7 @@ impl Io {
                 return Poll::Pending;
             }
             let (data, to, from) = &unsent[0];
-            let msg = [gatehouse_udp::Outgoing { parts: &[&data[..]], to: *to, from: self.source(*from) }];
+            let msg = [gatehouse_udp::Outgoing { parts: &[&data[..]], to: *to, from: self.source(*from), ecn: 0 }];
             let fd = self.socket.as_raw_fd();
             match self.socket.try_io(Interest::WRITABLE, || gatehouse_udp::send_batch(fd, self.v6, &msg)) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
@@ -120,7 +121,7 @@ impl Io {
     }
 
     pub fn send_one(&self, data: &[u8], to: SocketAddr, from: SocketAddr) {
-        let msg = [gatehouse_udp::Outgoing { parts: &[data], to, from: self.source(from) }];
+        let msg = [gatehouse_udp::Outgoing { parts: &[data], to, from: self.source(from), ecn: 0 }];
         let fd = self.socket.as_raw_fd();
         let _ = self.socket.try_io(Interest::WRITABLE, || gatehouse_udp::send_batch(fd, self.v6, &msg));
     }
