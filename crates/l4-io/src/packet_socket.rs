@@ -3,11 +3,12 @@
 //! interface and keeps its own, so only what the plane wants is processed
 //! ([`crate::steer::wants`], the XDP program's choice made in user space);
 //! one system call per frame, so much slower than AF_XDP, but the same
-//! pipeline. The only `unsafe` of this path lives here.
+//! pipeline. The only `unsafe` of this path lives here (and the socket's
+//! opening in `gatehouse_link::packet_tx`).
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 const ETH_P_ALL: u16 = 0x0003;
 /// Do not hand back frames this socket sent.
@@ -17,43 +18,9 @@ pub struct PacketSocket {
     fd: OwnedFd,
 }
 
-fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
-}
-
 impl PacketSocket {
     pub fn open(ifindex: u32) -> io::Result<PacketSocket> {
-        let proto = ETH_P_ALL.to_be();
-        // SAFETY: plain socket(2); the descriptor is owned at once.
-        let raw = check(unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                libc::c_int::from(proto),
-            )
-        })?;
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let one: libc::c_int = 1;
-        // SAFETY: an int option, its size passed with it.
-        check(unsafe {
-            libc::setsockopt(
-                raw,
-                libc::SOL_PACKET,
-                PACKET_IGNORE_OUTGOING,
-                (&one as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        })?;
-        // SAFETY: all-zero is a valid sockaddr_ll (plain integers).
-        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sa.sll_family = libc::AF_PACKET as u16;
-        sa.sll_protocol = proto;
-        sa.sll_ifindex = ifindex as i32;
-        // SAFETY: a valid sockaddr_ll of the length passed.
-        check(unsafe {
-            libc::bind(raw, (&sa as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as libc::socklen_t)
-        })?;
+        let fd = gatehouse_link::packet_tx::open_packet_socket(ifindex, ETH_P_ALL, &[(PACKET_IGNORE_OUTGOING, 1)])?;
         Ok(PacketSocket { fd })
     }
 

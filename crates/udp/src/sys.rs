@@ -411,7 +411,8 @@ mod tests {
         for (bind, to_ip, v6) in [("127.0.0.1:0", "127.0.0.1", false), ("[::1]:0", "::1", true)] {
             let Ok(b) = std::net::UdpSocket::bind(bind) else { continue };
             let one: libc::c_int = 1;
-            let (level, opt) = if v6 { (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS) } else { (libc::IPPROTO_IP, libc::IP_RECVTOS) };
+            let (level, opt) =
+                if v6 { (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS) } else { (libc::IPPROTO_IP, libc::IP_RECVTOS) };
             // SAFETY: an int option of the right size.
             let r = unsafe { libc::setsockopt(b.as_raw_fd(), level, opt, (&one as *const libc::c_int).cast(), 4) };
             assert_eq!(r, 0);

@@ -25,6 +25,7 @@ use gatehouse_udp::{self as udp, Got};
 use gatehouse_wire::field::{ethernet, ipv4, ipv6, udp as udpf};
 use gatehouse_wire::packet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_UDP};
 
+use super::lan_tx::LanTx;
 use super::pipeline::{open_vector, seal_vector};
 use super::runtime::{Lane, RouterShared};
 use super::steer::Nic;
@@ -50,6 +51,9 @@ struct Worker<'a> {
     socket: &'a std::net::UdpSocket,
     /// Whether that socket may still send with UDP GSO.
     gso: bool,
+    /// What `worker::send` counts: its errors go on to `counters`; what
+    /// it sent is counted as sealed already.
+    kernel_sends: Counters,
     rt: &'a RouterShared,
     counters: &'a Counters,
     index: usize,
@@ -72,6 +76,7 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
         sh: &sh,
         socket: &socket,
         gso: true,
+        kernel_sends: Counters::default(),
         rt,
         counters: &sh.counters[index],
         index,
@@ -132,6 +137,7 @@ impl Worker<'_> {
     /// Takes a vector from one side's socket through its path and out of
     /// the other side's; returns how many frames came.
     fn side(&mut self, view: &Router, from: Nic) -> usize {
+        let lan_tx = &mut self.lane.lan_tx;
         let (rx, tx) = match from {
             Nic::Lan => (&mut self.lane.lan, &mut self.lane.wan),
             Nic::Wan => (&mut self.lane.wan, &mut self.lane.lan),
@@ -171,15 +177,20 @@ impl Worker<'_> {
                 ),
             }
             let out = sent(&frames, &self.fates);
-            if from == Nic::Lan && !tx.zero_copy {
-                let datagrams: Vec<Outbound<'_>> = out.iter().filter_map(|f| datagram_of(f)).collect();
-                let short = out.len() - datagrams.len();
-                if short > 0 {
-                    self.counters.tx_errors.fetch_add(short as u64, Ordering::Relaxed);
+            match from {
+                Nic::Lan if !tx.zero_copy => {
+                    let datagrams: Vec<Outbound<'_>> = out.iter().filter_map(|f| datagram_of(f)).collect();
+                    let mut lost = (out.len() - datagrams.len()) as u64;
+                    let (fd, c) = (self.socket.as_raw_fd(), &self.kernel_sends);
+                    send(fd, self.sh.v6, &mut self.gso, &datagrams, c, &self.sh.sticky);
+                    lost += c.tx_errors.swap(0, Ordering::Relaxed);
+                    c.tx_datagrams.store(0, Ordering::Relaxed);
+                    if lost > 0 {
+                        self.counters.tx_errors.fetch_add(lost, Ordering::Relaxed);
+                    }
                 }
-                send(self.socket.as_raw_fd(), self.sh.v6, &mut self.gso, &datagrams, self.counters, &self.sh.sticky);
-            } else {
-                copy_out(tx, &out, self.counters);
+                Nic::Lan => copy_out(tx, &out, self.counters),
+                Nic::Wan => to_lan(tx, lan_tx, &out, self.counters),
             }
         }
         for d in &self.descs {
@@ -191,8 +202,8 @@ impl Worker<'_> {
 
     /// Sends and hands over what a vector left besides its frames.
     fn finish_extra(&mut self) {
-        let to_lan: Vec<&[u8]> = self.extra.to_lan.iter().map(Vec::as_slice).collect();
-        copy_out(&mut self.lane.lan, &to_lan, self.counters);
+        let lan: Vec<&[u8]> = self.extra.to_lan.iter().map(Vec::as_slice).collect();
+        to_lan(&mut self.lane.lan, &mut self.lane.lan_tx, &lan, self.counters);
         let to_wan: Vec<&[u8]> = self.extra.to_wan.iter().map(Vec::as_slice).collect();
         copy_out(&mut self.lane.wan, &to_wan, self.counters);
         for (datagram, from, local) in self.extra.handshakes.drain(..) {
@@ -240,7 +251,7 @@ impl Worker<'_> {
             &mut self.counts,
             Instant::now(),
         );
-        copy_out(&mut self.lane.lan, &sent(&frames, &self.fates), self.counters);
+        to_lan(&mut self.lane.lan, &mut self.lane.lan_tx, &sent(&frames, &self.fates), self.counters);
         self.finish_extra();
     }
 
@@ -298,6 +309,20 @@ pub(super) fn datagram_of(frame: &[u8]) -> Option<Outbound<'_>> {
     let len = usize::from(u16::from_be_bytes([u[udpf::LENGTH], u[udpf::LENGTH + 1]]));
     let payload = ip.get(at + udpf::HEADER_LEN..at + len.max(udpf::HEADER_LEN))?;
     Some((payload, SocketAddr::new(dst, port), ecn))
+}
+
+/// Sends frames on the LAN: through the coalescing sender where there is
+/// one (the AF_XDP socket copies), else by the AF_XDP socket.
+fn to_lan(lan: &mut Socket, lan_tx: &mut Option<LanTx>, frames: &[&[u8]], counters: &Counters) {
+    match lan_tx {
+        Some(t) => {
+            let lost = t.send(frames);
+            if lost > 0 {
+                counters.tx_errors.fetch_add(lost as u64, Ordering::Relaxed);
+            }
+        }
+        None => copy_out(lan, frames, counters),
+    }
 }
 
 /// Copies frames into free frames of `tx` and sends them; what finds no

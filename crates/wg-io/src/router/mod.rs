@@ -31,6 +31,7 @@ use gatehouse_link::nexthop::NextHops;
 use gatehouse_wg::device::{DropReason, Transmit};
 
 pub mod io;
+pub mod lan_tx;
 pub mod pipeline;
 pub mod runtime;
 pub mod steer;

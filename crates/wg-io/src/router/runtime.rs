@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use gatehouse_link::nexthop::{self, NextHops};
 use gatehouse_link::{netlink, xsk};
 
+use super::lan_tx::LanTx;
 use super::steer::{Nic, Steering, Wanted};
 use super::{Counts, Router, Side};
 
@@ -21,10 +22,12 @@ use super::{Counts, Router, Side};
 const REFRESH: Duration = Duration::from_secs(1);
 
 /// One worker's sockets: a queue of the LAN NIC and the same queue of the
-/// WAN NIC.
+/// WAN NIC, and where the LAN socket copies, the LAN sender that
+/// coalesces ([`super::lan_tx`]).
 pub struct Lane {
     pub lan: xsk::Socket,
     pub wan: xsk::Socket,
+    pub lan_tx: Option<LanTx>,
 }
 
 /// What router mode's threads share.
@@ -166,7 +169,14 @@ impl RouterShared {
             let lan = open(Nic::Lan, &self.lan, self.lan_index)?;
             let wan = open(Nic::Wan, &self.wan, self.wan_index)?;
             zero_copy &= lan.zero_copy && wan.zero_copy;
-            lanes.push(Lane { lan, wan });
+            let lan_tx = if lan.zero_copy {
+                None
+            } else {
+                LanTx::open(self.lan_index)
+                    .map_err(|e| tracing::warn!(lan = %self.lan, "no AF_PACKET sender ({e}): frames go out by AF_XDP"))
+                    .ok()
+            };
+            lanes.push(Lane { lan, wan, lan_tx });
         }
         let map_err = |e: super::steer::SteerError| OpenError { field: "router", message: e.to_string() };
         steering.update(&wanted(self, &(it.allowed)(), it.port)).map_err(map_err)?;

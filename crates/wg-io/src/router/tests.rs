@@ -447,8 +447,10 @@ fn datagrams_read_back_from_sealed_frames_open_at_the_peer() {
         let packets = vec![ect, ce, udp4([10, 1, 0, 5], [10, 2, 0, 9], 1392)];
         let (wan, _, _) = a_to_wan(&l, &packets);
         assert_eq!(wan.len(), 3);
-        let b_end = if v6_outer { SocketAddr::new(ip("2001:db8::2"), PORT) } else { SocketAddr::new(ip("192.0.2.2"), PORT) };
-        let a_end = if v6_outer { SocketAddr::new(ip("2001:db8::1"), PORT) } else { SocketAddr::new(ip("192.0.2.1"), PORT) };
+        let b_end =
+            if v6_outer { SocketAddr::new(ip("2001:db8::2"), PORT) } else { SocketAddr::new(ip("192.0.2.2"), PORT) };
+        let a_end =
+            if v6_outer { SocketAddr::new(ip("2001:db8::1"), PORT) } else { SocketAddr::new(ip("192.0.2.1"), PORT) };
         let outer = if v6_outer { 14 + 40 + 8 } else { 14 + 20 + 8 };
         for (w, ecn) in wan.iter().zip([2, 3, 0]) {
             let (payload, to, got_ecn) = io::datagram_of(w).expect("a datagram");
