@@ -245,6 +245,10 @@ fn pad(out: &mut String, indent: usize) {
     out.extend(std::iter::repeat_n(' ', indent));
 }
 
+/// YAML's limit on an implicit key: at most 1024 characters, all on the
+/// key's line (YAML 1.2, section 7.4.2).
+const IMPLICIT_KEY_MAX: usize = 1024;
+
 /// The entries of a mapping, one per line; the first one's indentation is
 /// already written when `first_inline` (it follows a "- ").
 fn emit_map(out: &mut String, entries: &[(Node, Node)], indent: usize, first_inline: bool) {
@@ -252,7 +256,19 @@ fn emit_map(out: &mut String, entries: &[(Node, Node)], indent: usize, first_inl
         if i > 0 || !first_inline {
             pad(out, indent);
         }
-        emit_inline(out, k);
+        let mut key = String::new();
+        emit_inline(&mut key, k);
+        if key.chars().count() > IMPLICIT_KEY_MAX {
+            // Too long for an implicit key, so an explicit one (`? key`
+            // then `: value`): a key read in plain may need escapes in
+            // quotes. Found by the config fuzz target.
+            out.push_str("? ");
+            out.push_str(&key);
+            out.push('\n');
+            pad(out, indent);
+        } else {
+            out.push_str(&key);
+        }
         out.push(':');
         if inline(v) {
             out.push(' ');
@@ -364,6 +380,21 @@ nested: [[1, 2], [], [[x]]]
         let before = crate::from_str(&valid, std::path::Path::new("g")).expect("valid");
         let text = emit(&parse(&valid).expect("parses"));
         assert_eq!(crate::from_str(&text, std::path::Path::new("g")).expect("still valid"), before, "{text}");
+    }
+
+    #[test]
+    fn a_key_longer_quoted_than_an_implicit_key_may_be_reads_back() {
+        let long = "\u{15}".repeat(200) + " {&g-k";
+        for j in [
+            serde_json::json!({ long.clone(): null, "b": 1 }),
+            serde_json::json!({ "routes": [{ long.clone(): { "x": [1] }, "name": "r" }] }),
+        ] {
+            let text = emit(&from_json(&j));
+            assert!(text.contains("? \""), "{text}");
+            assert_eq!(to_json(&parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"))), j, "{text}");
+        }
+        // A key within the limit stays implicit.
+        assert!(!emit(&from_json(&serde_json::json!({ "a".repeat(1000): 1 }))).contains('?'));
     }
 
     #[test]
