@@ -244,7 +244,9 @@ def test_lan_starts_ping_and_tcp_cross_and_the_gateway_stays_reachable(net, tmp_
         with http_server("b", "fd72:2::9", blob.parent):
             download("lan", "http://[fd72:2::9]:8080/blob", blob, tmp_path)
         assert counter("gatehouse_wg_router_opened_total") > 2000, "4 MiB came through the open path twice"
-        assert counter("gatehouse_wg_router_sealed_total") > 100
+        # The LAN's requests and ACKs: since opened runs reach the client as
+        # super-frames, it acknowledges a run at once (82 in one CI run).
+        assert counter("gatehouse_wg_router_sealed_total") > 20
         # The gateway's own addresses answer on both NICs, ICMP and TCP.
         ping_ok("lan", "10.72.1.1")
         ping_ok("b", WAN["gw"])
