@@ -48,6 +48,24 @@ struct Lab {
     now: Instant,
 }
 
+/// A's and B's WAN endpoints over the outer family.
+fn ends(v6_outer: bool) -> (SocketAddr, SocketAddr) {
+    if v6_outer {
+        (SocketAddr::new(ip("2001:db8::1"), PORT), SocketAddr::new(ip("2001:db8::2"), PORT))
+    } else {
+        (SocketAddr::new(ip("192.0.2.1"), PORT), SocketAddr::new(ip("192.0.2.2"), PORT))
+    }
+}
+
+/// An IPv4 packet with header byte `at` set to `value`, checksum made again.
+fn with_ipv4_byte(mut p: Vec<u8>, at: usize, value: u8) -> Vec<u8> {
+    p[at] = value;
+    p[10..12].fill(0);
+    let c = checksum::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
 /// Two sites, each the other's peer, with sessions up (B started them).
 fn lab(v6_outer: bool) -> Lab {
     let now = Instant::now();
@@ -85,11 +103,7 @@ fn lab(v6_outer: bool) -> Lab {
         port: PORT,
         mtu: 1420,
     };
-    let (a_end, b_end) = if v6_outer {
-        (SocketAddr::new(ip("2001:db8::1"), PORT), SocketAddr::new(ip("2001:db8::2"), PORT))
-    } else {
-        (SocketAddr::new(ip("192.0.2.1"), PORT), SocketAddr::new(ip("192.0.2.2"), PORT))
-    };
+    let (a_end, b_end) = ends(v6_outer);
     let mut da = Device::new(StaticSecret::random(&mut OsRng), now, EPOCH, OsRng);
     let mut db = Device::new(StaticSecret::random(&mut OsRng), now, EPOCH, OsRng);
     da.add_peer(*db.public(), None, Some(b_end), None, &[(ip("10.2.0.0"), 24), (ip("fd00:2::"), 64)]).expect("peer");
@@ -260,11 +274,7 @@ fn an_inner_source_outside_the_peers_allowed_ips_is_dropped() {
 #[test]
 fn routers_answer_with_icmp_and_fragment_what_may_be() {
     let l = lab(false);
-    let mut ttl1 = udp4([10, 1, 0, 5], [10, 2, 0, 9], 20);
-    ttl1[8] = 1;
-    ttl1[10..12].fill(0);
-    let c = checksum::checksum(&ttl1[..20]);
-    ttl1[10..12].copy_from_slice(&c.to_be_bytes());
+    let ttl1 = with_ipv4_byte(udp4([10, 1, 0, 5], [10, 2, 0, 9], 20), 8, 1);
     let big_df = udp4([10, 1, 0, 5], [10, 2, 0, 9], 1472);
     let mut big = big_df.clone();
     big[6] = 0; // DF off
@@ -437,20 +447,13 @@ fn datagrams_read_back_from_sealed_frames_open_at_the_peer() {
     for v6_outer in [false, true] {
         let l = lab(v6_outer);
         // Inner ECN bits (ECT(0), CE) go to the outer header (RFC 6040).
-        let mut ect = udp4([10, 1, 0, 5], [10, 2, 0, 9], 64);
-        ect[1] = 2;
-        ect[10..12].fill(0);
-        let c = checksum::checksum(&ect[..20]);
-        ect[10..12].copy_from_slice(&c.to_be_bytes());
+        let ect = with_ipv4_byte(udp4([10, 1, 0, 5], [10, 2, 0, 9], 64), 1, 2);
         let mut ce = udp6("fd00:1::5", "fd00:2::9", 64);
         ce[1] |= 3 << 4;
         let packets = vec![ect, ce, udp4([10, 1, 0, 5], [10, 2, 0, 9], 1392)];
         let (wan, _, _) = a_to_wan(&l, &packets);
         assert_eq!(wan.len(), 3);
-        let b_end =
-            if v6_outer { SocketAddr::new(ip("2001:db8::2"), PORT) } else { SocketAddr::new(ip("192.0.2.2"), PORT) };
-        let a_end =
-            if v6_outer { SocketAddr::new(ip("2001:db8::1"), PORT) } else { SocketAddr::new(ip("192.0.2.1"), PORT) };
+        let (a_end, b_end) = ends(v6_outer);
         let outer = if v6_outer { 14 + 40 + 8 } else { 14 + 20 + 8 };
         for (w, ecn) in wan.iter().zip([2, 3, 0]) {
             let (payload, to, got_ecn) = io::datagram_of(w).expect("a datagram");
