@@ -275,15 +275,30 @@ impl L4Runtime {
         self.shared.cfg.lock().unwrap_or_else(|e| e.into_inner()).snat.iter().map(|r| r.name.clone()).collect()
     }
 
-    /// Service names and real-server addresses, in counter order.
-    pub fn layout(&self) -> Vec<(String, Vec<SocketAddr>)> {
+    /// Service names and real-server addresses, in counter order, each
+    /// with whether the published plane gives it new sessions (the health
+    /// it was built with; `None` where no plane holds the server). Health
+    /// changes reach the plane at the control thread's next turn.
+    pub fn layout(&self) -> Vec<(String, Vec<RealState>)> {
+        let plane = self.shared.ports.first().map(|p| p.plane.load_full());
+        let in_plane = |name: &str, a: SocketAddr| {
+            let service = plane.as_ref()?.services.iter().find(|s| s.name == name)?;
+            service.reals.iter().find(|r| r.addr == a.ip() && r.port == a.port()).map(|r| r.up)
+        };
         let cfg = self.shared.cfg.lock().unwrap_or_else(|e| e.into_inner());
         cfg.services
             .iter()
-            .map(|s| (s.name.clone(), s.real_servers.iter().filter_map(|r| r.address).collect()))
+            .map(|s| {
+                let reals = s.real_servers.iter().filter_map(|r| r.address).map(|a| (a, in_plane(&s.name, a)));
+                (s.name.clone(), reals.collect())
+            })
             .collect()
     }
 }
+
+/// A real server's address, and whether the published plane gives it new
+/// sessions (`None`: no plane holds it).
+pub type RealState = (SocketAddr, Option<bool>);
 
 impl L4Runtime {
     /// Stops the workers and detaches the XDP programs, giving the

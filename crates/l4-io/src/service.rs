@@ -249,7 +249,11 @@ impl Plane for L4 {
             .into_iter()
             .map(|(name, reals)| {
                 let group = health_group(&name);
-                let reals = reals.into_iter().map(|a| (a, self.0.health.get(&group, a).is_up())).collect();
+                // What traffic follows: the published plane's view.
+                let reals = reals
+                    .into_iter()
+                    .map(|(a, up)| (a, up.unwrap_or_else(|| self.0.health.get(&group, a).is_up())))
+                    .collect();
                 (name, reals)
             })
             .collect();
@@ -361,7 +365,7 @@ fn render(o: &mut Exposition, l4: &Scrape) {
             }
         }
     }
-    o.header("gatehouse_l4_real_up", "gauge", "1 while a real server passes its health check.");
+    o.header("gatehouse_l4_real_up", "gauge", "1 while a real server passes its health check and takes new sessions.");
     for (service, rs) in &l4.services {
         for (addr, up) in rs {
             o.sample("gatehouse_l4_real_up", &[("service", service), ("real", &addr.to_string())], u8::from(*up));
