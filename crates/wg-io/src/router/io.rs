@@ -258,6 +258,9 @@ impl Worker<'_> {
     /// Adds what changed since the last time to the interface's shared
     /// counters (metrics read those) and publishes the whole set.
     fn publish(&mut self) {
+        if let Some(t) = &self.lane.lan_tx {
+            (self.counts.super_frames, self.counts.coalesced) = (t.super_frames, t.coalesced);
+        }
         let (c, p) = (&self.counts, &self.published);
         self.counters.rx_datagrams.fetch_add(c.wan_rx - p.wan_rx, Ordering::Relaxed);
         self.counters.tx_datagrams.fetch_add(c.sealed - p.sealed, Ordering::Relaxed);

@@ -108,11 +108,20 @@ pub struct LanTx {
     arena: Vec<u8>,
     /// Whether the kernel takes super-frames (until it once refuses one).
     gso: bool,
+    /// Super-frames sent, and the frames they carried.
+    pub(super) super_frames: u64,
+    pub(super) coalesced: u64,
 }
 
 impl LanTx {
     pub fn open(ifindex: u32) -> io::Result<LanTx> {
-        Ok(LanTx { socket: PacketTx::open(ifindex)?, arena: Vec::with_capacity(1 << 17), gso: true })
+        Ok(LanTx {
+            socket: PacketTx::open(ifindex)?,
+            arena: Vec::with_capacity(1 << 17),
+            gso: true,
+            super_frames: 0,
+            coalesced: 0,
+        })
     }
 
     /// Sends `frames` (Ethernet); returns how many could not be sent.
@@ -134,7 +143,15 @@ impl LanTx {
         let mut at = 0;
         while at < refs.len() {
             match self.socket.send(&refs[at..]) {
-                Ok(k) if k > 0 => at += k,
+                Ok(k) if k > 0 => {
+                    for o in &plan[at..at + k] {
+                        if let Out::Super { count, .. } = o {
+                            self.super_frames += 1;
+                            self.coalesced += *count as u64;
+                        }
+                    }
+                    at += k;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) => {
                     // The device's queue is full: wait for room once, briefly.
                     let mut ready = [false];

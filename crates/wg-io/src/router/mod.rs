@@ -151,6 +151,9 @@ pub struct Counts {
     /// ICMP errors sent, fragments made.
     pub icmp: u64,
     pub fragments: u64,
+    /// Super-frames sent to the LAN in copy mode, and the frames in them.
+    pub super_frames: u64,
+    pub coalesced: u64,
     /// By [`RouterDrop::index`].
     pub drops: [u64; RouterDrop::NAMES.len()],
     /// By [`DropReason::index`].

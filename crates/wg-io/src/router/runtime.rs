@@ -229,6 +229,8 @@ impl RouterShared {
             t.opened += c.opened;
             t.icmp += c.icmp;
             t.fragments += c.fragments;
+            t.super_frames += c.super_frames;
+            t.coalesced += c.coalesced;
             for (a, b) in t.drops.iter_mut().zip(c.drops) {
                 *a += b;
             }
@@ -266,13 +268,23 @@ pub fn metrics(ifaces: &[(&str, &RouterShared)], out: &mut gatehouse_plane::metr
         return;
     }
     type Series<'a> = (&'a str, &'a str, fn(&Counts) -> u64);
-    let series: [Series<'_>; 6] = [
+    let series: [Series<'_>; 8] = [
         ("gatehouse_wg_router_lan_rx_frames_total", "Frames router mode took from the LAN NIC.", |c| c.lan_rx),
         ("gatehouse_wg_router_sealed_total", "Packets sealed and sent out of the WAN NIC.", |c| c.sealed),
         ("gatehouse_wg_router_wan_rx_frames_total", "Frames router mode took from the WAN NIC.", |c| c.wan_rx),
         ("gatehouse_wg_router_opened_total", "Packets opened and sent out of the LAN NIC.", |c| c.opened),
         ("gatehouse_wg_router_icmp_total", "ICMP errors router mode sent (time exceeded, too big).", |c| c.icmp),
         ("gatehouse_wg_router_fragments_total", "IPv4 fragments router mode made to fit the tunnel.", |c| c.fragments),
+        (
+            "gatehouse_wg_router_lan_super_frames_total",
+            "Super-frames (runs of one flow, segmented by the kernel) sent to the LAN where AF_XDP copies.",
+            |c| c.super_frames,
+        ),
+        (
+            "gatehouse_wg_router_lan_coalesced_frames_total",
+            "Opened packets that went to the LAN inside super-frames.",
+            |c| c.coalesced,
+        ),
     ];
     for (name, help, f) in series {
         out.header(name, "counter", help);
