@@ -35,9 +35,14 @@ use crate::worker::{Outbound, hand_over, send, send_all};
 
 /// Wake-ups closer together than this mean frames are streaming in.
 const HOT: Duration = Duration::from_micros(200);
-/// How long a streaming worker lets frames gather before reading again
-/// (at most the latency it adds; the rings hold thousands of frames).
-const LINGER: Duration = Duration::from_micros(50);
+/// How long a streaming worker lets frames gather before reading (at most
+/// the latency it adds; the rings hold thousands of frames): from the
+/// shortest, doubled while reads find less than a quarter vector and
+/// halved when they find half of one or more, as a NIC's adaptive
+/// interrupt moderation does. Every read ends in a send of its own, and
+/// each send costs the kernel a transmit and a wake-up of the receiver.
+const LINGER_MIN: Duration = Duration::from_micros(50);
+const LINGER_MAX: Duration = Duration::from_micros(200);
 /// How often a worker publishes its counters.
 const PUBLISH: Duration = Duration::from_millis(100);
 /// Datagrams read from the kernel socket per turn.
@@ -97,13 +102,14 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
     // Frames keep coming close together: let a few gather before the next
     // read, as a NIC's interrupt moderation does, rather than wake per frame.
     let mut linger = false;
+    let mut linger_for = LINGER_MIN;
     let mut last_wake = Instant::now() - HOT;
     let mut last_publish = Instant::now();
     while !sh.stop.load(Ordering::Relaxed) {
         if busy {
             ready = [true, true, false, false];
         } else if linger {
-            std::thread::sleep(LINGER);
+            std::thread::sleep(linger_for);
             ready = [true, true, false, false];
         } else {
             // Frames sent may come back to be reused while nothing arrives.
@@ -113,13 +119,23 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
                 tracing::error!(interface = %sh.name, "poll: {e}");
                 return;
             }
+            // A wake-up soon after the last: the frame that woke us has
+            // company on its way; a lone one is read at once.
             linger = last_wake.elapsed() < HOT;
             last_wake = Instant::now();
+            if linger && (ready[0] || ready[1]) {
+                std::thread::sleep(linger_for);
+                ready[0] = true;
+                ready[1] = true;
+            }
         }
         let view = rt.view.load();
         let (lan, wan) =
             (if ready[0] { w.side(&view, Nic::Lan) } else { 0 }, if ready[1] { w.side(&view, Nic::Wan) } else { 0 });
         busy = lan >= VECTOR || wan >= VECTOR;
+        if linger && lan + wan > 0 {
+            linger_for = next_linger(linger_for, lan.max(wan));
+        }
         linger &= lan + wan > 0;
         if ready[2] {
             w.kernel_socket(&view, &socket);
@@ -131,6 +147,17 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
         }
     }
     w.publish();
+}
+
+/// The next linger after one whose read found `frames` on the busier side.
+pub(super) fn next_linger(now: Duration, frames: usize) -> Duration {
+    if frames < VECTOR / 4 {
+        (now * 2).min(LINGER_MAX)
+    } else if frames >= VECTOR / 2 {
+        (now / 2).max(LINGER_MIN)
+    } else {
+        now
+    }
 }
 
 impl Worker<'_> {

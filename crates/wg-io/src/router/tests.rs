@@ -470,3 +470,25 @@ fn datagrams_read_back_from_sealed_frames_open_at_the_peer() {
         assert!(io::datagram_of(&arp).is_none());
     }
 }
+
+#[test]
+fn the_linger_grows_while_reads_find_few_frames_and_shrinks_when_they_fill() {
+    use super::io::next_linger;
+    let min = next_linger(Duration::from_micros(1), VECTOR);
+    let mut l = min;
+    let mut grew = vec![l];
+    for _ in 0..6 {
+        l = next_linger(l, 3);
+        grew.push(l);
+    }
+    assert!(grew.windows(2).all(|w| w[1] >= w[0]), "{grew:?}");
+    let max = l;
+    assert!(max > min && max <= Duration::from_micros(200), "bounded: {max:?}");
+    assert_eq!(next_linger(max, 3), max, "stays at its bound");
+    assert_eq!(next_linger(max, VECTOR / 3), max, "a middling read keeps it");
+    let mut back = max;
+    for _ in 0..6 {
+        back = next_linger(back, VECTOR);
+    }
+    assert_eq!(back, min, "full reads bring it back to the shortest");
+}
