@@ -79,6 +79,30 @@ type load struct {
 	quic     *quic.Config
 	url      string
 	deadline time.Time
+	// With -rate: when the first connection starts, and the time between
+	// the connections of one worker (0: as fast as the server answers).
+	start time.Time
+	every time.Duration
+}
+
+// pacer gives worker i of n its start times: one connection every n/rate
+// seconds, the workers staggered so that together they start `rate` a
+// second. A worker that fell behind starts at once but does not burst to
+// catch up.
+func (l *load) pacer(i, n int) func() {
+	if l.every == 0 {
+		return func() {}
+	}
+	next := l.start.Add(time.Duration(i) * l.every / time.Duration(n))
+	return func() {
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+		if now := time.Now(); next.Before(now) {
+			next = now
+		}
+		next = next.Add(l.every)
+	}
 }
 
 func main() {
@@ -93,7 +117,11 @@ func main() {
 	insecure := flag.Bool("insecure", false, "do not verify the server's certificate (as h2load)")
 	curve := flag.String("curve", "", "key share: x25519, x25519mlkem768 or p256 (default: Go's own preference)")
 	overTCP := flag.Bool("tcp", false, "handshake mode over TCP: TLS 1.3 and one HTTP/1.1 GET per connection")
+	rate := flag.Float64("rate", 0, "handshake mode: new connections per second in all (default: unpaced)")
 	flag.Parse()
+	if *rate < 0 || (*rate > 0 && !*handshake) {
+		fail(errors.New("-rate needs -handshake and a positive number"))
+	}
 
 	server, pool, err := target.Parse(*addr, *ca)
 	if err != nil {
@@ -122,6 +150,10 @@ func main() {
 
 	start := time.Now()
 	l.deadline = start.Add(*duration)
+	l.start = start
+	if *rate > 0 {
+		l.every = time.Duration(float64(*conns) / *rate * float64(time.Second))
+	}
 	var tallies []*tally
 	var wg sync.WaitGroup
 	// spawn runs work on a goroutine of its own with a tally of its own.
@@ -144,7 +176,8 @@ func main() {
 		tcpConf.ClientSessionCache = nil
 		request := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", *path, *host)
 		for i := 0; i < *conns; i++ {
-			spawn(func(t *tally) { l.tcpHandshakes(server.String(), tcpConf, request, t) })
+			pace := l.pacer(i, *conns)
+			spawn(func(t *tally) { l.tcpHandshakes(server.String(), tcpConf, request, pace, t) })
 		}
 	}
 	for i := 0; i < *conns && !*overTCP; i++ {
@@ -155,7 +188,8 @@ func main() {
 		tr := &quic.Transport{Conn: udp}
 		defer tr.Close()
 		if *handshake {
-			spawn(func(t *tally) { l.handshakes(tr, t) })
+			pace := l.pacer(i, *conns)
+			spawn(func(t *tally) { l.handshakes(tr, pace, t) })
 			continue
 		}
 		conn, err := tr.Dial(context.Background(), server, tlsConf, l.quic)
@@ -209,8 +243,11 @@ func (l *load) requests(cc *http3.ClientConn, t *tally) {
 }
 
 // handshakes dials, sends one request and closes, over and over.
-func (l *load) handshakes(tr *quic.Transport, t *tally) {
+func (l *load) handshakes(tr *quic.Transport, pace func(), t *tally) {
 	for time.Now().Before(l.deadline) {
+		if pace(); !time.Now().Before(l.deadline) {
+			break
+		}
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		conn, err := tr.Dial(ctx, l.server, l.tls, l.quic)
@@ -232,9 +269,12 @@ func (l *load) handshakes(tr *quic.Transport, t *tally) {
 
 // tcpHandshakes dials TCP, shakes hands, sends one GET and reads the
 // answer to its end, over and over.
-func (l *load) tcpHandshakes(addr string, conf *tls.Config, request string, t *tally) {
+func (l *load) tcpHandshakes(addr string, conf *tls.Config, request string, pace func(), t *tally) {
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	for time.Now().Before(l.deadline) {
+		if pace(); !time.Now().Before(l.deadline) {
+			break
+		}
 		began := time.Now()
 		conn, err := tls.DialWithDialer(dialer, "tcp", addr, conf)
 		if err != nil {
