@@ -78,6 +78,11 @@ def run(name, make, workdir, crt, key, curve, seconds, rate=None):
             "p50_ms": out["p50_ms"], "errors": out["errors"]}
 
 
+def medians(runs):
+    """Each figure's median over the rounds."""
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=8)
@@ -96,13 +101,13 @@ def main():
             order = list(SERVERS.items()) if r % 2 == 0 else list(reversed(SERVERS.items()))
             for name, make in order:
                 runs[name].append(run(name, make, workdir, crt, key, curve, args.duration))
-        results[curve] = {name: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for name, rs in runs.items()}
+        results[curve] = {name: medians(rs) for name, rs in runs.items()}
     # The post-quantum client is slower, so it offers fewer handshakes a
     # second, and batches fill less: X25519 again, at that rate.
     pq_rate = results["x25519mlkem768"]["gatehouse mb"]["rate"]
     rs = [run("gatehouse mb", SERVERS["gatehouse mb"], workdir, crt, key, "x25519", args.duration, pq_rate)
           for _ in range(args.rounds)]
-    results[PACED] = {"gatehouse mb": {k: statistics.median(x[k] for x in rs) for k in rs[0]}}
+    results[PACED] = {"gatehouse mb": medians(rs)}
     lines = [f"## {datetime.date.today()} — full TLS 1.3 handshakes by key share, Go crypto/tls client, commit {B.commit()}",
              "", f"CPU: {B.cpu_model()}. Command: `bench/tls_pq.py --duration {args.duration} --rounds {args.rounds}`; "
              "ECDSA P-256 certificate; server on CPU 0, h3load -tcp -handshake -c16 on CPU 1; medians of the rounds.", "",
