@@ -18,10 +18,10 @@
 //! Envoy's CryptoMb wait for full batches. A queue turns patient when a
 //! batch of it fills, or when company is around: two batches' worth of
 //! TLS handshakes under way on the worker ([`handshake_begins`]) and the
-//! previous arrival within `max_delay`. A wait that ends with less than
-//! half a batch turns it impatient for a number of arrivals that doubles
-//! with each such wait. A client or a few making handshakes one after
-//! another never wait. Under client-bound loads on one Zen 5 worker, this
+//! previous arrival within `max_delay`. Two waits in a row that end with
+//! less than half a batch turn it impatient for a number of arrivals that
+//! doubles with each such back-off. A client or a few making handshakes
+//! one after another never wait. Under client-bound loads on one Zen 5 worker, this
 //! took 11–20% off the CPU of a full handshake (docs/BENCHMARKS.md).
 
 use std::cell::RefCell;
@@ -169,6 +169,8 @@ struct Batcher {
     /// costs (doubling from [`BACKOFF_MIN`]; a full batch clears it).
     backoff: [u32; 2],
     penalty: [u32; 2],
+    /// Whether the last wait judged came out with less than half a batch.
+    empty_wait: [bool; 2],
     /// TLS handshakes under way on this worker ([`handshake_begins`]).
     handshakes: u32,
     /// Handshakes whose key shares a batch just gave back, each about to
@@ -188,6 +190,7 @@ thread_local! {
         last_arrival: [None; 2],
         backoff: [0; 2],
         penalty: [0; 2],
+        empty_wait: [false; 2],
         handshakes: 0,
         signs_coming: 0,
         timer: Arc::new(Notify::new()),
@@ -211,11 +214,23 @@ impl Batcher {
     }
 
     /// A patient queue of `kind` waited `max_delay` and holds `n`: with
-    /// less than half a batch, waiting did not pay; the queue stops being
-    /// patient for a number of arrivals that doubles with each such wait.
+    /// less than half a batch, waiting did not pay. The second such wait
+    /// with no batch that paid in between stops the queue being patient
+    /// for a number of arrivals that doubles with each such back-off. One
+    /// empty wait alone is no sign: under steady arrivals a few per
+    /// `max_delay`, one wait in ten or so comes out empty by chance, and
+    /// backing off on it ran one X25519MLKEM768 share in seven alone.
     fn waited(&mut self, kind: usize, n: usize) {
-        if self.patient[kind] && 2 * n < FULL[kind] {
+        if !self.patient[kind] {
+            return;
+        }
+        if 2 * n >= FULL[kind] {
+            self.empty_wait[kind] = false;
+        } else if !std::mem::replace(&mut self.empty_wait[kind], true) {
+            // The first empty wait: patience holds until the next.
+        } else {
             self.patient[kind] = false;
+            self.empty_wait[kind] = false;
             self.penalty[kind] = (2 * self.penalty[kind]).clamp(BACKOFF_MIN, BACKOFF_MAX);
             self.backoff[kind] = self.penalty[kind];
         }
@@ -224,6 +239,7 @@ impl Batcher {
     /// A batch of `kind` filled: waiting pays.
     fn filled(&mut self, kind: usize) {
         self.patient[kind] = true;
+        self.empty_wait[kind] = false;
         self.penalty[kind] = 0;
     }
 

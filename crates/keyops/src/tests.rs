@@ -204,13 +204,51 @@ fn a_queue_that_filled_waits_for_company_until_none_comes() {
     });
     assert_eq!(batches(4), pairs + 1, "the two shares ran as one batch");
     assert_eq!(stats::this_thread().timer_flushes, flushes + 1);
-    // A lone share waits out the timer alone: the wait brought nobody, so
-    // the next lone share runs at once, with no timer.
+    // A lone share waits out the timer alone: one wait that brought nobody
+    // is no sign yet, the next lone share waits too; after that second
+    // empty wait in a row, lone shares run at once, with no timer.
     let (singles, flushes) = (batches(2), stats::this_thread().timer_flushes);
     rt.block_on(share()).expect("share");
     assert_eq!((batches(2), stats::this_thread().timer_flushes), (singles + 1, flushes + 1));
     rt.block_on(share()).expect("share");
-    assert_eq!((batches(2), stats::this_thread().timer_flushes), (singles + 2, flushes + 1));
+    assert_eq!((batches(2), stats::this_thread().timer_flushes), (singles + 2, flushes + 2));
+    rt.block_on(share()).expect("share");
+    assert_eq!((batches(2), stats::this_thread().timer_flushes), (singles + 3, flushes + 2));
+}
+
+#[test]
+fn a_wait_that_paid_forgives_an_empty_one() {
+    let Some((rt, public)) = waiting_worker() else { return };
+    let share = || share::start(share::X25519, &public).expect("X25519 share");
+    let batches = |lanes: usize| stats::this_thread().mb_batches[stats::X25519][lanes - 1];
+    let flushes = || stats::this_thread().timer_flushes;
+    // A full batch makes the queue patient.
+    let full: Vec<_> = (0..5).map(|_| share()).collect();
+    for f in full {
+        rt.block_on(f).expect("share");
+    }
+    let pair = |rt: &tokio::runtime::Runtime| {
+        rt.block_on(async {
+            let first = share();
+            tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+            let second = share();
+            first.await.expect("share");
+            second.await.expect("share");
+        })
+    };
+    // Empty, paid (two of four), empty again: no two empty waits in a row,
+    // so the queue is still patient and the next lone share waits.
+    let f0 = flushes();
+    rt.block_on(share()).expect("share");
+    pair(&rt);
+    rt.block_on(share()).expect("share");
+    let (singles, f1) = (batches(2), flushes());
+    assert_eq!(f1, f0 + 3);
+    rt.block_on(share()).expect("share");
+    assert_eq!((batches(2), flushes()), (singles + 1, f1 + 1), "still waited");
+    // That was the second empty wait in a row: now it runs at once.
+    rt.block_on(share()).expect("share");
+    assert_eq!((batches(2), flushes()), (singles + 2, f1 + 1));
 }
 
 #[test]
@@ -226,13 +264,16 @@ fn handshakes_under_way_make_a_share_wait_until_a_wait_comes_out_empty() {
     let (singles, flushes) = now();
     rt.block_on(share()).expect("share"); // the first of a quiet worker runs at once
     assert_eq!(now(), (singles + 1, flushes));
-    // The next, soon after: it waits for company, which does not come.
+    // The next, soon after: it waits for company, which does not come;
+    // and the next once more.
     rt.block_on(share()).expect("share");
     assert_eq!(now(), (singles + 2, flushes + 1), "waited for the timer");
-    // That wait came out empty: the next shares run without waiting.
+    rt.block_on(share()).expect("share");
+    assert_eq!(now(), (singles + 3, flushes + 2), "waited again");
+    // Two waits in a row came out empty: the next shares run without waiting.
     rt.block_on(share()).expect("share");
     rt.block_on(share()).expect("share");
-    assert_eq!(now(), (singles + 4, flushes + 1));
+    assert_eq!(now(), (singles + 5, flushes + 2));
     drop(under_way);
 }
 
