@@ -10,6 +10,7 @@ all: build
 
 deps:
 	@./scripts/install-deps.sh
+	@./scripts/boringssl-src.sh
 
 build: deps
 	cargo build --release --workspace
@@ -46,6 +47,7 @@ bench: build
 # the corpora instead.
 fuzz:
 	@./scripts/install-deps.sh --fuzz
+	@./scripts/boringssl-src.sh
 	python3 scripts/fuzz.py
 
 # Thirty minutes of every kind of traffic through one Gatehouse under
