@@ -128,8 +128,9 @@ impl Interface {
             add_peer(&mut dev, &mut meta, p).map_err(|e| StartError::at("peers", e.to_string()))?;
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(HANDSHAKE_QUEUE);
+        // One per worker, and the UAPI thread's last.
         let mut wake = Vec::new();
-        for _ in 0..workers {
+        for _ in 0..=workers {
             wake.push(sys::eventfd().map_err(|e| StartError { field: None, message: format!("eventfd: {e}") })?);
         }
         let buffer_mtu = settings.mtu.max(1500);

@@ -78,7 +78,7 @@ pub struct Shared {
     pub meta: Mutex<HashMap<PeerId, PeerMeta>>,
     pub settings: Mutex<Settings>,
     pub stop: AtomicBool,
-    /// One per worker: written to wake them.
+    /// One per worker, then the UAPI thread's: written to wake them.
     pub wake: Vec<OwnedFd>,
     /// One per worker, then the control thread's.
     pub counters: Vec<Counters>,

@@ -4,6 +4,7 @@
 //! where peers are kept.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -45,14 +46,28 @@ pub fn listen(sh: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
     listener.set_nonblocking(true)?;
     std::thread::Builder::new().name(format!("wg-{}-uapi", sh.name)).spawn(move || {
+        // Woken by a client or by `stop`, which joins this thread before a
+        // takeover's new process may serve: a sleep between accepts held
+        // the handover up to 50 ms, while the old process's socket took
+        // datagrams that its close then dropped.
+        let Some(wake) = sh.wake.last().map(AsRawFd::as_raw_fd) else { return };
+        let fds = [listener.as_raw_fd(), wake];
+        let mut ready = [false; 2];
         while !sh.stop.load(Ordering::Relaxed) {
+            if let Err(e) = gatehouse_udp::poll_readable(&fds, 1000, &mut ready) {
+                tracing::warn!(interface = %sh.name, "uapi poll: {e}");
+                return;
+            }
+            if !ready[0] {
+                continue;
+            }
             match listener.accept() {
                 Ok((conn, _)) => {
                     if let Err(e) = serve(&sh, conn) {
                         tracing::debug!(interface = %sh.name, "uapi connection: {e}");
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => {
                     tracing::warn!(interface = %sh.name, "uapi accept: {e}");
                     std::thread::sleep(Duration::from_millis(50));
