@@ -28,6 +28,7 @@ use super::io::MAX_DATAGRAM;
 use super::io::{Datagram, Endpoint, Io, send_scratch};
 use super::listener::QuicListener;
 use super::room::Waiting;
+use super::stream_buf::{Quic, ZERO_COPY_FROM};
 use crate::accesslog::reason;
 use crate::body::{ClientBody, ResponseBody};
 use crate::context::Worker;
@@ -85,7 +86,7 @@ struct Slot {
 
 /// What the endpoint gives a new connection.
 pub struct Start {
-    pub quic: quiche::Connection,
+    pub quic: Quic,
     pub rx: tokio::sync::mpsc::Receiver<Datagram>,
     pub io: Arc<Io>,
     pub endpoint: Arc<Endpoint>,
@@ -100,7 +101,7 @@ pub struct Start {
 }
 
 struct Conn {
-    quic: quiche::Connection,
+    quic: Quic,
     h3: Option<quiche::h3::Connection>,
     /// Request streams whose data came in 0-RTT packets (replayable),
     /// until their head is read.
@@ -646,8 +647,18 @@ impl Conn {
                 }
                 Task::Sending(body) => {
                     if let Some((data, fin)) = &mut s.pending {
-                        match h3.send_body(quic, stream, data, *fin) {
-                            Ok(n) if n == data.len() => {
+                        let len = data.len();
+                        // A large chunk goes into the stream's queue as it
+                        // is (quiche then copies it only into packets); a
+                        // small one is copied, so that it does not hold the
+                        // upstream's whole read buffer until the client acks.
+                        let sent = if len >= ZERO_COPY_FROM {
+                            h3.send_body_zc(quic, stream, data, *fin)
+                        } else {
+                            h3.send_body(quic, stream, &data[..], *fin)
+                        };
+                        match sent {
+                            Ok(n) if n == len => {
                                 let fin = *fin;
                                 s.pending = None;
                                 if fin {
@@ -656,7 +667,11 @@ impl Conn {
                                 continue;
                             }
                             Ok(n) => {
-                                let _ = data.split_to(n);
+                                // send_body_zc leaves what it did not take
+                                // in `data`; send_body takes a slice.
+                                if len < ZERO_COPY_FROM {
+                                    let _ = data.split_to(n);
+                                }
                                 break Outcome::Blocked;
                             }
                             Err(quiche::h3::Error::Done | quiche::h3::Error::StreamBlocked) => break Outcome::Blocked,

@@ -43,6 +43,7 @@ pub mod initial;
 mod io;
 mod listener;
 mod room;
+mod stream_buf;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -376,7 +377,7 @@ impl EndpointLoop {
             config.set_stateless_reset_token(Some(keys.reset_token(scid)));
             let scid = quiche::ConnectionId::from_ref(scid);
             let odcid = odcid.map(quiche::ConnectionId::from_ref);
-            quiche::accept(&scid, odcid.as_ref(), d.to, d.from, &mut config)
+            quiche::accept_with_buf_factory(&scid, odcid.as_ref(), d.to, d.from, &mut config)
         };
         let quic = match quic {
             Ok(q) => q,
