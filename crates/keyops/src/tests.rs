@@ -178,6 +178,21 @@ fn waiting_worker() -> Option<(tokio::runtime::Runtime, [u8; 32])> {
     Some((runtime(), x25519_client().1))
 }
 
+/// Two shares 200 µs apart: the worker parks in between, and a patient
+/// queue leaves the first for the second to join.
+fn two_shares_apart<F>(rt: &tokio::runtime::Runtime, share: impl Fn() -> F)
+where
+    F: std::future::Future<Output = Result<share::Share, crate::Error>>,
+{
+    rt.block_on(async {
+        let first = share();
+        tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+        let second = share();
+        first.await.expect("share");
+        second.await.expect("share");
+    });
+}
+
 #[test]
 fn a_queue_that_filled_waits_for_company_until_none_comes() {
     let Some((rt, public)) = waiting_worker() else { return };
@@ -195,13 +210,7 @@ fn a_queue_that_filled_waits_for_company_until_none_comes() {
     let (pairs, flushes) = (batches(4), stats::this_thread().timer_flushes);
     // One share queues; the worker parks (the sleep) and leaves it; a
     // second comes and both run together when the timer ends the wait.
-    rt.block_on(async {
-        let first = share();
-        tokio::time::sleep(std::time::Duration::from_micros(200)).await;
-        let second = share();
-        first.await.expect("share");
-        second.await.expect("share");
-    });
+    two_shares_apart(&rt, share);
     assert_eq!(batches(4), pairs + 1, "the two shares ran as one batch");
     assert_eq!(stats::this_thread().timer_flushes, flushes + 1);
     // A lone share waits out the timer alone: one wait that brought nobody
@@ -227,20 +236,11 @@ fn a_wait_that_paid_forgives_an_empty_one() {
     for f in full {
         rt.block_on(f).expect("share");
     }
-    let pair = |rt: &tokio::runtime::Runtime| {
-        rt.block_on(async {
-            let first = share();
-            tokio::time::sleep(std::time::Duration::from_micros(200)).await;
-            let second = share();
-            first.await.expect("share");
-            second.await.expect("share");
-        })
-    };
     // Empty, paid (two of four), empty again: no two empty waits in a row,
     // so the queue is still patient and the next lone share waits.
     let f0 = flushes();
     rt.block_on(share()).expect("share");
-    pair(&rt);
+    two_shares_apart(&rt, share);
     rt.block_on(share()).expect("share");
     let (singles, f1) = (batches(2), flushes());
     assert_eq!(f1, f0 + 3);
@@ -252,7 +252,7 @@ fn a_wait_that_paid_forgives_an_empty_one() {
 }
 
 #[test]
-fn handshakes_under_way_make_a_share_wait_until_a_wait_comes_out_empty() {
+fn handshakes_under_way_make_a_share_wait_until_two_waits_come_out_empty() {
     let Some((rt, public)) = waiting_worker() else { return };
     let share = || share::start(share::X25519, &public).expect("X25519 share");
     let now = || {
