@@ -21,8 +21,9 @@
 //! previous arrival within `max_delay`. Two waits in a row that end with
 //! less than half a batch turn it impatient for a number of arrivals that
 //! doubles with each such back-off. A client or a few making handshakes
-//! one after another never wait. Under client-bound loads on one Zen 5 worker, this
-//! took 11–20% off the CPU of a full handshake (docs/BENCHMARKS.md).
+//! one after another never wait. Under client-bound loads on one Zen 5
+//! worker, this took 11–20% off the CPU of a full handshake
+//! (docs/BENCHMARKS.md).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -224,16 +225,16 @@ impl Batcher {
         if !self.patient[kind] {
             return;
         }
-        if 2 * n >= FULL[kind] {
-            self.empty_wait[kind] = false;
-        } else if !std::mem::replace(&mut self.empty_wait[kind], true) {
-            // The first empty wait: patience holds until the next.
-        } else {
-            self.patient[kind] = false;
-            self.empty_wait[kind] = false;
-            self.penalty[kind] = (2 * self.penalty[kind]).clamp(BACKOFF_MIN, BACKOFF_MAX);
-            self.backoff[kind] = self.penalty[kind];
+        let empty = 2 * n < FULL[kind];
+        if !(empty && self.empty_wait[kind]) {
+            // A wait that paid, or the first empty one: patience holds.
+            self.empty_wait[kind] = empty;
+            return;
         }
+        self.patient[kind] = false;
+        self.empty_wait[kind] = false;
+        self.penalty[kind] = (2 * self.penalty[kind]).clamp(BACKOFF_MIN, BACKOFF_MAX);
+        self.backoff[kind] = self.penalty[kind];
     }
 
     /// A batch of `kind` filled: waiting pays.
