@@ -28,7 +28,7 @@ use super::io::MAX_DATAGRAM;
 use super::io::{Datagram, Endpoint, Io, send_scratch};
 use super::listener::QuicListener;
 use super::room::Waiting;
-use super::stream_buf::{Quic, ZERO_COPY_FROM};
+use super::stream_buf::{Quic, compact};
 use crate::accesslog::reason;
 use crate::body::{ClientBody, ResponseBody};
 use crate::context::Worker;
@@ -647,17 +647,10 @@ impl Conn {
                 }
                 Task::Sending(body) => {
                     if let Some((data, fin)) = &mut s.pending {
+                        // The chunk goes into the stream's queue as it is;
+                        // what quiche does not take stays in `data`.
                         let len = data.len();
-                        // A large chunk goes into the stream's queue as it
-                        // is (quiche then copies it only into packets); a
-                        // small one is copied, so that it does not hold the
-                        // upstream's whole read buffer until the client acks.
-                        let sent = if len >= ZERO_COPY_FROM {
-                            h3.send_body_zc(quic, stream, data, *fin)
-                        } else {
-                            h3.send_body(quic, stream, &data[..], *fin)
-                        };
-                        match sent {
+                        match h3.send_body_zc(quic, stream, data, *fin) {
                             Ok(n) if n == len => {
                                 let fin = *fin;
                                 s.pending = None;
@@ -666,14 +659,7 @@ impl Conn {
                                 }
                                 continue;
                             }
-                            Ok(n) => {
-                                // send_body_zc leaves what it did not take
-                                // in `data`; send_body takes a slice.
-                                if len < ZERO_COPY_FROM {
-                                    let _ = data.split_to(n);
-                                }
-                                break Outcome::Blocked;
-                            }
+                            Ok(_) => break Outcome::Blocked,
                             Err(quiche::h3::Error::Done | quiche::h3::Error::StreamBlocked) => break Outcome::Blocked,
                             Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
                         }
@@ -685,7 +671,7 @@ impl Conn {
                             Ok(d) => {
                                 let end = body.is_end_stream();
                                 if !d.is_empty() || end {
-                                    s.pending = Some((d, end));
+                                    s.pending = Some((compact(d), end));
                                 }
                             }
                             Err(f) => {
