@@ -120,6 +120,17 @@ def idle_seconds(cpu):
     return (int(f[4]) + int(f[5])) / os.sysconf("SC_CLK_TCK")
 
 
+def wake_cost_us(n=5000):
+    """The CPU time a 50 µs sleep costs a thread on CPU 0, in µs: the
+    price of one wake-up on this machine, which a daemon pays at every
+    poll or pause (a few µs on bare metal; in a VM whose timer and
+    interrupt programming exits to the hypervisor, tens)."""
+    code = ("import time\nc = time.process_time()\n"
+            f"for _ in range({n}): time.sleep(50e-6)\n"
+            f"print((time.process_time() - c) / {n} * 1e6)")
+    return float(sh("taskset", "-c", "0", sys.executable, "-c", code))
+
+
 def softirq_seconds(cpu=None):
     """The machine's softirq time, or one CPU's."""
     lines = Path("/proc/stat").read_text().splitlines()
@@ -482,6 +493,7 @@ def main():
     # or daemons pinned there.
     os.sched_setaffinity(0, {1})
     rows, site_rows = [], []
+    wake = wake_cost_us()
     topology()
     try:
         for kind in a.only.split(","):
@@ -503,7 +515,8 @@ def main():
     lines = [
         f"## {time.strftime('%Y-%m-%d')} — WireGuard tunnels side by side, commit {commit}",
         "",
-        f"{cpu} (cpu family {fam}, model {model}); `sudo python3 bench/wg_tunnel.py --seconds {a.seconds}`: both daemons of a",
+        f"{cpu} (cpu family {fam}, model {model}); a 50 µs sleep costs {wake:.1f} µs of CPU here.",
+        f"`sudo python3 bench/wg_tunnel.py --seconds {a.seconds}`: both daemons of a",
         "pair pinned to CPU 0, iperf3 on CPU 1; per daemon CPU-second = delivered over both daemons' utime+stime.",
         "UDP rows: delivered to iperf3, and in brackets all that came through the tunnel (iperf3's own",
         "socket-buffer drops added, from /proc/PID/net/udp6 during the test).",
@@ -515,7 +528,8 @@ def main():
     ] if rows else [
         f"## {time.strftime('%Y-%m-%d')} — WireGuard site gateways, commit {commit}",
         "",
-        f"{cpu} (cpu family {fam}, model {model}); `sudo python3 bench/wg_tunnel.py --seconds {a.seconds} --only {a.only}`.",
+        f"{cpu} (cpu family {fam}, model {model}); a 50 µs sleep costs {wake:.1f} µs of CPU here.",
+        f"`sudo python3 bench/wg_tunnel.py --seconds {a.seconds} --only {a.only}`.",
     ]
     if site_rows:
         lines += [
