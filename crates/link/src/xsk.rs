@@ -327,6 +327,12 @@ impl Socket {
         self.rx.pop(out, max)
     }
 
+    /// Whether received packets wait to be taken (a look at the ring's
+    /// indices, no system call).
+    pub fn has_rx(&self) -> bool {
+        self.rx.pending() > 0
+    }
+
     /// Queues packets for transmission; those that do not fit are recycled
     /// (dropped). Returns how many were queued.
     pub fn send(&mut self, descs: &[Desc]) -> usize {
