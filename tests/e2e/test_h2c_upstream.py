@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from harness import curl, free_port, port_open, wait_for
+from h3client import H3Client
+from harness import curl, free_port, make_cert, port_open, wait_for
 
 
 @pytest.fixture
@@ -67,6 +68,27 @@ routes: [{{ name: h2, upstream: h2 }}]
     assert 1 <= conns.count(f":{up_port}") <= 2, conns
     logs = [r for r in g.access_log() if r["path"] == "/hello.txt"]
     assert len(logs) >= 6 and all(r["status"] == 200 and r["upstream"] == "h2" for r in logs)
+
+
+def test_an_http2_upstreams_trailers_reach_an_http3_client(nghttpd, gatehouse, tmp_path):
+    up_port, _ = nghttpd
+    port = free_port()
+    crt, key = make_cert(tmp_path, "a", ["a.test"])
+    gatehouse(
+        f"""
+listeners: [{{ name: tls, address: 127.0.0.1:{port}, protocol: https, http3: true }}]
+certificates: [{{ name: a, cert: {crt}, key: {key}, sni: [a.test] }}]
+upstreams: [{{ name: h2, protocol: h2c, endpoints: [127.0.0.1:{up_port}] }}]
+routes: [{{ name: h2, upstream: h2 }}]
+""",
+        [port],
+    )
+    c = H3Client(port, crt)
+    r = c.request("GET", "/hello.txt")
+    assert r.status == 200 and bytes(r.body) == b"hello over h2c\n"
+    # After the body, a field section of its own: the trailers.
+    assert r.trailers == [(b"x-trailer", b"done")], r.trailers
+    c.close()
 
 
 def test_upgrades_to_an_http2_pool_are_refused(nghttpd, gatehouse):

@@ -511,7 +511,7 @@ impl Conn {
     /// A response made here (a refusal), with no body.
     fn answer(&mut self, stream: u64, status: StatusCode) {
         let Some(h3) = self.h3.as_mut() else { return };
-        let head = [quiche::h3::Header::new(b":status", status.as_str().as_bytes())];
+        let head = [quiche::h3::HeaderRef::new(b":status", status.as_str().as_bytes())];
         if h3.send_response(&mut self.quic, stream, &head, true).is_err() {
             self.reset(stream, code::REQUEST_REJECTED);
         }
@@ -623,8 +623,8 @@ impl Conn {
                         break Outcome::Blocked;
                     }
                     let end = resp.body().is_end_stream();
-                    let head = response_head(resp.status(), resp.headers());
-                    match h3.send_response(quic, stream, &head, end) {
+                    let sent = h3.send_response(quic, stream, &response_head(&resp.status(), resp.headers()), end);
+                    match sent {
                         Ok(()) => {
                             let Task::Head(resp) = std::mem::replace(&mut s.task, Task::Done) else {
                                 break Outcome::Done;
@@ -637,14 +637,11 @@ impl Conn {
                         Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
                     }
                 }
-                Task::Trailers(t) => {
-                    let fields = fields_of(t);
-                    match h3.send_additional_headers(quic, stream, &fields, true, true) {
-                        Ok(()) => s.task = Task::Done,
-                        Err(quiche::h3::Error::StreamBlocked | quiche::h3::Error::Done) => break Outcome::Blocked,
-                        Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
-                    }
-                }
+                Task::Trailers(t) => match h3.send_additional_headers(quic, stream, &fields_of(t), true, true) {
+                    Ok(()) => s.task = Task::Done,
+                    Err(quiche::h3::Error::StreamBlocked | quiche::h3::Error::Done) => break Outcome::Blocked,
+                    Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
+                },
                 Task::Sending(body) => {
                     if let Some((data, fin)) = &mut s.pending {
                         // The chunk goes into the stream's queue as it is;
