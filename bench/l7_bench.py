@@ -284,6 +284,19 @@ def commit():
                           capture_output=True, text=True).stdout.strip()
 
 
+def wake_cost_us(n=5000):
+    """The CPU time a 50 µs sleep costs a thread on the servers' CPU, in
+    µs: the price of one wake-up on this machine, which a server pays at
+    every poll or pause (a few µs on bare metal; in a VM whose timer and
+    interrupt programming exits to the hypervisor, tens)."""
+    code = ("import time\nc = time.process_time()\n"
+            f"for _ in range({n}): time.sleep(50e-6)\n"
+            f"print((time.process_time() - c) / {n} * 1e6)")
+    out = subprocess.run(["taskset", "-c", SERVER_CPU, sys.executable, "-c", code],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
 def cpu_model():
     """The CPU, with its Zen generation: IFMA-bound ratios differ by it."""
     info = Path("/proc/cpuinfo").read_text()

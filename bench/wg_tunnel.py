@@ -48,6 +48,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import l7_bench  # noqa: E402 - the section writer and the wake-up probe
+
 ROOT = Path(__file__).resolve().parent.parent
 GATEHOUSE = ROOT / "target" / "release" / "gatehouse"
 NS = ("bwx", "bwy")
@@ -118,17 +121,6 @@ def idle_seconds(cpu):
     tick, which misses much of a task that wakes often for a short while."""
     f = next(l for l in Path("/proc/stat").read_text().splitlines() if l.startswith(f"cpu{cpu} ")).split()
     return (int(f[4]) + int(f[5])) / os.sysconf("SC_CLK_TCK")
-
-
-def wake_cost_us(n=5000):
-    """The CPU time a 50 µs sleep costs a thread on CPU 0, in µs: the
-    price of one wake-up on this machine, which a daemon pays at every
-    poll or pause (a few µs on bare metal; in a VM whose timer and
-    interrupt programming exits to the hypervisor, tens)."""
-    code = ("import time\nc = time.process_time()\n"
-            f"for _ in range({n}): time.sleep(50e-6)\n"
-            f"print((time.process_time() - c) / {n} * 1e6)")
-    return float(sh("taskset", "-c", "0", sys.executable, "-c", code))
 
 
 def softirq_seconds(cpu=None):
@@ -493,7 +485,7 @@ def main():
     # or daemons pinned there.
     os.sched_setaffinity(0, {1})
     rows, site_rows = [], []
-    wake = wake_cost_us()
+    wake = l7_bench.wake_cost_us()
     topology()
     try:
         for kind in a.only.split(","):
@@ -547,9 +539,6 @@ def main():
     text = "\n".join(lines)
     print("\n" + text)
     if a.write:
-        sys.path.insert(0, str(ROOT / "bench"))
-        import l7_bench  # noqa: E402 - only for its section writer
-
         l7_bench.insert_section(a.write, text)
 
 
