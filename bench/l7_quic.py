@@ -182,7 +182,8 @@ def main():
     caddy_version = subprocess.run([str(CADDY), "version"], capture_output=True, text=True).stdout.split()[0]
     lines = [f"## {datetime.date.today()} — HTTP/3, commit {E.commit()}", "",
              f"Command: `bench/l7_quic.py --duration {args.duration} --rounds {args.rounds}"
-             f"{' --only ' + args.only if args.only else ''}`. CPU: {B.cpu_model()}; a 50 µs sleep costs {B.wake_cost_us():.1f} µs of CPU here. "
+             f"{' --only ' + args.only if args.only else ''}`. CPU: {B.cpu_model()}; "
+             f"a 50 µs sleep costs {B.wake_cost_us():.1f} µs of CPU here. "
              f"Peer: Caddy {caddy_version} (Go module proxy build, GOMAXPROCS=1). Each proxy on CPU 0, the load "
              f"generator (h2load, or quic-go's h3load) and the NGINX backend on CPU 1; {args.rounds} interleaved "
              f"rounds of {args.duration} s per proxy after a 2 s warm-up; medians over the rounds. "

@@ -109,7 +109,8 @@ def main():
           for _ in range(args.rounds)]
     results[PACED] = {"gatehouse mb": medians(rs)}
     lines = [f"## {datetime.date.today()} — full TLS 1.3 handshakes by key share, Go crypto/tls client, commit {B.commit()}",
-             "", f"CPU: {B.cpu_model()}; a 50 µs sleep costs {B.wake_cost_us():.1f} µs of CPU here. Command: `bench/tls_pq.py --duration {args.duration} --rounds {args.rounds}`; "
+             "", f"CPU: {B.cpu_model()}; a 50 µs sleep costs {B.wake_cost_us():.1f} µs of CPU here. "
+             f"Command: `bench/tls_pq.py --duration {args.duration} --rounds {args.rounds}`; "
              "ECDSA P-256 certificate; server on CPU 0, h3load -tcp -handshake -c16 on CPU 1; medians of the rounds.", "",
              "| key share | server | CPU-µs/handshake | handshakes/s | p50 ms | errors | Gatehouse mb ÷ this (CPU) |",
              "|---|---|---:|---:|---:|---:|---:|"]

@@ -114,20 +114,16 @@ def cpu_seconds(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def idle_seconds(cpu):
-    """The time one CPU spent idle (idle and iowait in /proc/stat). On a
-    tickless kernel the kernel measures it at each entry to and exit from
-    idle, where the user, system and softirq times are sampled at each
-    tick, which misses much of a task that wakes often for a short while."""
-    f = next(l for l in Path("/proc/stat").read_text().splitlines() if l.startswith(f"cpu{cpu} ")).split()
-    return (int(f[4]) + int(f[5])) / os.sysconf("SC_CLK_TCK")
-
-
-def softirq_seconds(cpu=None):
-    """The machine's softirq time, or one CPU's."""
-    lines = Path("/proc/stat").read_text().splitlines()
-    f = (lines[0] if cpu is None else next(l for l in lines if l.startswith(f"cpu{cpu} "))).split()
-    return int(f[7]) / os.sysconf("SC_CLK_TCK")
+def cpu_times():
+    """From one read of /proc/stat: the machine's softirq seconds, and CPU
+    0's softirq and idle seconds (idle and iowait). On a tickless kernel
+    the idle time is measured at each entry to and exit from idle, where
+    user, system and softirq times are sampled at each tick, which misses
+    much of a task that wakes often for a short while."""
+    tick = os.sysconf("SC_CLK_TCK")
+    lines = {l.split()[0]: [int(x) / tick for x in l.split()[1:]] for l in Path("/proc/stat").read_text().splitlines()
+             if l.startswith("cpu")}
+    return lines["cpu"][6], lines["cpu0"][6], lines["cpu0"][3] + lines["cpu0"][4]
 
 
 class Pair:
@@ -252,13 +248,13 @@ def iperf(pair, seconds, args):
             if ":5201 " in ns(pair.server_ns, "ss", "-ltnu"):
                 break
             time.sleep(0.05)
-        c0, s0, z0, b0, t0 = pair.cpu(), softirq_seconds(), softirq_seconds(0), idle_seconds(0), time.time()
+        c0, (s0, z0, i0), t0 = pair.cpu(), cpu_times(), time.time()
         p = subprocess.run(
             ["taskset", "-c", "1", "ip", "netns", "exec", pair.client_ns, "iperf3", "-c", pair.server_addr, "-J", "-t", str(seconds), *args],
             capture_output=True,
             text=True,
         )
-        c1, s1, z1, b1, t1 = pair.cpu(), softirq_seconds(), softirq_seconds(0), idle_seconds(0), time.time()
+        c1, (s1, z1, i1), t1 = pair.cpu(), cpu_times(), time.time()
         out = json.loads(p.stdout)
         if "error" in out:
             raise SystemExit(f"iperf3: {out['error']}")
@@ -268,7 +264,7 @@ def iperf(pair, seconds, args):
         srv.wait()
     out["socket_drops"] = out_drops
     out["cpu0_softirq"] = z1 - z0
-    out["cpu0_busy"] = (t1 - t0) - (b1 - b0)
+    out["cpu0_busy"] = (t1 - t0) - (i1 - i0)
     return out, c1 - c0, s1 - s0, t1 - t0
 
 
