@@ -136,12 +136,15 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
         if linger && lan + wan > 0 {
             linger_for = next_linger(linger_for, lan.max(wan));
             last_wake = Instant::now();
+            // Lingering again pays only if frames came while this vector
+            // was worked on: after a burst the next linger would find
+            // nothing and cost a wake-up for it (tens of µs of CPU in a
+            // VM); a frame that comes later wakes the poll, hot, and
+            // lingers then.
+            linger = w.lane.lan.has_rx() || w.lane.wan.has_rx();
+        } else {
+            linger = false;
         }
-        // Lingering again pays only if frames came while this vector was
-        // worked on: after a burst the next linger would find nothing and
-        // cost a wake-up for it (tens of µs of CPU in a VM); a frame that
-        // comes later wakes the poll, hot, and lingers then.
-        linger &= lan + wan > 0 && (w.lane.lan.has_rx() || w.lane.wan.has_rx());
         if ready[2] {
             w.kernel_socket(&view, &socket);
         }
