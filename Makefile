@@ -24,6 +24,7 @@ run: build
 # once (BoringSSL is slow to build).
 test: build lint
 	cargo test --release --workspace
+	cd tools/h3get && go vet ./... && go test ./...
 	python3 -m pytest -v -p no:cacheprovider tests/house
 	python3 -m pytest -v -p no:cacheprovider tests/e2e
 
@@ -34,6 +35,7 @@ lint: deps
 
 unit: build
 	cargo test --release --workspace
+	cd tools/h3get && go vet ./... && go test ./...
 
 e2e: build
 	python3 -m pytest -v -p no:cacheprovider tests/e2e

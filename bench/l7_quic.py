@@ -20,7 +20,13 @@ Workloads (ECDSA P-256 certificate, TLS 1.3; responses from the backend):
                     leaves the proxy less busy under HTTP/3
 
 h3load (tools/h3get/h3load) is a quic-go load generator; Debian's h2load
-has no QUIC. Method as bench/l7_edge.py (shared/BENCH.md): both proxies run
+has no QUIC. It reads its socket with UDP GRO (tools/h3get/h3load/gro.go):
+on loopback the kernel hands a client its server's GSO train in the
+server's context, and without GRO it cuts the train into datagrams and
+queues each one there, billing the client's per-datagram receive to the
+proxy measured (about 40 CPU-µs of a 64 KiB HTTP/3 response), which a NIC
+would not, and which TCP on loopback does not charge HTTP/2 (its 64 KiB
+segments reach the client whole). Method as bench/l7_edge.py (shared/BENCH.md): both proxies run
 at once pinned to CPU 0, one worker or GOMAXPROCS=1 each, idle but for the
 one under load; the load generator and the backend run on CPU 1. Per
 workload every proxy is warmed up, then loaded for DURATION seconds in

@@ -118,6 +118,7 @@ func main() {
 	curve := flag.String("curve", "", "key share: x25519, x25519mlkem768 or p256 (default: Go's own preference)")
 	overTCP := flag.Bool("tcp", false, "handshake mode over TCP: TLS 1.3 and one HTTP/1.1 GET per connection")
 	rate := flag.Float64("rate", 0, "handshake mode: new connections per second in all (default: unpaced)")
+	gro := flag.Bool("gro", true, "read the server's datagram trains whole (UDP GRO), as TCP reads its segments; see gro.go")
 	flag.Parse()
 	if *rate < 0 || (*rate > 0 && !*handshake) {
 		fail(errors.New("-rate needs -handshake and a positive number"))
@@ -185,7 +186,11 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		tr := &quic.Transport{Conn: udp}
+		var pc net.PacketConn = udp
+		if *gro {
+			pc = withGRO(udp)
+		}
+		tr := &quic.Transport{Conn: pc}
 		defer tr.Close()
 		if *handshake {
 			pace := l.pacer(i, *conns)
