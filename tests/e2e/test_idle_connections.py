@@ -59,3 +59,26 @@ routes: [{{ name: all, direct_response: {{ status: 200, body: "ok\\n" }} }}]
     failed = [a for a in answers if a != 200]
     assert not failed, f"{len(failed)} of {len(answers)} not answered: {failed[:5]}"
     assert len(answers) == CONNS
+
+
+def test_a_thousand_idle_http3_connections_all_answer_at_once(tmp_path, gatehouse, many_files):
+    """The same over HTTP/3: quic-go clients (`h3load -idle`), each after
+    one request; an idle connection's task gives up its request slots, and
+    they come back when every connection asks again at once."""
+    import idle_memory as M
+
+    crt, key = make_cert(tmp_path, "site", ["localhost"])
+    https = free_port()
+    gatehouse(f"""
+workers: 1
+access_log: {{ path: off }}
+http: {{ client_idle_timeout: 120s }}
+listeners:
+  - {{ name: secure, address: 127.0.0.1:{https}, protocol: https, http3: true }}
+certificates: [{{ name: site, cert: {crt}, key: {key}, sni: [localhost] }}]
+routes: [{{ name: all, direct_response: {{ status: 200, body: "ok\\n" }} }}]
+""", wait_ports=[https])
+    n = 1000
+    clients = M.h3_idle(https, n)
+    answered, first_error = M.h3_ask_all(clients)
+    assert answered == n, f"{answered} of {n} idle HTTP/3 connections answered; first error: {first_error}"

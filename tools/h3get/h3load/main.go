@@ -10,6 +10,10 @@
 // sending a request (or, in handshake mode, from dialling) to the end of
 // its response.
 //
+// Idle mode (-idle) opens -c connections that each make one request and
+// then stay idle until a line comes on stdin; then every one of them asks
+// again at once (idle.go).
+//
 // With -tcp, handshake mode runs over TCP instead: Go's crypto/tls (TLS
 // 1.3, which offers X25519MLKEM768 first by default) and one HTTP/1.1 GET
 // with Connection: close per connection, for full TLS handshakes with the
@@ -118,6 +122,7 @@ func main() {
 	curve := flag.String("curve", "", "key share: x25519, x25519mlkem768 or p256 (default: Go's own preference)")
 	overTCP := flag.Bool("tcp", false, "handshake mode over TCP: TLS 1.3 and one HTTP/1.1 GET per connection")
 	rate := flag.Float64("rate", 0, "handshake mode: new connections per second in all (default: unpaced)")
+	idle := flag.Bool("idle", false, "idle mode: open -c connections, one request each, print {\"ready\": n}, wait for a line on stdin, then one request on every connection (see idle.go)")
 	gro := flag.Bool("gro", true, "read the server's datagram trains whole (UDP GRO), as TCP reads its segments; see gro.go")
 	flag.Parse()
 	if *rate < 0 || (*rate > 0 && !*handshake) {
@@ -149,6 +154,13 @@ func main() {
 		url:    fmt.Sprintf("https://%s:%d%s", *host, port, *path),
 	}
 
+	if *idle {
+		if *handshake || *overTCP {
+			fail(errors.New("-idle takes neither -handshake nor -tcp"))
+		}
+		l.idle(*conns, *gro)
+		return
+	}
 	start := time.Now()
 	l.deadline = start.Add(*duration)
 	l.start = start

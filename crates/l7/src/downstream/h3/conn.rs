@@ -101,6 +101,8 @@ pub struct Start {
 }
 
 struct Conn {
+    /// Counts the connection open until it is dropped.
+    _open: Open,
     quic: Quic,
     h3: Option<quiche::h3::Connection>,
     /// Request streams whose data came in 0-RTT packets (replayable),
@@ -141,50 +143,63 @@ struct Conn {
     sent: Vec<u64>,
 }
 
-pub async fn run(start: Start) {
-    let _open = start.open;
-    let max_slots = start.listener.max_streams as usize + 16;
-    let shared = start.worker.shared.clone();
-    let id = start.worker.id;
-    let drain = Box::pin(async move {
-        let notified = shared.drained(id);
-        if shared.is_draining() {
-            return;
+/// The connection's task. Its state is boxed and made before the task
+/// starts: an `async fn` would keep its argument twice over (as the
+/// argument and as the local it is moved into) beside the state made from
+/// it, three copies of quiche's connection (about 8 KB each) in every
+/// task's memory for the connection's whole life.
+pub fn run(start: Start) -> impl Future<Output = ()> + Send {
+    let mut conn = Box::new(Conn::new(start));
+    async move {
+        poll_fn(|cx| quic_handshake::with(cx.waker(), || conn.poll(cx))).await;
+        conn.finish();
+    }
+}
+
+impl Conn {
+    fn new(start: Start) -> Conn {
+        let max_slots = start.listener.max_streams as usize + 16;
+        let shared = start.worker.shared.clone();
+        let id = start.worker.id;
+        let drain = Box::pin(async move {
+            let notified = shared.drained(id);
+            if shared.is_draining() {
+                return;
+            }
+            notified.await;
+        });
+        start.endpoint.handshakes.fetch_add(1, Ordering::Relaxed);
+        Conn {
+            _open: start.open,
+            quic: start.quic,
+            h3: None,
+            early: Vec::new(),
+            rx: start.rx,
+            io: start.io,
+            endpoint: start.endpoint,
+            listener: start.listener,
+            worker: start.worker,
+            state: None,
+            peer: start.peer,
+            listener_index: start.listener_index,
+            listener_name: start.listener_name,
+            cids: start.cids,
+            slots: Vec::new(),
+            by_stream: HashMap::new(),
+            ready: ReadySet::new(max_slots),
+            blocked: Waiting::default(),
+            marked: Vec::new(),
+            timer: Box::pin(tokio::time::sleep(Duration::from_secs(3600))),
+            drain,
+            draining: false,
+            unsent: Vec::new(),
+            handshake_counted: false,
+            batching: Some(gatehouse_keyops::batcher::handshake_begins()),
+            tls_info: ("TLSv1.3", "-"),
+            last_stream: None,
+            sent: Vec::new(),
         }
-        notified.await;
-    });
-    start.endpoint.handshakes.fetch_add(1, Ordering::Relaxed);
-    let mut conn = Conn {
-        quic: start.quic,
-        h3: None,
-        early: Vec::new(),
-        rx: start.rx,
-        io: start.io,
-        endpoint: start.endpoint,
-        listener: start.listener,
-        worker: start.worker,
-        state: None,
-        peer: start.peer,
-        listener_index: start.listener_index,
-        listener_name: start.listener_name,
-        cids: start.cids,
-        slots: Vec::new(),
-        by_stream: HashMap::new(),
-        ready: ReadySet::new(max_slots),
-        blocked: Waiting::default(),
-        marked: Vec::new(),
-        timer: Box::pin(tokio::time::sleep(Duration::from_secs(3600))),
-        drain,
-        draining: false,
-        unsent: Vec::new(),
-        handshake_counted: false,
-        batching: Some(gatehouse_keyops::batcher::handshake_begins()),
-        tls_info: ("TLSv1.3", "-"),
-        last_stream: None,
-        sent: Vec::new(),
-    };
-    poll_fn(|cx| quic_handshake::with(cx.waker(), || conn.poll(cx))).await;
-    conn.finish();
+    }
 }
 
 impl Conn {
@@ -549,6 +564,13 @@ impl Conn {
         self.blocked.forget(slot);
         if let Some(s) = self.slots.get_mut(slot).and_then(Option::take) {
             self.by_stream.remove(&s.stream);
+        }
+        if self.by_stream.is_empty() {
+            // An idle connection keeps no room for requests: the slots'
+            // vector starts at four (3 KB), and most connections sit idle
+            // between a few requests.
+            self.slots = Vec::new();
+            self.by_stream = HashMap::new();
         }
     }
 
