@@ -24,6 +24,7 @@ use hyper::body::Body;
 use quiche::h3::NameValue;
 
 use super::fields::{fields_of, head_size_hint, response_head};
+use super::inbox::Receiver;
 use super::io::MAX_DATAGRAM;
 use super::io::{Datagram, Endpoint, Io, send_scratch};
 use super::listener::QuicListener;
@@ -87,7 +88,7 @@ struct Slot {
 /// What the endpoint gives a new connection.
 pub struct Start {
     pub quic: Quic,
-    pub rx: tokio::sync::mpsc::Receiver<Datagram>,
+    pub rx: Receiver<Datagram>,
     pub io: Arc<Io>,
     pub endpoint: Arc<Endpoint>,
     pub listener: Arc<QuicListener>,
@@ -108,7 +109,7 @@ struct Conn {
     /// Request streams whose data came in 0-RTT packets (replayable),
     /// until their head is read.
     early: Vec<u64>,
-    rx: tokio::sync::mpsc::Receiver<Datagram>,
+    rx: Receiver<Datagram>,
     io: Arc<Io>,
     endpoint: Arc<Endpoint>,
     listener: Arc<QuicListener>,

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use tokio::io::Interest;
-use tokio::sync::mpsc;
 
 use super::cid::Keys;
+use super::inbox::Sender;
 
 /// Largest UDP payload sent: what a 1,500-byte Ethernet MTU carries over
 /// IPv6 (1500 - 40 - 8), quic-go's ceiling too. Path MTU discovery starts
@@ -149,17 +149,17 @@ pub fn send_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
 /// One worker's end of an HTTP/3 listener: which connection each
 /// connection ID belongs to, and the handshakes in flight.
 pub struct Endpoint {
-    pub routes: Mutex<HashMap<Vec<u8>, mpsc::Sender<Datagram>>>,
+    pub routes: Mutex<HashMap<Vec<u8>, Sender<Datagram>>>,
     pub keys: Arc<Keys>,
     pub handshakes: AtomicUsize,
 }
 
 impl Endpoint {
-    pub fn routes(&self) -> MutexGuard<'_, HashMap<Vec<u8>, mpsc::Sender<Datagram>>> {
+    pub fn routes(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Sender<Datagram>>> {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn route(&self, cid: Vec<u8>, tx: mpsc::Sender<Datagram>) {
+    pub fn route(&self, cid: Vec<u8>, tx: Sender<Datagram>) {
         self.routes().insert(cid, tx);
     }
 
@@ -168,7 +168,7 @@ impl Endpoint {
     }
 
     /// The channel of the connection that has one of `cids`.
-    pub fn sender_of(&self, cids: &[Vec<u8>]) -> Option<mpsc::Sender<Datagram>> {
+    pub fn sender_of(&self, cids: &[Vec<u8>]) -> Option<Sender<Datagram>> {
         let routes = self.routes();
         cids.iter().find_map(|c| routes.get(c).cloned())
     }

@@ -39,6 +39,7 @@ pub mod cid;
 mod conn;
 mod fields;
 pub mod forward;
+mod inbox;
 pub mod initial;
 mod io;
 mod listener;
@@ -389,7 +390,7 @@ impl EndpointLoop {
         l.metrics.accepted(self.worker.id);
         let open = Open { worker: self.worker.clone(), listener: l.metrics.clone() };
         drop(snap);
-        let (tx, rx) = mpsc::channel(CONN_QUEUE);
+        let (tx, rx) = inbox::inbox(CONN_QUEUE);
         let mut cids = vec![scid.to_vec()];
         if odcid.is_none() && client_dcid != scid {
             // Until it hears our ID, the client sends to the one it chose.
