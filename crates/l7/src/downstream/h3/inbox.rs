@@ -94,7 +94,8 @@ impl<T> Receiver<T> {
             return Poll::Ready(Some(d));
         }
         if self.0.senders.load(Ordering::Acquire) == 0 {
-            return Poll::Ready(None);
+            // A sender may have queued one last datagram before it went.
+            return Poll::Ready(self.take());
         }
         Poll::Pending
     }
