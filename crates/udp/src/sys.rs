@@ -35,6 +35,35 @@ unsafe fn zeroed_prefix<T>(slots: &mut [MaybeUninit<T>], n: usize) -> &mut [T] {
     unsafe { std::slice::from_raw_parts_mut(slots.as_mut_ptr().cast::<T>(), n) }
 }
 
+/// Room for a batch's message headers, socket addresses and control
+/// buffers, of which a call sets up only the entries it uses.
+struct BatchRoom {
+    names: [MaybeUninit<libc::sockaddr_storage>; BATCH],
+    msgs: [MaybeUninit<libc::mmsghdr>; BATCH],
+    controls: [MaybeUninit<[u64; CMSG_ROOM / 8]>; BATCH],
+}
+
+type Entries<'a> = (&'a mut [libc::sockaddr_storage], &'a mut [libc::mmsghdr], &'a mut [[u64; CMSG_ROOM / 8]]);
+
+impl BatchRoom {
+    fn new() -> BatchRoom {
+        BatchRoom {
+            names: [const { MaybeUninit::uninit() }; BATCH],
+            msgs: [const { MaybeUninit::uninit() }; BATCH],
+            controls: [const { MaybeUninit::uninit() }; BATCH],
+        }
+    }
+
+    /// The first `n` of each, zeroed.
+    fn zeroed(&mut self, n: usize) -> Entries<'_> {
+        // SAFETY: sockaddr_storage and mmsghdr are plain C structs, the
+        // control buffers arrays of integers.
+        unsafe {
+            (zeroed_prefix(&mut self.names, n), zeroed_prefix(&mut self.msgs, n), zeroed_prefix(&mut self.controls, n))
+        }
+    }
+}
+
 /// A socket address as the kernel takes it; on an IPv6 socket (`v6`) an
 /// IPv4 address is written IPv4-mapped.
 fn to_raw(addr: &SocketAddr, v6: bool, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
@@ -151,18 +180,8 @@ pub struct Got {
 /// waiting. Returns how many.
 pub fn recv_batch(fd: RawFd, bufs: &mut [&mut [u8]], got: &mut [Got]) -> io::Result<usize> {
     let n = bufs.len().min(BATCH).min(got.len());
-    let mut name_slots = [const { MaybeUninit::uninit() }; BATCH];
-    let mut msg_slots = [const { MaybeUninit::uninit() }; BATCH];
-    let mut control_slots = [const { MaybeUninit::uninit() }; BATCH];
-    // SAFETY: sockaddr_storage and mmsghdr are plain C structs, the control
-    // buffers arrays of integers.
-    let (names, msgs, controls) = unsafe {
-        (
-            zeroed_prefix::<libc::sockaddr_storage>(&mut name_slots, n),
-            zeroed_prefix::<libc::mmsghdr>(&mut msg_slots, n),
-            zeroed_prefix::<[u64; CMSG_ROOM / 8]>(&mut control_slots, n),
-        )
-    };
+    let mut room = BatchRoom::new();
+    let (names, msgs, controls) = room.zeroed(n);
     let mut iovs: [MaybeUninit<libc::iovec>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
     for i in 0..n {
         iovs[i].write(libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() });
@@ -253,18 +272,8 @@ pub fn send_batch(fd: RawFd, v6: bool, msgs_in: &[Outgoing<'_>]) -> io::Result<u
             .flat_map(|m| m.parts.iter())
             .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }),
     );
-    let mut name_slots = [const { MaybeUninit::uninit() }; BATCH];
-    let mut msg_slots = [const { MaybeUninit::uninit() }; BATCH];
-    let mut control_slots = [const { MaybeUninit::uninit() }; BATCH];
-    // SAFETY: sockaddr_storage and mmsghdr are plain C structs, the control
-    // buffers arrays of integers.
-    let (names, msgs, controls) = unsafe {
-        (
-            zeroed_prefix::<libc::sockaddr_storage>(&mut name_slots, n),
-            zeroed_prefix::<libc::mmsghdr>(&mut msg_slots, n),
-            zeroed_prefix::<[u64; CMSG_ROOM / 8]>(&mut control_slots, n),
-        )
-    };
+    let mut room = BatchRoom::new();
+    let (names, msgs, controls) = room.zeroed(n);
     let mut at = 0;
     for (i, m) in msgs_in.iter().take(n).enumerate() {
         let len = to_raw(&m.to, v6, &mut names[i]);
