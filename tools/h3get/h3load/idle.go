@@ -36,6 +36,9 @@ type idleReport struct {
 // how many were answered with a 2xx and closes them all: the client of
 // bench/idle_memory.py's HTTP/3 row.
 func (l *load) idle(n int, gro bool) {
+	// Thousands of requests at once measure memory, not latency: a server
+	// on one core may take longer than the usual 5 s to answer them all.
+	l.timeout = time.Minute
 	conns := make([]*idleConn, n)
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup

@@ -87,6 +87,8 @@ type load struct {
 	// the connections of one worker (0: as fast as the server answers).
 	start time.Time
 	every time.Duration
+	// A request's time limit (0: 5 s).
+	timeout time.Duration
 }
 
 // pacer gives worker i of n its start times: one connection every n/rate
@@ -318,7 +320,11 @@ func (l *load) tcpHandshakes(addr string, conf *tls.Config, request string, pace
 }
 
 func (l *load) get(cc *http3.ClientConn) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	limit := l.timeout
+	if limit == 0 {
+		limit = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.url, nil)
 	if err != nil {
