@@ -5,6 +5,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/quic-go/quic-go"
 )
 
 // udpGRO is Linux's UDP_GRO socket option (linux/udp.h), which the syscall
@@ -36,6 +38,20 @@ type groConn struct {
 	pending []byte
 	segment int
 	from    *net.UDPAddr
+}
+
+// transport is a client's QUIC transport on a loopback UDP socket of its
+// own, read with GRO unless -gro=false.
+func (l *load) transport() (*quic.Transport, error) {
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	var pc net.PacketConn = udp
+	if l.gro {
+		pc = withGRO(udp)
+	}
+	return &quic.Transport{Conn: pc}, nil
 }
 
 // withGRO turns GRO on for conn; when the kernel refuses it, conn as it is.

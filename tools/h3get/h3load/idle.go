@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"time"
@@ -35,7 +34,7 @@ type idleReport struct {
 // its end), then sends one request on every connection at once, prints
 // how many were answered with a 2xx and closes them all: the client of
 // bench/idle_memory.py's HTTP/3 row.
-func (l *load) idle(n int, gro bool) {
+func (l *load) idle(n int) {
 	// Thousands of requests at once measure memory, not latency: a server
 	// on one core may take longer than the usual 5 s to answer them all.
 	l.timeout = time.Minute
@@ -50,7 +49,7 @@ func (l *load) idle(n int, gro bool) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := l.dialIdle(gro)
+			c, err := l.dialIdle()
 			if err == nil {
 				_, err = l.get(c.cc)
 			}
@@ -98,16 +97,11 @@ func (l *load) idle(n int, gro bool) {
 	}
 }
 
-func (l *load) dialIdle(gro bool) (*idleConn, error) {
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+func (l *load) dialIdle() (*idleConn, error) {
+	tr, err := l.transport()
 	if err != nil {
 		return nil, err
 	}
-	var pc net.PacketConn = udp
-	if gro {
-		pc = withGRO(udp)
-	}
-	tr := &quic.Transport{Conn: pc}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conf := l.quic.Clone()

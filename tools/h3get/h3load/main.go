@@ -89,6 +89,8 @@ type load struct {
 	every time.Duration
 	// A request's time limit (0: 5 s).
 	timeout time.Duration
+	// Read the server's datagram trains whole (-gro).
+	gro bool
 }
 
 // pacer gives worker i of n its start times: one connection every n/rate
@@ -154,13 +156,14 @@ func main() {
 		tls:    tlsConf,
 		quic:   &quic.Config{MaxIdleTimeout: 30 * time.Second},
 		url:    fmt.Sprintf("https://%s:%d%s", *host, port, *path),
+		gro:    *gro,
 	}
 
 	if *idle {
 		if *handshake || *overTCP {
 			fail(errors.New("-idle takes neither -handshake nor -tcp"))
 		}
-		l.idle(*conns, *gro)
+		l.idle(*conns)
 		return
 	}
 	start := time.Now()
@@ -196,15 +199,10 @@ func main() {
 		}
 	}
 	for i := 0; i < *conns && !*overTCP; i++ {
-		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		tr, err := l.transport()
 		if err != nil {
 			fail(err)
 		}
-		var pc net.PacketConn = udp
-		if *gro {
-			pc = withGRO(udp)
-		}
-		tr := &quic.Transport{Conn: pc}
 		defer tr.Close()
 		if *handshake {
 			pace := l.pacer(i, *conns)
