@@ -1,6 +1,6 @@
 //! Coverage-guided fuzz targets for every parser that meets the network:
 //! HTTP/1.1 and HTTP/2 (heads, chunked bodies, HPACK, the connection's
-//! state machine), HTTP/3's QUIC glue (tokens, connection IDs), WireGuard (messages, the device's receive path,
+//! state machine), HTTP/3 (frames on each kind of stream, QPACK) and its QUIC glue (tokens, connection IDs), WireGuard (messages, the device's receive path,
 //! cookies, the UAPI), packets (the views, the router's rewrites, the L4
 //! pipeline, session sync), the config file and the admin API's bodies.
 //!
@@ -20,6 +20,7 @@ pub mod h1_response;
 pub mod h2_conn;
 pub mod h2_frames;
 pub mod h2_hpack;
+pub mod h3_frames;
 pub mod h3_quic;
 pub mod input;
 pub mod l4_plane;
@@ -37,13 +38,14 @@ pub type Target = fn(&[u8]);
 
 /// Every target: its name (its binary's and its corpus directory's) and
 /// its function.
-pub const TARGETS: [(&str, Target); 16] = [
+pub const TARGETS: [(&str, Target); 17] = [
     ("h1_request", h1_request::run),
     ("h1_chunked", h1_chunked::run),
     ("h1_response", h1_response::run),
     ("h2_hpack", h2_hpack::run),
     ("h2_frames", h2_frames::run),
     ("h2_conn", h2_conn::run),
+    ("h3_frames", h3_frames::run),
     ("h3_quic", h3_quic::run),
     ("wg_message", wg_message::run),
     ("wg_device", wg_device::run),

@@ -262,12 +262,20 @@ def test_hostile_frames_close_the_connection_and_others_are_served(h3):
     bad.flush()
     with pytest.raises(ConnectionError, match="0x105"):
         bad.run_until(lambda: False, timeout=5)
-    # A header section past max_header_bytes is not decoded into memory:
-    # quiche closes the connection with H3_EXCESSIVE_LOAD.
+    # A field section that decodes past max_header_bytes (64 KiB) is
+    # answered 431, as HTTP/2 answers it, and the connection goes on.
     bomb = H3Client(port, ca)
     big = [(f"x-big-{i}", "a" * 4000) for i in range(20)]
+    assert bomb.request("GET", "/hello", headers=big, timeout=10).status == 431
+    assert bomb.request("GET", "/hello").status == 200
+    # A HEADERS frame longer than max_header_bytes is refused from its
+    # frame header, before any of it is kept: H3_EXCESSIVE_LOAD.
+    huge = H3Client(port, ca)
+    sid = huge.quic.get_next_available_stream_id()
+    huge.quic.send_stream_data(sid, b"\x01\x80\x10\x00\x01" + b"\x00" * 1000, end_stream=False)
+    huge.flush()
     with pytest.raises(ConnectionError, match="0x107"):
-        bomb.request("GET", "/hello", headers=big, timeout=10)
+        huge.run_until(lambda: False, timeout=5)
     # A client that opens streams past its limit: quiche refuses them
     # (STREAM_LIMIT_ERROR) and closes the connection.
     flood = H3Client(port, ca)

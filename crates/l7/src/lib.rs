@@ -1,7 +1,7 @@
 //! The L7 plane: listeners, TLS termination, HTTP routing, upstream pools
 //! and per-route filters, run under the node as [`L7`].
 //!
-//! By role: `h1/` and `h2/` are the protocols' codecs, without I/O;
+//! By role: `h1/`, `h2/` and `h3/` are the protocols' codecs, without I/O;
 //! `downstream/` accepts clients and serves them (TLS, the HTTP/1.1 and
 //! HTTP/2 servers; HTTP/3 goes there too); `upstream/` picks an endpoint,
 //! connects and exchanges; `proxy` is a request's flow from route to
@@ -25,6 +25,7 @@ mod filters;
 mod gather;
 pub mod h1;
 pub mod h2;
+pub mod h3;
 mod idle;
 mod metrics;
 pub mod plane;

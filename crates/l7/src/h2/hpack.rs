@@ -245,7 +245,7 @@ impl Decoder {
 
 /// An HPACK integer with an `prefix`-bit prefix (RFC 7541 5.1), at most
 /// 2^28: nothing in a header block needs more.
-fn read_int(block: &[u8], pos: &mut usize, prefix: u8) -> Result<usize, HpackError> {
+pub(crate) fn read_int(block: &[u8], pos: &mut usize, prefix: u8) -> Result<usize, HpackError> {
     let max_prefix = (1usize << prefix) - 1;
     let first = *block.get(*pos).ok_or(HpackError::Truncated)? as usize & max_prefix;
     *pos += 1;
@@ -293,6 +293,7 @@ fn read_string(block: &[u8], pos: &mut usize, buf: &mut Vec<u8>) -> Result<Str, 
 
 /// Writes an HPACK integer with a `prefix`-bit prefix; `flags` fills the
 /// first byte's other bits.
+#[inline]
 pub fn write_int(out: &mut Vec<u8>, flags: u8, prefix: u8, mut value: usize) {
     let max_prefix = (1usize << prefix) - 1;
     if value < max_prefix {

@@ -6,7 +6,7 @@
 pub mod conn;
 pub mod frame;
 pub mod hpack;
-mod huffman;
+pub(crate) mod huffman;
 pub mod request;
 
 use crate::h1::{HOP_CONNECTION, HOP_KEEP_ALIVE, HOP_PROXY_CONNECTION, HOP_TRANSFER_ENCODING, HOP_UPGRADE};

@@ -15,7 +15,9 @@ const RECV_PAYLOAD: usize = 65_535;
 /// and settings new connections get.
 pub struct QuicListener {
     config: Mutex<quiche::Config>,
-    pub h3: quiche::h3::Config,
+    /// The largest field section a request may have (the server's
+    /// SETTINGS_MAX_FIELD_SECTION_SIZE).
+    pub max_head: usize,
     pub retry: RetryPolicy,
     pub max_streams: u64,
 }
@@ -51,9 +53,12 @@ impl QuicListener {
         if q.early_data {
             c.enable_early_data();
         }
-        let mut h3 = quiche::h3::Config::new().map_err(|e| TlsError::Quic(e.to_string()))?;
-        h3.set_max_field_section_size(http.max_header_bytes as u64);
-        Ok(QuicListener { config: Mutex::new(c), h3, retry: q.retry, max_streams: q.max_streams })
+        Ok(QuicListener {
+            config: Mutex::new(c),
+            max_head: http.max_header_bytes,
+            retry: q.retry,
+            max_streams: q.max_streams,
+        })
     }
 
     pub fn config(&self) -> MutexGuard<'_, quiche::Config> {

@@ -37,8 +37,8 @@
 //! closes; its worker's endpoint keeps receiving until the last one has.
 pub mod cid;
 mod conn;
-mod fields;
 pub mod forward;
+mod http3;
 mod inbox;
 pub mod initial;
 mod io;

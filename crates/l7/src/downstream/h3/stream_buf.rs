@@ -1,6 +1,6 @@
 //! quiche's stream buffers as [`Bytes`], so that a response body's chunks
 //! from the upstream go into a stream's send queue without a copy
-//! (`quiche::h3::Connection::send_body_zc`): quiche then copies them only
+//! (`quiche::Connection::stream_send_zc`): quiche then copies them only
 //! into packets, where its default buffers took a copy first. Small
 //! chunks are copied once ([`compact`]), as quiche's buffers did.
 

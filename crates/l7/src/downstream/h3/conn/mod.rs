@@ -1,15 +1,15 @@
 //! One QUIC connection and its HTTP/3 requests, driven by one task.
 //!
-//! The task owns quiche's connection and its HTTP/3 layer. Datagrams come
-//! from the endpoint through a bounded channel; packets go out from the
-//! task itself, a connection's run of equal-sized packets as one UDP GSO
-//! send. As the HTTP/2 server does, the task polls each stream's request
-//! ([`proxy::handle`]) and response body as futures of its own, with a
-//! waker per stream slot ([`ReadySet`]), and hands request bodies to their
-//! readers through [`recv`], reading from quiche only as fast as the
-//! upstream takes them: quiche's flow control then holds the client back.
+//! The task owns quiche's connection and Gatehouse's HTTP/3 layer over it
+//! ([`Http3`]). Datagrams come from the endpoint through its inbox;
+//! packets go out from the task itself, a connection's run of equal-sized
+//! packets as one UDP GSO send. As the HTTP/2 server does, the task polls
+//! each stream's request (`proxy::handle`) and response body as futures
+//! of its own, with a waker per stream slot ([`ReadySet`]), and hands
+//! request bodies to their readers through `recv` ([`read`]), reading
+//! from quiche only as fast as the upstream takes them: quiche's flow
+//! control then holds the client back.
 
-use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -19,37 +19,28 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Response, StatusCode, Version};
+use http::{HeaderMap, Response};
 use hyper::body::Body;
-use quiche::h3::NameValue;
+use rustc_hash::FxHashMap;
 
-use super::fields::{fields_of, head_size_hint, response_head};
+mod read;
+
+use super::http3::{Fault, Http3, Unsent};
 use super::inbox::Receiver;
 use super::io::MAX_DATAGRAM;
 use super::io::{Datagram, Endpoint, Io, send_scratch};
 use super::listener::QuicListener;
 use super::room::Waiting;
 use super::stream_buf::{Quic, compact};
-use crate::accesslog::reason;
-use crate::body::{ClientBody, ResponseBody};
+use crate::body::ResponseBody;
 use crate::context::Worker;
 use crate::downstream::conn::{ConnState, Open};
 use crate::downstream::ready::ReadySet;
 use crate::downstream::recv;
 use crate::downstream::tls::quic_handshake;
-use crate::h2::request::{Fields, Refused};
 use crate::metrics::HandshakeResult;
-use crate::proxy::{self, HeadWriter};
 
-/// HTTP/3 error codes (RFC 9114 8.1) the server sends.
-mod code {
-    pub const NO_ERROR: u64 = 0x100;
-    pub const GENERAL_PROTOCOL_ERROR: u64 = 0x101;
-    pub const INTERNAL_ERROR: u64 = 0x102;
-    pub const REQUEST_REJECTED: u64 = 0x10b;
-    pub const REQUEST_CANCELLED: u64 = 0x10c;
-    pub const MESSAGE_ERROR: u64 = 0x10e;
-}
+use crate::h3::frame::code;
 
 /// Request body bytes read from quiche and not yet taken by the upstream,
 /// past which the stream is not read (quiche's window then fills and the
@@ -105,7 +96,7 @@ struct Conn {
     /// Counts the connection open until it is dropped.
     _open: Open,
     quic: Quic,
-    h3: Option<quiche::h3::Connection>,
+    h3: Option<Http3>,
     /// Request streams whose data came in 0-RTT packets (replayable),
     /// until their head is read.
     early: Vec<u64>,
@@ -120,7 +111,9 @@ struct Conn {
     listener_name: Arc<str>,
     cids: Vec<Vec<u8>>,
     slots: Vec<Option<Slot>>,
-    by_stream: HashMap<u64, usize>,
+    /// By stream ID (FxHash: quiche admits only IDs within the stream
+    /// limit, so a client cannot pile IDs into one bucket).
+    by_stream: FxHashMap<u64, usize>,
     ready: Arc<ReadySet>,
     /// Slots whose stream had no room for what they had to send.
     blocked: Waiting,
@@ -136,6 +129,8 @@ struct Conn {
     batching: Option<gatehouse_keyops::batcher::Handshake>,
     /// The handshake's version and cipher, once it is done.
     tls_info: (&'static str, &'static str),
+    /// Room for the IDs of the streams quiche has data for.
+    readable: Vec<u64>,
     /// Highest client stream seen, for GOAWAY.
     last_stream: Option<u64>,
     /// Streams whose whole response is with quiche, until the client has
@@ -186,7 +181,7 @@ impl Conn {
             listener_name: start.listener_name,
             cids: start.cids,
             slots: Vec::new(),
-            by_stream: HashMap::new(),
+            by_stream: FxHashMap::default(),
             ready: ReadySet::new(max_slots),
             blocked: Waiting::default(),
             marked: Vec::new(),
@@ -197,6 +192,7 @@ impl Conn {
             handshake_counted: false,
             batching: Some(gatehouse_keyops::batcher::handshake_begins()),
             tls_info: ("TLSv1.3", "-"),
+            readable: Vec::new(),
             last_stream: None,
             sent: Vec::new(),
         }
@@ -323,10 +319,10 @@ impl Conn {
             head_flags: AtomicU8::new(0),
             closing: AtomicBool::new(false),
         }));
-        match quiche::h3::Connection::with_transport(&mut self.quic, &self.listener.h3) {
+        match Http3::start(&mut self.quic, self.listener.max_head) {
             Ok(h3) => self.h3 = Some(h3),
-            Err(_) => {
-                let _ = self.quic.close(true, code::INTERNAL_ERROR, b"");
+            Err(Fault::Connection(c) | Fault::Stream(c)) => {
+                let _ = self.quic.close(true, c, b"");
             }
         }
     }
@@ -369,7 +365,7 @@ impl Conn {
         match &mut self.h3 {
             Some(h3) => {
                 let next = self.last_stream.map_or(0, |s| s + 4);
-                let _ = h3.send_goaway(&mut self.quic, next);
+                h3.send_goaway(&mut self.quic, next);
             }
             None => {
                 let _ = self.quic.close(true, code::NO_ERROR, b"");
@@ -397,211 +393,6 @@ impl Conn {
         }
         for cid in &self.cids {
             self.endpoint.forget(cid);
-        }
-    }
-
-    // ---- HTTP/3 events ----
-
-    fn events(&mut self) {
-        loop {
-            let Some(h3) = self.h3.as_mut() else { return };
-            match h3.poll(&mut self.quic) {
-                Ok((stream, quiche::h3::Event::Headers { list, more_frames })) => {
-                    self.headers(stream, list, more_frames)
-                }
-                Ok((stream, quiche::h3::Event::Data)) => {
-                    if let Some(slot) = self.slot_of(stream) {
-                        if let Some(s) = self.slots[slot].as_mut() {
-                            s.unread = true;
-                        }
-                        self.read_body(slot);
-                    }
-                }
-                Ok((stream, quiche::h3::Event::Finished)) => {
-                    if let Some(s) = self.slot_of(stream).and_then(|i| self.slots[i].as_mut())
-                        && let Some(body) = s.body.take()
-                    {
-                        body.end(None);
-                    }
-                }
-                Ok((stream, quiche::h3::Event::Reset(_))) => {
-                    // The client gave up on the request: its work stops.
-                    let _ = self.quic.stream_shutdown(stream, quiche::Shutdown::Write, code::REQUEST_CANCELLED);
-                    if let Some(slot) = self.slot_of(stream) {
-                        self.free(slot);
-                    }
-                }
-                Ok((_, quiche::h3::Event::PriorityUpdate | quiche::h3::Event::GoAway)) => {}
-                Err(quiche::h3::Error::Done) => return,
-                Err(_) => {
-                    // quiche has closed the connection with the error's
-                    // code; if it has not, a protocol error closes it.
-                    if !self.quic.is_closed() && self.quic.local_error().is_none() {
-                        let _ = self.quic.close(true, code::GENERAL_PROTOCOL_ERROR, b"");
-                    }
-                    return;
-                }
-            }
-        }
-    }
-
-    fn slot_of(&self, stream: u64) -> Option<usize> {
-        self.by_stream.get(&stream).copied()
-    }
-
-    fn headers(&mut self, stream: u64, list: Vec<quiche::h3::Header>, more_frames: bool) {
-        let snap = self.worker.shared.snapshot.load();
-        let (max_list, max_fields) = (snap.http.max_header_bytes, snap.http.max_headers);
-        drop(snap);
-        if let Some(slot) = self.slot_of(stream) {
-            // A second field section: the request's trailers.
-            let mut f = Fields::new(true, max_list, max_fields);
-            for h in &list {
-                f.field(h.name(), h.value());
-            }
-            let s = self.slots[slot].as_mut();
-            match (f.into_trailers(), s.and_then(|s| s.body.take())) {
-                (Ok(t), Some(body)) => body.end(Some(t)),
-                (Err(_), Some(body)) => {
-                    body.fail("malformed trailers");
-                    self.reset(stream, code::MESSAGE_ERROR);
-                    self.free(slot);
-                }
-                _ => {}
-            }
-            return;
-        }
-        self.last_stream = Some(self.last_stream.map_or(stream, |s| s.max(stream)));
-        let Some(state) = self.state.clone() else { return };
-        let mut f = Fields::new(false, max_list, max_fields);
-        for h in &list {
-            f.field(h.name(), h.value());
-        }
-        let content_length = f.content_length;
-        let request = match f.into_request(()) {
-            Ok(r) => r,
-            Err(Refused::Malformed) => {
-                state.log_rejected(400, reason::BAD_REQUEST);
-                return self.reset(stream, code::MESSAGE_ERROR);
-            }
-            Err(Refused::TooLarge) => {
-                state.log_rejected(431, reason::HEAD_TOO_LARGE);
-                return self.answer(stream, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-            }
-        };
-        if request.method() == Method::CONNECT {
-            state.log_rejected(405, reason::BAD_REQUEST);
-            return self.answer(stream, StatusCode::METHOD_NOT_ALLOWED);
-        }
-        let early = match self.early.iter().position(|id| *id == stream) {
-            Some(at) => {
-                self.early.swap_remove(at);
-                true
-            }
-            None => self.quic.is_in_early_data(),
-        };
-        if early && !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
-            // Replayable data must not start an unsafe request (RFC 8470).
-            return self.answer(stream, StatusCode::from_u16(425).unwrap_or(StatusCode::BAD_REQUEST));
-        }
-        let Some(slot) = self.take_slot(stream) else {
-            return self.reset(stream, code::REQUEST_REJECTED);
-        };
-        let Some(s) = self.slots[slot].as_mut() else { return };
-        let body = if more_frames {
-            let (tx, rx) = recv::channel(s.waker.clone(), content_length);
-            s.body = Some(tx);
-            ClientBody::Stream(rx)
-        } else {
-            ClientBody::None
-        };
-        let mut request = request.map(|()| body);
-        *request.version_mut() = Version::HTTP_3;
-        if early {
-            request.headers_mut().insert("early-data", http::HeaderValue::from_static("1"));
-        }
-        s.task = Task::Handling(Box::pin(proxy::handle(request, state, HeadWriter::Map)));
-        self.ready.mark(slot);
-    }
-
-    /// A response made here (a refusal), with no body.
-    fn answer(&mut self, stream: u64, status: StatusCode) {
-        let Some(h3) = self.h3.as_mut() else { return };
-        let head = [quiche::h3::HeaderRef::new(b":status", status.as_str().as_bytes())];
-        if h3.send_response(&mut self.quic, stream, &head, true).is_err() {
-            self.reset(stream, code::REQUEST_REJECTED);
-        }
-        let _ = self.quic.stream_shutdown(stream, quiche::Shutdown::Read, code::NO_ERROR);
-    }
-
-    fn reset(&mut self, stream: u64, code: u64) {
-        let _ = self.quic.stream_shutdown(stream, quiche::Shutdown::Read, code);
-        let _ = self.quic.stream_shutdown(stream, quiche::Shutdown::Write, code);
-    }
-
-    fn take_slot(&mut self, stream: u64) -> Option<usize> {
-        let index = match self.slots.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if self.slots.len() < self.ready.capacity() => {
-                self.slots.push(None);
-                self.slots.len() - 1
-            }
-            None => return None,
-        };
-        self.slots[index] = Some(Slot {
-            stream,
-            task: Task::Done,
-            body: None,
-            ahead: 0,
-            unread: false,
-            pending: None,
-            waker: self.ready.waker(index),
-        });
-        self.by_stream.insert(stream, index);
-        Some(index)
-    }
-
-    fn free(&mut self, slot: usize) {
-        self.blocked.forget(slot);
-        if let Some(s) = self.slots.get_mut(slot).and_then(Option::take) {
-            self.by_stream.remove(&s.stream);
-        }
-        if self.by_stream.is_empty() {
-            // An idle connection keeps no room for requests: the slots'
-            // vector starts at four (3 KB), and most connections sit idle
-            // between a few requests.
-            self.slots = Vec::new();
-            self.by_stream = HashMap::new();
-        }
-    }
-
-    /// Reads the request body from quiche while the reader keeps up.
-    fn read_body(&mut self, slot: usize) {
-        let Some(h3) = self.h3.as_mut() else { return };
-        let Some(s) = self.slots.get_mut(slot).and_then(Option::as_mut) else { return };
-        if let Some(body) = &s.body {
-            s.ahead = s.ahead.saturating_sub(body.take_released());
-        }
-        if !s.unread {
-            return;
-        }
-        let mut buf = [0u8; 16 * 1024];
-        while s.unread && s.ahead < BODY_AHEAD {
-            match h3.recv_body(&mut self.quic, s.stream, &mut buf) {
-                Ok(n) => {
-                    s.ahead += n;
-                    if let Some(body) = &s.body {
-                        body.data(Bytes::copy_from_slice(&buf[..n]));
-                    }
-                }
-                Err(quiche::h3::Error::Done) => s.unread = false,
-                Err(_) => {
-                    s.unread = false;
-                    if let Some(body) = s.body.take() {
-                        body.fail("stream error");
-                    }
-                }
-            }
         }
     }
 
@@ -639,15 +430,8 @@ impl Conn {
                     s.task = Task::Head(resp);
                 }
                 Task::Head(resp) => {
-                    // quiche encodes a head before it finds the stream has
-                    // no room for it: a blocked stream does not ask.
-                    // (A stream in error goes on to be told so.)
-                    if quic.stream_capacity(stream).is_ok_and(|room| room < head_size_hint(resp.headers())) {
-                        break Outcome::Blocked;
-                    }
                     let end = resp.body().is_end_stream();
-                    let sent = h3.send_response(quic, stream, &response_head(&resp.status(), resp.headers()), end);
-                    match sent {
+                    match h3.send_head(quic, stream, resp.status(), resp.headers(), end) {
                         Ok(()) => {
                             let Task::Head(resp) = std::mem::replace(&mut s.task, Task::Done) else {
                                 break Outcome::Done;
@@ -656,22 +440,21 @@ impl Conn {
                                 s.task = Task::Sending(resp.into_body());
                             }
                         }
-                        Err(quiche::h3::Error::StreamBlocked | quiche::h3::Error::Done) => break Outcome::Blocked,
-                        Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
+                        Err(Unsent::Blocked) => break Outcome::Blocked,
+                        Err(Unsent::Failed) => break Outcome::Reset(code::INTERNAL_ERROR),
                     }
                 }
-                Task::Trailers(t) => match h3.send_additional_headers(quic, stream, &fields_of(t), true, true) {
+                Task::Trailers(t) => match h3.send_trailers(quic, stream, t) {
                     Ok(()) => s.task = Task::Done,
-                    Err(quiche::h3::Error::StreamBlocked | quiche::h3::Error::Done) => break Outcome::Blocked,
-                    Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
+                    Err(Unsent::Blocked) => break Outcome::Blocked,
+                    Err(Unsent::Failed) => break Outcome::Reset(code::INTERNAL_ERROR),
                 },
                 Task::Sending(body) => {
                     if let Some((data, fin)) = &mut s.pending {
                         // The chunk goes into the stream's queue as it is;
                         // what quiche does not take stays in `data`.
-                        let len = data.len();
-                        match h3.send_body_zc(quic, stream, data, *fin) {
-                            Ok(n) if n == len => {
+                        match h3.send_data(quic, stream, data, *fin) {
+                            Ok(true) => {
                                 let fin = *fin;
                                 s.pending = None;
                                 if fin {
@@ -679,9 +462,8 @@ impl Conn {
                                 }
                                 continue;
                             }
-                            Ok(_) => break Outcome::Blocked,
-                            Err(quiche::h3::Error::Done | quiche::h3::Error::StreamBlocked) => break Outcome::Blocked,
-                            Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
+                            Ok(false) | Err(Unsent::Blocked) => break Outcome::Blocked,
+                            Err(Unsent::Failed) => break Outcome::Reset(code::INTERNAL_ERROR),
                         }
                     }
                     match Pin::new(&mut *body).poll_frame(&mut cx) {

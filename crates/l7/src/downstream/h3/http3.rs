@@ -1,0 +1,440 @@
+//! HTTP/3 over one quiche connection: the streams' frames ([`crate::h3`])
+//! read from and written to quiche's streams.
+//!
+//! Gatehouse's own rather than quiche's `h3` module, for what a request
+//! costs: quiche's copied each field of a request into two vectors of its
+//! own, Huffman-coded every response value, opened QPACK streams that a
+//! table of capacity zero never uses, and copied request bodies twice.
+//! Here a request's head is decoded once, straight into its
+//! [`Fields`](crate::h2::request::Fields), and a body's bytes are read
+//! from quiche once, into the [`Bytes`] the upstream gets.
+//!
+//! What the server opens: one control stream, with its SETTINGS
+//! (`MAX_FIELD_SECTION_SIZE`; a QPACK table of capacity zero, the
+//! default, so no QPACK streams). What it reads: the client's control
+//! stream and QPACK streams (checked, [`crate::h3::stream`]); streams of
+//! unknown types are refused with STOP_SENDING, as RFC 9114 6.2 allows.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{HeaderMap, StatusCode};
+use rustc_hash::FxHashMap;
+
+use super::stream_buf::Quic;
+use crate::h1::hop_by_hop_name;
+use crate::h2::CONNECTION_SPECIFIC;
+use crate::h3::frame::{code, put_frame_header, put_varint, read_varint, setting, stream_type, ty, varint_len};
+use crate::h3::qpack;
+use crate::h3::stream::{Control, ControlReader, DecoderStream, Request, RequestReader, encoder_stream};
+
+/// The server's control stream: its first unidirectional stream.
+const CONTROL_STREAM: u64 = 3;
+/// The most a read from a request stream takes from quiche at once.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// What reading a request stream gave.
+#[derive(Debug)]
+pub enum Read {
+    /// The head: [`Http3::decode`] gives its fields. `more`: a body or
+    /// trailers may follow.
+    Head {
+        more: bool,
+    },
+    Data(Bytes),
+    /// The trailers: [`Http3::decode`] gives their fields.
+    Trailers,
+    /// The client ended the stream.
+    End,
+    /// Nothing more for now.
+    Nothing,
+    /// The client reset the stream.
+    Reset,
+}
+
+/// What went wrong, as the error code that ends a stream or the
+/// connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Stream(u64),
+    Connection(u64),
+}
+
+/// Why a write did not go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsent {
+    /// No room on the stream or the connection yet.
+    Blocked,
+    /// The stream is gone (the client stopped it) or broken.
+    Failed,
+}
+
+/// A client request stream's state.
+#[derive(Default)]
+struct Stream {
+    reader: RequestReader,
+    /// Bytes read from quiche and not given yet.
+    rest: Bytes,
+    /// quiche gave the stream's end.
+    fin: bool,
+    /// The end was given ([`Read::End`]).
+    ended: bool,
+    /// Payload still owed of the DATA frame being sent.
+    data_left: u64,
+}
+
+/// A client unidirectional stream, by what its first bytes said it is.
+enum Uni {
+    /// Its type not read whole yet: the bytes so far.
+    Type(Vec<u8>),
+    Control,
+    Encoder,
+    Decoder,
+}
+
+pub struct Http3 {
+    /// By stream ID (FxHash: quiche admits only IDs within the stream
+    /// limits).
+    streams: FxHashMap<u64, Stream>,
+    uni: FxHashMap<u64, Uni>,
+    control: ControlReader,
+    decoder: DecoderStream,
+    /// The largest field section a request may have.
+    max_head: usize,
+    /// The head or trailers last read, and room to decode them.
+    head: Vec<u8>,
+    names: Vec<u8>,
+    values: Vec<u8>,
+    /// Where a response's HEADERS frame is made.
+    out: Vec<u8>,
+}
+
+impl Http3 {
+    /// Opens the control stream with the server's SETTINGS.
+    pub fn start(quic: &mut Quic, max_head: usize) -> Result<Http3, Fault> {
+        let mut settings = Vec::new();
+        put_varint(&mut settings, setting::MAX_FIELD_SECTION_SIZE);
+        put_varint(&mut settings, max_head as u64);
+        let mut out = vec![stream_type::CONTROL as u8];
+        put_frame_header(&mut out, ty::SETTINGS, settings.len() as u64);
+        out.extend_from_slice(&settings);
+        let _ = quic.stream_priority(CONTROL_STREAM, 0, false);
+        match quic.stream_send(CONTROL_STREAM, &out, false) {
+            Ok(n) if n == out.len() => {}
+            _ => return Err(Fault::Connection(code::STREAM_CREATION_ERROR)),
+        }
+        Ok(Http3 {
+            streams: FxHashMap::default(),
+            uni: FxHashMap::default(),
+            control: ControlReader::default(),
+            decoder: DecoderStream::default(),
+            max_head,
+            head: Vec::new(),
+            names: Vec::new(),
+            values: Vec::new(),
+            out: Vec::new(),
+        })
+    }
+
+    // ---- reading ----
+
+    /// The next thing on a client's request stream.
+    pub fn read(&mut self, quic: &mut Quic, id: u64) -> Result<Read, Fault> {
+        let s = self.streams.entry(id).or_default();
+        loop {
+            if !s.rest.is_empty() {
+                let mut input: &[u8] = &s.rest;
+                let item = s.reader.next(&mut input, self.max_head).map_err(fault)?;
+                let used = s.rest.len() - input.len();
+                let read = match item {
+                    Some(Request::Data(piece)) => {
+                        let piece = s.rest.slice(used - piece.len()..used);
+                        s.rest.advance(used);
+                        return Ok(Read::Data(piece));
+                    }
+                    Some(Request::Head(block)) => {
+                        self.head.clear();
+                        self.head.extend_from_slice(&block);
+                        Read::Head { more: true }
+                    }
+                    Some(Request::Trailers(block)) => {
+                        self.head.clear();
+                        self.head.extend_from_slice(&block);
+                        Read::Trailers
+                    }
+                    None => Read::Nothing,
+                };
+                s.rest.advance(used);
+                match read {
+                    Read::Head { .. } => return Ok(Read::Head { more: !(s.fin && s.rest.is_empty()) }),
+                    Read::Nothing => {}
+                    other => return Ok(other),
+                }
+            }
+            if s.fin {
+                if s.ended {
+                    return Ok(Read::Nothing);
+                }
+                s.reader.end().map_err(fault)?;
+                s.ended = true;
+                return Ok(Read::End);
+            }
+            let len = quic.stream_readable_len(id, READ_CHUNK).max(1);
+            let mut buf = BytesMut::with_capacity(len);
+            match quic.stream_recv_buf(id, (&mut buf).limit(len)) {
+                Ok((_, fin)) => {
+                    s.fin = fin;
+                    s.rest = buf.freeze();
+                }
+                Err(quiche::Error::Done) => {
+                    if s.reader.is_fresh() && s.rest.is_empty() {
+                        // Nothing came (a stream already done with, listed
+                        // again): nothing to keep.
+                        self.done(id);
+                    }
+                    return Ok(Read::Nothing);
+                }
+                Err(quiche::Error::StreamReset(_)) => {
+                    self.done(id);
+                    return Ok(Read::Reset);
+                }
+                Err(_) => return Err(Fault::Stream(code::INTERNAL_ERROR)),
+            }
+        }
+    }
+
+    /// The fields of the head or trailers [`Http3::read`] last gave.
+    pub fn decode(&mut self, field: impl FnMut(&[u8], &[u8])) -> Result<(), Fault> {
+        qpack::decode(&self.head, &mut self.names, &mut self.values, field).map_err(Fault::Connection)
+    }
+
+    /// The request on this stream is over (answered, reset or refused):
+    /// its state goes. The caller has stopped the stream's reading if the
+    /// client had not ended it, so no more of it comes.
+    pub fn done(&mut self, id: u64) {
+        if self.streams.remove(&id).is_some() && self.streams.is_empty() {
+            // An idle connection keeps no room.
+            self.streams = FxHashMap::default();
+        }
+    }
+
+    /// Reads a client unidirectional stream: its type, then what that
+    /// kind of stream carries. An error closes the connection.
+    pub fn read_uni(&mut self, quic: &mut Quic, id: u64) -> Result<(), u64> {
+        let mut buf = [0u8; 1024];
+        loop {
+            let (n, fin) = match quic.stream_recv(id, &mut buf) {
+                Ok(r) => r,
+                Err(quiche::Error::Done) => return Ok(()),
+                Err(quiche::Error::StreamReset(_)) => (0, true),
+                Err(_) => return Ok(()),
+            };
+            let mut input = &buf[..n];
+            let state = self.uni.entry(id).or_insert_with(|| Uni::Type(Vec::new()));
+            if let Uni::Type(so_far) = state {
+                so_far.extend_from_slice(input);
+                input = &[];
+                if let Some((t, len)) = read_varint(so_far) {
+                    let after = so_far.split_off(len);
+                    let kind = match t {
+                        stream_type::CONTROL => Uni::Control,
+                        stream_type::QPACK_ENCODER => Uni::Encoder,
+                        stream_type::QPACK_DECODER => Uni::Decoder,
+                        stream_type::PUSH => return Err(code::STREAM_CREATION_ERROR),
+                        _ => {
+                            // Unknown (or reserved, grease) types are not
+                            // read (RFC 9114 6.2).
+                            self.uni.remove(&id);
+                            let _ = quic.stream_shutdown(id, quiche::Shutdown::Read, code::STREAM_CREATION_ERROR);
+                            return Ok(());
+                        }
+                    };
+                    let twice = self.uni.iter().any(|(&other, u)| other != id && same_kind(u, &kind));
+                    if twice {
+                        return Err(code::STREAM_CREATION_ERROR);
+                    }
+                    self.uni.insert(id, kind);
+                    self.uni_bytes(id, &after)?;
+                } else if so_far.len() > 8 {
+                    return Err(code::STREAM_CREATION_ERROR);
+                }
+            }
+            self.uni_bytes(id, input)?;
+            if fin {
+                // A critical stream must stay open (RFC 9114 6.2.1, RFC
+                // 9204 4.2); one whose type never came is nothing.
+                return match self.uni.remove(&id) {
+                    Some(Uni::Type(_)) | None => Ok(()),
+                    Some(_) => Err(code::CLOSED_CRITICAL_STREAM),
+                };
+            }
+        }
+    }
+
+    fn uni_bytes(&mut self, id: u64, mut input: &[u8]) -> Result<(), u64> {
+        if input.is_empty() {
+            return Ok(());
+        }
+        match self.uni.get(&id) {
+            Some(Uni::Control) => {
+                while let Some(c) = self.control.next(&mut input)? {
+                    match c {
+                        // The client's limit on a response's field section:
+                        // quiche's `h3` did not heed it either; a response
+                        // head is far smaller than any client's.
+                        Control::Settings(_) => {}
+                        // The client will start no more requests: nothing
+                        // to do (its open ones finish).
+                        Control::GoAway(_) => {}
+                    }
+                }
+                Ok(())
+            }
+            Some(Uni::Encoder) => encoder_stream(input),
+            Some(Uni::Decoder) => self.decoder.read(input),
+            Some(Uni::Type(_)) | None => Ok(()),
+        }
+    }
+
+    // ---- writing ----
+
+    /// A response head (`:status` and the fields HTTP/3 carries), whole
+    /// or not at all.
+    pub fn send_head(
+        &mut self,
+        quic: &mut Quic,
+        id: u64,
+        status: StatusCode,
+        fields: &HeaderMap,
+        fin: bool,
+    ) -> Result<(), Unsent> {
+        // RFC 9218's default priority (urgency 3, not incremental): a
+        // connection's responses go out one after the other, each whole,
+        // rather than a piece of every one in each packet (quiche's default).
+        let _ = quic.stream_priority(id, 3, false);
+        let mut block = std::mem::take(&mut self.out);
+        block.clear();
+        // Room for the frame header, put in front once the length is known.
+        block.resize(9, 0);
+        qpack::begin(&mut block);
+        qpack::encode_status(&mut block, status.as_u16());
+        encode_fields(&mut block, fields);
+        let r = self.send_block(quic, id, &mut block, fin);
+        self.out = block;
+        r
+    }
+
+    /// Trailers, which end the stream.
+    pub fn send_trailers(&mut self, quic: &mut Quic, id: u64, fields: &HeaderMap) -> Result<(), Unsent> {
+        let mut block = std::mem::take(&mut self.out);
+        block.clear();
+        block.resize(9, 0);
+        qpack::begin(&mut block);
+        encode_fields(&mut block, fields);
+        let r = self.send_block(quic, id, &mut block, true);
+        self.out = block;
+        r
+    }
+
+    /// `block`'s field section (after 9 bytes of room) as a HEADERS frame.
+    fn send_block(&mut self, quic: &mut Quic, id: u64, block: &mut [u8], fin: bool) -> Result<(), Unsent> {
+        let len = (block.len() - 9) as u64;
+        let mut header = Vec::with_capacity(9);
+        put_frame_header(&mut header, ty::HEADERS, len);
+        let start = 9 - header.len();
+        block[start..9].copy_from_slice(&header);
+        let frame = &block[start..];
+        match quic.stream_capacity(id) {
+            Ok(room) if room >= frame.len() => {}
+            Ok(_) => return Err(Unsent::Blocked),
+            Err(_) => return Err(Unsent::Failed),
+        }
+        match quic.stream_send(id, frame, fin) {
+            Ok(n) if n == frame.len() => Ok(()),
+            Ok(0) | Err(quiche::Error::Done) => Err(Unsent::Blocked),
+            // The room was there: a part sent is a stream broken.
+            _ => Err(Unsent::Failed),
+        }
+    }
+
+    /// As much of `data` as the stream takes, in one DATA frame whose
+    /// header goes out with the first of it; what is left stays in `data`
+    /// (then `Ok(false)`: try again with it when there is room). `fin`
+    /// ends the stream with the last of it.
+    pub fn send_data(&mut self, quic: &mut Quic, id: u64, data: &mut Bytes, fin: bool) -> Result<bool, Unsent> {
+        let s = self.streams.entry(id).or_default();
+        if s.data_left == 0 {
+            if data.is_empty() {
+                return match quic.stream_send(id, &[], fin) {
+                    Ok(_) => Ok(true),
+                    Err(quiche::Error::Done) => Err(Unsent::Blocked),
+                    Err(_) => Err(Unsent::Failed),
+                };
+            }
+            let len = data.len() as u64;
+            let header_len = 1 + varint_len(len);
+            match quic.stream_capacity(id) {
+                Ok(room) if room > header_len => {}
+                Ok(_) => return Err(Unsent::Blocked),
+                Err(_) => return Err(Unsent::Failed),
+            }
+            let mut header = Vec::with_capacity(9);
+            put_frame_header(&mut header, ty::DATA, len);
+            match quic.stream_send(id, &header, false) {
+                Ok(n) if n == header.len() => {}
+                _ => return Err(Unsent::Failed),
+            }
+            s.data_left = len;
+        }
+        // quiche drops a buffer it has no room for: ask first.
+        match quic.stream_capacity(id) {
+            Ok(0) => return Err(Unsent::Blocked),
+            Ok(_) => {}
+            Err(_) => return Err(Unsent::Failed),
+        }
+        let chunk = std::mem::take(data);
+        let len = chunk.len();
+        match quic.stream_send_zc(id, chunk, fin) {
+            Ok((sent, rest)) => {
+                s.data_left -= sent as u64;
+                if let Some(rest) = rest {
+                    *data = rest;
+                }
+                Ok(sent == len)
+            }
+            Err(quiche::Error::Done) => Err(Unsent::Blocked),
+            Err(_) => Err(Unsent::Failed),
+        }
+    }
+
+    /// GOAWAY: no request past `next` will be served.
+    pub fn send_goaway(&mut self, quic: &mut Quic, next: u64) {
+        let mut frame = Vec::with_capacity(9);
+        put_frame_header(&mut frame, ty::GOAWAY, varint_len(next) as u64);
+        put_varint(&mut frame, next);
+        let _ = quic.stream_send(CONTROL_STREAM, &frame, false);
+    }
+}
+
+fn same_kind(a: &Uni, b: &Uni) -> bool {
+    matches!((a, b), (Uni::Control, Uni::Control) | (Uni::Encoder, Uni::Encoder) | (Uni::Decoder, Uni::Decoder))
+}
+
+/// Errors of a request stream: a stream that ends before its request is
+/// whole costs only itself (RFC 9114 4.1); the others are connection
+/// errors.
+fn fault(c: u64) -> Fault {
+    if c == code::REQUEST_INCOMPLETE { Fault::Stream(c) } else { Fault::Connection(c) }
+}
+
+/// A header map's fields as HTTP/3 carries them: without the
+/// connection-specific ones (RFC 9114 4.2).
+fn encode_fields(out: &mut Vec<u8>, fields: &HeaderMap) {
+    for (name, value) in fields {
+        if hop_by_hop_name(name.as_str().as_bytes()) & CONNECTION_SPECIFIC == 0 {
+            qpack::encode_field(out, name.as_str(), value.as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "http3_tests.rs"]
+mod tests;

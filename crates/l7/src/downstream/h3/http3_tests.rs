@@ -1,0 +1,294 @@
+//! [`Http3`] against another implementation: quiche's own HTTP/3 client,
+//! over a quiche connection in memory.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use quiche::h3::NameValue;
+
+use super::*;
+use crate::downstream::h3::stream_buf::BytesBufs;
+use crate::downstream::tls::write_self_signed;
+
+struct Pair {
+    client: quiche::Connection,
+    server: Quic,
+    h3c: quiche::h3::Connection,
+    h3s: Http3,
+}
+
+fn config(server: bool) -> quiche::Config {
+    let mut c = quiche::Config::new(quiche::PROTOCOL_VERSION).expect("config");
+    if server {
+        // One certificate for the tests, which run at once.
+        static FILES: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+        let (crt, key) = FILES.get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("gh-h3-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("dir");
+            let (crt, key) = (dir.join("a.crt"), dir.join("a.key"));
+            write_self_signed(&["localhost".to_string()], &crt, &key).expect("certificate");
+            (crt.display().to_string(), key.display().to_string())
+        });
+        c.load_cert_chain_from_pem_file(crt).expect("cert");
+        c.load_priv_key_from_pem_file(key).expect("key");
+    }
+    c.verify_peer(false);
+    c.set_application_protos(&[b"h3"]).expect("alpn");
+    c.set_initial_max_data(4 << 20);
+    c.set_initial_max_stream_data_bidi_local(1 << 20);
+    c.set_initial_max_stream_data_bidi_remote(1 << 20);
+    c.set_initial_max_stream_data_uni(64 << 10);
+    c.set_initial_max_streams_bidi(100);
+    c.set_initial_max_streams_uni(8);
+    c.set_max_idle_timeout(30_000);
+    c
+}
+
+const CLIENT: &str = "127.0.0.1:5000";
+const SERVER: &str = "127.0.0.1:443";
+
+fn addr(a: &str) -> SocketAddr {
+    a.parse().expect("address")
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let mut client = quiche::connect(
+            Some("localhost"),
+            &quiche::ConnectionId::from_ref(&[1; 16]),
+            addr(CLIENT),
+            addr(SERVER),
+            &mut config(false),
+        )
+        .expect("client");
+        let mut server = quiche::accept_with_buf_factory::<BytesBufs>(
+            &quiche::ConnectionId::from_ref(&[2; 16]),
+            None,
+            addr(SERVER),
+            addr(CLIENT),
+            &mut config(true),
+        )
+        .expect("server");
+        pump(&mut client, &mut server);
+        assert!(client.is_established() && server.is_established());
+        let h3c = quiche::h3::Connection::with_transport(&mut client, &quiche::h3::Config::new().expect("h3"))
+            .expect("h3 client");
+        let h3s = Http3::start(&mut server, 64 * 1024).expect("h3 server");
+        let mut p = Pair { client, server, h3c, h3s };
+        p.pump();
+        p
+    }
+
+    fn pump(&mut self) {
+        pump(&mut self.client, &mut self.server);
+    }
+
+    /// What the server reads off its streams until there is nothing more.
+    fn serve(&mut self) -> Result<Vec<(u64, Got)>, Fault> {
+        let mut out = Vec::new();
+        let ids: Vec<u64> = self.server.readable().collect();
+        for id in ids {
+            if id & 2 != 0 {
+                self.h3s.read_uni(&mut self.server, id).map_err(Fault::Connection)?;
+                continue;
+            }
+            loop {
+                match self.h3s.read(&mut self.server, id)? {
+                    Read::Head { more } => out.push((id, Got::Head(self.fields()?, more))),
+                    Read::Data(d) => out.push((id, Got::Data(d))),
+                    Read::Trailers => out.push((id, Got::Trailers(self.fields()?))),
+                    Read::End => out.push((id, Got::End)),
+                    Read::Reset => out.push((id, Got::Reset)),
+                    Read::Nothing => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn fields(&mut self) -> Result<Vec<(String, String)>, Fault> {
+        let mut f = Vec::new();
+        self.h3s.decode(|n, v| f.push((text(n), text(v))))?;
+        Ok(f)
+    }
+
+    /// The client's events until there are none: heads and bodies.
+    fn client_events(&mut self) -> (Vec<Fields>, Vec<u8>, bool) {
+        let (mut heads, mut body, mut finished) = (Vec::new(), Vec::new(), false);
+        let mut buf = vec![0; 65_536];
+        loop {
+            match self.h3c.poll(&mut self.client) {
+                Ok((_, quiche::h3::Event::Headers { list, .. })) => {
+                    heads.push(list.iter().map(|h| (text(h.name()), text(h.value()))).collect())
+                }
+                Ok((id, quiche::h3::Event::Data)) => {
+                    while let Ok(n) = self.h3c.recv_body(&mut self.client, id, &mut buf) {
+                        body.extend_from_slice(&buf[..n]);
+                    }
+                }
+                Ok((_, quiche::h3::Event::Finished)) => finished = true,
+                Ok(_) => {}
+                Err(_) => return (heads, body, finished),
+            }
+        }
+    }
+}
+
+type Fields = Vec<(String, String)>;
+
+#[derive(Debug, PartialEq)]
+enum Got {
+    Head(Vec<(String, String)>, bool),
+    Data(Bytes),
+    Trailers(Vec<(String, String)>),
+    End,
+    Reset,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn pump(a: &mut quiche::Connection, b: &mut Quic) {
+    let mut buf = vec![0u8; 1500];
+    loop {
+        let mut moved = false;
+        while let Ok((n, info)) = a.send(&mut buf) {
+            let _ = b.recv(&mut buf[..n], quiche::RecvInfo { from: info.from, to: info.to });
+            moved = true;
+        }
+        while let Ok((n, info)) = b.send(&mut buf) {
+            let _ = a.recv(&mut buf[..n], quiche::RecvInfo { from: info.from, to: info.to });
+            moved = true;
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+fn request(method: &str) -> Vec<quiche::h3::Header> {
+    [
+        (":method", method),
+        (":scheme", "https"),
+        (":authority", "localhost"),
+        (":path", "/a?b=c"),
+        ("user-agent", "quiche"),
+        ("x-trace", "t-1"),
+    ]
+    .iter()
+    .map(|(n, v)| quiche::h3::Header::new(n.as_bytes(), v.as_bytes()))
+    .collect()
+}
+
+fn pairs(h: &[quiche::h3::Header]) -> Vec<(String, String)> {
+    h.iter().map(|h| (text(h.name()), text(h.value()))).collect()
+}
+
+#[test]
+fn a_get_and_its_response_pass_between_quiches_client_and_this_server() {
+    let mut p = Pair::new();
+    let id = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("request");
+    p.pump();
+    let got = p.serve().expect("served");
+    assert_eq!(got, vec![(id, Got::Head(pairs(&request("GET")), false)), (id, Got::End)]);
+
+    let mut head = HeaderMap::new();
+    head.insert("content-type", HeaderValue::from_static("text/plain"));
+    head.insert("x-upstream", HeaderValue::from_static("a b"));
+    head.insert("connection", HeaderValue::from_static("close")); // not carried
+    p.h3s.send_head(&mut p.server, id, StatusCode::IM_A_TEAPOT, &head, false).expect("head");
+    let mut body = Bytes::from_static(b"hello");
+    assert_eq!(p.h3s.send_data(&mut p.server, id, &mut body, true), Ok(true));
+    p.h3s.done(id);
+    p.pump();
+    let (heads, body, finished) = p.client_events();
+    let want: Vec<(String, String)> = [(":status", "418"), ("content-type", "text/plain"), ("x-upstream", "a b")]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    assert_eq!((heads, body, finished), (vec![want], b"hello".to_vec(), true));
+}
+
+#[test]
+fn large_bodies_both_ways_with_trailers_under_flow_control() {
+    let mut p = Pair::new();
+    let id = p.h3c.send_request(&mut p.client, &request("POST"), false).expect("request");
+    let upload: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let (mut sent, mut received, mut trailers, mut ended) = (0, Vec::new(), None, false);
+    while !ended {
+        if sent < upload.len() {
+            sent += p.h3c.send_body(&mut p.client, id, &upload[sent..], false).unwrap_or(0);
+            if sent == upload.len() {
+                let t = [quiche::h3::Header::new(b"x-sum", b"ok")];
+                p.h3c.send_additional_headers(&mut p.client, id, &t, true, true).expect("trailers");
+            }
+        }
+        p.pump();
+        for (_, g) in p.serve().expect("served") {
+            match g {
+                Got::Head(_, more) => assert!(more),
+                Got::Data(d) => received.extend_from_slice(&d),
+                Got::Trailers(t) => trailers = Some(t),
+                Got::End => ended = true,
+                Got::Reset => panic!("reset"),
+            }
+        }
+    }
+    assert!(received == upload, "the body arrived whole ({} of {} bytes)", received.len(), upload.len());
+    assert_eq!(trailers, Some(vec![("x-sum".to_string(), "ok".to_string())]));
+
+    // A 3 MiB response, more than the client's 1 MiB window: sent as the
+    // client makes room, what is left kept by the caller.
+    p.h3s.send_head(&mut p.server, id, StatusCode::OK, &HeaderMap::new(), false).expect("head");
+    let mut rest = Bytes::from(upload.clone());
+    let mut got = Vec::new();
+    let mut finished = false;
+    for _ in 0..1000 {
+        if !rest.is_empty() || !finished {
+            match p.h3s.send_data(&mut p.server, id, &mut rest, true) {
+                Ok(_) | Err(Unsent::Blocked) => {}
+                Err(Unsent::Failed) => panic!("send failed"),
+            }
+        }
+        p.pump();
+        let (_, body, fin) = p.client_events();
+        got.extend(body);
+        finished |= fin;
+        if finished {
+            break;
+        }
+    }
+    assert!(finished && got == upload, "the response arrived whole ({} of {} bytes)", got.len(), upload.len());
+}
+
+#[test]
+fn data_before_headers_closes_the_connection_as_frame_unexpected() {
+    let mut p = Pair::new();
+    p.client.stream_send(0, b"\x00\x03abc", false).expect("send");
+    p.pump();
+    assert_eq!(p.serve(), Err(Fault::Connection(code::FRAME_UNEXPECTED)));
+}
+
+#[test]
+fn a_second_control_stream_is_a_stream_creation_error() {
+    let mut p = Pair::new();
+    // quiche's client opened its control, QPACK and grease streams (2 to
+    // 14); another control stream:
+    let sent = p.client.stream_send(18, b"\x00\x04\x00", false);
+    assert_eq!(sent, Ok(3), "{:?}", p.client.peer_streams_left_uni());
+    p.pump();
+    assert_eq!(p.serve(), Err(Fault::Connection(code::STREAM_CREATION_ERROR)));
+}
+
+#[test]
+fn a_client_reset_is_read_as_one() {
+    let mut p = Pair::new();
+    let id = p.h3c.send_request(&mut p.client, &request("POST"), false).expect("request");
+    p.pump();
+    assert!(matches!(p.serve().expect("served")[..], [(_, Got::Head(_, true))]));
+    p.client.stream_shutdown(id, quiche::Shutdown::Write, code::REQUEST_CANCELLED).expect("reset");
+    p.pump();
+    assert_eq!(p.serve(), Ok(vec![(id, Got::Reset)]));
+}
