@@ -19,6 +19,9 @@ pub mod ty {
     pub const PUSH_PROMISE: u64 = 0x05;
     pub const GOAWAY: u64 = 0x07;
     pub const MAX_PUSH_ID: u64 = 0x0d;
+    /// RFC 9218 7.2: for a request stream, and for a push.
+    pub const PRIORITY_UPDATE_REQUEST: u64 = 0xf0700;
+    pub const PRIORITY_UPDATE_PUSH: u64 = 0xf0701;
 
     /// HTTP/2's frame types that HTTP/3 reserves (RFC 9114 7.2.8): a
     /// connection error wherever they come.

@@ -4,5 +4,6 @@
 //! [`crate::downstream::h3`].
 
 pub mod frame;
+pub mod priority;
 pub mod qpack;
 pub mod stream;

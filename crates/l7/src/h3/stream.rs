@@ -101,6 +101,9 @@ pub enum Control {
     Settings(Settings),
     /// The client will start no request past this one (RFC 9114 5.2).
     GoAway(u64),
+    /// A request's new priority (RFC 9218 7.2): its stream and the
+    /// priority field value.
+    PriorityUpdate(u64, Vec<u8>),
 }
 
 /// The client's control stream (RFC 9114 6.2.1).
@@ -124,6 +127,7 @@ impl ControlReader {
                     Ok(Take::Whole(CONTROL_FRAME_MAX))
                 }
                 ty::GOAWAY | ty::MAX_PUSH_ID => Ok(Take::Whole(8)),
+                ty::PRIORITY_UPDATE_REQUEST => Ok(Take::Whole(CONTROL_FRAME_MAX)),
                 // This server promises no push: no push ID can be named.
                 ty::CANCEL_PUSH => Err(code::ID_ERROR),
                 ty::DATA | ty::HEADERS | ty::PUSH_PROMISE => Err(code::FRAME_UNEXPECTED),
@@ -134,6 +138,12 @@ impl ControlReader {
         match frame {
             None => Ok(None),
             Some(Frame::Whole(ty::SETTINGS, payload)) => settings(&payload).map(|s| Some(Control::Settings(s))),
+            Some(Frame::Whole(ty::PRIORITY_UPDATE_REQUEST, payload)) => match read_varint(&payload) {
+                // Only a client's request stream can be named.
+                Some((id, n)) if id % 4 == 0 => Ok(Some(Control::PriorityUpdate(id, payload[n..].to_vec()))),
+                Some(_) => Err(code::ID_ERROR),
+                None => Err(code::FRAME_ERROR),
+            },
             Some(Frame::Whole(t, payload)) => match read_varint(&payload) {
                 Some((id, n)) if n == payload.len() && t == ty::GOAWAY => Ok(Some(Control::GoAway(id))),
                 // MAX_PUSH_ID: nothing to do without push.
@@ -284,11 +294,17 @@ mod tests {
             crate::h3::frame::put_varint(&mut s, v);
         }
         let mut input = frame(ty::SETTINGS, &s);
-        input.extend(frame(0xf0700, b"\x00u=1")); // PRIORITY_UPDATE: skipped
+        input.extend(frame(ty::PRIORITY_UPDATE_REQUEST, b"\x04u=1"));
+        input.extend(frame(ty::PRIORITY_UPDATE_PUSH, b"\x00u=1")); // no push: skipped
         input.extend(frame(ty::MAX_PUSH_ID, &[4]));
         input.extend(frame(ty::GOAWAY, &[8]));
         let settings = Settings { max_field_section_size: Some(16_384) };
-        assert_eq!(control(&input), Ok(vec![Control::Settings(settings), Control::GoAway(8)]));
+        let update = Control::PriorityUpdate(4, b"u=1".to_vec());
+        assert_eq!(control(&input), Ok(vec![Control::Settings(settings), update, Control::GoAway(8)]));
+        // A PRIORITY_UPDATE naming anything but a client's request stream.
+        let mut bad = frame(ty::SETTINGS, b"");
+        bad.extend(frame(ty::PRIORITY_UPDATE_REQUEST, b"\x03u=1"));
+        assert_eq!(control(&bad), Err(code::ID_ERROR));
 
         assert_eq!(control(&frame(ty::GOAWAY, &[0])), Err(code::MISSING_SETTINGS));
         let mut twice = frame(ty::SETTINGS, b"");

@@ -23,6 +23,7 @@ use super::stream_buf::Quic;
 use crate::h1::hop_by_hop_name;
 use crate::h2::CONNECTION_SPECIFIC;
 use crate::h3::frame::{code, put_frame_header, put_varint, read_varint, setting, stream_type, ty, varint_len};
+use crate::h3::priority::Priority;
 use crate::h3::qpack;
 use crate::h3::stream::{Control, ControlReader, DecoderStream, Request, RequestReader, encoder_stream};
 
@@ -79,6 +80,8 @@ struct Stream {
     ended: bool,
     /// Payload still owed of the DATA frame being sent.
     data_left: u64,
+    /// The response's priority, from the request and PRIORITY_UPDATE.
+    priority: Priority,
 }
 
 /// A client unidirectional stream, by what its first bytes said it is.
@@ -252,12 +255,12 @@ impl Http3 {
                         return Err(code::STREAM_CREATION_ERROR);
                     }
                     self.uni.insert(id, kind);
-                    self.uni_bytes(id, &after)?;
+                    self.uni_bytes(quic, id, &after)?;
                 } else if so_far.len() > 8 {
                     return Err(code::STREAM_CREATION_ERROR);
                 }
             }
-            self.uni_bytes(id, input)?;
+            self.uni_bytes(quic, id, input)?;
             if fin {
                 // A critical stream must stay open (RFC 9114 6.2.1, RFC
                 // 9204 4.2); one whose type never came is nothing.
@@ -269,7 +272,7 @@ impl Http3 {
         }
     }
 
-    fn uni_bytes(&mut self, id: u64, mut input: &[u8]) -> Result<(), u64> {
+    fn uni_bytes(&mut self, quic: &mut Quic, id: u64, mut input: &[u8]) -> Result<(), u64> {
         if input.is_empty() {
             return Ok(());
         }
@@ -284,6 +287,14 @@ impl Http3 {
                         // The client will start no more requests: nothing
                         // to do (its open ones finish).
                         Control::GoAway(_) => {}
+                        // A request not read yet (or done with) is not
+                        // kept for: its own field, or the default, holds.
+                        Control::PriorityUpdate(stream, value) => {
+                            if let Some(s) = self.streams.get_mut(&stream) {
+                                s.priority = s.priority.with_field(&value);
+                                let _ = quic.stream_priority(stream, s.priority.urgency, s.priority.incremental);
+                            }
+                        }
                     }
                 }
                 Ok(())
@@ -291,6 +302,13 @@ impl Http3 {
             Some(Uni::Encoder) => encoder_stream(input),
             Some(Uni::Decoder) => self.decoder.read(input),
             Some(Uni::Type(_)) | None => Ok(()),
+        }
+    }
+
+    /// The request's `priority` field (RFC 9218), for its response.
+    pub fn prioritize(&mut self, id: u64, field: &[u8]) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.priority = s.priority.with_field(field);
         }
     }
 
@@ -306,10 +324,12 @@ impl Http3 {
         fields: &HeaderMap,
         fin: bool,
     ) -> Result<(), Unsent> {
-        // RFC 9218's default priority (urgency 3, not incremental): a
-        // connection's responses go out one after the other, each whole,
-        // rather than a piece of every one in each packet (quiche's default).
-        let _ = quic.stream_priority(id, 3, false);
+        // The request's priority, by default RFC 9218's (urgency 3, not
+        // incremental): a connection's responses go out one after the
+        // other, each whole, rather than a piece of every one in each
+        // packet (quiche's default).
+        let p = self.streams.get(&id).map_or_else(Priority::default, |s| s.priority);
+        let _ = quic.stream_priority(id, p.urgency, p.incremental);
         let mut block = std::mem::take(&mut self.out);
         block.clear();
         // Room for the frame header, put in front once the length is known.

@@ -292,3 +292,61 @@ fn a_client_reset_is_read_as_one() {
     p.pump();
     assert_eq!(p.serve(), Ok(vec![(id, Got::Reset)]));
 }
+
+/// Which stream's response data reaches quiche's client first, when the
+/// server has queued two whole responses before any packet goes out.
+fn first_served(p: &mut Pair, a: u64, b: u64) -> u64 {
+    let body = Bytes::from(vec![7u8; 5_000]);
+    for id in [a, b] {
+        p.h3s.send_head(&mut p.server, id, StatusCode::OK, &HeaderMap::new(), false).expect("head");
+        let mut d = body.clone();
+        assert_eq!(p.h3s.send_data(&mut p.server, id, &mut d, true), Ok(true));
+    }
+    p.pump();
+    loop {
+        match p.h3c.poll(&mut p.client) {
+            Ok((id, quiche::h3::Event::Data)) => return id,
+            Ok(_) => {}
+            Err(e) => panic!("no data: {e:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_requests_priority_field_orders_the_responses() {
+    let mut p = Pair::new();
+    let a = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("a");
+    let mut urgent = request("GET");
+    urgent.push(quiche::h3::Header::new(b"priority", b"u=0"));
+    let b = p.h3c.send_request(&mut p.client, &urgent, true).expect("b");
+    p.pump();
+    for (id, got) in p.serve().expect("served") {
+        if let Got::Head(fields, _) = got
+            && let Some((_, v)) = fields.iter().find(|(n, _)| n == "priority")
+        {
+            p.h3s.prioritize(id, v.as_bytes());
+        }
+    }
+    assert_eq!(first_served(&mut p, a, b), b, "urgency 0 goes before the default 3");
+}
+
+#[test]
+fn a_priority_update_reorders_requests_in_flight() {
+    let mut p = Pair::new();
+    let a = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("a");
+    let b = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("b");
+    p.pump();
+    p.serve().expect("served");
+    // Same urgency: the older request first.
+    let mut q = Pair::new();
+    let qa = q.h3c.send_request(&mut q.client, &request("GET"), true).expect("a");
+    let qb = q.h3c.send_request(&mut q.client, &request("GET"), true).expect("b");
+    q.pump();
+    q.serve().expect("served");
+    assert_eq!(first_served(&mut q, qa, qb), qa);
+    // B made urgent by a PRIORITY_UPDATE on the control stream.
+    p.h3c.send_priority_update_for_request(&mut p.client, b, &quiche::h3::Priority::new(0, false)).expect("update");
+    p.pump();
+    p.serve().expect("served");
+    assert_eq!(first_served(&mut p, a, b), b);
+}

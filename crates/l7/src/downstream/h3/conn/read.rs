@@ -101,6 +101,9 @@ impl Conn {
                 return self.answer(stream, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
             }
         };
+        if let (Some(p), Some(h3)) = (request.headers().get("priority"), self.h3.as_mut()) {
+            h3.prioritize(stream, p.as_bytes());
+        }
         if request.method() == Method::CONNECT {
             state.log_rejected(405, reason::BAD_REQUEST);
             return self.answer(stream, StatusCode::METHOD_NOT_ALLOWED);
