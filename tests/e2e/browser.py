@@ -13,15 +13,16 @@ from selenium.webdriver.common.by import By
 from harness import free_port, port_open, wait_for
 
 
-def chromium(profile_dir):
-    """A headless Chromium with a fresh profile, offline as this machine is."""
+def chromium(profile_dir, extra=()):
+    """A headless Chromium with a fresh profile, offline as this machine is;
+    `extra` command-line switches on top."""
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
     assert binary and driver, "chromium and chromium-driver are installed by make test's dependency step"
     o = webdriver.ChromeOptions()
     o.binary_location = binary
     for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
               "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-              "--window-size=1400,1250", f"--user-data-dir={profile_dir}"):
+              "--window-size=1400,1250", f"--user-data-dir={profile_dir}", *extra):
         o.add_argument(a)
     o.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     d = webdriver.Chrome(service=Service(driver), options=o)

@@ -1,10 +1,11 @@
 """HTTP/3 over QUIC on an HTTPS listener with `http3: true`, driven by
-aioquic (tests/e2e/h3client.py) against a real Gatehouse and real
-upstreams: requests and bodies both ways, many streams on one
+aioquic (tests/e2e/h3client.py), quic-go (tools/h3get) and a headless
+Chromium against a real Gatehouse and real upstreams: requests and bodies both ways, many streams on one
 connection, streaming, a client that changes port, Retry and forged
 tokens, hostile frames, a certificate changed live, reload, drain and
 takeover."""
 
+import base64
 import hashlib
 import json
 import signal
@@ -16,7 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from browser import chromium
 from h3client import H3Client
+from selenium.webdriver.common.by import By
 from harness import BIN, Gatehouse, curl, free_port, make_cert, wait_for
 
 H3GET = BIN.parent.parent / "h3get"
@@ -154,6 +157,47 @@ def h3(tmp_path, gatehouse, bulk):
         return g
 
     return start
+
+
+def spki_sha256(crt):
+    """The base64 SHA-256 of a certificate's public key, as Chromium's
+    --ignore-certificate-errors-spki-list takes it."""
+    pub = subprocess.run(["openssl", "x509", "-in", str(crt), "-pubkey", "-noout"], capture_output=True, check=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub, capture_output=True, check=True).stdout
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+def test_chromium_loads_a_page_and_a_body_over_http3(h3, tmp_path):
+    """A third client with a QPACK and HTTP/3 stack of its own: Chromium,
+    told to speak QUIC to the origin at once (as it would after Alt-Svc)."""
+    g = h3()
+    port, crt, log = g.h3
+    d = chromium(tmp_path / "profile", extra=(
+        "--enable-quic", f"--origin-to-force-quic-on=a.test:{port}",
+        "--host-resolver-rules=MAP a.test 127.0.0.1",
+        f"--ignore-certificate-errors-spki-list={spki_sha256(crt)}"))
+    try:
+        d.get(f"https://a.test:{port}/page")
+        seen = json.loads(d.find_element(By.TAG_NAME, "body").text)
+        assert seen["path"] == "/page"
+        # Chromium's own fields reached the upstream, its RFC 9218
+        # priority for a document among them.
+        names = {k.lower(): v for k, v in seen["headers"].items()}
+        assert "user-agent" in names and "priority" in names, names
+        # A 1 MiB body, fetched by the page on the same connection, whole.
+        got = d.execute_async_script("""
+            const done = arguments[0];
+            fetch('/big=1048576').then(r => r.arrayBuffer().then(b => crypto.subtle.digest('SHA-256', b)
+              .then(h => done([r.status, b.byteLength,
+                               Array.from(new Uint8Array(h)).map(x => x.toString(16).padStart(2, '0')).join('')]))))
+              .catch(e => done(String(e)));""")
+        assert got == [200, MIB, hashlib.sha256(pattern(MIB)).hexdigest()]
+    finally:
+        d.quit()
+    wait_for(lambda: '"path":"/big=1048576"' in log.read_text(), what="access log line")
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    served = {x["path"]: x["protocol"] for x in lines if x["path"] in ("/page", "/big=1048576")}
+    assert served == {"/page": "HTTP/3", "/big=1048576": "HTTP/3"}, served
 
 
 def dropped_bad_tokens(g):
