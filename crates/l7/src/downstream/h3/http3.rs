@@ -31,6 +31,9 @@ use crate::h3::stream::{Control, ControlReader, DecoderStream, Request, RequestR
 const CONTROL_STREAM: u64 = 3;
 /// The most a read from a request stream takes from quiche at once.
 const READ_CHUNK: usize = 16 * 1024;
+/// Scratch room kept between requests; a head larger than this gives its
+/// room back once the connection is idle.
+const KEEP_SCRATCH: usize = 1024;
 
 /// What reading a request stream gave.
 #[derive(Debug)]
@@ -214,8 +217,14 @@ impl Http3 {
     /// client had not ended it, so no more of it comes.
     pub fn done(&mut self, id: u64) {
         if self.streams.remove(&id).is_some() && self.streams.is_empty() {
-            // An idle connection keeps no room.
+            // An idle connection keeps no room: no stream map, and no
+            // scratch grown by a large head.
             self.streams = FxHashMap::default();
+            for buf in [&mut self.head, &mut self.names, &mut self.values, &mut self.out] {
+                if buf.capacity() > KEEP_SCRATCH {
+                    *buf = Vec::new();
+                }
+            }
         }
     }
 

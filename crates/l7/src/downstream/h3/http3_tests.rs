@@ -350,3 +350,18 @@ fn a_priority_update_reorders_requests_in_flight() {
     p.serve().expect("served");
     assert_eq!(first_served(&mut p, a, b), b);
 }
+
+#[test]
+fn an_idle_connection_gives_back_the_room_a_large_head_took() {
+    let mut p = Pair::new();
+    let mut big = request("GET");
+    big.push(quiche::h3::Header::new(b"x-large", &[b'v'; 8000]));
+    let id = p.h3c.send_request(&mut p.client, &big, true).expect("request");
+    p.pump();
+    let got = p.serve().expect("served");
+    assert!(matches!(&got[0], (_, Got::Head(f, false)) if f.len() == big.len()));
+    assert!(p.h3s.head.capacity() > KEEP_SCRATCH && p.h3s.values.capacity() + p.h3s.head.capacity() > 8000);
+    p.h3s.done(id);
+    assert!(p.h3s.streams.capacity() == 0);
+    assert!([&p.h3s.head, &p.h3s.names, &p.h3s.values, &p.h3s.out].iter().all(|b| b.capacity() <= KEEP_SCRATCH));
+}
