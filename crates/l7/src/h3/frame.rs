@@ -88,18 +88,22 @@ pub fn read_varint(buf: &[u8]) -> Option<(u64, usize)> {
     Some((v, len))
 }
 
+/// Writes `v` as a variable-length integer, in its shortest form, at the
+/// start of `out` (room for 8 bytes); returns its length.
+fn write_varint(out: &mut [u8], v: u64) -> usize {
+    debug_assert!(v <= VARINT_MAX);
+    let n = varint_len(v);
+    // The length's two bits (0 to 3 for 1 to 8 bytes) at the top.
+    let marked = v | (u64::from(n.trailing_zeros()) << (8 * n - 2));
+    out[..n].copy_from_slice(&marked.to_be_bytes()[8 - n..]);
+    n
+}
+
 /// Appends `v` as a variable-length integer, in its shortest form.
 pub fn put_varint(out: &mut Vec<u8>, v: u64) {
-    debug_assert!(v <= VARINT_MAX);
-    if v < 1 << 6 {
-        out.push(v as u8);
-    } else if v < 1 << 14 {
-        out.extend_from_slice(&(v as u16 | 0x4000).to_be_bytes());
-    } else if v < 1 << 30 {
-        out.extend_from_slice(&(v as u32 | 0x8000_0000).to_be_bytes());
-    } else {
-        out.extend_from_slice(&(v | 0xc000_0000_0000_0000).to_be_bytes());
-    }
+    let mut b = [0u8; 8];
+    let n = write_varint(&mut b, v);
+    out.extend_from_slice(&b[..n]);
 }
 
 /// The length of `v` as a variable-length integer.
@@ -114,8 +118,27 @@ pub fn varint_len(v: u64) -> usize {
 
 /// A frame's type and length, ahead of its payload.
 pub fn put_frame_header(out: &mut Vec<u8>, ty: u64, len: u64) {
-    put_varint(out, ty);
-    put_varint(out, len);
+    out.extend_from_slice(FrameHeader::new(ty, len).as_bytes());
+}
+
+/// A frame's type and length as they go ahead of its payload, made on
+/// the stack (a response's frames are written one header at a time).
+pub struct FrameHeader {
+    bytes: [u8; 16],
+    len: usize,
+}
+
+impl FrameHeader {
+    pub fn new(ty: u64, len: u64) -> FrameHeader {
+        let mut bytes = [0u8; 16];
+        let a = write_varint(&mut bytes, ty);
+        let b = write_varint(&mut bytes[a..], len);
+        FrameHeader { bytes, len: a + b }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// What to do with a frame's payload.

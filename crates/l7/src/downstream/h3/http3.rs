@@ -22,13 +22,18 @@ use rustc_hash::FxHashMap;
 use super::stream_buf::Quic;
 use crate::h1::hop_by_hop_name;
 use crate::h2::CONNECTION_SPECIFIC;
-use crate::h3::frame::{code, put_frame_header, put_varint, read_varint, setting, stream_type, ty, varint_len};
+use crate::h3::frame::{
+    FrameHeader, code, put_frame_header, put_varint, read_varint, setting, stream_type, ty, varint_len,
+};
 use crate::h3::priority::Priority;
 use crate::h3::qpack;
 use crate::h3::stream::{Control, ControlReader, DecoderStream, Request, RequestReader, encoder_stream};
 
 /// The server's control stream: its first unidirectional stream.
 const CONTROL_STREAM: u64 = 3;
+/// Room in front of a field section for its HEADERS frame header (type
+/// and a length of up to 8 bytes).
+const HEADER_ROOM: usize = 9;
 /// The most a read from a request stream takes from quiche at once.
 const READ_CHUNK: usize = 16 * 1024;
 /// Scratch room kept between requests; a head larger than this gives its
@@ -339,37 +344,35 @@ impl Http3 {
         // packet (quiche's default).
         let p = self.streams.get(&id).map_or_else(Priority::default, |s| s.priority);
         let _ = quic.stream_priority(id, p.urgency, p.incremental);
-        let mut block = std::mem::take(&mut self.out);
-        block.clear();
-        // Room for the frame header, put in front once the length is known.
-        block.resize(9, 0);
-        qpack::begin(&mut block);
-        qpack::encode_status(&mut block, status.as_u16());
-        encode_fields(&mut block, fields);
-        let r = self.send_block(quic, id, &mut block, fin);
-        self.out = block;
-        r
+        self.send_fields(quic, id, Some(status), fields, fin)
     }
 
     /// Trailers, which end the stream.
     pub fn send_trailers(&mut self, quic: &mut Quic, id: u64, fields: &HeaderMap) -> Result<(), Unsent> {
-        let mut block = std::mem::take(&mut self.out);
-        block.clear();
-        block.resize(9, 0);
-        qpack::begin(&mut block);
-        encode_fields(&mut block, fields);
-        let r = self.send_block(quic, id, &mut block, true);
-        self.out = block;
-        r
+        self.send_fields(quic, id, None, fields, true)
     }
 
-    /// `block`'s field section (after 9 bytes of room) as a HEADERS frame.
-    fn send_block(&mut self, quic: &mut Quic, id: u64, block: &mut [u8], fin: bool) -> Result<(), Unsent> {
-        let len = (block.len() - 9) as u64;
-        let mut header = Vec::with_capacity(9);
-        put_frame_header(&mut header, ty::HEADERS, len);
-        let start = 9 - header.len();
-        block[start..9].copy_from_slice(&header);
+    /// A field section (with `:status` for a head) as one HEADERS frame.
+    fn send_fields(
+        &mut self,
+        quic: &mut Quic,
+        id: u64,
+        status: Option<StatusCode>,
+        fields: &HeaderMap,
+        fin: bool,
+    ) -> Result<(), Unsent> {
+        let block = &mut self.out;
+        block.clear();
+        // Room for the frame header, put in front once the length is known.
+        block.resize(HEADER_ROOM, 0);
+        qpack::begin(block);
+        if let Some(status) = status {
+            qpack::encode_status(block, status.as_u16());
+        }
+        encode_fields(block, fields);
+        let header = FrameHeader::new(ty::HEADERS, (block.len() - HEADER_ROOM) as u64);
+        let start = HEADER_ROOM - header.as_bytes().len();
+        block[start..HEADER_ROOM].copy_from_slice(header.as_bytes());
         let frame = &block[start..];
         match quic.stream_capacity(id) {
             Ok(room) if room >= frame.len() => {}
@@ -390,34 +393,30 @@ impl Http3 {
     /// ends the stream with the last of it.
     pub fn send_data(&mut self, quic: &mut Quic, id: u64, data: &mut Bytes, fin: bool) -> Result<bool, Unsent> {
         let s = self.streams.entry(id).or_default();
+        if s.data_left == 0 && data.is_empty() {
+            return match quic.stream_send(id, &[], fin) {
+                Ok(_) => Ok(true),
+                Err(quiche::Error::Done) => Err(Unsent::Blocked),
+                Err(_) => Err(Unsent::Failed),
+            };
+        }
+        // quiche drops a buffer it has no room for: ask first, once.
+        let room = quic.stream_capacity(id).map_err(|_| Unsent::Failed)?;
         if s.data_left == 0 {
-            if data.is_empty() {
-                return match quic.stream_send(id, &[], fin) {
-                    Ok(_) => Ok(true),
-                    Err(quiche::Error::Done) => Err(Unsent::Blocked),
-                    Err(_) => Err(Unsent::Failed),
-                };
-            }
             let len = data.len() as u64;
-            let header_len = 1 + varint_len(len);
-            match quic.stream_capacity(id) {
-                Ok(room) if room > header_len => {}
-                Ok(_) => return Err(Unsent::Blocked),
-                Err(_) => return Err(Unsent::Failed),
+            let header = FrameHeader::new(ty::DATA, len);
+            let header = header.as_bytes();
+            // The header and at least a byte of the payload.
+            if room <= header.len() {
+                return Err(Unsent::Blocked);
             }
-            let mut header = Vec::with_capacity(9);
-            put_frame_header(&mut header, ty::DATA, len);
-            match quic.stream_send(id, &header, false) {
+            match quic.stream_send(id, header, false) {
                 Ok(n) if n == header.len() => {}
                 _ => return Err(Unsent::Failed),
             }
             s.data_left = len;
-        }
-        // quiche drops a buffer it has no room for: ask first.
-        match quic.stream_capacity(id) {
-            Ok(0) => return Err(Unsent::Blocked),
-            Ok(_) => {}
-            Err(_) => return Err(Unsent::Failed),
+        } else if room == 0 {
+            return Err(Unsent::Blocked);
         }
         let chunk = std::mem::take(data);
         let len = chunk.len();
@@ -436,8 +435,7 @@ impl Http3 {
 
     /// GOAWAY: no request past `next` will be served.
     pub fn send_goaway(&mut self, quic: &mut Quic, next: u64) {
-        let mut frame = Vec::with_capacity(9);
-        put_frame_header(&mut frame, ty::GOAWAY, varint_len(next) as u64);
+        let mut frame = FrameHeader::new(ty::GOAWAY, varint_len(next) as u64).as_bytes().to_vec();
         put_varint(&mut frame, next);
         let _ = quic.stream_send(CONTROL_STREAM, &frame, false);
     }
