@@ -258,6 +258,54 @@ def test_100_concurrent_streams_and_a_client_that_changes_port(h3):
     c.close()
 
 
+def test_a_clients_qpack_table_carries_repeated_fields_once(h3):
+    """aioquic's encoder (ls-qpack) fills the QPACK dynamic table the
+    server announces (4 KB by default): a cookie sent with every request
+    crosses once, and later requests name it in a byte or two. The
+    upstream sees every field whole; the server's decoder stream tells the
+    encoder what arrived. With the table off, every request spells it out."""
+    g = h3()
+    port, ca, _ = g.h3
+    cookie = "sid=" + "c0ffee" * 300  # 1,804 bytes
+    sizes = []
+
+    def client():
+        c = H3Client(port, ca)
+        encode = c.h3._encode_headers
+
+        def measured(stream_id, headers):
+            frame = encode(stream_id, headers)
+            sizes.append(len(frame))
+            return frame
+
+        c.h3._encode_headers = measured
+        return c
+
+    c = client()
+    for i in range(20):
+        r = c.request("GET", f"/echo/{i}", headers=[("cookie", cookie), ("x-trace", f"t-{i % 3}")])
+        assert r.status == 200
+        seen = {k.lower(): v for k, v in json.loads(bytes(r.body))["headers"].items()}
+        assert seen["cookie"] == cookie and seen["x-trace"] == f"t-{i % 3}", seen
+    # The cookie went into the table once; each request after the first
+    # names it (and the trace values) from there.
+    # (Huffman-coded: about 5 bits a character.)
+    assert len(cookie) // 2 < c.h3._encoder_bytes_sent < 2 * len(cookie), c.h3._encoder_bytes_sent
+    assert max(sizes[5:]) < 40, sizes
+    # The server acknowledged sections and counted entries back.
+    assert c.h3._decoder_bytes_received > 0
+    c.close()
+    g.stop()
+
+    g = h3("qpack_table_capacity: 0")
+    sizes.clear()
+    c = client()
+    for i in range(3):
+        assert c.request("GET", "/echo", headers=[("cookie", cookie)]).status == 200
+    assert c.h3._encoder_bytes_sent == 0 and min(sizes) > 1000, sizes
+    c.close()
+
+
 def test_a_slow_response_reaches_the_client_piece_by_piece(h3):
     g = h3()
     port, ca, _ = g.h3

@@ -249,19 +249,22 @@ routes:
     fn http3_settings_are_read_and_checked_with_their_paths() {
         let ok = "listeners:\n  - { name: a, address: 127.0.0.1:8443, protocol: https, http3: true }\n\
                   certificates: [{ name: c, self_signed: true, sni: [a.test] }]\n\
-                  http: { quic: { retry_always: true, max_streams: 50 } }\n";
+                  http: { quic: { retry_always: true, max_streams: 50, qpack_table_capacity: 0 } }\n";
         let c = from_str(ok, Path::new("q.yaml")).expect("valid");
         assert!(c.listeners[0].http3);
         assert_eq!(c.http.quic.retry, RetryPolicy::Always);
         assert_eq!(c.http.quic.max_streams, 50);
+        assert_eq!((c.http.quic.qpack_table_capacity, c.http.quic.qpack_blocked_streams), (0, 16));
         let bad = "listeners:\n  - { name: a, address: 127.0.0.1:8080, http3: true }\n\
-                   http: { quic: { max_streams: 0, stream_window: 100, retry_above: 0 } }\n";
+                   http: { quic: { max_streams: 0, stream_window: 100, retry_above: 0, qpack_table_capacity: 70000 } }\n";
         let err = from_str(bad, Path::new("q.yaml")).expect_err("invalid").to_string();
         for needle in [
             "q.yaml: listeners[0].http3: is only allowed on listeners with protocol: https",
             "q.yaml: http.quic.max_streams: must be between 1 and 10000",
             "q.yaml: http.quic.stream_window: must be between 16384",
             "q.yaml: http.quic.retry_above: must be at least 1",
+            "q.yaml: http.quic.qpack_table_capacity: must be at most 65536 bytes",
+            "q.yaml: http.quic.qpack_blocked_streams: must not be above max_streams",
         ] {
             assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
         }

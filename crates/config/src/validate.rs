@@ -42,6 +42,12 @@ pub fn validate(c: &Config, ctx: &mut Ctx) {
             if q.connection_window < q.stream_window {
                 ctx.error_at("connection_window", None, "must not be below stream_window");
             }
+            if q.qpack_table_capacity > 65536 {
+                ctx.error_at("qpack_table_capacity", None, "must be at most 65536 bytes (it is held per connection)");
+            }
+            if q.qpack_blocked_streams as u64 > q.max_streams {
+                ctx.error_at("qpack_blocked_streams", None, "must not be above max_streams");
+            }
         });
     });
     if c.key_ops.max_delay > std::time::Duration::from_millis(100) {

@@ -57,6 +57,13 @@ pub struct QuicSettings {
     /// 0-RTT requests: off by default; when on, only safe methods are
     /// served from early data, with `Early-Data: 1` passed upstream.
     pub early_data: bool,
+    /// Bytes of QPACK dynamic table a client's encoder may fill per
+    /// connection (0: none, every field spelled out or from the static
+    /// table).
+    pub qpack_table_capacity: usize,
+    /// Request streams that may wait at once for table entries the
+    /// client's encoder stream has not brought yet.
+    pub qpack_blocked_streams: usize,
 }
 
 impl Default for QuicSettings {
@@ -67,6 +74,8 @@ impl Default for QuicSettings {
             stream_window: 1 << 20,
             connection_window: 16 << 20,
             early_data: false,
+            qpack_table_capacity: 4096,
+            qpack_blocked_streams: 16,
         }
     }
 }
@@ -388,6 +397,8 @@ impl Decode for QuicSettings {
             stream_window: m.or(ctx, "stream_window", d.stream_window),
             connection_window: m.or(ctx, "connection_window", d.connection_window),
             early_data: m.or(ctx, "early_data", d.early_data),
+            qpack_table_capacity: m.or(ctx, "qpack_table_capacity", d.qpack_table_capacity),
+            qpack_blocked_streams: m.or(ctx, "qpack_blocked_streams", d.qpack_blocked_streams),
         };
         m.finish(ctx);
         Some(s)

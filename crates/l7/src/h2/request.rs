@@ -71,6 +71,12 @@ impl Fields {
         }
     }
 
+    /// Whether the fields so far are refused (too many, too large or
+    /// malformed): the rest of the block changes nothing.
+    pub fn is_refused(&self) -> bool {
+        self.refused.is_some()
+    }
+
     /// One decoded field. Nothing is kept once the block is refused, so a
     /// block that decodes to megabytes costs nothing more than its bytes.
     pub fn field(&mut self, name: &[u8], value: &[u8]) {

@@ -1,89 +1,138 @@
-//! QPACK (RFC 9204) without a dynamic table, both ways.
+//! QPACK (RFC 9204) field sections: a request's decoded with the static
+//! table and the client's dynamic table ([`Table`]), a response's encoded
+//! with the static table and literals.
 //!
-//! This server tells clients its table's capacity is zero (the default
-//! of SETTINGS_QPACK_MAX_TABLE_CAPACITY), so a request's field section may
-//! name only the static table or spell fields out; a section that needs
-//! the dynamic table is `QPACK_DECOMPRESSION_FAILED`. Responses are
-//! encoded the same way, with literal values not Huffman-coded: the CPU
-//! that coding costs buys a few bytes of a packet that has room. (quiche's
-//! encoder coded every value, then decoded each request's twice over into
-//! a vector per name and value.)
+//! A request's section names the dynamic table's entries by index from
+//! its Base; one that needs entries the encoder stream has not brought
+//! yet is blocked until they come ([`Prefix::required`]). Responses use
+//! no dynamic table (so this server opens no encoder stream), with
+//! literal values not Huffman-coded: the CPU that coding costs buys a few
+//! bytes of a packet that has room.
 
 use super::frame::code;
+use super::qpack_prim::{STATIC_TABLE, static_entries, static_entry, string};
+use super::qpack_table::Table;
 use crate::h2::hpack::{HpackError, read_int, write_int};
 
-/// A request's field section: each field in order to `field`. `names`
-/// and `values` are scratch room for Huffman-coded strings.
+/// A field section's prefix (RFC 9204 4.5.1).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Prefix {
+    /// The Required Insert Count: entries the table must have had
+    /// inserted before the section can be decoded.
+    pub required: u64,
+    base: u64,
+    /// Where the field lines start.
+    len: usize,
+}
+
+/// A field section's prefix, read with the table as it is now (which
+/// disambiguates the encoded insert count).
+pub fn prefix(block: &[u8], table: &Table) -> Result<Prefix, u64> {
+    read_prefix(block, table).map_err(|_| code::QPACK_DECOMPRESSION_FAILED)
+}
+
+fn read_prefix(block: &[u8], table: &Table) -> Result<Prefix, HpackError> {
+    let mut pos = 0;
+    let encoded = read_int(block, &mut pos, 8)? as u64;
+    let required = if encoded == 0 {
+        0
+    } else {
+        // RFC 9204 4.5.1.1.
+        let max_entries = (table.max_capacity() / super::qpack_table::ENTRY_OVERHEAD) as u64;
+        let full_range = 2 * max_entries;
+        if encoded > full_range {
+            return Err(HpackError::BadIndex);
+        }
+        let max_value = table.inserted() + max_entries;
+        let mut required = max_value / full_range * full_range + encoded - 1;
+        if required > max_value {
+            if required <= full_range {
+                return Err(HpackError::BadIndex);
+            }
+            required -= full_range;
+        }
+        if required == 0 {
+            return Err(HpackError::BadIndex);
+        }
+        required
+    };
+    let negative = *block.get(pos).ok_or(HpackError::Truncated)? & 0x80 != 0;
+    let delta = read_int(block, &mut pos, 7)? as u64;
+    let base = if negative { required.checked_sub(delta + 1).ok_or(HpackError::BadIndex)? } else { required + delta };
+    Ok(Prefix { required, base, len: pos })
+}
+
+/// A field section whose prefix is `prefix` (the table has its required
+/// entries): each field in order to `field`, until it returns false.
+/// `names` and `values` are scratch room for Huffman-coded strings.
 pub fn decode(
     block: &[u8],
+    prefix: &Prefix,
+    table: &Table,
     names: &mut Vec<u8>,
     values: &mut Vec<u8>,
-    mut field: impl FnMut(&[u8], &[u8]),
+    mut field: impl FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<(), u64> {
-    decode_fields(block, names, values, &mut field).map_err(|_| code::QPACK_DECOMPRESSION_FAILED)
+    decode_fields(block, prefix, table, names, values, &mut field).map_err(|_| code::QPACK_DECOMPRESSION_FAILED)
 }
 
 fn decode_fields(
     block: &[u8],
+    prefix: &Prefix,
+    table: &Table,
     names: &mut Vec<u8>,
     values: &mut Vec<u8>,
-    field: &mut impl FnMut(&[u8], &[u8]),
+    field: &mut impl FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<(), HpackError> {
-    let mut pos = 0;
-    // Required Insert Count: zero, as no table is allowed. The Base that
-    // follows means nothing then.
-    if read_int(block, &mut pos, 8)? != 0 {
+    if prefix.required > table.inserted() {
         return Err(HpackError::BadIndex);
     }
-    read_int(block, &mut pos, 7)?;
+    // An entry a line names: below the Required Insert Count, and still
+    // in the table.
+    let dynamic = |absolute: Option<u64>| {
+        absolute.filter(|&a| a < prefix.required).and_then(|a| table.get(a)).ok_or(HpackError::BadIndex)
+    };
+    let before_base = |index: usize| prefix.base.checked_sub(1 + index as u64);
+    let after_base = |index: usize| prefix.base.checked_add(index as u64);
+    let mut pos = prefix.len;
     while pos < block.len() {
         let b = block[pos];
-        if b & 0x80 != 0 {
-            // Indexed field line; T (0x40) must name the static table.
-            if b & 0x40 == 0 {
-                return Err(HpackError::BadIndex);
+        let more = if b & 0x80 != 0 {
+            // Indexed field line; T (0x40) names the static table.
+            let index = read_int(block, &mut pos, 6)?;
+            if b & 0x40 != 0 {
+                let (n, v) = static_entry(index)?;
+                field(n.as_bytes(), v.as_bytes())
+            } else {
+                let (n, v) = dynamic(before_base(index))?;
+                field(n, v)
             }
-            let (n, v) = entry(read_int(block, &mut pos, 6)?)?;
-            field(n.as_bytes(), v.as_bytes());
         } else if b & 0xc0 == 0x40 {
             // Literal field line with name reference; T is 0x10.
-            if b & 0x10 == 0 {
-                return Err(HpackError::BadIndex);
-            }
-            let (n, _) = entry(read_int(block, &mut pos, 4)?)?;
-            let value = string(block, &mut pos, 7, values)?;
-            field(n.as_bytes(), value);
+            let index = read_int(block, &mut pos, 4)?;
+            let name = if b & 0x10 != 0 { static_entry(index)?.0.as_bytes() } else { dynamic(before_base(index))?.0 };
+            let value = string(block, &mut pos, 7, values, usize::MAX)?;
+            field(name, value)
         } else if b & 0xe0 == 0x20 {
             // Literal field line with literal name: H is 0x08.
-            let name = string(block, &mut pos, 3, names)?;
-            let value = string(block, &mut pos, 7, values)?;
-            field(name, value);
+            let name = string(block, &mut pos, 3, names, usize::MAX)?;
+            let value = string(block, &mut pos, 7, values, usize::MAX)?;
+            field(name, value)
+        } else if b & 0xf0 == 0x10 {
+            // Indexed field line with post-base index.
+            let (n, v) = dynamic(after_base(read_int(block, &mut pos, 4)?))?;
+            field(n, v)
         } else {
-            // Post-base references name the dynamic table.
-            return Err(HpackError::BadIndex);
+            // Literal field line with post-base name reference.
+            let name = dynamic(after_base(read_int(block, &mut pos, 3)?))?.0;
+            let value = string(block, &mut pos, 7, values, usize::MAX)?;
+            field(name, value)
+        };
+        if !more {
+            break;
         }
     }
     Ok(())
-}
-
-/// A string literal whose length has a `prefix`-bit prefix, the Huffman
-/// flag the bit above it: its bytes in the block, or decoded into `buf`.
-fn string<'a>(block: &'a [u8], pos: &mut usize, prefix: u8, buf: &'a mut Vec<u8>) -> Result<&'a [u8], HpackError> {
-    let huffman = *block.get(*pos).ok_or(HpackError::Truncated)? & (1 << prefix) != 0;
-    let len = read_int(block, pos, prefix)?;
-    let start = *pos;
-    let end = start.checked_add(len).filter(|&e| e <= block.len()).ok_or(HpackError::Truncated)?;
-    *pos = end;
-    if !huffman {
-        return Ok(&block[start..end]);
-    }
-    buf.clear();
-    crate::h2::huffman::decode(&block[start..end], buf).map_err(|_| HpackError::BadHuffman)?;
-    Ok(buf)
-}
-
-fn entry(index: usize) -> Result<(&'static str, &'static str), HpackError> {
-    STATIC_TABLE.get(index).copied().ok_or(HpackError::BadIndex)
 }
 
 /// Starts a field section: no table needed (Required Insert Count and
@@ -143,177 +192,19 @@ fn literal_with_name_ref(out: &mut Vec<u8>, index: usize, value: &[u8]) {
     out.extend_from_slice(value);
 }
 
-/// The static entries with this name, as a range of indices (names that
-/// repeat are next to each other in the table, but for `:status` and
-/// `access-control-allow-headers`, whose first run this gives).
-fn static_entries(name: &str) -> std::ops::Range<usize> {
-    // By length first: rustc switches on it, then compares only the
-    // names of that length.
-    let (start, len) = match (name.len(), name) {
-        (3, "age") => (2, 1),
-        (19, "content-disposition") => (3, 1),
-        (14, "content-length") => (4, 1),
-        (6, "cookie") => (5, 1),
-        (4, "date") => (6, 1),
-        (4, "etag") => (7, 1),
-        (17, "if-modified-since") => (8, 1),
-        (13, "if-none-match") => (9, 1),
-        (13, "last-modified") => (10, 1),
-        (4, "link") => (11, 1),
-        (8, "location") => (12, 1),
-        (7, "referer") => (13, 1),
-        (10, "set-cookie") => (14, 1),
-        (6, "accept") => (29, 2),
-        (15, "accept-encoding") => (31, 1),
-        (13, "accept-ranges") => (32, 1),
-        (28, "access-control-allow-headers") => (33, 2),
-        (27, "access-control-allow-origin") => (35, 1),
-        (13, "cache-control") => (36, 6),
-        (16, "content-encoding") => (42, 2),
-        (12, "content-type") => (44, 11),
-        (5, "range") => (55, 1),
-        (25, "strict-transport-security") => (56, 3),
-        (4, "vary") => (59, 2),
-        (22, "x-content-type-options") => (61, 1),
-        (16, "x-xss-protection") => (62, 1),
-        (15, "accept-language") => (72, 1),
-        (32, "access-control-allow-credentials") => (73, 2),
-        (28, "access-control-allow-methods") => (76, 3),
-        (29, "access-control-expose-headers") => (79, 1),
-        (30, "access-control-request-headers") => (80, 1),
-        (29, "access-control-request-method") => (81, 2),
-        (7, "alt-svc") => (83, 1),
-        (13, "authorization") => (84, 1),
-        (23, "content-security-policy") => (85, 1),
-        (10, "early-data") => (86, 1),
-        (9, "expect-ct") => (87, 1),
-        (9, "forwarded") => (88, 1),
-        (8, "if-range") => (89, 1),
-        (6, "origin") => (90, 1),
-        (7, "purpose") => (91, 1),
-        (6, "server") => (92, 1),
-        (19, "timing-allow-origin") => (93, 1),
-        (25, "upgrade-insecure-requests") => (94, 1),
-        (10, "user-agent") => (95, 1),
-        (15, "x-forwarded-for") => (96, 1),
-        (15, "x-frame-options") => (97, 2),
-        _ => (0, 0),
-    };
-    start..start + len
-}
-
-/// RFC 9204 Appendix A.
-static STATIC_TABLE: [(&str, &str); 99] = [
-    (":authority", ""),
-    (":path", "/"),
-    ("age", "0"),
-    ("content-disposition", ""),
-    ("content-length", "0"),
-    ("cookie", ""),
-    ("date", ""),
-    ("etag", ""),
-    ("if-modified-since", ""),
-    ("if-none-match", ""),
-    ("last-modified", ""),
-    ("link", ""),
-    ("location", ""),
-    ("referer", ""),
-    ("set-cookie", ""),
-    (":method", "CONNECT"),
-    (":method", "DELETE"),
-    (":method", "GET"),
-    (":method", "HEAD"),
-    (":method", "OPTIONS"),
-    (":method", "POST"),
-    (":method", "PUT"),
-    (":scheme", "http"),
-    (":scheme", "https"),
-    (":status", "103"),
-    (":status", "200"),
-    (":status", "304"),
-    (":status", "404"),
-    (":status", "503"),
-    ("accept", "*/*"),
-    ("accept", "application/dns-message"),
-    ("accept-encoding", "gzip, deflate, br"),
-    ("accept-ranges", "bytes"),
-    ("access-control-allow-headers", "cache-control"),
-    ("access-control-allow-headers", "content-type"),
-    ("access-control-allow-origin", "*"),
-    ("cache-control", "max-age=0"),
-    ("cache-control", "max-age=2592000"),
-    ("cache-control", "max-age=604800"),
-    ("cache-control", "no-cache"),
-    ("cache-control", "no-store"),
-    ("cache-control", "public, max-age=31536000"),
-    ("content-encoding", "br"),
-    ("content-encoding", "gzip"),
-    ("content-type", "application/dns-message"),
-    ("content-type", "application/javascript"),
-    ("content-type", "application/json"),
-    ("content-type", "application/x-www-form-urlencoded"),
-    ("content-type", "image/gif"),
-    ("content-type", "image/jpeg"),
-    ("content-type", "image/png"),
-    ("content-type", "text/css"),
-    ("content-type", "text/html; charset=utf-8"),
-    ("content-type", "text/plain"),
-    ("content-type", "text/plain;charset=utf-8"),
-    ("range", "bytes=0-"),
-    ("strict-transport-security", "max-age=31536000"),
-    ("strict-transport-security", "max-age=31536000; includesubdomains"),
-    ("strict-transport-security", "max-age=31536000; includesubdomains; preload"),
-    ("vary", "accept-encoding"),
-    ("vary", "origin"),
-    ("x-content-type-options", "nosniff"),
-    ("x-xss-protection", "1; mode=block"),
-    (":status", "100"),
-    (":status", "204"),
-    (":status", "206"),
-    (":status", "302"),
-    (":status", "400"),
-    (":status", "403"),
-    (":status", "421"),
-    (":status", "425"),
-    (":status", "500"),
-    ("accept-language", ""),
-    ("access-control-allow-credentials", "FALSE"),
-    ("access-control-allow-credentials", "TRUE"),
-    ("access-control-allow-headers", "*"),
-    ("access-control-allow-methods", "get"),
-    ("access-control-allow-methods", "get, post, options"),
-    ("access-control-allow-methods", "options"),
-    ("access-control-expose-headers", "content-length"),
-    ("access-control-request-headers", "content-type"),
-    ("access-control-request-method", "get"),
-    ("access-control-request-method", "post"),
-    ("alt-svc", "clear"),
-    ("authorization", ""),
-    ("content-security-policy", "script-src 'none'; object-src 'none'; base-uri 'none'"),
-    ("early-data", "1"),
-    ("expect-ct", ""),
-    ("forwarded", ""),
-    ("if-range", ""),
-    ("origin", ""),
-    ("purpose", "prefetch"),
-    ("server", ""),
-    ("timing-allow-origin", "*"),
-    ("upgrade-insecure-requests", "1"),
-    ("user-agent", ""),
-    ("x-forwarded-for", ""),
-    ("x-frame-options", "deny"),
-    ("x-frame-options", "sameorigin"),
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Decoded with a table of capacity zero.
     fn decoded(block: &[u8]) -> Result<Vec<(String, String)>, u64> {
+        let table = Table::new(0);
         let (mut n, mut v) = (Vec::new(), Vec::new());
         let mut out = Vec::new();
-        decode(block, &mut n, &mut v, |n, v| {
-            out.push((String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned()))
+        let p = prefix(block, &table)?;
+        decode(block, &p, &table, &mut n, &mut v, |n, v| {
+            out.push((String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned()));
+            true
         })?;
         Ok(out)
     }
@@ -387,7 +278,7 @@ mod tests {
     }
 
     #[test]
-    fn a_section_that_needs_the_dynamic_table_fails() {
+    fn without_a_table_a_section_that_needs_one_fails() {
         let fails = Err(code::QPACK_DECOMPRESSION_FAILED);
         assert_eq!(decoded(&[0x01, 0x00]), fails, "required insert count");
         assert_eq!(decoded(&[0x00, 0x00, 0x80]), fails, "dynamic indexed");

@@ -1,9 +1,11 @@
 //! What HTTP/3 allows on each kind of stream a client opens (RFC 9114 4.1,
 //! 6.2, 7.2; RFC 9204 4.2), over [`FrameReader`]: a request stream's
 //! HEADERS, DATA and trailers in that order; the control stream's SETTINGS
-//! first and once; and the QPACK streams of a client whose encoder may use
-//! no dynamic table (this server allows it none). A breach is the error
-//! code the connection closes with.
+//! first and once; and the client's QPACK decoder stream, which this
+//! server's encoder (it uses no dynamic table) gives nothing to
+//! acknowledge. The client's encoder stream is read by
+//! [`super::qpack_table`]. A breach is the error code the connection
+//! closes with.
 
 use std::borrow::Cow;
 
@@ -171,19 +173,11 @@ fn settings(mut p: &[u8]) -> Result<Settings, u64> {
         if id == setting::MAX_FIELD_SECTION_SIZE {
             s.max_field_section_size = Some(value);
         }
-        // QPACK_MAX_TABLE_CAPACITY and QPACK_BLOCKED_STREAMS let this
-        // server's encoder use a dynamic table; it uses none.
+        // QPACK_MAX_TABLE_CAPACITY and QPACK_BLOCKED_STREAMS would let
+        // this server's encoder use a dynamic table; it uses none.
         let _ = (setting::QPACK_MAX_TABLE_CAPACITY, setting::QPACK_BLOCKED_STREAMS);
     }
     Ok(s)
-}
-
-/// The client's QPACK encoder stream, where this server allows no
-/// dynamic table: only "Set Dynamic Table Capacity" to zero may come
-/// (one byte, 0x20); any insertion is `QPACK_ENCODER_STREAM_ERROR`
-/// (RFC 9204 4.3).
-pub fn encoder_stream(input: &[u8]) -> Result<(), u64> {
-    if input.iter().all(|&b| b == 0x20) { Ok(()) } else { Err(code::QPACK_ENCODER_STREAM_ERROR) }
 }
 
 /// The client's QPACK decoder stream (RFC 9204 4.4). This server's field
@@ -335,10 +329,7 @@ mod tests {
     }
 
     #[test]
-    fn qpack_streams_allow_no_dynamic_table() {
-        assert_eq!(encoder_stream(&[0x20, 0x20]), Ok(()));
-        assert_eq!(encoder_stream(&[0x21]), Err(code::QPACK_ENCODER_STREAM_ERROR));
-        assert_eq!(encoder_stream(&[0xc0, 0x01]), Err(code::QPACK_ENCODER_STREAM_ERROR));
+    fn the_decoder_stream_may_only_cancel_streams() {
         let mut d = DecoderStream::default();
         // Stream cancellations, one with a multi-byte integer split.
         assert_eq!(d.read(&[0x44, 0x7f]), Ok(()));

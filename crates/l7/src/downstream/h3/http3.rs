@@ -10,10 +10,16 @@
 //! from quiche once, into the [`Bytes`] the upstream gets.
 //!
 //! What the server opens: one control stream, with its SETTINGS
-//! (`MAX_FIELD_SECTION_SIZE`; a QPACK table of capacity zero, the
-//! default, so no QPACK streams). What it reads: the client's control
-//! stream and QPACK streams (checked, [`crate::h3::stream`]); streams of
-//! unknown types are refused with STOP_SENDING, as RFC 9114 6.2 allows.
+//! (`MAX_FIELD_SECTION_SIZE`, and the QPACK table a client's encoder may
+//! fill), and a QPACK decoder stream once the client's encoder uses that
+//! table. What it reads: the client's control stream and QPACK streams
+//! (checked, [`crate::h3::stream`], [`crate::h3::qpack_table`]); streams
+//! of unknown types are refused with STOP_SENDING, as RFC 9114 6.2 allows.
+//!
+//! A request whose head names table entries that have not arrived yet
+//! waits, unread past its head, until the encoder stream brings them
+//! ([`Http3::take_unblocked`]); at most the announced number of streams
+//! wait at once.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
@@ -26,11 +32,14 @@ use crate::h3::frame::{
     FrameHeader, code, put_frame_header, put_varint, read_varint, setting, stream_type, ty, varint_len,
 };
 use crate::h3::priority::Priority;
-use crate::h3::qpack;
-use crate::h3::stream::{Control, ControlReader, DecoderStream, Request, RequestReader, encoder_stream};
+use crate::h3::qpack::{self, Prefix};
+use crate::h3::qpack_table::{DecoderInstructions, EncoderStream, Table};
+use crate::h3::stream::{Control, ControlReader, DecoderStream, Request, RequestReader};
 
 /// The server's control stream: its first unidirectional stream.
 const CONTROL_STREAM: u64 = 3;
+/// Its QPACK decoder stream, the second.
+const DECODER_STREAM: u64 = 7;
 /// Room in front of a field section for its HEADERS frame header (type
 /// and a length of up to 8 bytes).
 const HEADER_ROOM: usize = 9;
@@ -39,6 +48,9 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Scratch room kept between requests; a head larger than this gives its
 /// room back once the connection is idle.
 const KEEP_SCRATCH: usize = 1024;
+/// The most decoder stream bytes kept for a client that grants that
+/// stream no flow-control room (a byte or two a request).
+const DECODER_BACKLOG: usize = 64 * 1024;
 
 /// What reading a request stream gave.
 #[derive(Debug)]
@@ -90,6 +102,24 @@ struct Stream {
     data_left: u64,
     /// The response's priority, from the request and PRIORITY_UPDATE.
     priority: Priority,
+    /// A field section waiting for table entries.
+    held: Option<Box<Held>>,
+}
+
+/// A field section that names entries the table does not have yet.
+struct Held {
+    block: Vec<u8>,
+    prefix: Prefix,
+    trailers: bool,
+}
+
+/// The QPACK dynamic table a client's encoder may fill: its size and how
+/// many request streams may wait for its entries at once (the server's
+/// SETTINGS_QPACK_MAX_TABLE_CAPACITY and SETTINGS_QPACK_BLOCKED_STREAMS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpackLimits {
+    pub capacity: usize,
+    pub blocked_streams: usize,
 }
 
 /// A client unidirectional stream, by what its first bytes said it is.
@@ -110,20 +140,42 @@ pub struct Http3 {
     decoder: DecoderStream,
     /// The largest field section a request may have.
     max_head: usize,
-    /// The head or trailers last read, and room to decode them.
+    /// The head or trailers last read (on `head_stream`, with its
+    /// prefix), and room to decode them.
     head: Vec<u8>,
+    head_prefix: Prefix,
+    head_stream: u64,
     names: Vec<u8>,
     values: Vec<u8>,
     /// Where a response's HEADERS frame is made.
     out: Vec<u8>,
+    /// The client's dynamic table, what fills it, and what this server's
+    /// decoder stream owes the client.
+    table: Table,
+    encoder: EncoderStream,
+    said: DecoderInstructions,
+    /// Decoder stream bytes quiche has not taken yet.
+    unsent: Vec<u8>,
+    decoder_opened: bool,
+    /// Streams waiting for table entries, and the most that may.
+    blocked: usize,
+    max_blocked: usize,
+    /// Streams whose wait ended, to be read again.
+    unblocked: Vec<u64>,
 }
 
 impl Http3 {
     /// Opens the control stream with the server's SETTINGS.
-    pub fn start(quic: &mut Quic, max_head: usize) -> Result<Http3, Fault> {
+    pub fn start(quic: &mut Quic, max_head: usize, qpack: QpackLimits) -> Result<Http3, Fault> {
         let mut settings = Vec::new();
         put_varint(&mut settings, setting::MAX_FIELD_SECTION_SIZE);
         put_varint(&mut settings, max_head as u64);
+        if qpack.capacity > 0 {
+            put_varint(&mut settings, setting::QPACK_MAX_TABLE_CAPACITY);
+            put_varint(&mut settings, qpack.capacity as u64);
+            put_varint(&mut settings, setting::QPACK_BLOCKED_STREAMS);
+            put_varint(&mut settings, qpack.blocked_streams as u64);
+        }
         let mut out = vec![stream_type::CONTROL as u8];
         put_frame_header(&mut out, ty::SETTINGS, settings.len() as u64);
         out.extend_from_slice(&settings);
@@ -139,9 +191,19 @@ impl Http3 {
             decoder: DecoderStream::default(),
             max_head,
             head: Vec::new(),
+            head_prefix: Prefix::default(),
+            head_stream: 0,
             names: Vec::new(),
             values: Vec::new(),
             out: Vec::new(),
+            table: Table::new(qpack.capacity),
+            encoder: EncoderStream::default(),
+            said: DecoderInstructions::default(),
+            unsent: Vec::new(),
+            decoder_opened: false,
+            blocked: 0,
+            max_blocked: qpack.blocked_streams,
+            unblocked: Vec::new(),
         })
     }
 
@@ -150,6 +212,23 @@ impl Http3 {
     /// The next thing on a client's request stream.
     pub fn read(&mut self, quic: &mut Quic, id: u64) -> Result<Read, Fault> {
         let s = self.streams.entry(id).or_default();
+        if let Some(held) = &s.held {
+            // Nothing past a waiting section is read until it is decoded.
+            if held.prefix.required > self.table.inserted() {
+                return Ok(Read::Nothing);
+            }
+            if let Some(held) = s.held.take() {
+                self.blocked -= 1;
+                self.head = held.block;
+                self.head_prefix = held.prefix;
+                self.head_stream = id;
+                return Ok(if held.trailers {
+                    Read::Trailers
+                } else {
+                    Read::Head { more: !(s.fin && s.rest.is_empty()) }
+                });
+            }
+        }
         loop {
             if !s.rest.is_empty() {
                 let mut input: &[u8] = &s.rest;
@@ -161,15 +240,24 @@ impl Http3 {
                         s.rest.advance(used);
                         return Ok(Read::Data(piece));
                     }
-                    Some(Request::Head(block)) => {
+                    Some(Request::Head(ref block) | Request::Trailers(ref block)) => {
+                        let trailers = matches!(item, Some(Request::Trailers(_)));
+                        let prefix = qpack::prefix(block, &self.table).map_err(Fault::Connection)?;
+                        if prefix.required > self.table.inserted() {
+                            // It waits for the encoder stream.
+                            if self.blocked >= self.max_blocked {
+                                return Err(Fault::Connection(code::QPACK_DECOMPRESSION_FAILED));
+                            }
+                            self.blocked += 1;
+                            s.held = Some(Box::new(Held { block: block.to_vec(), prefix, trailers }));
+                            s.rest.advance(used);
+                            return Ok(Read::Nothing);
+                        }
                         self.head.clear();
-                        self.head.extend_from_slice(&block);
-                        Read::Head { more: true }
-                    }
-                    Some(Request::Trailers(block)) => {
-                        self.head.clear();
-                        self.head.extend_from_slice(&block);
-                        Read::Trailers
+                        self.head.extend_from_slice(block);
+                        self.head_prefix = prefix;
+                        self.head_stream = id;
+                        if trailers { Read::Trailers } else { Read::Head { more: true } }
                     }
                     None => Read::Nothing,
                 };
@@ -199,7 +287,7 @@ impl Http3 {
                     if s.reader.is_fresh() && s.rest.is_empty() {
                         // Nothing came (a stream already done with, listed
                         // again): nothing to keep.
-                        self.done(id);
+                        self.forget(id, false);
                     }
                     return Ok(Read::Nothing);
                 }
@@ -212,16 +300,36 @@ impl Http3 {
         }
     }
 
-    /// The fields of the head or trailers [`Http3::read`] last gave.
-    pub fn decode(&mut self, field: impl FnMut(&[u8], &[u8])) -> Result<(), Fault> {
-        qpack::decode(&self.head, &mut self.names, &mut self.values, field).map_err(Fault::Connection)
+    /// The fields of the head or trailers [`Http3::read`] last gave, to
+    /// `field` until it returns false.
+    pub fn decode(&mut self, field: impl FnMut(&[u8], &[u8]) -> bool) -> Result<(), Fault> {
+        let (head, prefix) = (&self.head, &self.head_prefix);
+        qpack::decode(head, prefix, &self.table, &mut self.names, &mut self.values, field)
+            .map_err(Fault::Connection)?;
+        self.said.section_decoded(self.head_stream, prefix.required);
+        Ok(())
     }
 
     /// The request on this stream is over (answered, reset or refused):
     /// its state goes. The caller has stopped the stream's reading if the
     /// client had not ended it, so no more of it comes.
     pub fn done(&mut self, id: u64) {
-        if self.streams.remove(&id).is_some() && self.streams.is_empty() {
+        self.forget(id, true);
+    }
+
+    /// Forgets a stream; `cancel`: tell the client's encoder that field
+    /// sections it sent there may never be read (RFC 9204 4.4.2), when
+    /// some may not have been and the table has entries they could name.
+    fn forget(&mut self, id: u64, cancel: bool) {
+        let Some(s) = self.streams.remove(&id) else { return };
+        if s.held.is_some() {
+            self.blocked -= 1;
+        }
+        let all_read = s.fin && s.rest.is_empty() && s.held.is_none();
+        if cancel && !all_read && self.table.inserted() > 0 {
+            self.said.stream_cancelled(id);
+        }
+        if self.streams.is_empty() {
             // An idle connection keeps no room: no stream map, and no
             // scratch grown by a large head.
             self.streams = FxHashMap::default();
@@ -313,10 +421,51 @@ impl Http3 {
                 }
                 Ok(())
             }
-            Some(Uni::Encoder) => encoder_stream(input),
+            Some(Uni::Encoder) => {
+                if self.encoder.read(&mut self.table, input)? > 0 && self.blocked > 0 {
+                    let inserted = self.table.inserted();
+                    let ready = self
+                        .streams
+                        .iter()
+                        .filter(|(_, s)| s.held.as_ref().is_some_and(|h| h.prefix.required <= inserted));
+                    self.unblocked.extend(ready.map(|(&id, _)| id));
+                }
+                Ok(())
+            }
             Some(Uni::Decoder) => self.decoder.read(input),
             Some(Uni::Type(_)) | None => Ok(()),
         }
+    }
+
+    /// Streams whose field section can be decoded now: read them again.
+    pub fn take_unblocked(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.unblocked)
+    }
+
+    /// Sends what the decoder stream owes: acknowledgments of the field
+    /// sections decoded, cancellations, and how many entries arrived. The
+    /// stream opens with the first of it. A client that takes none of it
+    /// while it keeps sending requests is H3_EXCESSIVE_LOAD.
+    pub fn flush_decoder(&mut self, quic: &mut Quic) -> Result<(), u64> {
+        if let Some(bytes) = self.said.take(&self.table) {
+            if !self.decoder_opened {
+                self.decoder_opened = true;
+                self.unsent.push(stream_type::QPACK_DECODER as u8);
+                let _ = quic.stream_priority(DECODER_STREAM, 0, false);
+            }
+            self.unsent.extend_from_slice(&bytes);
+        }
+        if !self.unsent.is_empty() {
+            // What quiche has no room for yet goes with a later flush; an
+            // encoder that hears nothing only uses fewer entries.
+            if let Ok(n) = quic.stream_send(DECODER_STREAM, &self.unsent, false) {
+                self.unsent.drain(..n);
+            }
+            if self.unsent.len() > DECODER_BACKLOG {
+                return Err(code::EXCESSIVE_LOAD);
+            }
+        }
+        Ok(())
     }
 
     /// The request's `priority` field (RFC 9218), for its response.

@@ -52,8 +52,15 @@ fn addr(a: &str) -> SocketAddr {
     a.parse().expect("address")
 }
 
+/// The server's defaults: a 4 KB table, 16 streams may wait for it.
+const QPACK: QpackLimits = QpackLimits { capacity: 4096, blocked_streams: 16 };
+
 impl Pair {
     fn new() -> Pair {
+        Pair::with(QPACK)
+    }
+
+    fn with(qpack: QpackLimits) -> Pair {
         let mut client = quiche::connect(
             Some("localhost"),
             &quiche::ConnectionId::from_ref(&[1; 16]),
@@ -74,7 +81,7 @@ impl Pair {
         assert!(client.is_established() && server.is_established());
         let h3c = quiche::h3::Connection::with_transport(&mut client, &quiche::h3::Config::new().expect("h3"))
             .expect("h3 client");
-        let h3s = Http3::start(&mut server, 64 * 1024).expect("h3 server");
+        let h3s = Http3::start(&mut server, 64 * 1024, qpack).expect("h3 server");
         let mut p = Pair { client, server, h3c, h3s };
         p.pump();
         p
@@ -87,10 +94,14 @@ impl Pair {
     /// What the server reads off its streams until there is nothing more.
     fn serve(&mut self) -> Result<Vec<(u64, Got)>, Fault> {
         let mut out = Vec::new();
-        let ids: Vec<u64> = self.server.readable().collect();
-        for id in ids {
+        let mut ids: Vec<u64> = self.server.readable().collect();
+        let mut next = 0;
+        while let Some(&id) = ids.get(next) {
+            next += 1;
             if id & 2 != 0 {
-                self.h3s.read_uni(&mut self.server, id).map_err(Fault::Connection)?;
+                let read = self.h3s.read_uni(&mut self.server, id);
+                ids.extend(self.h3s.take_unblocked());
+                read.map_err(Fault::Connection)?;
                 continue;
             }
             loop {
@@ -109,7 +120,10 @@ impl Pair {
 
     fn fields(&mut self) -> Result<Vec<(String, String)>, Fault> {
         let mut f = Vec::new();
-        self.h3s.decode(|n, v| f.push((text(n), text(v))))?;
+        self.h3s.decode(|n, v| {
+            f.push((text(n), text(v)));
+            true
+        })?;
         Ok(f)
     }
 
@@ -364,4 +378,94 @@ fn an_idle_connection_gives_back_the_room_a_large_head_took() {
     p.h3s.done(id);
     assert!(p.h3s.streams.capacity() == 0);
     assert!([&p.h3s.head, &p.h3s.names, &p.h3s.values, &p.h3s.out].iter().all(|b| b.capacity() <= KEEP_SCRATCH));
+}
+
+// ---- QPACK's dynamic table ----
+
+/// quiche's client opened its QPACK encoder stream (6) and never writes
+/// to it again: the tests write a table-using encoder's instructions
+/// there, and requests by hand on streams quiche's client does not use.
+const ENCODER: u64 = 6;
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap_or(0)).collect()
+}
+
+/// RFC 9204 B.2: the table's capacity, then `:authority` and `:path`.
+const B2_ENCODER: &str = "3fbd01c00f7777772e6578616d706c652e636f6dc10c2f73616d706c652f70617468";
+
+/// A HEADERS frame holding the B.2 section (both entries, post-base).
+fn b2_headers() -> Vec<u8> {
+    [vec![0x01, 0x04], hex("03811011")].concat()
+}
+
+fn b2_fields() -> Vec<(String, String)> {
+    vec![(":authority".into(), "www.example.com".into()), (":path".into(), "/sample/path".into())]
+}
+
+/// What the server's decoder stream carried to the client.
+fn decoder_stream(p: &mut Pair) -> Vec<u8> {
+    assert_eq!(p.h3s.flush_decoder(&mut p.server), Ok(()));
+    p.pump();
+    let mut buf = [0u8; 256];
+    let mut out = Vec::new();
+    while let Ok((n, _)) = p.client.stream_recv(7, &mut buf) {
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[test]
+fn a_head_that_names_entries_not_there_yet_waits_for_them() {
+    let mut p = Pair::new();
+    p.client.stream_send(0, &b2_headers(), true).expect("request");
+    p.pump();
+    assert_eq!(p.serve(), Ok(vec![]), "blocked: nothing read");
+    assert_eq!(p.h3s.blocked, 1);
+    p.client.stream_send(ENCODER, &hex(B2_ENCODER), false).expect("encoder stream");
+    p.pump();
+    assert_eq!(p.serve(), Ok(vec![(0, Got::Head(b2_fields(), false)), (0, Got::End)]));
+    assert_eq!(p.h3s.blocked, 0);
+    // Answered: everything on the stream was read, nothing to cancel.
+    p.h3s.done(0);
+    // The decoder stream opens with its type and acknowledges stream 0's
+    // section, which tells the encoder both entries arrived.
+    assert_eq!(decoder_stream(&mut p), [0x03, 0x80]);
+    // The same entries again, now in the table: no wait.
+    p.client.stream_send(4, &b2_headers(), true).expect("request");
+    p.pump();
+    assert_eq!(p.serve(), Ok(vec![(4, Got::Head(b2_fields(), false)), (4, Got::End)]));
+    assert_eq!(decoder_stream(&mut p), [0x84]);
+}
+
+#[test]
+fn entries_are_counted_back_and_unread_sections_cancelled() {
+    let mut p = Pair::new();
+    p.client.stream_send(ENCODER, &hex(B2_ENCODER), false).expect("encoder stream");
+    p.pump();
+    assert_eq!(p.serve(), Ok(vec![]));
+    assert_eq!(decoder_stream(&mut p), [0x03, 0x02], "Insert Count Increment 2");
+    // A request whose body (and trailers) the server stops reading.
+    p.client.stream_send(0, &b2_headers(), false).expect("request");
+    p.pump();
+    assert_eq!(p.serve(), Ok(vec![(0, Got::Head(b2_fields(), true))]));
+    p.h3s.done(0);
+    assert_eq!(decoder_stream(&mut p), [0x80, 0x40], "acknowledged, then cancelled");
+}
+
+#[test]
+fn more_waiting_streams_than_announced_close_the_connection() {
+    let mut p = Pair::with(QpackLimits { capacity: 4096, blocked_streams: 1 });
+    p.client.stream_send(0, &b2_headers(), true).expect("request");
+    p.client.stream_send(4, &b2_headers(), true).expect("request");
+    p.pump();
+    assert_eq!(p.serve(), Err(Fault::Connection(code::QPACK_DECOMPRESSION_FAILED)));
+}
+
+#[test]
+fn without_a_table_an_insertion_is_an_encoder_stream_error() {
+    let mut p = Pair::with(QpackLimits { capacity: 0, blocked_streams: 0 });
+    p.client.stream_send(ENCODER, &hex(B2_ENCODER), false).expect("encoder stream");
+    p.pump();
+    assert_eq!(p.serve(), Err(Fault::Connection(code::QPACK_ENCODER_STREAM_ERROR)));
 }

@@ -5,6 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use gatehouse_config::{HttpSettings, ListenerTls, QuicSettings, RetryPolicy};
 
+use super::http3::QpackLimits;
 use super::io::MAX_DATAGRAM;
 use crate::downstream::tls::{LoadedCert, TlsError, build_quic_tls};
 
@@ -18,6 +19,8 @@ pub struct QuicListener {
     /// The largest field section a request may have (the server's
     /// SETTINGS_MAX_FIELD_SECTION_SIZE).
     pub max_head: usize,
+    /// The QPACK table a client's encoder may fill.
+    pub qpack: QpackLimits,
     pub retry: RetryPolicy,
     pub max_streams: u64,
 }
@@ -56,6 +59,7 @@ impl QuicListener {
         Ok(QuicListener {
             config: Mutex::new(c),
             max_head: http.max_header_bytes,
+            qpack: QpackLimits { capacity: q.qpack_table_capacity, blocked_streams: q.qpack_blocked_streams },
             retry: q.retry,
             max_streams: q.max_streams,
         })

@@ -25,8 +25,10 @@
 //! a token that is forged, stale or for another address is counted and
 //! refused with INVALID_TOKEN in an Initial packet made without a TLS
 //! handshake ([`initial`]). quiche enforces the anti-amplification limit, stream and
-//! flow-control limits and the idle timeout; QPACK uses no dynamic table,
-//! so a header block can only decode to what its size limit allows.
+//! flow-control limits and the idle timeout; the QPACK table a client may
+//! fill is bounded (`qpack_table_capacity`, 4 KB), and a field section's
+//! decoding stops once its fields pass `max_header_bytes`, however many
+//! table entries it names.
 //! Packets for a connection this worker does not know get a stateless
 //! reset. 0-RTT is off unless `early_data` is on, and then serves only
 //! safe methods, marked `Early-Data: 1` upstream.

@@ -319,7 +319,7 @@ impl Conn {
             head_flags: AtomicU8::new(0),
             closing: AtomicBool::new(false),
         }));
-        match Http3::start(&mut self.quic, self.listener.max_head) {
+        match Http3::start(&mut self.quic, self.listener.max_head, self.listener.qpack) {
             Ok(h3) => self.h3 = Some(h3),
             Err(Fault::Connection(c) | Fault::Stream(c)) => {
                 let _ = self.quic.close(true, c, b"");

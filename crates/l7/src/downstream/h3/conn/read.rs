@@ -22,11 +22,16 @@ impl Conn {
     pub(super) fn events(&mut self) {
         let mut ids = std::mem::take(&mut self.readable);
         ids.extend(self.quic.readable());
-        for &id in &ids {
+        let mut next = 0;
+        while let Some(&id) = ids.get(next) {
+            next += 1;
             let Some(h3) = self.h3.as_mut() else { break };
             if id & 0x2 != 0 {
                 // A client unidirectional stream.
-                if let Err(c) = h3.read_uni(&mut self.quic, id) {
+                let read = h3.read_uni(&mut self.quic, id);
+                // Requests whose heads waited for QPACK entries that came.
+                ids.extend(h3.take_unblocked());
+                if let Err(c) = read {
                     self.close(c);
                 }
             } else if let Some(slot) = self.slot_of(id) {
@@ -43,6 +48,9 @@ impl Conn {
         }
         ids.clear();
         self.readable = ids;
+        if let Some(Err(c)) = self.h3.as_mut().map(|h3| h3.flush_decoder(&mut self.quic)) {
+            self.close(c);
+        }
     }
 
     /// Closes the connection for a protocol error.
@@ -76,7 +84,11 @@ impl Conn {
         let mut f = Fields::new(trailers, snap.http.max_header_bytes, snap.http.max_headers);
         drop(snap);
         let h3 = self.h3.as_mut()?;
-        match h3.decode(|n, v| f.field(n, v)) {
+        match h3.decode(|n, v| {
+            f.field(n, v);
+            // A QPACK bomb stops at the limit.
+            !f.is_refused()
+        }) {
             Ok(()) => Some(f),
             Err(Fault::Connection(c) | Fault::Stream(c)) => {
                 self.close(c);
