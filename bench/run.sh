@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs the benchmarks and inserts the results into docs/BENCHMARKS.md:
 # edge traffic through the proxy (bench/l7_edge.py), HTTP/3 against Caddy
-# (bench/l7_quic.py), TLS handshakes (and by key share against Caddy:
-# bench/tls_pq.py), the L4
+# (bench/l7_quic.py) and with QPACK's dynamic table (bench/h3_qpack.py),
+# TLS handshakes (and by key share against Caddy: bench/tls_pq.py), the L4
 # plane's session sync and SYN proxy in memory, then WireGuard tunnels
 # against wireguard-go and boringtun and BGP route withdrawal (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 bench/l7_edge.py --write docs/BENCHMARKS.md
 python3 bench/l7_quic.py --write docs/BENCHMARKS.md
+python3 bench/h3_qpack.py --write docs/BENCHMARKS.md
 python3 bench/l7_bench.py --only tls --write docs/BENCHMARKS.md "$@"
 python3 bench/tls_pq.py --write docs/BENCHMARKS.md
 python3 bench/l4_ha.py --write docs/BENCHMARKS.md
