@@ -3,10 +3,11 @@
 //! The code is canonical: within one length, codes count up in symbol
 //! order, and each length's first code follows the last of the length
 //! before, shifted. So the table below, each symbol's code length, is the
-//! whole code. Decoding looks a code of up to 8 bits up by the next 8 bits,
-//! and finds a longer one by comparing against each length's first code
-//! (the tests check it against the RFC's examples and against the
-//! bit-at-a-time decoder it replaced).
+//! whole code. Decoding looks the next 12 bits up, which give one or two
+//! symbols when their codes fit (the common characters take 5 to 8 bits
+//! each), and finds a code longer than that by comparing against each
+//! length's first code (the tests check it against the RFC's examples and
+//! against the bit-at-a-time decoder it replaced).
 
 /// A Huffman-coded string that no code sequence produces: a code not in
 /// the table, padding longer than seven bits, padding not of 1s, or the
@@ -70,28 +71,53 @@ const fn build() -> Canonical {
 
 static CANONICAL: Canonical = build();
 
-/// Codes of at most 8 bits (the common characters: 5 to 8 bits each), by
-/// the 8 bits that start with them: the symbol and the code's length; 0
-/// for 8 bits that start a longer code.
-static SHORT: [(u8, u8); 256] = short(&CANONICAL);
+/// The bits a look-up takes.
+const LOOKUP_BITS: u32 = 12;
 
-const fn short(c: &Canonical) -> [(u8, u8); 256] {
-    let mut t = [(0u8, 0u8); 256];
+/// What the next [`LOOKUP_BITS`] bits start with: the first symbol and
+/// its code's length (0: a code longer than the look-up), and when a
+/// second code fits in the rest, that symbol and both codes' length
+/// (else `len` is `len0`).
+#[derive(Clone, Copy)]
+struct Lookup {
+    s0: u8,
+    s1: u8,
+    len0: u8,
+    len: u8,
+}
+
+static LOOKUP: [Lookup; 1 << LOOKUP_BITS] = lookup(&CANONICAL);
+
+/// The symbol whose code of at most `max` bits starts `bits` (the look-up's
+/// width, left-aligned at bit `width - 1`), and the code's length.
+const fn first_code(c: &Canonical, bits: u32, width: u32, max: u32) -> Option<(u16, u32)> {
     let mut len = 1;
-    while len <= 8 {
-        let mut i = 0;
-        while i < c.count[len] {
-            let code = c.first_code[len] + i;
-            let symbol = c.symbols[(c.start[len] as u32 + i) as usize];
-            let spare = 8 - len;
-            let mut rest = 0;
-            while rest < 1 << spare {
-                t[((code << spare) | rest) as usize] = (symbol as u8, len as u8);
-                rest += 1;
-            }
-            i += 1;
+    while len <= max {
+        let code = bits >> (width - len);
+        let offset = code.wrapping_sub(c.first_code[len as usize]);
+        if offset < c.count[len as usize] {
+            return Some((c.symbols[(c.start[len as usize] as u32 + offset) as usize], len));
         }
         len += 1;
+    }
+    None
+}
+
+const fn lookup(c: &Canonical) -> [Lookup; 1 << LOOKUP_BITS] {
+    let mut t = [Lookup { s0: 0, s1: 0, len0: 0, len: 0 }; 1 << LOOKUP_BITS];
+    let mut i = 0u32;
+    while i < 1 << LOOKUP_BITS {
+        if let Some((s0, len0)) = first_code(c, i, LOOKUP_BITS, LOOKUP_BITS) {
+            let mut e = Lookup { s0: s0 as u8, s1: 0, len0: len0 as u8, len: len0 as u8 };
+            let rest = LOOKUP_BITS - len0;
+            let tail = i & ((1 << rest) - 1);
+            if let Some((s1, len1)) = first_code(c, tail, rest, rest) {
+                e.s1 = s1 as u8;
+                e.len = (len0 + len1) as u8;
+            }
+            t[i as usize] = e;
+        }
+        i += 1;
     }
     t
 }
@@ -103,39 +129,72 @@ fn symbol_of(c: &Canonical, len: usize, code: u32) -> Option<u16> {
     (offset < c.count[len]).then(|| c.symbols[(c.start[len] as u32 + offset) as usize])
 }
 
-/// Appends the decoded bytes of `src` to `out`.
-///
-/// The bits wait left-aligned in a 64-bit word, refilled a byte at a time;
-/// a short code is one look-up of the next 8 bits, a longer one is found by
-/// length as the canonical code allows.
+/// Appends the decoded bytes of `src` to `out` (nothing on an error).
 pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), BadHuffman> {
+    let base = out.len();
+    // Each code takes at least 5 bits; a pair's second symbol is written
+    // whether or not it counts, so one byte more.
+    out.resize(base + src.len() * 8 / 5 + 2, 0);
+    let decoded = decode_into(src, &mut out[base..]);
+    out.truncate(base + decoded.unwrap_or(0));
+    decoded.map(|_| ())
+}
+
+/// Decodes `src` into `buf` (room for every symbol it could hold and one
+/// more): how many bytes.
+///
+/// The bits wait left-aligned in a 64-bit word, refilled four bytes at a
+/// time while there are four; one look-up of the next 12 bits takes one or
+/// two codes of that much, a longer one is found by length as the
+/// canonical code allows. Past the input the word holds zeros, so a code
+/// the look-up finds counts only if the input has all its bits.
+fn decode_into(src: &[u8], buf: &mut [u8]) -> Result<usize, BadHuffman> {
     let c = &CANONICAL;
-    let (mut acc, mut bits, mut next) = (0u64, 0u32, 0usize);
-    out.reserve(src.len() * 8 / 5);
+    let (mut acc, mut bits, mut next, mut o) = (0u64, 0u32, 0usize, 0usize);
     loop {
-        while bits <= 56 && next < src.len() {
-            acc |= u64::from(src[next]) << (56 - bits);
-            bits += 8;
-            next += 1;
+        if bits < 32 {
+            if let Some(&[b0, b1, b2, b3]) = src.get(next..next + 4) {
+                acc |= u64::from(u32::from_be_bytes([b0, b1, b2, b3])) << (32 - bits);
+                bits += 32;
+                next += 4;
+            } else {
+                while bits <= 56 && next < src.len() {
+                    acc |= u64::from(src[next]) << (56 - bits);
+                    bits += 8;
+                    next += 1;
+                }
+            }
         }
         if bits == 0 {
-            return Ok(());
+            return Ok(o);
         }
-        let (symbol, len) = SHORT[(acc >> 56) as usize];
-        if len != 0 && u32::from(len) <= bits {
-            out.push(symbol);
-            acc <<= len;
-            bits -= u32::from(len);
-            continue;
+        let e = LOOKUP[(acc >> (64 - LOOKUP_BITS)) as usize];
+        if e.len0 != 0 {
+            if u32::from(e.len) <= bits {
+                buf[o] = e.s0;
+                buf[o + 1] = e.s1;
+                o += 1 + usize::from(e.len > e.len0);
+                acc <<= e.len;
+                bits -= u32::from(e.len);
+                continue;
+            }
+            if u32::from(e.len0) <= bits {
+                buf[o] = e.s0;
+                o += 1;
+                acc <<= e.len0;
+                bits -= u32::from(e.len0);
+                continue;
+            }
         }
-        let mut len = 9.min(bits as usize + 1);
+        let mut len = (LOOKUP_BITS as usize + 1).min(bits as usize + 1);
         let mut found = false;
         while len <= MAX_LEN && len <= bits as usize {
             if let Some(symbol) = symbol_of(c, len, (acc >> (64 - len)) as u32) {
                 if symbol == EOS {
                     return Err(BadHuffman);
                 }
-                out.push(symbol as u8);
+                buf[o] = symbol as u8;
+                o += 1;
                 acc <<= len;
                 bits -= len as u32;
                 found = true;
@@ -152,7 +211,7 @@ pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), BadHuffman> {
         if next < src.len() || bits > 7 || acc >> (64 - bits) != (1 << bits) - 1 {
             return Err(BadHuffman);
         }
-        return Ok(());
+        return Ok(o);
     }
 }
 
@@ -199,7 +258,9 @@ mod tests {
             rng
         };
         for round in 0..20_000 {
-            let len = (next() % 24) as usize;
+            // Mostly short strings; every fifth up to 400 bytes (the
+            // look-up's four-byte refills and the byte-wise tail).
+            let len = (next() % if round % 5 == 0 { 400 } else { 24 }) as usize;
             // Half random bytes (mostly invalid), half real codes (valid,
             // or damaged in one byte).
             let mut input: Vec<u8> = if round % 2 == 0 {
