@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from browser import chromium
-from h3client import H3Client
+from h3client import H3Client, Response
 from selenium.webdriver.common.by import By
 from harness import BIN, Gatehouse, curl, free_port, make_cert, wait_for
 
@@ -343,6 +343,24 @@ def test_retry_proves_the_address_and_a_forged_token_is_refused(h3):
     c.close()
 
 
+class _DeafEncoder:
+    """A client's QPACK encoder that ignores the server's decoder stream:
+    a test that inserts entries by hand would have ls-qpack refuse the
+    acknowledgments of sections it did not make."""
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+
+    def apply_settings(self, **settings):
+        return self.encoder.apply_settings(**settings)
+
+    def encode(self, *args):
+        return self.encoder.encode(*args)
+
+    def feed_decoder(self, data):
+        pass
+
+
 def test_hostile_frames_close_the_connection_and_others_are_served(h3):
     g = h3()
     port, ca, _ = g.h3
@@ -360,6 +378,22 @@ def test_hostile_frames_close_the_connection_and_others_are_served(h3):
     big = [(f"x-big-{i}", "a" * 4000) for i in range(20)]
     assert bomb.request("GET", "/hello", headers=big, timeout=10).status == 431
     assert bomb.request("GET", "/hello").status == 200
+    # A QPACK bomb through the dynamic table: one 4 KB entry, then a
+    # 60 KB section naming it 60,000 times (240 MB of fields). Decoding
+    # stops once the fields pass max_header_bytes: 431, at once.
+    qbomb = H3Client(port, ca)
+    qbomb.h3._encoder = _DeafEncoder(qbomb.h3._encoder)
+    insert = bytes([0x3f, 0xe1, 0x1f])  # capacity 4096
+    insert += bytes([0x46]) + b"x-bomb" + bytes([0x7f, 0xa1, 0x1e]) + b"a" * 4000  # literal name, 4000-byte value
+    qbomb.quic.send_stream_data(qbomb.h3._local_encoder_stream_id, insert)
+    section = bytes([0x02, 0x00]) + bytes([0x80]) * 60_000  # Required Insert Count 1; entry 0, over and over
+    sid = qbomb.quic.get_next_available_stream_id()
+    qbomb.responses[sid] = Response()
+    qbomb.quic.send_stream_data(sid, b"\x01\x80\x00\xea\x62" + section, end_stream=True)
+    qbomb.flush()
+    started = time.monotonic()
+    assert qbomb.wait(sid, timeout=10).status == 431
+    assert time.monotonic() - started < 5
     # A HEADERS frame longer than max_header_bytes is refused from its
     # frame header, before any of it is kept: H3_EXCESSIVE_LOAD.
     huge = H3Client(port, ca)
