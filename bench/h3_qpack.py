@@ -21,7 +21,13 @@ rounds: the header bytes the client sent (HEADERS frames and its share of
 the encoder stream), the UDP payload bytes it sent, and the proxy's CPU
 time (all threads, from /proc/PID/task/*/schedstat).
 
-Usage: bench/h3_qpack.py [--rounds N] [--conns N] [--requests N]
+Then what the table costs an idle connection: a fresh Gatehouse, with the
+table and without, warmed by 50 connections; IDLE connections that each
+make three requests with those fields and then stay open; the growth of
+the process's resident set per connection once it settles, medians of
+ROUNDS.
+
+Usage: bench/h3_qpack.py [--rounds N] [--conns N] [--requests N] [--idle N]
                          [--write docs/BENCHMARKS.md]
 """
 
@@ -151,11 +157,50 @@ def run_once(server, conns, requests):
     return {"header_bytes": headers / n, "udp_bytes": udp / n, "cpu_us": (t1 - t0) / 1000 / n}
 
 
+def rss(pid):
+    total = 0
+    for p in B.process_tree(pid):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def idle_bytes(name, make, wd, bport, crt, key, n):
+    """Resident bytes per idle connection that made three requests."""
+    d = Path(tempfile.mkdtemp(dir=wd, prefix=f"idle-{name}-"))
+    port = B.free_port()
+    server = B.Server(name, make(d, port, bport, crt, key), port, d)
+    try:
+        for _ in range(50):
+            one_connection(port, crt, 3)
+        time.sleep(1.5)
+        before = rss(server.proc.pid)
+        clients = []
+        for _ in range(n):
+            c = Counting(port, crt, server_name="localhost")
+            for i in range(3):
+                if c.request("GET", f"/{E.SMALL}?i={i}", headers=FIELDS).status != 200:
+                    raise RuntimeError("not 200")
+            clients.append(c)
+        for _ in range(20):  # what is still in flight (acknowledgements)
+            for c in clients:
+                c.step(0)
+        time.sleep(1.5)
+        grown = (rss(server.proc.pid) - before) / n
+        for c in clients:
+            c.close()
+        return grown
+    finally:
+        server.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--idle", type=int, default=1000)
     ap.add_argument("--write")
     args = ap.parse_args()
     os.sched_setaffinity(0, {int(B.LOAD_CPU)})
@@ -181,6 +226,13 @@ def main():
             for name in order if r % 2 == 0 else reversed(order):
                 results[name].append(run_once(servers[name], args.conns, args.requests))
                 print(name, results[name][-1], file=sys.stderr)
+        for s in servers.values():
+            s.stop()
+        idle = {name: [] for name in ("gatehouse", "gatehouse-static")}
+        for _ in range(args.rounds):
+            for name in idle:
+                idle[name].append(idle_bytes(name, SERVERS[name], wd, bport, crt, key, args.idle))
+                print("idle", name, idle[name][-1], file=sys.stderr)
     finally:
         for s in [*servers.values(), backend]:
             s.stop()
@@ -197,6 +249,10 @@ def main():
     for n, m in med.items():
         lines.append(f"| {n} | {m['header_bytes']:.0f} | {m['udp_bytes']:.0f} | {m['cpu_us']:.1f} | "
                      f"{m['cpu_us'] / base['cpu_us']:.2f} |")
+    on, off = (statistics.median(idle[n]) for n in ("gatehouse", "gatehouse-static"))
+    lines += ["", f"Memory per idle connection ({args.idle} connections, each after three requests with those "
+              f"fields; medians of {args.rounds}): {on:,.0f} bytes with the table, {off:,.0f} with "
+              f"`qpack_table_capacity: 0`, {on - off:+,.0f} for the table, its entries and the decoder stream."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

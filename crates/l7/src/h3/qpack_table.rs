@@ -163,10 +163,11 @@ impl EncoderStream {
             return Err(code::QPACK_ENCODER_STREAM_ERROR);
         }
         if self.partial.is_empty() {
-            // Between instructions nothing is held: a long string's room
-            // goes back.
+            // Between instructions nothing is held: insertions come
+            // seldom (a field the client has not sent before), and an
+            // idle connection keeps no room for them.
             for buf in [&mut self.partial, &mut self.name, &mut self.value] {
-                if buf.capacity() > 1024 {
+                if buf.capacity() > 0 {
                     *buf = Vec::new();
                 }
             }
