@@ -107,22 +107,35 @@ impl Table {
         }
     }
 
-    /// Adds `name` and `value` (made into one allocation first: the name
-    /// may be an entry this insertion evicts).
-    fn insert(&mut self, name: &[u8], value: &[u8]) -> Result<(), HpackError> {
-        let size = name.len() + value.len() + ENTRY_OVERHEAD;
+    /// Adds an entry: its name (the first `name_len` bytes) and value,
+    /// copied out of wherever they were before anything is evicted (the
+    /// name may be an entry this insertion evicts).
+    fn insert(&mut self, field: Vec<u8>, name_len: usize) -> Result<(), HpackError> {
+        let size = field.len() + ENTRY_OVERHEAD;
         if size > self.capacity {
             return Err(HpackError::BadSizeUpdate);
         }
-        let mut field = Vec::with_capacity(name.len() + value.len());
-        field.extend_from_slice(name);
-        field.extend_from_slice(value);
         self.evict_to(self.capacity - size);
-        self.entries.push_back(Entry { field: field.into_boxed_slice(), name_len: name.len() });
+        self.entries.push_back(Entry { field: field.into_boxed_slice(), name_len });
         self.size += size;
         self.inserted += 1;
         Ok(())
     }
+}
+
+/// A name and value in one allocation, for [`Table::insert`].
+fn joined(name: &[u8], value: &[u8]) -> (Vec<u8>, usize) {
+    let mut field = Vec::with_capacity(name.len() + value.len());
+    field.extend_from_slice(name);
+    field.extend_from_slice(value);
+    (field, name.len())
+}
+
+/// The longest instruction the encoder stream may send for this table
+/// (an entry that fits, its strings Huffman-coded at up to 30 bits a
+/// byte): what a partial instruction or a string's length may reach.
+fn instruction_limit(table: &Table) -> usize {
+    4 * table.max_capacity + 16
 }
 
 /// The client's encoder stream: instructions in any pieces, applied to
@@ -156,10 +169,10 @@ impl EncoderStream {
     }
 
     /// Keeps the start of an instruction, within what an instruction that
-    /// fits the table can take (a Huffman code is at most 30 bits a byte).
+    /// fits the table can take.
     fn keep(&mut self, table: &Table, rest: &[u8]) -> Result<(), u64> {
         self.partial.extend_from_slice(rest);
-        if self.partial.len() > 4 * table.max_capacity + 16 {
+        if self.partial.len() > instruction_limit(table) {
             return Err(code::QPACK_ENCODER_STREAM_ERROR);
         }
         if self.partial.is_empty() {
@@ -193,7 +206,7 @@ impl EncoderStream {
     fn one(&mut self, table: &mut Table, buf: &[u8], at: usize) -> Result<usize, HpackError> {
         let mut pos = at;
         let b = buf[at];
-        let limit = 4 * table.max_capacity + 16;
+        let limit = instruction_limit(table);
         if b & 0x80 != 0 {
             // Insert with name reference: T (0x40) the static table.
             let index = read_int(buf, &mut pos, 6)?;
@@ -203,15 +216,14 @@ impl EncoderStream {
             } else {
                 table.relative(index).ok_or(HpackError::BadIndex)?.0
             };
-            // The name may be borrowed from the table: copied by insert
-            // before anything is evicted.
-            let (name, value) = (name.to_vec(), value.to_vec());
-            table.insert(&name, &value)?;
+            let (field, name_len) = joined(name, value);
+            table.insert(field, name_len)?;
         } else if b & 0x40 != 0 {
             // Insert with literal name: H is 0x20.
             let name = string(buf, &mut pos, 5, &mut self.name, limit)?;
             let value = string(buf, &mut pos, 7, &mut self.value, limit)?;
-            table.insert(name, value)?;
+            let (field, name_len) = joined(name, value);
+            table.insert(field, name_len)?;
         } else if b & 0x20 != 0 {
             let capacity = read_int(buf, &mut pos, 5)?;
             table.set_capacity(capacity)?;
@@ -219,18 +231,19 @@ impl EncoderStream {
             // Duplicate.
             let index = read_int(buf, &mut pos, 5)?;
             let (name, value) = table.relative(index).ok_or(HpackError::BadIndex)?;
-            let (name, value) = (name.to_vec(), value.to_vec());
-            table.insert(&name, &value)?;
+            let (field, name_len) = joined(name, value);
+            table.insert(field, name_len)?;
         }
         Ok(pos)
     }
 }
 
-/// Instructions for the client's encoder (RFC 9204 4.4), and what it was
-/// told: its Known Received Count.
+/// The decoder stream: instructions for the client's encoder (RFC 9204
+/// 4.4) until the stream takes them, and what it was told: its Known
+/// Received Count.
 #[derive(Default)]
 pub struct DecoderInstructions {
-    out: Vec<u8>,
+    owed: Vec<u8>,
     acknowledged: u64,
 }
 
@@ -239,25 +252,39 @@ impl DecoderInstructions {
     /// decoded (a section that needed none is not acknowledged).
     pub fn section_decoded(&mut self, stream: u64, required: u64) {
         if required > 0 {
-            write_int(&mut self.out, 0x80, 7, stream as usize);
+            write_int(&mut self.owed, 0x80, 7, stream as usize);
             self.acknowledged = self.acknowledged.max(required);
         }
     }
 
     /// The sections still unread on `stream` will not be.
     pub fn stream_cancelled(&mut self, stream: u64) {
-        write_int(&mut self.out, 0x40, 6, stream as usize);
+        write_int(&mut self.owed, 0x40, 6, stream as usize);
     }
 
-    /// What is to be sent: an Insert Count Increment for entries the
-    /// encoder does not know arrived, after the acknowledgments.
-    pub fn take(&mut self, table: &Table) -> Option<Vec<u8>> {
+    /// An Insert Count Increment for entries the encoder does not know
+    /// arrived (after the acknowledgments, which may have told it).
+    pub fn count_inserts(&mut self, table: &Table) {
         let new = table.inserted().saturating_sub(self.acknowledged);
         if new > 0 {
-            write_int(&mut self.out, 0x00, 6, new as usize);
+            write_int(&mut self.owed, 0x00, 6, new as usize);
             self.acknowledged = table.inserted();
         }
-        (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
+    }
+
+    /// The stream's type goes ahead of everything owed: it opens now.
+    pub fn open(&mut self, stream_type: u8) {
+        self.owed.insert(0, stream_type);
+    }
+
+    /// What is owed to the stream.
+    pub fn owed(&self) -> &[u8] {
+        &self.owed
+    }
+
+    /// The first `n` bytes owed went out.
+    pub fn sent(&mut self, n: usize) {
+        self.owed.drain(..n);
     }
 }
 

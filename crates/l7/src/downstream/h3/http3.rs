@@ -154,8 +154,6 @@ pub struct Http3 {
     table: Table,
     encoder: EncoderStream,
     said: DecoderInstructions,
-    /// Decoder stream bytes quiche has not taken yet.
-    unsent: Vec<u8>,
     decoder_opened: bool,
     /// Streams waiting for table entries, and the most that may.
     blocked: usize,
@@ -199,7 +197,6 @@ impl Http3 {
             table: Table::new(qpack.capacity),
             encoder: EncoderStream::default(),
             said: DecoderInstructions::default(),
-            unsent: Vec::new(),
             decoder_opened: false,
             blocked: 0,
             max_blocked: qpack.blocked_streams,
@@ -447,23 +444,22 @@ impl Http3 {
     /// stream opens with the first of it. A client that takes none of it
     /// while it keeps sending requests is H3_EXCESSIVE_LOAD.
     pub fn flush_decoder(&mut self, quic: &mut Quic) -> Result<(), u64> {
-        if let Some(bytes) = self.said.take(&self.table) {
-            if !self.decoder_opened {
-                self.decoder_opened = true;
-                self.unsent.push(stream_type::QPACK_DECODER as u8);
-                let _ = quic.stream_priority(DECODER_STREAM, 0, false);
-            }
-            self.unsent.extend_from_slice(&bytes);
+        self.said.count_inserts(&self.table);
+        if self.said.owed().is_empty() {
+            return Ok(());
         }
-        if !self.unsent.is_empty() {
-            // What quiche has no room for yet goes with a later flush; an
-            // encoder that hears nothing only uses fewer entries.
-            if let Ok(n) = quic.stream_send(DECODER_STREAM, &self.unsent, false) {
-                self.unsent.drain(..n);
-            }
-            if self.unsent.len() > DECODER_BACKLOG {
-                return Err(code::EXCESSIVE_LOAD);
-            }
+        if !self.decoder_opened {
+            self.decoder_opened = true;
+            self.said.open(stream_type::QPACK_DECODER as u8);
+            let _ = quic.stream_priority(DECODER_STREAM, 0, false);
+        }
+        // What quiche has no room for yet goes with a later flush; an
+        // encoder that hears nothing only uses fewer entries.
+        if let Ok(n) = quic.stream_send(DECODER_STREAM, self.said.owed(), false) {
+            self.said.sent(n);
+        }
+        if self.said.owed().len() > DECODER_BACKLOG {
+            return Err(code::EXCESSIVE_LOAD);
         }
         Ok(())
     }
