@@ -93,10 +93,8 @@ static LOOKUP: [Lookup; 1 << LOOKUP_BITS] = lookup(&CANONICAL);
 const fn first_code(c: &Canonical, bits: u32, width: u32, max: u32) -> Option<(u16, u32)> {
     let mut len = 1;
     while len <= max {
-        let code = bits >> (width - len);
-        let offset = code.wrapping_sub(c.first_code[len as usize]);
-        if offset < c.count[len as usize] {
-            return Some((c.symbols[(c.start[len as usize] as u32 + offset) as usize], len));
+        if let Some(symbol) = symbol_of(c, len as usize, bits >> (width - len)) {
+            return Some((symbol, len));
         }
         len += 1;
     }
@@ -124,9 +122,9 @@ const fn lookup(c: &Canonical) -> [Lookup; 1 << LOOKUP_BITS] {
 
 /// The symbol whose code is `code`, `len` bits long, if there is one.
 #[inline]
-fn symbol_of(c: &Canonical, len: usize, code: u32) -> Option<u16> {
+const fn symbol_of(c: &Canonical, len: usize, code: u32) -> Option<u16> {
     let offset = code.wrapping_sub(c.first_code[len]);
-    (offset < c.count[len]).then(|| c.symbols[(c.start[len] as u32 + offset) as usize])
+    if offset < c.count[len] { Some(c.symbols[(c.start[len] as u32 + offset) as usize]) } else { None }
 }
 
 /// Appends the decoded bytes of `src` to `out` (nothing on an error).
