@@ -24,8 +24,8 @@ time (all threads, from /proc/PID/task/*/schedstat).
 Then what the table costs an idle connection: a fresh Gatehouse, with the
 table and without, warmed by 50 connections; IDLE connections that each
 make three requests with those fields and then stay open; the growth of
-the process's resident set per connection once it settles, medians of
-ROUNDS.
+the process's resident set per connection, read once it stops moving as
+bench/idle_memory.py reads it; medians of ROUNDS.
 
 Usage: bench/h3_qpack.py [--rounds N] [--conns N] [--requests N] [--idle N]
                          [--write docs/BENCHMARKS.md]
@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "e2e"))
+import idle_memory as I  # noqa: E402
 import l7_bench as B  # noqa: E402
 import l7_edge as E  # noqa: E402
 import l7_quic as Q  # noqa: E402
@@ -157,15 +158,6 @@ def run_once(server, conns, requests):
     return {"header_bytes": headers / n, "udp_bytes": udp / n, "cpu_us": (t1 - t0) / 1000 / n}
 
 
-def rss(pid):
-    total = 0
-    for p in B.process_tree(pid):
-        for line in Path(f"/proc/{p}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-    return total
-
-
 def idle_bytes(name, make, wd, bport, crt, key, n):
     """Resident bytes per idle connection that made three requests."""
     d = Path(tempfile.mkdtemp(dir=wd, prefix=f"idle-{name}-"))
@@ -174,8 +166,7 @@ def idle_bytes(name, make, wd, bport, crt, key, n):
     try:
         for _ in range(50):
             one_connection(port, crt, 3)
-        time.sleep(1.5)
-        before = rss(server.proc.pid)
+        before = I.settle(server.proc.pid)
         clients = []
         for _ in range(n):
             c = Counting(port, crt, server_name="localhost")
@@ -186,8 +177,7 @@ def idle_bytes(name, make, wd, bport, crt, key, n):
         for _ in range(20):  # what is still in flight (acknowledgements)
             for c in clients:
                 c.step(0)
-        time.sleep(1.5)
-        grown = (rss(server.proc.pid) - before) / n
+        grown = (I.settle(server.proc.pid) - before) * 1024 / n
         for c in clients:
             c.close()
         return grown
