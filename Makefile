@@ -10,6 +10,7 @@ all: build
 
 deps:
 	@./scripts/install-deps.sh
+	@./scripts/quiche-src.sh
 	@./scripts/boringssl-src.sh
 
 build: deps
@@ -49,6 +50,7 @@ bench: build
 # the corpora instead.
 fuzz:
 	@./scripts/install-deps.sh --fuzz
+	@./scripts/quiche-src.sh
 	@./scripts/boringssl-src.sh
 	python3 scripts/fuzz.py
 

@@ -43,14 +43,5 @@ tmp="$dest.tmp"
 rm -rf "$tmp"
 mkdir -p "$(dirname "$dest")"
 cp -r "$src/deps/boringssl" "$tmp"
-rm -rf "$tmp/.git"
-# Its own repository, so that `git apply` takes paths from its root.
-git -C "$tmp" init -q
-git -C "$tmp" apply --whitespace=nowarn "$src/patches/boring-pq.patch"
-for p in "${ours[@]}"; do
-  git -C "$tmp" apply --whitespace=nowarn "$PWD/$p"
-done
-rm -rf "$tmp/.git"
-echo "$stamp" > "$tmp/.gatehouse-patches"
-rm -rf "$dest"
-mv "$tmp" "$dest"
+. scripts/patched-tree.sh
+finish_tree "$tmp" "$dest" "$stamp" "$src/patches/boring-pq.patch" "${ours[@]}"

@@ -469,3 +469,31 @@ fn without_a_table_an_insertion_is_an_encoder_stream_error() {
     p.pump();
     assert_eq!(p.serve(), Err(Fault::Connection(code::QPACK_ENCODER_STREAM_ERROR)));
 }
+
+#[test]
+fn small_responses_of_many_streams_share_a_packet() {
+    // quiche as published puts one stream's frame in a packet; with
+    // third_party/quiche's patch, frames of other streams fill the rest.
+    let mut p = Pair::new();
+    let ids: Vec<u64> =
+        (0..10).map(|_| p.h3c.send_request(&mut p.client, &request("GET"), true).expect("request")).collect();
+    p.pump();
+    p.serve().expect("served");
+    for &id in &ids {
+        p.h3s.send_head(&mut p.server, id, StatusCode::OK, &HeaderMap::new(), false).expect("head");
+        let mut body = Bytes::from_static(&[b'x'; 64]);
+        assert_eq!(p.h3s.send_data(&mut p.server, id, &mut body, true), Ok(true));
+        p.h3s.done(id);
+    }
+    let mut buf = vec![0u8; 1500];
+    let mut packets = Vec::new();
+    while let Ok((n, info)) = p.server.send(&mut buf) {
+        packets.push(n);
+        let _ = p.client.recv(&mut buf[..n], quiche::RecvInfo { from: info.from, to: info.to });
+    }
+    assert_eq!(packets.len(), 1, "ten responses of about 80 bytes in one packet: {packets:?}");
+    p.pump();
+    let (heads, body, _) = p.client_events();
+    assert_eq!(heads.len(), 10);
+    assert_eq!(body.len(), 10 * 64);
+}
