@@ -352,13 +352,7 @@ impl ConnState {
     /// The client's address as an X-Forwarded-For value. Made per request,
     /// not kept: an idle connection holds the address only.
     pub fn client_ip(&self) -> http::HeaderValue {
-        use std::io::Write;
-        let mut text = [0u8; 64];
-        let mut rest = &mut text[..];
-        // An IPv6 address is at most 45 characters: this always fits.
-        let _ = write!(rest, "{}", crate::filters::canonical(self.client.ip()));
-        let len = 64 - rest.len();
-        http::HeaderValue::from_bytes(&text[..len]).unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
+        crate::filters::address_value(self.client.ip())
     }
 
     /// An access log line for a request refused before it had a route.
