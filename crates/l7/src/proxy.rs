@@ -319,7 +319,8 @@ fn rewrite_request(parts: &mut http::request::Parts, conn: &ConnState, authority
             v.extend_from_slice(value.as_bytes());
             v.extend_from_slice(b", ");
         }
-        v.extend_from_slice(conn.client_ip().as_bytes());
+        let mut text = [0u8; crate::filters::ADDRESS_TEXT];
+        v.extend_from_slice(crate::filters::address_text(conn.client.ip(), &mut text));
         HeaderValue::from_bytes(&v).ok()
     };
     if let Some(v) = xff {
