@@ -506,6 +506,13 @@ impl Http3 {
         fields: &HeaderMap,
         fin: bool,
     ) -> Result<(), Unsent> {
+        // A stream waiting for room is asked again each time the client's
+        // packets come: no room, nothing to encode.
+        let room = match quic.stream_capacity(id) {
+            Ok(0) => return Err(Unsent::Blocked),
+            Ok(room) => room,
+            Err(_) => return Err(Unsent::Failed),
+        };
         let block = &mut self.out;
         block.clear();
         // Room for the frame header, put in front once the length is known.
@@ -519,10 +526,8 @@ impl Http3 {
         let start = HEADER_ROOM - header.as_bytes().len();
         block[start..HEADER_ROOM].copy_from_slice(header.as_bytes());
         let frame = &block[start..];
-        match quic.stream_capacity(id) {
-            Ok(room) if room >= frame.len() => {}
-            Ok(_) => return Err(Unsent::Blocked),
-            Err(_) => return Err(Unsent::Failed),
+        if room < frame.len() {
+            return Err(Unsent::Blocked);
         }
         match quic.stream_send(id, frame, fin) {
             Ok(n) if n == frame.len() => Ok(()),

@@ -497,3 +497,46 @@ fn small_responses_of_many_streams_share_a_packet() {
     assert_eq!(heads.len(), 10);
     assert_eq!(body.len(), 10 * 64);
 }
+
+#[test]
+fn a_head_without_room_waits_and_then_goes_whole() {
+    let mut p = Pair::new();
+    let a = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("request");
+    let b = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("request");
+    p.pump();
+    p.serve().expect("served");
+    // Stream a takes all the room the congestion window leaves.
+    p.h3s.send_head(&mut p.server, a, StatusCode::OK, &HeaderMap::new(), false).expect("head");
+    let body: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 253) as u8).collect();
+    let mut rest = Bytes::from(body.clone());
+    assert_eq!(p.h3s.send_data(&mut p.server, a, &mut rest, true), Ok(false));
+    assert_eq!(p.server.stream_capacity(b), Ok(0));
+    let mut head = HeaderMap::new();
+    head.insert("x-b", HeaderValue::from_static("second"));
+    // Refused whole: nothing of it reaches the stream.
+    assert_eq!(p.h3s.send_head(&mut p.server, b, StatusCode::OK, &head, true), Err(Unsent::Blocked));
+    let (mut heads, mut got, mut b_sent) = (Vec::new(), Vec::new(), false);
+    for _ in 0..1000 {
+        p.pump();
+        if !b_sent {
+            match p.h3s.send_head(&mut p.server, b, StatusCode::OK, &head, true) {
+                Ok(()) => b_sent = true,
+                Err(Unsent::Blocked) => {}
+                Err(Unsent::Failed) => panic!("head failed"),
+            }
+        }
+        if !rest.is_empty() {
+            assert_ne!(p.h3s.send_data(&mut p.server, a, &mut rest, true), Err(Unsent::Failed));
+        }
+        let (h, d, _) = p.client_events();
+        heads.extend(h);
+        got.extend(d);
+        if b_sent && rest.is_empty() && got.len() == body.len() && heads.len() == 2 {
+            break;
+        }
+    }
+    assert!(b_sent, "room came with the client's acknowledgements");
+    assert!(got == body, "a's body arrived whole ({} of {} bytes)", got.len(), body.len());
+    let second = vec![(":status".to_string(), "200".to_string()), ("x-b".to_string(), "second".to_string())];
+    assert!(heads.contains(&second), "b's head arrived whole: {heads:?}");
+}

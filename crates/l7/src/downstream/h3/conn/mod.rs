@@ -408,11 +408,32 @@ impl Conn {
             }
             self.read_body(slot);
             // A slot still waiting for room stays behind the ones before it.
-            if !self.blocked.is_waiting(slot) {
-                self.poll_stream(slot);
+            if self.blocked.is_waiting(slot) {
+                continue;
             }
+            if self.no_room(slot) {
+                // Its turn comes again with the next room, cheaply: most
+                // of those still waiting find the connection's window as
+                // full as the one before them found it.
+                self.blocked.block(slot);
+                continue;
+            }
+            self.poll_stream(slot);
         }
         self.marked = order;
+    }
+
+    /// Whether the slot's next step is to send something and quiche has
+    /// no room for any of it.
+    fn no_room(&mut self, slot: usize) -> bool {
+        let Some(s) = self.slots.get(slot).and_then(Option::as_ref) else { return false };
+        let sends = match &s.task {
+            Task::Head(_) | Task::Trailers(_) => true,
+            // An empty chunk that ends the stream needs no room.
+            Task::Sending(_) => s.pending.as_ref().is_some_and(|(data, _)| !data.is_empty()),
+            Task::Handling(_) | Task::Done => false,
+        };
+        sends && matches!(self.quic.stream_capacity(s.stream), Ok(0))
     }
 
     fn poll_stream(&mut self, slot: usize) {
