@@ -381,6 +381,7 @@ impl Conn {
             sent_bytes = st.sent_bytes,
             recv = st.recv,
             lost = st.lost,
+            spurious_lost = st.spurious_lost,
             retrans = st.retrans,
             "QUIC connection closed"
         );
