@@ -307,6 +307,15 @@ fn a_client_reset_is_read_as_one() {
     assert_eq!(p.serve(), Ok(vec![(id, Got::Reset)]));
 }
 
+/// Two GET requests on `p`, read by the server: their stream IDs.
+fn two_gets(p: &mut Pair) -> (u64, u64) {
+    let a = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("a");
+    let b = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("b");
+    p.pump();
+    p.serve().expect("served");
+    (a, b)
+}
+
 /// Which stream's response data reaches quiche's client first, when the
 /// server has queued two whole responses before any packet goes out.
 fn first_served(p: &mut Pair, a: u64, b: u64) -> u64 {
@@ -347,16 +356,10 @@ fn a_requests_priority_field_orders_the_responses() {
 #[test]
 fn a_priority_update_reorders_requests_in_flight() {
     let mut p = Pair::new();
-    let a = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("a");
-    let b = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("b");
-    p.pump();
-    p.serve().expect("served");
+    let (a, b) = two_gets(&mut p);
     // Same urgency: the older request first.
     let mut q = Pair::new();
-    let qa = q.h3c.send_request(&mut q.client, &request("GET"), true).expect("a");
-    let qb = q.h3c.send_request(&mut q.client, &request("GET"), true).expect("b");
-    q.pump();
-    q.serve().expect("served");
+    let (qa, qb) = two_gets(&mut q);
     assert_eq!(first_served(&mut q, qa, qb), qa);
     // B made urgent by a PRIORITY_UPDATE on the control stream.
     p.h3c.send_priority_update_for_request(&mut p.client, b, &quiche::h3::Priority::new(0, false)).expect("update");
@@ -501,10 +504,7 @@ fn small_responses_of_many_streams_share_a_packet() {
 #[test]
 fn a_head_without_room_waits_and_then_goes_whole() {
     let mut p = Pair::new();
-    let a = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("request");
-    let b = p.h3c.send_request(&mut p.client, &request("GET"), true).expect("request");
-    p.pump();
-    p.serve().expect("served");
+    let (a, b) = two_gets(&mut p);
     // Stream a takes all the room the congestion window leaves.
     p.h3s.send_head(&mut p.server, a, StatusCode::OK, &HeaderMap::new(), false).expect("head");
     let body: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 253) as u8).collect();
