@@ -134,6 +134,10 @@ def test_dashboard_in_a_browser(gatehouse, upstream, browser, tmp_path):
         # Full TLS handshakes (never resumed), each an RSA signature.
         handshakes = subprocess.Popen([str(BIN), "bench", "tls", f"https://localhost:{tls}/hello", "-c", "16", "-d", "8"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # HTTP/3 requests (quic-go) on the same listener: its QUIC loss rate.
+        h3 = subprocess.Popen([str(BIN.parent.parent / "h3load"), "-addr", f"127.0.0.1:{tls}", "-host", "localhost",
+                               "-insecure", "-path", "/hello", "-c", "2", "-d", "8s"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_for(lambda: points(d, "requests") >= 3, timeout=15, what="request-rate points")
             wait_for(lambda: row(d, "#routes", "shop").find_elements(By.TAG_NAME, "td")[3].text not in ("0", "–"),
@@ -150,9 +154,13 @@ def test_dashboard_in_a_browser(gatehouse, upstream, browser, tmp_path):
             # Every full handshake's key share, by group and engine.
             wait_for(lambda: re.search(r"(X25519\w*|P-256) on (boring|mb) [\d.]+( k)?/s", text_of(d, "#keyshares")),
                      timeout=10, what="key shares by group shown")
+            wait_for(lambda: re.fullmatch(r"\d+\.\d%", cell(row(d, "#listeners", "secure"), 5)),
+                     timeout=10, what="the HTTP/3 listener's QUIC loss rate")
+            assert cell(row(d, "#listeners", "web"), 5) == ""
         finally:
             wrk.wait(timeout=30)
             handshakes.wait(timeout=30)
+            h3.wait(timeout=30)
         assert (DOCS / "dashboard.png").stat().st_size > 20_000
 
         # A killed endpoint turns unhealthy on the page within a few seconds.

@@ -208,6 +208,19 @@ def dropped_bad_tokens(g):
     raise AssertionError("no bad_token counter in /metrics")
 
 
+def quic_metrics(g):
+    """The listener's QUIC series in /metrics: {(name, label value): n}."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{g.admin_port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gatehouse_quic_") and 'listener="https"' in line:
+            name = line[:line.index("{")]
+            labels = dict(kv.split("=") for kv in line[line.index("{") + 1:line.index("}")].split(","))
+            label = labels.get("direction", labels.get("reason", '""')).strip('"')
+            out[(name, label)] = float(line.split()[-1])
+    return out
+
+
 def test_get_and_post_with_10_mib_bodies_both_ways(h3):
     g = h3()
     port, ca, log = g.h3
@@ -232,6 +245,17 @@ def test_get_and_post_with_10_mib_bodies_both_ways(h3):
     upload = [x for x in lines if x["path"] == "/upload"][0]
     assert upload["protocol"] == "HTTP/3" and upload["status"] == 200 and upload["bytes_in"] == len(body)
     assert upload["tls_version"] == "TLSv1.3"
+    # The connection's transport counters reach the listener's metrics
+    # once it is over: both 10 MiB bodies, in packets of at most 1452
+    # bytes, and a close the client made without an error.
+    wait_for(lambda: quic_metrics(g).get(("gatehouse_quic_connections_closed_total", "peer_closed"), 0) >= 1,
+             what="the connection's close in /metrics")
+    m = quic_metrics(g)
+    assert m[("gatehouse_quic_bytes_total", "sent")] >= 10 * MIB
+    assert m[("gatehouse_quic_bytes_total", "received")] >= 10 * MIB
+    assert m[("gatehouse_quic_packets_total", "sent")] >= 10 * MIB / 1452
+    assert m[("gatehouse_quic_packets_total", "received")] >= 10 * MIB / 1452
+    assert m[("gatehouse_quic_connections_closed_total", "error")] == 0
     # TCP clients learn that HTTP/3 is there.
     p = curl("-sk", "-D-", "-o", "/dev/null", "--resolve", f"a.test:{port}:127.0.0.1", f"https://a.test:{port}/hello")
     assert f'alt-svc: h3=":{port}"; ma=86400' in p[1].lower() or f'alt-svc: h3=":{port}"; ma=86400' in p[2].lower()
@@ -415,6 +439,10 @@ def test_hostile_frames_close_the_connection_and_others_are_served(h3):
         flood.run_until(lambda: False, timeout=5)
     assert good.request("GET", "/hello").status == 200
     good.close()
+    # The three connections closed for breaking the protocol are counted
+    # as errors (H3_FRAME_UNEXPECTED, H3_EXCESSIVE_LOAD, STREAM_LIMIT_ERROR).
+    wait_for(lambda: quic_metrics(g).get(("gatehouse_quic_connections_closed_total", "error"), 0) >= 3,
+             what="three errors in /metrics")
 
 
 def test_a_reload_keeps_connections_and_a_drain_lets_requests_finish(h3, tmp_path):

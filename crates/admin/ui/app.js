@@ -323,15 +323,19 @@
   function renderListeners(doc, old) {
     const list = doc.status.listeners || [];
     const tb = $('listeners').tBodies[0];
-    if (!list.length) return emptyRow(tb, 5, 'no listeners');
+    if (!list.length) return emptyRow(tb, 6, 'no listeners');
     syncRows(tb, list, (l) => l.name, () => el('tr'), (tr, l) => {
-      const c = cells(tr, 5, [3, 4]);
+      const c = cells(tr, 6, [3, 4, 5]);
       setText(c[0], l.name);
       setText(c[1], l.address);
       // An HTTPS listener with `http3: true` serves QUIC on the same port.
       setText(c[2], l.http3 ? `${l.protocol} + HTTP/3` : l.protocol);
       setText(c[3], String(l.connections_open));
       setText(c[4], fmtNum(rate(doc, old, 'gatehouse_connections_total', { listener: l.name })));
+      // QUIC packets declared lost over those sent since the last poll.
+      const sent = l.http3 ? rate(doc, old, 'gatehouse_quic_packets_total', { listener: l.name, direction: 'sent' }) : null;
+      const lost = rate(doc, old, 'gatehouse_quic_packets_lost_total', { listener: l.name });
+      setText(c[5], sent && lost !== null ? `${(100 * lost / sent).toFixed(1)}%` : l.http3 ? '–' : '');
     });
   }
 

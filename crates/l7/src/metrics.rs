@@ -157,7 +157,64 @@ pub struct ListenerSlot {
     /// By (version, cipher, result). Locked once per handshake by its own
     /// worker; only a scrape ever contends.
     handshakes: Mutex<Vec<(HandshakeKey, u64)>>,
+    /// QUIC transport counters, by [`QuicCounts`]'s fields.
+    quic: [AtomicU64; 6],
+    /// QUIC connections closed, by [`QUIC_CLOSE_REASONS`].
+    quic_closed: [AtomicU64; 6],
 }
+
+/// What a listener's QUIC connections carried, as quiche counts it (its
+/// `Stats`): packets and UDP payload bytes each way, packets declared
+/// lost, and packets sent again with data a lost one had carried.
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+pub struct QuicCounts {
+    pub sent: u64,
+    pub received: u64,
+    pub sent_bytes: u64,
+    pub received_bytes: u64,
+    pub lost: u64,
+    pub retransmitted: u64,
+}
+
+impl QuicCounts {
+    fn fields(&self) -> [u64; 6] {
+        [self.sent, self.received, self.sent_bytes, self.received_bytes, self.lost, self.retransmitted]
+    }
+
+    /// What was counted since `before` (quiche's counters only grow).
+    pub fn since(&self, before: &QuicCounts) -> QuicCounts {
+        QuicCounts {
+            sent: self.sent.saturating_sub(before.sent),
+            received: self.received.saturating_sub(before.received),
+            sent_bytes: self.sent_bytes.saturating_sub(before.sent_bytes),
+            received_bytes: self.received_bytes.saturating_sub(before.received_bytes),
+            lost: self.lost.saturating_sub(before.lost),
+            retransmitted: self.retransmitted.saturating_sub(before.retransmitted),
+        }
+    }
+}
+
+/// How a QUIC connection ended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum QuicClose {
+    /// No packet within the idle timeout (or none to finish a handshake).
+    IdleTimeout,
+    /// Gatehouse closed it without an error (a drain, a reload's GOAWAY).
+    Closed,
+    /// Gatehouse closed it with an error: the client broke the protocol
+    /// (a malformed frame, a flood, a stream past its limit, …).
+    Error,
+    /// The client closed it without an error.
+    PeerClosed,
+    /// The client closed it with an error code.
+    PeerError,
+    /// Neither side named a reason: a stateless reset, or a handshake
+    /// that never began.
+    Other,
+}
+
+/// [`QuicClose`]'s names, in its order.
+pub const QUIC_CLOSE_REASONS: [&str; 6] = ["idle_timeout", "closed", "error", "peer_closed", "peer_error", "other"];
 
 /// A listener's connections and TLS handshakes.
 pub type ListenerMetrics = PerWorker<ListenerSlot>;
@@ -169,6 +226,20 @@ impl ListenerMetrics {
 
     pub fn closed(&self, worker: usize) {
         bump(&self.get(worker).closed, 1);
+    }
+
+    /// Adds what a QUIC connection carried since it last reported.
+    pub fn quic(&self, worker: usize, counts: &QuicCounts) {
+        let slot = self.get(worker);
+        for (a, n) in slot.quic.iter().zip(counts.fields()) {
+            if n > 0 {
+                bump(a, n);
+            }
+        }
+    }
+
+    pub fn quic_closed(&self, worker: usize, why: QuicClose) {
+        bump(&self.get(worker).quic_closed[why as usize], 1);
     }
 
     /// `version` and `cipher` are "-" when the handshake did not finish.
@@ -439,6 +510,7 @@ impl Metrics {
         for (name, n) in active {
             o.sample("gatehouse_connections_active", &[("listener", name)], n);
         }
+        quic(o, &listeners);
         o.header(
             "gatehouse_tls_handshakes_total",
             "counter",
@@ -474,6 +546,64 @@ impl Metrics {
         }
 
         keyops(o);
+    }
+}
+
+/// The QUIC transport counters of the listeners that served HTTP/3:
+/// connections report them once a second and when they close.
+fn quic(o: &mut Exposition, listeners: &[(String, Arc<ListenerMetrics>)]) {
+    let mut rows: Vec<(&str, [u64; 6], [u64; 6])> = Vec::new();
+    for (name, t) in listeners {
+        let mut counts = [0u64; 6];
+        let mut closed = [0u64; 6];
+        for s in t.slots.iter() {
+            for (c, a) in counts.iter_mut().zip(&s.quic) {
+                *c += a.load(Relaxed);
+            }
+            for (c, a) in closed.iter_mut().zip(&s.quic_closed) {
+                *c += a.load(Relaxed);
+            }
+        }
+        // A listener without HTTP/3 has none: no series for it.
+        if counts.iter().chain(&closed).any(|n| *n > 0) {
+            rows.push((name.as_str(), counts, closed));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let pairs =
+        [("gatehouse_quic_packets_total", "packets", 0), ("gatehouse_quic_bytes_total", "UDP payload bytes", 2)];
+    for (metric, what, at) in pairs {
+        o.header(metric, "counter", &format!("QUIC {what} sent and received, by listener."));
+        for (name, c, _) in &rows {
+            o.sample(metric, &[("listener", name), ("direction", "sent")], c[at]);
+            o.sample(metric, &[("listener", name), ("direction", "received")], c[at + 1]);
+        }
+    }
+    let singles = [
+        ("gatehouse_quic_packets_lost_total", "QUIC packets declared lost, by listener.", 4),
+        (
+            "gatehouse_quic_packets_retransmitted_total",
+            "QUIC packets that carried data again after a loss, by listener.",
+            5,
+        ),
+    ];
+    for (metric, help, at) in singles {
+        o.header(metric, "counter", help);
+        for (name, c, _) in &rows {
+            o.sample(metric, &[("listener", name)], c[at]);
+        }
+    }
+    o.header(
+        "gatehouse_quic_connections_closed_total",
+        "counter",
+        "QUIC connections ended, by listener and reason (error: Gatehouse closed it for a protocol violation).",
+    );
+    for (name, _, closed) in &rows {
+        for (why, n) in QUIC_CLOSE_REASONS.iter().zip(closed) {
+            o.sample("gatehouse_quic_connections_closed_total", &[("listener", name), ("reason", why)], n);
+        }
     }
 }
 
@@ -577,6 +707,35 @@ mod tests {
             "gatehouse_tls_handshakes_total{listener=\"web\",version=\"-\",cipher=\"-\",result=\"failed\"} 1\n"
         ));
         assert_eq!(m.open_connections().get("web"), Some(&2));
+    }
+
+    #[test]
+    fn quic_counters_sum_over_workers_and_skip_listeners_without_quic() {
+        let m = Metrics::new(2);
+        let h3 = m.listener("edge");
+        m.listener("plain").accepted(0);
+        let c =
+            QuicCounts { sent: 10, received: 4, sent_bytes: 14_000, received_bytes: 500, lost: 1, retransmitted: 1 };
+        h3.quic(0, &c);
+        h3.quic(1, &c);
+        h3.quic_closed(0, QuicClose::Error);
+        h3.quic_closed(1, QuicClose::PeerClosed);
+        h3.quic_closed(1, QuicClose::PeerClosed);
+        let text = render(&m);
+        for line in [
+            "gatehouse_quic_packets_total{listener=\"edge\",direction=\"sent\"} 20\n",
+            "gatehouse_quic_packets_total{listener=\"edge\",direction=\"received\"} 8\n",
+            "gatehouse_quic_bytes_total{listener=\"edge\",direction=\"sent\"} 28000\n",
+            "gatehouse_quic_bytes_total{listener=\"edge\",direction=\"received\"} 1000\n",
+            "gatehouse_quic_packets_lost_total{listener=\"edge\"} 2\n",
+            "gatehouse_quic_packets_retransmitted_total{listener=\"edge\"} 2\n",
+            "gatehouse_quic_connections_closed_total{listener=\"edge\",reason=\"error\"} 1\n",
+            "gatehouse_quic_connections_closed_total{listener=\"edge\",reason=\"peer_closed\"} 2\n",
+            "gatehouse_quic_connections_closed_total{listener=\"edge\",reason=\"idle_timeout\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(!text.contains("gatehouse_quic_packets_total{listener=\"plain\""), "{text}");
     }
 
     #[test]

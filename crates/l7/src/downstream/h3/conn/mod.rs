@@ -24,6 +24,7 @@ use hyper::body::Body;
 use rustc_hash::FxHashMap;
 
 mod read;
+mod report;
 
 use super::http3::{Fault, Http3, Unsent};
 use super::inbox::Receiver;
@@ -137,6 +138,9 @@ struct Conn {
     /// it: a drain closes the connection only then, as a close drops
     /// what quiche has not delivered.
     sent: Vec<u64>,
+    /// quiche's counters as last added to the listener's metrics, and when.
+    reported: crate::metrics::QuicCounts,
+    reported_at: std::time::Instant,
 }
 
 /// The connection's task. Its state is boxed and made before the task
@@ -195,6 +199,8 @@ impl Conn {
             readable: Vec::new(),
             last_stream: None,
             sent: Vec::new(),
+            reported: crate::metrics::QuicCounts::default(),
+            reported_at: std::time::Instant::now(),
         }
     }
 }
@@ -274,6 +280,7 @@ impl Conn {
             let deadline = self.quic.timeout().map_or(Duration::from_secs(3600), |t| t);
             self.timer.as_mut().reset(tokio::time::Instant::now() + deadline);
             if !progress && !self.ready.any() {
+                self.report(false);
                 // Armed: the timer, the channel and the slots' wakers.
                 if self.timer.as_mut().poll(cx).is_ready() {
                     continue;
@@ -385,6 +392,7 @@ impl Conn {
             retrans = st.retrans,
             "QUIC connection closed"
         );
+        self.report_close();
         if !self.handshake_counted {
             self.endpoint.handshakes.fetch_sub(1, Ordering::Relaxed);
             let result = if self.quic.is_timed_out() { HandshakeResult::Timeout } else { HandshakeResult::Failed };
