@@ -163,34 +163,26 @@ pub struct ListenerSlot {
     quic_closed: [AtomicU64; 6],
 }
 
-/// What a listener's QUIC connections carried, as quiche counts it (its
-/// `Stats`): packets and UDP payload bytes each way, packets declared
-/// lost, and packets sent again with data a lost one had carried.
-#[derive(Clone, Copy, Default, Debug, PartialEq)]
-pub struct QuicCounts {
-    pub sent: u64,
-    pub received: u64,
-    pub sent_bytes: u64,
-    pub received_bytes: u64,
-    pub lost: u64,
-    pub retransmitted: u64,
-}
+/// The QUIC transport counters a connection reports (quiche's `Stats`),
+/// in this order: each one's series, and its `direction` label if any.
+pub const QUIC_SERIES: [(&str, Option<&str>); 6] = [
+    ("gatehouse_quic_packets_total", Some("sent")),
+    ("gatehouse_quic_packets_total", Some("received")),
+    ("gatehouse_quic_bytes_total", Some("sent")),
+    ("gatehouse_quic_bytes_total", Some("received")),
+    ("gatehouse_quic_packets_lost_total", None),
+    ("gatehouse_quic_packets_retransmitted_total", None),
+];
 
-impl QuicCounts {
-    fn fields(&self) -> [u64; 6] {
-        [self.sent, self.received, self.sent_bytes, self.received_bytes, self.lost, self.retransmitted]
-    }
+/// Counts in [`QUIC_SERIES`]'s order.
+pub type QuicCounts = [u64; 6];
 
-    /// What was counted since `before` (quiche's counters only grow).
-    pub fn since(&self, before: &QuicCounts) -> QuicCounts {
-        QuicCounts {
-            sent: self.sent.saturating_sub(before.sent),
-            received: self.received.saturating_sub(before.received),
-            sent_bytes: self.sent_bytes.saturating_sub(before.sent_bytes),
-            received_bytes: self.received_bytes.saturating_sub(before.received_bytes),
-            lost: self.lost.saturating_sub(before.lost),
-            retransmitted: self.retransmitted.saturating_sub(before.retransmitted),
-        }
+fn quic_help(metric: &str) -> &'static str {
+    match metric {
+        "gatehouse_quic_packets_total" => "QUIC packets sent and received, by listener.",
+        "gatehouse_quic_bytes_total" => "QUIC UDP payload bytes sent and received, by listener.",
+        "gatehouse_quic_packets_lost_total" => "QUIC packets declared lost, by listener.",
+        _ => "QUIC packets that carried data again after a loss, by listener.",
     }
 }
 
@@ -231,7 +223,7 @@ impl ListenerMetrics {
     /// Adds what a QUIC connection carried since it last reported.
     pub fn quic(&self, worker: usize, counts: &QuicCounts) {
         let slot = self.get(worker);
-        for (a, n) in slot.quic.iter().zip(counts.fields()) {
+        for (a, &n) in slot.quic.iter().zip(counts) {
             if n > 0 {
                 bump(a, n);
             }
@@ -572,27 +564,16 @@ fn quic(o: &mut Exposition, listeners: &[(String, Arc<ListenerMetrics>)]) {
     if rows.is_empty() {
         return;
     }
-    let pairs =
-        [("gatehouse_quic_packets_total", "packets", 0), ("gatehouse_quic_bytes_total", "UDP payload bytes", 2)];
-    for (metric, what, at) in pairs {
-        o.header(metric, "counter", &format!("QUIC {what} sent and received, by listener."));
-        for (name, c, _) in &rows {
-            o.sample(metric, &[("listener", name), ("direction", "sent")], c[at]);
-            o.sample(metric, &[("listener", name), ("direction", "received")], c[at + 1]);
+    for (i, (metric, direction)) in QUIC_SERIES.iter().enumerate() {
+        // A family's samples follow its one header.
+        if i == 0 || QUIC_SERIES[i - 1].0 != *metric {
+            o.header(metric, "counter", quic_help(metric));
         }
-    }
-    let singles = [
-        ("gatehouse_quic_packets_lost_total", "QUIC packets declared lost, by listener.", 4),
-        (
-            "gatehouse_quic_packets_retransmitted_total",
-            "QUIC packets that carried data again after a loss, by listener.",
-            5,
-        ),
-    ];
-    for (metric, help, at) in singles {
-        o.header(metric, "counter", help);
         for (name, c, _) in &rows {
-            o.sample(metric, &[("listener", name)], c[at]);
+            match direction {
+                Some(d) => o.sample(metric, &[("listener", name), ("direction", d)], c[i]),
+                None => o.sample(metric, &[("listener", name)], c[i]),
+            }
         }
     }
     o.header(
@@ -714,8 +695,8 @@ mod tests {
         let m = Metrics::new(2);
         let h3 = m.listener("edge");
         m.listener("plain").accepted(0);
-        let c =
-            QuicCounts { sent: 10, received: 4, sent_bytes: 14_000, received_bytes: 500, lost: 1, retransmitted: 1 };
+        // Sent and received packets, bytes, lost, retransmitted.
+        let c: QuicCounts = [10, 4, 14_000, 500, 1, 1];
         h3.quic(0, &c);
         h3.quic(1, &c);
         h3.quic_closed(0, QuicClose::Error);

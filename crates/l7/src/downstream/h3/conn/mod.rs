@@ -199,7 +199,7 @@ impl Conn {
             readable: Vec::new(),
             last_stream: None,
             sent: Vec::new(),
-            reported: crate::metrics::QuicCounts::default(),
+            reported: [0; 6],
             reported_at: std::time::Instant::now(),
         }
     }
@@ -280,7 +280,7 @@ impl Conn {
             let deadline = self.quic.timeout().map_or(Duration::from_secs(3600), |t| t);
             self.timer.as_mut().reset(tokio::time::Instant::now() + deadline);
             if !progress && !self.ready.any() {
-                self.report(false);
+                self.report();
                 // Armed: the timer, the channel and the slots' wakers.
                 if self.timer.as_mut().poll(cx).is_ready() {
                     continue;

@@ -9,28 +9,18 @@ use crate::h3::frame::code;
 use crate::metrics::{QuicClose, QuicCounts};
 
 /// How often a live connection adds its counters to the listener's.
-pub(super) const REPORT_EVERY: Duration = Duration::from_secs(1);
+const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 impl Conn {
     /// Adds what quiche counted since the last report to the listener's
-    /// metrics, at most once per [`REPORT_EVERY`] unless `force`.
-    pub(super) fn report(&mut self, force: bool) {
-        if !force && self.reported_at.elapsed() < REPORT_EVERY {
+    /// metrics, at most once per [`REPORT_EVERY`].
+    pub(super) fn report(&mut self) {
+        if self.reported_at.elapsed() < REPORT_EVERY {
             return;
         }
         self.reported_at = Instant::now();
-        let st = self.quic.stats();
-        let now = QuicCounts {
-            sent: st.sent as u64,
-            received: st.recv as u64,
-            sent_bytes: st.sent_bytes,
-            received_bytes: st.recv_bytes,
-            lost: st.lost as u64,
-            retransmitted: st.retrans as u64,
-        };
-        let delta = now.since(&self.reported);
-        self.reported = now;
-        if delta != QuicCounts::default()
+        let delta = self.counted_since_report();
+        if delta.iter().any(|n| *n > 0)
             && let Some(l) = self.listener_metrics()
         {
             l.quic(self.worker.id, &delta);
@@ -39,7 +29,7 @@ impl Conn {
 
     /// The last report, and how the connection ended.
     pub(super) fn report_close(&mut self) {
-        self.report(true);
+        let delta = self.counted_since_report();
         let error = |e: &quiche::ConnectionError| (e.is_app, e.error_code);
         let why = close_reason(
             self.quic.is_timed_out(),
@@ -47,9 +37,24 @@ impl Conn {
             self.quic.peer_error().map(error),
         );
         if let Some(l) = self.listener_metrics() {
+            l.quic(self.worker.id, &delta);
             l.quic_closed(self.worker.id, why);
         }
     }
+
+    /// quiche's counters since the last call, in `QUIC_SERIES`'s order.
+    fn counted_since_report(&mut self) -> QuicCounts {
+        let st = self.quic.stats();
+        let now = [st.sent as u64, st.recv as u64, st.sent_bytes, st.recv_bytes, st.lost as u64, st.retrans as u64];
+        let delta = since(&now, &self.reported);
+        self.reported = now;
+        delta
+    }
+}
+
+/// What was counted since `before` (quiche's counters only grow).
+fn since(now: &QuicCounts, before: &QuicCounts) -> QuicCounts {
+    std::array::from_fn(|i| now[i].saturating_sub(before[i]))
 }
 
 /// How a connection ended, from whether its idle timer fired and the
@@ -98,15 +103,11 @@ mod tests {
 
     #[test]
     fn a_report_adds_only_what_came_since_the_last() {
-        let a =
-            QuicCounts { sent: 10, received: 4, sent_bytes: 12_000, received_bytes: 300, lost: 1, retransmitted: 1 };
-        let b =
-            QuicCounts { sent: 25, received: 9, sent_bytes: 30_000, received_bytes: 700, lost: 1, retransmitted: 2 };
-        let d = b.since(&a);
-        assert_eq!(
-            d,
-            QuicCounts { sent: 15, received: 5, sent_bytes: 18_000, received_bytes: 400, lost: 0, retransmitted: 1 }
-        );
-        assert_eq!(a.since(&a), QuicCounts::default());
+        // Sent and received packets, bytes, lost, retransmitted.
+        let a: QuicCounts = [10, 4, 12_000, 300, 1, 1];
+        let b: QuicCounts = [25, 9, 30_000, 700, 1, 2];
+        let d = since(&b, &a);
+        assert_eq!(d, [15, 5, 18_000, 400, 0, 1]);
+        assert_eq!(since(&a, &a), [0; 6]);
     }
 }
