@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Full TLS 1.3 handshakes with the key shares browsers send: Gatehouse
 (its default key_provider, auto, which takes the IFMA lanes where the CPU
-has them; and boring beside it on such a CPU) and Caddy side by side.
+has them and else makes X25519MLKEM768's ML-KEM half in its AVX2 kernels;
+and boring beside it, BoringSSL alone) and Caddy side by side.
 
 Each server answers a GET itself, over TLS 1.3 with an ECDSA P-256
 certificate, pinned to CPU 0 (Gatehouse one worker, Caddy GOMAXPROCS=1).
@@ -40,8 +41,10 @@ CURVES = ("x25519mlkem768", "x25519")
 # X25519 paced to the handshakes/s Gatehouse served X25519MLKEM768 at.
 PACED = "x25519, paced to the X25519MLKEM768 rate"
 # Gatehouse as users get it: key_provider auto, named by what auto takes on
-# this CPU (the lanes with IFMA, BoringSSL without).
-MAIN = "gatehouse mb" if B.ifma() else "gatehouse boring"
+# this CPU (the lanes with IFMA; without, the ML-KEM kernels in AVX2, and
+# BoringSSL alone on a CPU without AVX2).
+AVX2 = " avx2 " in " " + next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "") + " "
+MAIN = "gatehouse mb" if B.ifma() else "gatehouse simd" if AVX2 else "gatehouse boring"
 
 
 def caddy(d, port, crt, key):
@@ -49,8 +52,8 @@ def caddy(d, port, crt, key):
 
 
 SERVERS = {MAIN: lambda d, p, c, k: B.gatehouse_tls(d, p, c, k, "1.3", "ecdsa", "auto")}
-if B.ifma():
-    # BoringSSL beside the lanes; without IFMA, auto is this already.
+if MAIN != "gatehouse boring":
+    # BoringSSL beside Gatehouse's kernels; without AVX2, auto is this already.
     SERVERS["gatehouse boring"] = lambda d, p, c, k: B.gatehouse_tls(d, p, c, k, "1.3", "ecdsa", "boring")
 SERVERS["caddy"] = caddy
 

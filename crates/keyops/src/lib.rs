@@ -120,6 +120,48 @@ pub fn resolve(choice: KeyProvider) -> Result<Engine, KeyError> {
     }
 }
 
+/// Where the TLS 1.3 key shares of a certificate's handshakes are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shares {
+    /// X25519 and X25519MLKEM768 in the worker's IFMA lanes, batched
+    /// ([`share::start`]): the provider resolved to `mb`.
+    Lanes,
+    /// X25519MLKEM768 at once, its ML-KEM-768 half in this CPU's vector
+    /// kernels (`mbx::mlkem`: AVX2 on a CPU without AVX-512) and its X25519
+    /// half in BoringSSL ([`share::compute_now`]); other groups in
+    /// BoringSSL: `auto` on a CPU without IFMA.
+    Kem,
+    /// Every share in BoringSSL's handshake: `boring`, or a CPU without AVX2.
+    Boring,
+}
+
+impl Shares {
+    /// Where shares go for a provider `choice` that resolved to `engine`.
+    pub fn place(choice: KeyProvider, engine: Engine) -> Shares {
+        match (engine, choice) {
+            (Engine::Mb, _) => Shares::Lanes,
+            (Engine::Boring, KeyProvider::Auto) if mbx::mlkem::available() => Shares::Kem,
+            (Engine::Boring, _) => Shares::Boring,
+        }
+    }
+
+    /// The vector kernels of [`Shares::Kem`] on this CPU: `"avx2"` or
+    /// `"avx512"` (`"-"`: none).
+    pub fn kernels() -> &'static str {
+        mbx::mlkem::engine().unwrap_or("-")
+    }
+
+    /// The `engine` label of `gatehouse_tls_key_shares_total` for a share
+    /// made here and taken by BoringSSL ([`Shares::Boring`]: one it made).
+    pub fn name(self) -> &'static str {
+        match self {
+            Shares::Lanes => "mb",
+            Shares::Kem => "simd",
+            Shares::Boring => "boring",
+        }
+    }
+}
+
 /// A TLS signature scheme for an RSA key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RsaScheme {

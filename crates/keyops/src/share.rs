@@ -14,7 +14,9 @@
 
 use std::future::Future;
 
+use boring::derive::Deriver;
 use boring::mlkem::{Algorithm, MlKemPublicKey};
+use boring::pkey::{Id, PKey};
 use zeroize::Zeroizing;
 
 use gatehouse_mbx as mbx;
@@ -109,6 +111,55 @@ pub fn start(group: u16, peer: &[u8]) -> Option<impl Future<Output = Result<Shar
     })
 }
 
+/// The X25519MLKEM768 share computed at once, without the batcher (for
+/// [`crate::Shares::Kem`]): the ML-KEM-768 encapsulation in this CPU's
+/// vector kernels, the X25519 half in BoringSSL. BoringSSL's own ML-KEM is
+/// the larger part of a post-quantum handshake's extra cost on a CPU
+/// without AVX-512 (docs/BENCHMARKS.md). `None` for another group, a CPU
+/// without the kernels, or a malformed or small-order client share:
+/// BoringSSL then handles it (and refuses what is malformed, with the
+/// right alert).
+pub fn compute_now(group: u16, peer: &[u8]) -> Option<Share> {
+    if group != X25519_MLKEM768 || peer.len() != mbx::mlkem::PUBLIC_KEY_BYTES + 32 || !mbx::mlkem::available() {
+        return None;
+    }
+    let (kem_key, x_peer) = peer.split_at(mbx::mlkem::PUBLIC_KEY_BYTES);
+    let mut entropy = Zeroizing::new([0u8; 32]);
+    boring::rand::rand_bytes(&mut entropy[..]).ok()?;
+    let mut ciphertext = vec![0u8; mbx::mlkem::CIPHERTEXT_BYTES + 32];
+    let mut secret = Zeroizing::new(vec![0u8; 64]);
+    {
+        let (ct, _) = ciphertext.split_at_mut(mbx::mlkem::CIPHERTEXT_BYTES);
+        let (ss, _) = secret.split_at_mut(mbx::mlkem::SECRET_BYTES);
+        let mut op = [mbx::mlkem::EncapOp {
+            public_key: kem_key,
+            entropy: &entropy,
+            ciphertext: ct.try_into().ok()?,
+            secret: ss.try_into().ok()?,
+        }];
+        mbx::mlkem::encapsulate_batch(&mut op).first()?.ok()?;
+    }
+    // X25519 as BoringSSL's own share makes it; the derivation refuses a
+    // small-order point (an all-zero secret).
+    let key = PKey::generate(Id::X25519).ok()?;
+    let public = key.raw_public_key(&mut ciphertext[mbx::mlkem::CIPHERTEXT_BYTES..]).ok()?;
+    let theirs = PKey::public_key_from_der(&x25519_spki(x_peer.try_into().ok()?)).ok()?;
+    let mut deriver = Deriver::new(&key).ok()?;
+    deriver.set_peer(&theirs).ok()?;
+    let n = deriver.derive(&mut secret[mbx::mlkem::SECRET_BYTES..]).ok()?;
+    (public.len() == 32 && n == 32).then_some(Share { group, ciphertext, secret })
+}
+
+/// An X25519 public key as a SubjectPublicKeyInfo (RFC 8410), the form
+/// in which `boring` takes a peer's raw key.
+fn x25519_spki(key: &[u8; 32]) -> [u8; 44] {
+    const PREFIX: [u8; 12] = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x03, 0x21, 0x00];
+    let mut der = [0u8; 44];
+    der[..12].copy_from_slice(&PREFIX);
+    der[12..].copy_from_slice(key);
+    der
+}
+
 impl Share {
     /// The hints in BoringSSL's serialized form (`ssl/handoff.cc`):
     /// `SEQUENCE { [1] IMPLICIT SEQUENCE { INTEGER group, OCTET STRING
@@ -201,5 +252,56 @@ mod tests {
         assert_eq!(&der[4..8], &[0xa1, 0x82, 0x04, 0xaa]);
         assert_eq!(&der[8..12], &[0x02, 0x02, 0x11, 0xec]);
         assert_eq!(der.len(), 4 + 4 + 4 + 4 + 1120 + 2 + 64);
+    }
+
+    /// The client's side of X25519MLKEM768 takes the share made at once
+    /// to the same secret: its ML-KEM key decapsulates the ciphertext, its
+    /// X25519 key agrees with the server's public half.
+    #[test]
+    fn a_share_made_at_once_is_the_one_the_client_agrees_on() {
+        use boring::mlkem::MlKemPrivateKey;
+        if !mbx::mlkem::available() {
+            return;
+        }
+        for _ in 0..20 {
+            let (kem_public, kem_private) = MlKemPrivateKey::generate(Algorithm::MlKem768).expect("ML-KEM key");
+            let x_private = PKey::generate(Id::X25519).expect("X25519 key");
+            let mut x_public = [0u8; 32];
+            x_private.raw_public_key(&mut x_public).expect("raw public key");
+            let mut peer = kem_public.as_bytes().to_vec();
+            peer.extend_from_slice(&x_public);
+            let share = compute_now(X25519_MLKEM768, &peer).expect("share");
+            assert_eq!((share.group, share.ciphertext.len(), share.secret.len()), (X25519_MLKEM768, 1120, 64));
+            let (ct, server_x) = share.ciphertext.split_at(mbx::mlkem::CIPHERTEXT_BYTES);
+            assert_eq!(&kem_private.decapsulate(ct).expect("decapsulate")[..], &share.secret[..32]);
+            let server = PKey::public_key_from_der(&x25519_spki(server_x.try_into().expect("32 bytes"))).expect("key");
+            let mut d = Deriver::new(&x_private).expect("deriver");
+            d.set_peer(&server).expect("peer");
+            assert_eq!(d.derive_to_vec().expect("derive"), &share.secret[32..]);
+        }
+    }
+
+    /// What the at-once share leaves to BoringSSL: another group, a share
+    /// of the wrong length, an ML-KEM key with a coefficient not below q,
+    /// and a small-order X25519 point (an all-zero secret).
+    #[test]
+    fn shares_made_at_once_refuse_what_boringssl_should_refuse() {
+        if !mbx::mlkem::available() {
+            return;
+        }
+        let (kem_public, _) = boring::mlkem::MlKemPrivateKey::generate(Algorithm::MlKem768).expect("ML-KEM key");
+        let x_private = PKey::generate(Id::X25519).expect("X25519 key");
+        let mut peer = kem_public.as_bytes().to_vec();
+        peer.extend_from_slice(x_private.raw_public_key(&mut [0u8; 32]).expect("raw public key"));
+        assert!(compute_now(X25519_MLKEM768, &peer).is_some());
+        assert!(compute_now(X25519, &peer[1184..]).is_none());
+        assert!(compute_now(X25519_MLKEM768, &peer[..1215]).is_none());
+        let mut bad_kem = peer.clone();
+        bad_kem[0] = 0xff;
+        bad_kem[1] |= 0x0f;
+        assert!(compute_now(X25519_MLKEM768, &bad_kem).is_none());
+        let mut low_order = peer.clone();
+        low_order[1184..].fill(0);
+        assert!(compute_now(X25519_MLKEM768, &low_order).is_none());
     }
 }

@@ -21,9 +21,9 @@ struct Counters {
     delay_sum_us: AtomicU64,
     faults: AtomicU64,
     timer_flushes: AtomicU64,
-    /// The server's TLS key shares, `[engine][group]` ([`GROUPS`], then
-    /// any other group).
-    key_shares: [[AtomicU64; GROUPS.len() + 1]; 2],
+    /// The server's TLS key shares, `[engine][group]` ([`SHARE_ENGINES`];
+    /// [`GROUPS`], then any other group).
+    key_shares: [[AtomicU64; GROUPS.len() + 1]; SHARE_ENGINES.len()],
 }
 
 /// The kinds of key whose operations the batcher queues: the RSA sizes in
@@ -48,6 +48,9 @@ pub const GROUPS: [(u16, &str); 5] = [
     (0x0018, "P-384"),
     (0x6399, "X25519Kyber768Draft00"),
 ];
+
+/// Where a share was made, in [`Snapshot::key_shares`]' order.
+pub const SHARE_ENGINES: [crate::Shares; 3] = [crate::Shares::Boring, crate::Shares::Lanes, crate::Shares::Kem];
 
 /// The name [`Snapshot::key_shares`] counts `group` under.
 pub fn group_name(index: usize) -> &'static str {
@@ -107,9 +110,9 @@ pub(crate) fn record_timer_flush() {
 
 /// Counts the server's key share of a finished handshake: its group (a TLS
 /// `NamedGroup` code point) and the engine that computed it.
-pub fn record_key_share(group: u16, engine: crate::Engine) {
+pub fn record_key_share(group: u16, engine: crate::Shares) {
     let g = GROUPS.iter().position(|&(id, _)| id == group).unwrap_or(GROUPS.len());
-    let e = usize::from(engine == crate::Engine::Mb);
+    let e = SHARE_ENGINES.iter().position(|&x| x == engine).unwrap_or(0);
     MINE.with(|c| bump(&c.key_shares[e][g], 1));
 }
 
@@ -124,9 +127,9 @@ pub struct Snapshot {
     pub delay_sum_us: u64,
     pub faults: u64,
     pub timer_flushes: u64,
-    /// `[engine][group]`: engine 0 BoringSSL, 1 the multi-buffer lanes;
-    /// groups as [`group_name`] names them.
-    pub key_shares: [[u64; GROUPS.len() + 1]; 2],
+    /// `[engine][group]`: engines as [`SHARE_ENGINES`] orders them, groups
+    /// as [`group_name`] names them.
+    pub key_shares: [[u64; GROUPS.len() + 1]; SHARE_ENGINES.len()],
 }
 
 pub fn snapshot() -> Snapshot {
@@ -172,20 +175,23 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Engine;
+    use crate::Shares;
 
     #[test]
     fn key_shares_are_counted_by_group_and_engine() {
         let before = this_thread();
-        record_key_share(0x11ec, Engine::Boring);
-        record_key_share(0x11ec, Engine::Boring);
-        record_key_share(0x001d, Engine::Mb);
-        record_key_share(0x0019, Engine::Boring); // P-521: not named
+        record_key_share(0x11ec, Shares::Boring);
+        record_key_share(0x11ec, Shares::Boring);
+        record_key_share(0x001d, Shares::Lanes);
+        record_key_share(0x11ec, Shares::Kem);
+        record_key_share(0x0019, Shares::Boring); // P-521: not named
         let after = this_thread();
         let grew = |e: usize, g: usize| after.key_shares[e][g] - before.key_shares[e][g];
         assert_eq!(group_name(1), "X25519MLKEM768");
         assert_eq!(grew(0, 1), 2);
         assert_eq!((group_name(0), grew(1, 0), grew(0, 0)), ("X25519", 1, 0));
         assert_eq!((group_name(GROUPS.len()), grew(0, GROUPS.len())), ("other", 1));
+        assert_eq!((SHARE_ENGINES[2].name(), grew(2, 1), grew(2, 0)), ("simd", 1, 0));
+        assert_eq!((SHARE_ENGINES[0].name(), SHARE_ENGINES[1].name()), ("boring", "mb"));
     }
 }

@@ -621,11 +621,15 @@ fn keyops(o: &mut Exposition) {
     o.header(
         "gatehouse_tls_key_shares_total",
         "counter",
-        "The server's TLS key shares, by group and by the engine that computed them (boring: BoringSSL in the handshake; mb: the multi-buffer lanes).",
+        "The server's TLS key shares, by group and by the engine that computed them (boring: BoringSSL in the handshake; mb: the multi-buffer lanes; simd: ML-KEM-768 in Gatehouse's vector kernels, X25519 in BoringSSL).",
     );
-    for (engine, groups) in ["boring", "mb"].iter().zip(&s.key_shares) {
+    for (engine, groups) in stats::SHARE_ENGINES.iter().zip(&s.key_shares) {
         for (i, n) in groups.iter().enumerate() {
-            o.sample("gatehouse_tls_key_shares_total", &[("group", stats::group_name(i)), ("engine", engine)], n);
+            o.sample(
+                "gatehouse_tls_key_shares_total",
+                &[("group", stats::group_name(i)), ("engine", engine.name())],
+                n,
+            );
         }
     }
 }

@@ -4,7 +4,8 @@
 //! packets at once ([`chacha`]) and Poly1305 across eight ([`poly1305`]),
 //! together the ChaCha20-Poly1305 AEAD as WireGuard uses it ([`aead`]);
 //! X25519 and ECDSA P-256 in IFMA lanes ([`x25519`], [`p256`]); and
-//! ML-KEM-768 encapsulation with SHA-3 in eight Keccak lanes ([`mlkem`]).
+//! ML-KEM-768 encapsulation with SHA-3 in eight Keccak lanes ([`mlkem`]; on
+//! CPUs without AVX-512, four lanes of AVX2).
 //!
 //! The private operation uses the CRT, fixed-window exponentiation with
 //! constant-time table reads and almost Montgomery multiplication; every result

@@ -1,13 +1,16 @@
-//! The TLS 1.3 key share in the worker's IFMA lanes, handed to BoringSSL as
-//! a handshake hint (see `gatehouse_keyops::share`).
+//! The TLS 1.3 key share made ahead of BoringSSL and handed to it as a
+//! handshake hint (see `gatehouse_keyops::share`): in the worker's IFMA
+//! lanes, or for X25519MLKEM768 on a CPU without them, at once with the
+//! ML-KEM-768 half in Gatehouse's vector kernels.
 //!
 //! The listener's certificate-selection callback, which runs before
 //! BoringSSL processes the ClientHello, starts the share when the chosen
 //! certificate's key provider resolves to `mb`, and the handshake waits
 //! (BoringSSL's "pending certificate") until the batch has run: on TCP
-//! through BoringSSL's asynchronous callback, on QUIC through [`drive`]. When the
-//! handshake ends, [`engine_used`] tells whether BoringSSL took the hint,
-//! for `gatehouse_tls_key_shares_total`.
+//! through BoringSSL's asynchronous callback, on QUIC through [`drive`].
+//! Under `auto` without IFMA the callback computes the share itself
+//! ([`compute_now`]). When the handshake ends, [`engine_used`] tells
+//! whether BoringSSL took the hint, for `gatehouse_tls_key_shares_total`.
 
 use std::future::Future;
 use std::sync::{Mutex, OnceLock};
@@ -19,11 +22,11 @@ use boring::ssl::{
     SslContext, SslRef, SslVersion,
 };
 use gatehouse_keyops::share::{self, Share};
-use gatehouse_keyops::{Engine, Error};
+use gatehouse_keyops::{Error, Shares};
 
-/// Per connection: the group whose share was hinted.
-fn hinted_index() -> Index<Ssl, u16> {
-    static INDEX: OnceLock<Index<Ssl, u16>> = OnceLock::new();
+/// Per connection: the group whose share was hinted, and where it was made.
+fn hinted_index() -> Index<Ssl, (u16, Shares)> {
+    static INDEX: OnceLock<Index<Ssl, (u16, Shares)>> = OnceLock::new();
     *INDEX.get_or_init(|| Ssl::new_ex_index().expect("BoringSSL allocates an ex_data index"))
 }
 
@@ -37,31 +40,54 @@ pub fn offers_tls13(hello: &ClientHello<'_>) -> bool {
 /// The share to compute for this ClientHello, if BoringSSL will do TLS 1.3
 /// with X25519 or X25519MLKEM768 and the client sent that share.
 pub fn start(hello: &ClientHello<'_>) -> Option<impl Future<Output = Result<Share, Error>> + Send + use<>> {
+    let (group, peer) = predicted_share(hello)?;
+    share::start(group, peer)
+}
+
+/// The share for this ClientHello made at once (`Shares::Kem`), if
+/// BoringSSL will do TLS 1.3 with X25519MLKEM768 and the client sent it.
+pub fn compute_now(hello: &ClientHello<'_>) -> Option<Share> {
+    let (group, peer) = predicted_share(hello)?;
+    let share = share::compute_now(group, peer);
+    if share.is_none() && group == share::X25519_MLKEM768 {
+        tracing::debug!("X25519MLKEM768 share left to BoringSSL");
+    }
+    share
+}
+
+/// The group BoringSSL will pick and the client's share of it, for a
+/// TLS 1.3 handshake.
+fn predicted_share<'h>(hello: &'h ClientHello<'_>) -> Option<(u16, &'h [u8])> {
     if !offers_tls13(hello) || hello.ssl().max_proto_version() != Some(SslVersion::TLS1_3) {
         return None;
     }
     let group = share::predict(hello.get_extension(ExtensionType::SUPPORTED_GROUPS)?)?;
-    let peer = share::client_share(hello.get_extension(ExtensionType::KEY_SHARE)?, group)?;
-    share::start(group, peer)
+    Some((group, share::client_share(hello.get_extension(ExtensionType::KEY_SHARE)?, group)?))
 }
 
-/// The callback's future: waits for the share (if one was started), then
-/// switches the handshake to its certificate's context `ctx` and hands
-/// BoringSSL the share. A share that failed (a small-order point, a
-/// dropped batch) leaves the computation to BoringSSL.
+/// The callback's future: waits for the share (if one was started in the
+/// lanes: `job`; `now`, one made at once), then switches the handshake to
+/// its certificate's context `ctx` and hands BoringSSL the share. A share
+/// that failed (a small-order point, a dropped batch) leaves the
+/// computation to BoringSSL.
 pub fn finish(
     job: Option<impl Future<Output = Result<Share, Error>> + Send + 'static>,
+    now: Option<Share>,
     ctx: Option<SslContext>,
 ) -> BoxSelectCertFuture {
     Box::pin(async move {
         let share = match job {
-            Some(f) => f.await.inspect_err(|e| tracing::debug!(error = %e, "key share left to BoringSSL")).ok(),
-            None => None,
+            Some(f) => f
+                .await
+                .inspect_err(|e| tracing::debug!(error = %e, "key share left to BoringSSL"))
+                .ok()
+                .map(|s| (s, Shares::Lanes)),
+            None => now.map(|s| (s, Shares::Kem)),
         };
         let finish: BoxSelectCertFinish = Box::new(move |mut hello: ClientHello<'_>| {
             switch_to(hello.ssl_mut(), ctx.as_ref()).ok_or(AsyncSelectCertError)?;
-            if let Some(s) = share {
-                apply(hello.ssl_mut(), &s)?;
+            if let Some((s, place)) = share {
+                apply(hello.ssl_mut(), &s, place)?;
             }
             Ok(())
         });
@@ -79,14 +105,14 @@ pub fn switch_to(ssl: &mut SslRef, ctx: Option<&SslContext>) -> Option<()> {
     Some(())
 }
 
-fn apply(ssl: &mut SslRef, s: &Share) -> Result<(), AsyncSelectCertError> {
+fn apply(ssl: &mut SslRef, s: &Share, place: Shares) -> Result<(), AsyncSelectCertError> {
     if !crate::ssl_ffi::set_handshake_hints(ssl, &s.hints_der()) {
         // BoringSSL parses what share.rs writes; if it ever refuses, the
         // handshake goes on without the hint.
         tracing::warn!(group = s.group, "BoringSSL refused the key-share hint");
         return Ok(());
     }
-    ssl.set_ex_data(hinted_index(), s.group);
+    ssl.set_ex_data(hinted_index(), (s.group, place));
     Ok(())
 }
 
@@ -124,13 +150,11 @@ fn pending_index() -> Index<Ssl, Held> {
     *INDEX.get_or_init(|| Ssl::new_ex_index().expect("BoringSSL allocates an ex_data index"))
 }
 
-/// Which engine computed a finished handshake's key share: the lanes when
-/// BoringSSL used the hint (TLS 1.3, the hinted group).
-pub fn engine_used(ssl: &SslRef) -> Engine {
-    let hinted = ssl.ex_data(hinted_index()).copied();
-    if hinted.is_some() && hinted == ssl.curve() && ssl.version2() == Some(SslVersion::TLS1_3) {
-        Engine::Mb
-    } else {
-        Engine::Boring
+/// Where a finished handshake's key share was made: where the hint was
+/// when BoringSSL used it (TLS 1.3, the hinted group), else BoringSSL.
+pub fn engine_used(ssl: &SslRef) -> Shares {
+    match ssl.ex_data(hinted_index()).copied() {
+        Some((group, place)) if Some(group) == ssl.curve() && ssl.version2() == Some(SslVersion::TLS1_3) => place,
+        _ => Shares::Boring,
     }
 }

@@ -27,7 +27,7 @@ use boring::ssl::{
 use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, SubjectAlternativeName};
 use boring::x509::{X509, X509NameBuilder};
 use gatehouse_config::{Certificate, FieldError, KeyProvider, ListenerTls, TlsVersion};
-use gatehouse_keyops::{EcdsaKey, EcdsaProvider, Engine, KeyMethod, Provider, RsaKey, RsaProvider};
+use gatehouse_keyops::{EcdsaKey, EcdsaProvider, Engine, KeyMethod, Provider, RsaKey, RsaProvider, Shares};
 
 use super::key_share;
 
@@ -45,8 +45,8 @@ pub struct LoadedCert {
     /// `None`: BoringSSL uses the key directly.
     pub provider: Option<Arc<dyn Provider>>,
     /// Where the TLS 1.3 key shares of handshakes with this certificate are
-    /// computed: `key_provider` resolved on this CPU (`mb`: the lanes).
-    pub shares: Engine,
+    /// computed: `key_provider` resolved on this CPU.
+    pub shares: Shares,
 }
 
 /// Loads (or for `self_signed`, generates on first use) every certificate.
@@ -122,20 +122,27 @@ fn unix_seconds(t: &boring::asn1::Asn1TimeRef) -> i64 {
 
 /// The engine for a certificate's key: `None` keeps BoringSSL's own signing
 /// (ECDSA keys, and RSA on `boring`); RSA on `mb` gets a batched provider.
-/// And the engine of its handshakes' key shares.
+/// And where its handshakes' key shares are made.
 fn key_provider(
     c: &Certificate,
     key: &PKey<Private>,
     is_ecdsa: bool,
-) -> Result<(Option<Arc<dyn Provider>>, Engine), TlsError> {
+) -> Result<(Option<Arc<dyn Provider>>, Shares), TlsError> {
     let engine = gatehouse_keyops::resolve(c.key_provider)?;
-    if engine == Engine::Mb {
-        tracing::info!(
+    let shares = Shares::place(c.key_provider, engine);
+    match shares {
+        Shares::Lanes => tracing::info!(
             certificate = %c.name,
             "TLS 1.3 X25519 and X25519MLKEM768 key shares in AVX-512 IFMA lanes, batched per worker"
-        );
+        ),
+        Shares::Kem => tracing::info!(
+            certificate = %c.name,
+            kernels = Shares::kernels(),
+            "TLS 1.3 X25519MLKEM768 key shares: ML-KEM-768 in Gatehouse's vector kernels, X25519 in BoringSSL"
+        ),
+        Shares::Boring => {}
     }
-    Ok((signer(c, key, is_ecdsa, engine)?, engine))
+    Ok((signer(c, key, is_ecdsa, engine)?, shares))
 }
 
 fn signer(
@@ -310,7 +317,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// A certificate's context, and where its handshakes' key shares are made.
-type CertCtx = (SslContext, Engine);
+type CertCtx = (SslContext, Shares);
 
 /// The RSA and/or ECDSA context serving one name.
 #[derive(Clone, Default)]
@@ -520,11 +527,12 @@ fn base_context(
     // and the certificates' contexts have none.
     let selection = move |hello: &mut ClientHello<'_>| {
         let chosen = choose(&table, hello).cloned();
-        let job = match &chosen {
-            Some((_, Engine::Mb)) => key_share::start(hello),
-            _ => None,
+        let (job, now) = match &chosen {
+            Some((_, Shares::Lanes)) => (key_share::start(hello), None),
+            Some((_, Shares::Kem)) => (None, key_share::compute_now(hello)),
+            _ => (None, None),
         };
-        key_share::finish(job, chosen.map(|(ctx, _)| ctx))
+        key_share::finish(job, now, chosen.map(|(ctx, _)| ctx))
     };
     if quic {
         // quiche sets no task waker: the QUIC connection's is handed over

@@ -1,8 +1,9 @@
-//! Keccak-f[1600] in eight lanes of AVX-512, and the SHA-3 sponges ML-KEM
-//! uses (SHA3-256, SHA3-512, SHAKE128, SHAKE256) run as jobs in them.
+//! Keccak-f[1600] in eight lanes of AVX-512 (four of AVX2 on CPUs without
+//! it), and the SHA-3 sponges ML-KEM uses (SHA3-256, SHA3-512, SHAKE128,
+//! SHAKE256) run as jobs in them.
 //!
 //! The state is word-major: `state[w][l]` is word `w` (of 25) of lane `l`,
-//! so one 512-bit register holds one word of all eight sponges. A round
+//! so one register holds one word of all the lanes' sponges. A round
 //! takes 25 rotates, about 30 three-input logic operations (`vpternlogq`)
 //! and a few XORs for all eight, where one sponge alone would take about
 //! 150 scalar operations. [`run`] keeps the lanes busy: each lane has a
@@ -10,8 +11,8 @@
 //! is done, so jobs of different sponges and lengths share permutations
 //! (the 1184-byte key hashes of ML-KEM run beside its matrix streams).
 //!
-//! `unsafe` is the AVX-512 kernel's: intrinsics behind the run-time CPU
-//! check (`super::available`).
+//! `unsafe` is the kernels': intrinsics behind the run-time CPU check
+//! (`super::Cpu::detect`).
 
 #![allow(unsafe_code)]
 
@@ -21,11 +22,12 @@ use zeroize::Zeroize;
 
 use super::Cpu;
 
-/// Sponges run together.
-const LANES: usize = 8;
+/// Sponges run together by each kernel: eight in AVX-512, four in AVX2.
+const LANES_512: usize = 8;
+const LANES_256: usize = 4;
 
-/// Eight sponge states, word-major.
-type State = [[u64; LANES]; 25];
+/// `L` sponge states, word-major.
+type State<const L: usize> = [[u64; L]; 25];
 
 /// The round constants, from the degree-8 LFSR of the Keccak reference.
 const RC: [u64; 24] = {
@@ -46,46 +48,51 @@ const RC: [u64; 24] = {
     rc
 };
 
-/// The permutation on eight states at once.
-#[target_feature(enable = "avx512f")]
-fn permute(state: &mut State) {
-    let mut a: [__m512i; 25] = core::array::from_fn(|w| load(&state[w]));
+/// The 24 rounds on 25 words, each word a register of every lane's word,
+/// in the operations a kernel gives: `xor3` (of three), `xor`, `rol` (by a
+/// constant, once inlined), `chi` (a ^ (!b & c)) and `splat` (a constant
+/// in every lane). Inlined into each kernel, so compiled with its features.
+#[inline(always)]
+fn rounds<W: Copy>(
+    a: &mut [W; 25],
+    xor3: impl Fn(W, W, W) -> W,
+    xor: impl Fn(W, W) -> W,
+    rol: impl Fn(W, u32) -> W,
+    chi: impl Fn(W, W, W) -> W,
+    splat: impl Fn(u64) -> W,
+) {
     for rc in RC {
         // θ: each column's parity, folded into its two neighbours.
-        let c: [__m512i; 5] = core::array::from_fn(|x| {
-            let t = _mm512_ternarylogic_epi64::<0x96>(a[x], a[x + 5], a[x + 10]);
-            _mm512_ternarylogic_epi64::<0x96>(t, a[x + 15], a[x + 20])
-        });
-        let d: [__m512i; 5] =
-            core::array::from_fn(|x| _mm512_xor_si512(c[(x + 4) % 5], _mm512_rol_epi64::<1>(c[(x + 1) % 5])));
+        let c: [W; 5] = core::array::from_fn(|x| xor3(xor3(a[x], a[x + 5], a[x + 10]), a[x + 15], a[x + 20]));
+        let d: [W; 5] = core::array::from_fn(|x| xor(c[(x + 4) % 5], rol(c[(x + 1) % 5], 1)));
         // ρ and π: word x + 5y rotated into place y + 5·((2x + 3y) mod 5)
         // (rotations from the reference's (t + 1)(t + 2)/2 walk), then χ.
-        let b0 = _mm512_xor_si512(a[0], d[0]);
-        let b10 = _mm512_rol_epi64::<1>(_mm512_xor_si512(a[1], d[1]));
-        let b20 = _mm512_rol_epi64::<62>(_mm512_xor_si512(a[2], d[2]));
-        let b5 = _mm512_rol_epi64::<28>(_mm512_xor_si512(a[3], d[3]));
-        let b15 = _mm512_rol_epi64::<27>(_mm512_xor_si512(a[4], d[4]));
-        let b16 = _mm512_rol_epi64::<36>(_mm512_xor_si512(a[5], d[0]));
-        let b1 = _mm512_rol_epi64::<44>(_mm512_xor_si512(a[6], d[1]));
-        let b11 = _mm512_rol_epi64::<6>(_mm512_xor_si512(a[7], d[2]));
-        let b21 = _mm512_rol_epi64::<55>(_mm512_xor_si512(a[8], d[3]));
-        let b6 = _mm512_rol_epi64::<20>(_mm512_xor_si512(a[9], d[4]));
-        let b7 = _mm512_rol_epi64::<3>(_mm512_xor_si512(a[10], d[0]));
-        let b17 = _mm512_rol_epi64::<10>(_mm512_xor_si512(a[11], d[1]));
-        let b2 = _mm512_rol_epi64::<43>(_mm512_xor_si512(a[12], d[2]));
-        let b12 = _mm512_rol_epi64::<25>(_mm512_xor_si512(a[13], d[3]));
-        let b22 = _mm512_rol_epi64::<39>(_mm512_xor_si512(a[14], d[4]));
-        let b23 = _mm512_rol_epi64::<41>(_mm512_xor_si512(a[15], d[0]));
-        let b8 = _mm512_rol_epi64::<45>(_mm512_xor_si512(a[16], d[1]));
-        let b18 = _mm512_rol_epi64::<15>(_mm512_xor_si512(a[17], d[2]));
-        let b3 = _mm512_rol_epi64::<21>(_mm512_xor_si512(a[18], d[3]));
-        let b13 = _mm512_rol_epi64::<8>(_mm512_xor_si512(a[19], d[4]));
-        let b14 = _mm512_rol_epi64::<18>(_mm512_xor_si512(a[20], d[0]));
-        let b24 = _mm512_rol_epi64::<2>(_mm512_xor_si512(a[21], d[1]));
-        let b9 = _mm512_rol_epi64::<61>(_mm512_xor_si512(a[22], d[2]));
-        let b19 = _mm512_rol_epi64::<56>(_mm512_xor_si512(a[23], d[3]));
-        let b4 = _mm512_rol_epi64::<14>(_mm512_xor_si512(a[24], d[4]));
-        a = [
+        let b0 = xor(a[0], d[0]);
+        let b10 = rol(xor(a[1], d[1]), 1);
+        let b20 = rol(xor(a[2], d[2]), 62);
+        let b5 = rol(xor(a[3], d[3]), 28);
+        let b15 = rol(xor(a[4], d[4]), 27);
+        let b16 = rol(xor(a[5], d[0]), 36);
+        let b1 = rol(xor(a[6], d[1]), 44);
+        let b11 = rol(xor(a[7], d[2]), 6);
+        let b21 = rol(xor(a[8], d[3]), 55);
+        let b6 = rol(xor(a[9], d[4]), 20);
+        let b7 = rol(xor(a[10], d[0]), 3);
+        let b17 = rol(xor(a[11], d[1]), 10);
+        let b2 = rol(xor(a[12], d[2]), 43);
+        let b12 = rol(xor(a[13], d[3]), 25);
+        let b22 = rol(xor(a[14], d[4]), 39);
+        let b23 = rol(xor(a[15], d[0]), 41);
+        let b8 = rol(xor(a[16], d[1]), 45);
+        let b18 = rol(xor(a[17], d[2]), 15);
+        let b3 = rol(xor(a[18], d[3]), 21);
+        let b13 = rol(xor(a[19], d[4]), 8);
+        let b14 = rol(xor(a[20], d[0]), 18);
+        let b24 = rol(xor(a[21], d[1]), 2);
+        let b9 = rol(xor(a[22], d[2]), 61);
+        let b19 = rol(xor(a[23], d[3]), 56);
+        let b4 = rol(xor(a[24], d[4]), 14);
+        *a = [
             chi(b0, b1, b2),
             chi(b1, b2, b3),
             chi(b2, b3, b4),
@@ -113,32 +120,50 @@ fn permute(state: &mut State) {
             chi(b24, b20, b21),
         ];
         // ι.
-        a[0] = _mm512_xor_si512(a[0], _mm512_set1_epi64(rc as i64));
-    }
-    for w in 0..25 {
-        store(&mut state[w], a[w]);
+        a[0] = xor(a[0], splat(rc));
     }
 }
 
-/// χ for one word: a ^ (!b & c), one ternary operation (truth table 0xd2).
-#[inline]
+/// The permutation on eight states at once, one 512-bit register a word:
+/// a round is 25 rotates, about 30 three-input logic operations
+/// (`vpternlogq`: 0x96 is a three-way XOR, 0xd2 is χ) and a few XORs.
 #[target_feature(enable = "avx512f")]
-fn chi(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
-    _mm512_ternarylogic_epi64::<0xd2>(a, b, c)
+fn permute_avx512(state: &mut State<LANES_512>) {
+    // SAFETY (both): each word is 64 bytes, read and written unaligned.
+    let mut a: [__m512i; 25] = core::array::from_fn(|w| unsafe { _mm512_loadu_si512(state[w].as_ptr().cast()) });
+    rounds(
+        &mut a,
+        |x, y, z| _mm512_ternarylogic_epi64::<0x96>(x, y, z),
+        |x, y| _mm512_xor_si512(x, y),
+        |x, n| _mm512_rolv_epi64(x, _mm512_set1_epi64(i64::from(n))),
+        |x, y, z| _mm512_ternarylogic_epi64::<0xd2>(x, y, z),
+        |c| _mm512_set1_epi64(c as i64),
+    );
+    for (w, v) in state.iter_mut().zip(a) {
+        unsafe { _mm512_storeu_si512(w.as_mut_ptr().cast(), v) };
+    }
 }
 
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn load(w: &[u64; LANES]) -> __m512i {
-    // SAFETY: `w` is 64 readable bytes; the load is unaligned.
-    unsafe { _mm512_loadu_si512(w.as_ptr().cast()) }
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn store(w: &mut [u64; LANES], v: __m512i) {
-    // SAFETY: `w` is 64 writable bytes; the store is unaligned.
-    unsafe { _mm512_storeu_si512(w.as_mut_ptr().cast(), v) }
+/// The permutation on four states at once in AVX2 (CPUs without
+/// AVX-512): rotates as two shifts and an OR, χ as an AND-NOT and an XOR.
+#[target_feature(enable = "avx2")]
+fn permute_avx2(state: &mut State<LANES_256>) {
+    // SAFETY (both): each word is 32 bytes, read and written unaligned.
+    let mut a: [__m256i; 25] = core::array::from_fn(|w| unsafe { _mm256_loadu_si256(state[w].as_ptr().cast()) });
+    rounds(
+        &mut a,
+        |x, y, z| _mm256_xor_si256(_mm256_xor_si256(x, y), z),
+        |x, y| _mm256_xor_si256(x, y),
+        |x, n| {
+            let (l, r) = (_mm_cvtsi32_si128(n as i32), _mm_cvtsi32_si128(64 - n as i32));
+            _mm256_or_si256(_mm256_sll_epi64(x, l), _mm256_srl_epi64(x, r))
+        },
+        |x, y, z| _mm256_xor_si256(x, _mm256_andnot_si256(y, z)),
+        |c| _mm256_set1_epi64x(c as i64),
+    );
+    for (w, v) in state.iter_mut().zip(a) {
+        unsafe { _mm256_storeu_si256(w.as_mut_ptr().cast(), v) };
+    }
 }
 
 /// A SHA-3 sponge: its rate in bytes and the padding's first byte (the
@@ -171,17 +196,21 @@ enum Step {
 }
 
 /// Runs every job, each in a lane of its own, eight lanes to a
-/// permutation: a lane that finishes takes the next job at once, so jobs
-/// of any sponge and any length share permutations.
-pub(crate) fn run(_: Cpu, jobs: &mut [Job<'_>]) {
-    // SAFETY: a `Cpu` exists only where `available()` held, AVX-512F included.
-    unsafe { run_avx512(jobs) }
+/// permutation (four in AVX2): a lane that finishes takes the next job at
+/// once, so jobs of any sponge and any length share permutations.
+pub(crate) fn run(cpu: Cpu, jobs: &mut [Job<'_>]) {
+    match cpu {
+        // SAFETY: an `Avx512` exists only where `available()` found AVX-512F.
+        Cpu::Avx512(_) => run_lanes::<LANES_512>(jobs, |s| unsafe { permute_avx512(s) }),
+        // SAFETY: an `Avx2` exists only where the CPU check found AVX2.
+        Cpu::Avx2(_) => run_lanes::<LANES_256>(jobs, |s| unsafe { permute_avx2(s) }),
+    }
 }
 
-#[target_feature(enable = "avx512f")]
-fn run_avx512(jobs: &mut [Job<'_>]) {
-    let mut state: State = [[0; LANES]; 25];
-    let mut lanes = [Step::Idle; LANES];
+#[inline(always)]
+fn run_lanes<const L: usize>(jobs: &mut [Job<'_>], mut permute: impl FnMut(&mut State<L>)) {
+    let mut state: State<L> = [[0; L]; 25];
+    let mut lanes = [Step::Idle; L];
     let mut queued = 0;
     loop {
         // Idle lanes take the next jobs; absorbing lanes take in a block.
@@ -225,7 +254,7 @@ fn run_avx512(jobs: &mut [Job<'_>]) {
 /// XORs block `b` of the job's input (the last one padded) into lane `l`,
 /// word by word: no copy of the input (which may be secret) is made.
 #[inline]
-fn absorb_block(state: &mut State, l: usize, job: &Job<'_>, b: usize) {
+fn absorb_block<const L: usize>(state: &mut State<L>, l: usize, job: &Job<'_>, b: usize) {
     let rate = job.sponge.rate;
     let from = b * rate;
     let end = (from + rate).min(job.input.len());
@@ -249,7 +278,7 @@ fn absorb_block(state: &mut State, l: usize, job: &Job<'_>, b: usize) {
 
 /// Copies the first `out.len()` bytes (at most a rate) of lane `l` out.
 #[inline]
-fn squeeze_block(state: &State, l: usize, out: &mut [u8]) {
+fn squeeze_block<const L: usize>(state: &State<L>, l: usize, out: &mut [u8]) {
     let last = (out.len() / 8).min(24);
     let mut words = out.chunks_exact_mut(8);
     for (w, chunk) in (&mut words).enumerate() {

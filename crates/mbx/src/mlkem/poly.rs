@@ -257,6 +257,76 @@ fn compress(x: u16, d: u32) -> u64 {
     ((n * M) >> 35) & ((1 << d) - 1)
 }
 
+/// SampleNTT's candidates of `tail` (a stream's last bytes, fewer than a
+/// kernel takes at once) one by one into `buf` from `n` on; the new count.
+pub(crate) fn sample_tail(tail: &[u8], buf: &mut [i16], mut n: usize) -> usize {
+    for b in tail.chunks_exact(3) {
+        for d in [u16::from(b[0]) | (u16::from(b[1] & 0x0f) << 8), u16::from(b[1] >> 4) | (u16::from(b[2]) << 4)] {
+            if d < Q as u16 && n < N {
+                buf[n] = d as i16;
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The transforms of a kernel, for [`encrypt`].
+pub(crate) trait Transform: Copy {
+    fn ntt(self, p: &mut Poly);
+    fn inv_ntt(self, p: &mut Poly);
+}
+
+/// K-PKE.Encrypt (FIPS 203 Algorithm 14) with the matrix expanded and the
+/// noise bytes drawn: u = NTT⁻¹(Âᵀ∘r̂) + e₁, v = NTT⁻¹(t̂ᵀ∘r̂) + e₂ + μ.
+/// Inlined into each kernel's target-feature function, so that the
+/// arithmetic here is vectorized for its CPU.
+#[inline(always)]
+pub(crate) fn encrypt(
+    x: impl Transform,
+    t: &[Poly; K],
+    matrix: &[Poly],
+    m: &[u8; 32],
+    coins: &[[u8; 128]],
+    out: &mut [u8; 1088],
+) {
+    use zeroize::Zeroize;
+    let mut r = [Poly::default(); K];
+    for (p, bytes) in r.iter_mut().zip(&coins[..K]) {
+        *p = Poly::cbd2(bytes);
+        x.ntt(p);
+    }
+    let (c1, c2) = out.split_at_mut(K * 320);
+    for (i, chunk) in c1.chunks_exact_mut(320).enumerate() {
+        let mut u = Poly::default();
+        for (j, rj) in r.iter().enumerate() {
+            u.add_product(&matrix[i * K + j], rj);
+        }
+        u.reduce();
+        x.inv_ntt(&mut u);
+        let mut e1 = Poly::cbd2(&coins[K + i]);
+        u.add(&e1);
+        u.compress10(chunk);
+        u.zeroize();
+        e1.zeroize();
+    }
+    let mut v = Poly::default();
+    for (tj, rj) in t.iter().zip(&r) {
+        v.add_product(tj, rj);
+    }
+    v.reduce();
+    x.inv_ntt(&mut v);
+    let mut e2 = Poly::cbd2(&coins[2 * K]);
+    let mut mu = Poly::from_message(m);
+    v.add(&e2);
+    v.add(&mu);
+    v.compress4(c2);
+    r.zeroize();
+    v.zeroize();
+    e2.zeroize();
+    mu.zeroize();
+}
+
 /// SampleNTT (Algorithm 7): coefficients below q from a SHAKE128 stream of
 /// the public seed, three bytes for two candidates. Returns how many it
 /// found (256 when `stream` sufficed). The plain form of
@@ -279,6 +349,74 @@ pub(crate) fn sample_ntt(stream: &[u8], out: &mut Poly) -> usize {
     }
     out.0.copy_from_slice(&buf[..N]);
     n.min(N)
+}
+
+/// The checks each kernel's tests run against the plain code above, on
+/// random inputs: the same outputs, bit for bit.
+#[cfg(test)]
+pub(crate) mod check {
+    use super::*;
+
+    /// Both transforms, on inputs as the encryption feeds them: small
+    /// noise, or reduced sums.
+    pub(crate) fn transforms(seed: u64, ntt: impl Fn(&mut Poly), inv_ntt: impl Fn(&mut Poly)) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        for round in 0..2000 {
+            let mut p = Poly::default();
+            let bound = if round % 2 == 0 { 3 } else { Q / 2 + 1 };
+            p.0.iter_mut().for_each(|c| *c = rng.i16(-bound + 1..bound));
+            let (mut want, mut got) = (p, p);
+            want.ntt();
+            ntt(&mut got);
+            assert_eq!(want.0, got.0, "forward, round {round}");
+            want.inv_ntt();
+            inv_ntt(&mut got);
+            assert_eq!(want.0, got.0, "inverse, round {round}");
+        }
+    }
+
+    /// ByteDecode₁₂ with its modulus check: valid encodings, random bytes,
+    /// and encodings with one value exactly q.
+    pub(crate) fn decoding(seed: u64, decode: impl Fn(&[u8; 384]) -> Option<Poly>) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let encode = |x: u16, y: u16| [x as u8, (x >> 8) as u8 | (y << 4) as u8, (y >> 4) as u8];
+        for round in 0..500 {
+            let mut bytes = [0u8; 384];
+            rng.fill(&mut bytes);
+            if round % 2 == 0 {
+                for b in bytes.chunks_exact_mut(3) {
+                    b.copy_from_slice(&encode(rng.u16(0..Q as u16), rng.u16(0..Q as u16)));
+                }
+            }
+            if round % 4 == 2 {
+                let t = rng.usize(..128);
+                let pair = if rng.bool() { (Q as u16, 0) } else { (0, Q as u16) };
+                bytes[3 * t..3 * t + 3].copy_from_slice(&encode(pair.0, pair.1));
+            }
+            let want = Poly::decode12(&bytes).map(|p| p.0);
+            assert_eq!(want.is_some(), round % 4 == 0, "round {round}");
+            assert_eq!(decode(&bytes).map(|p| p.0), want, "round {round}");
+        }
+    }
+
+    /// SampleNTT on streams of many lengths, some with many values at or
+    /// above q so that they run short.
+    pub(crate) fn sampling(seed: u64, sample: impl Fn(&[u8], &mut Poly) -> usize) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        for len in [504, 168, 480, 510, 840, 24, 27] {
+            for _ in 0..200 {
+                let mut stream = vec![0u8; len];
+                rng.fill(&mut stream);
+                if rng.bool() {
+                    stream.iter_mut().skip(1).step_by(2).for_each(|b| *b = 0xff);
+                }
+                let (mut want, mut got) = (Poly::default(), Poly::default());
+                let n = sample_ntt(&stream, &mut want);
+                assert_eq!(n, sample(&stream, &mut got), "length {len}");
+                assert_eq!(want.0[..n], got.0[..n]);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

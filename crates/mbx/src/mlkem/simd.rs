@@ -20,10 +20,8 @@
 
 use core::arch::x86_64::*;
 
-use zeroize::Zeroize;
-
-use super::Cpu;
-use super::poly::{BARRETT_V, INV_SCALE, K, N, Poly, Q, QINV, ZETAS};
+use super::Avx512;
+use super::poly::{self, BARRETT_V, INV_SCALE, K, N, Poly, Q, QINV, ZETAS};
 
 /// For a layer of butterflies of span `len` (2 to 16) on 64 coefficients
 /// (two registers, a ‖ b): which of the 64 each lane of the low and of
@@ -94,69 +92,11 @@ const fn twiddle_table(inverse: bool) -> [[[i16; 32]; 4]; 4] {
 const FORWARD: [[[i16; 32]; 4]; 4] = twiddle_table(false);
 const INVERSE: [[[i16; 32]; 4]; 4] = twiddle_table(true);
 
-type V = __m512i;
-
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn vec(x: &[i16; 32]) -> V {
-    // SAFETY: `x` is 64 readable bytes; the load is unaligned.
-    unsafe { _mm512_loadu_si512(x.as_ptr().cast()) }
-}
-
-/// b·ζ·R⁻¹ mod q per lane, with ζ·q⁻¹ mod 2^16 given (`zq`).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn fqmul(b: V, z: V, zq: V) -> V {
-    let hi = _mm512_mulhi_epi16(b, z);
-    let t = _mm512_mulhi_epi16(_mm512_mullo_epi16(b, zq), _mm512_set1_epi16(Q));
-    _mm512_sub_epi16(hi, t)
-}
-
-/// ζ·q⁻¹ mod 2^16 per lane.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn qinv(z: V) -> V {
-    _mm512_mullo_epi16(z, _mm512_set1_epi16(QINV))
-}
-
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn barrett(a: V) -> V {
-    let t = _mm512_mulhi_epi16(a, _mm512_set1_epi16(BARRETT_V));
-    let t = _mm512_srai_epi16::<10>(_mm512_add_epi16(t, _mm512_set1_epi16(512)));
-    _mm512_sub_epi16(a, _mm512_mullo_epi16(t, _mm512_set1_epi16(Q)))
-}
-
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn load(p: &Poly) -> [V; 8] {
-    // SAFETY: each load reads 64 bytes inside the 512-byte array.
-    core::array::from_fn(|i| unsafe { _mm512_loadu_si512(p.0.as_ptr().add(32 * i).cast()) })
-}
-
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn store(p: &mut Poly, v: [V; 8]) {
-    for (i, x) in v.into_iter().enumerate() {
-        // SAFETY: each store writes 64 bytes inside the 512-byte array.
-        unsafe { _mm512_storeu_si512(p.0.as_mut_ptr().add(32 * i).cast(), x) };
-    }
-}
-
-/// Forward butterfly: (a, b) ← (a + ζb, a − ζb).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn ct(a: V, b: V, z: V) -> (V, V) {
-    let t = fqmul(b, z, qinv(z));
-    (_mm512_add_epi16(a, t), _mm512_sub_epi16(a, t))
-}
-
-/// Inverse butterfly: (a, b) ← (barrett(a + b), ζ(b − a)).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-fn gs(a: V, b: V, z: V) -> (V, V) {
-    let sum = barrett(_mm512_add_epi16(a, b));
-    (sum, fqmul(_mm512_sub_epi16(b, a), z, qinv(z)))
+lane_arithmetic! {
+    features: "avx512f,avx512bw", register: __m512i, lanes: 32, regs: 8,
+    loadu: _mm512_loadu_si512, storeu: _mm512_storeu_si512, set1: _mm512_set1_epi16,
+    add: _mm512_add_epi16, sub: _mm512_sub_epi16, mulhi: _mm512_mulhi_epi16, mullo: _mm512_mullo_epi16,
+    srai: _mm512_srai_epi16
 }
 
 /// A layer of span below 32 on the register pair (x, y).
@@ -254,7 +194,7 @@ fn unpack12(chunk: &[u8], windows: V, shifts: V, mask12: V) -> V {
 /// ByteDecode₁₂ of 384 bytes as [`Poly::decode12`]: `None` if a value is
 /// not below q.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-fn decode12_avx512(bytes: &[u8; 384]) -> Option<Poly> {
+fn decode12_kernel(bytes: &[u8; 384]) -> Option<Poly> {
     // SAFETY: `WINDOWS` is 64 readable bytes.
     let windows = unsafe { _mm512_loadu_epi8(WINDOWS.as_ptr().cast()) };
     let (shifts, mask12) = (_mm512_set1_epi32(0x0004_0000), _mm512_set1_epi16(0x0fff));
@@ -267,12 +207,6 @@ fn decode12_avx512(bytes: &[u8; 384]) -> Option<Poly> {
         unsafe { _mm512_storeu_si512(p.0.as_mut_ptr().add(32 * i).cast(), d) };
     }
     (bad == 0).then_some(p)
-}
-
-/// [`decode12_avx512`] from code without the target features.
-pub(crate) fn decode12(_: Cpu, bytes: &[u8; 384]) -> Option<Poly> {
-    // SAFETY: a `Cpu` exists only where `available()` held.
-    unsafe { decode12_avx512(bytes) }
 }
 
 /// SampleNTT as [`super::poly::sample_ntt`]: 32 candidates from each 48
@@ -303,141 +237,24 @@ fn sample_ntt(stream: &[u8], out: &mut Poly) -> usize {
         n += keep.count_ones() as usize;
     }
     // A tail shorter than 48 bytes: candidate by candidate.
-    let tail = stream.len() / 48 * 48;
-    for b in stream[tail..].chunks_exact(3) {
-        for d in [u16::from(b[0]) | (u16::from(b[1] & 0x0f) << 8), u16::from(b[1] >> 4) | (u16::from(b[2]) << 4)] {
-            if d < Q as u16 && n < N {
-                buf[n] = d as i16;
-                n += 1;
-            }
-        }
-    }
+    n = poly::sample_tail(&stream[stream.len() / 48 * 48..], &mut buf, n);
     out.0.copy_from_slice(&buf[..N]);
     n.min(N)
 }
 
-/// [`sample_ntt`] from code without the target features.
-pub(crate) fn sample(_: Cpu, stream: &[u8], out: &mut Poly) -> usize {
-    // SAFETY: a `Cpu` exists only where `available()` held.
-    unsafe { sample_ntt(stream, out) }
-}
-
-/// K-PKE.Encrypt into `out`; see [`encrypt_avx512`].
-pub(crate) fn encrypt(_: Cpu, t: &[Poly; K], matrix: &[Poly], m: &[u8; 32], coins: &[[u8; 128]], out: &mut [u8; 1088]) {
-    // SAFETY: a `Cpu` exists only where `available()` held.
-    unsafe { encrypt_avx512(t, matrix, m, coins, out) }
-}
-
-/// K-PKE.Encrypt (FIPS 203 Algorithm 14) with the matrix expanded and the
-/// noise bytes drawn: u = NTT⁻¹(Âᵀ∘r̂) + e₁, v = NTT⁻¹(t̂ᵀ∘r̂) + e₂ + μ.
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2")]
-fn encrypt_avx512(t: &[Poly; K], matrix: &[Poly], m: &[u8; 32], coins: &[[u8; 128]], out: &mut [u8; 1088]) {
-    let mut r = [Poly::default(); K];
-    for (p, bytes) in r.iter_mut().zip(&coins[..K]) {
-        *p = Poly::cbd2(bytes);
-        ntt(p);
-    }
-    let (c1, c2) = out.split_at_mut(K * 320);
-    for (i, chunk) in c1.chunks_exact_mut(320).enumerate() {
-        let mut u = Poly::default();
-        for (j, rj) in r.iter().enumerate() {
-            u.add_product(&matrix[i * K + j], rj);
-        }
-        u.reduce();
-        inv_ntt(&mut u);
-        let mut e1 = Poly::cbd2(&coins[K + i]);
-        u.add(&e1);
-        u.compress10(chunk);
-        u.zeroize();
-        e1.zeroize();
-    }
-    let mut v = Poly::default();
-    for (tj, rj) in t.iter().zip(&r) {
-        v.add_product(tj, rj);
-    }
-    v.reduce();
-    inv_ntt(&mut v);
-    let mut e2 = Poly::cbd2(&coins[2 * K]);
-    let mut mu = Poly::from_message(m);
-    v.add(&e2);
-    v.add(&mu);
-    v.compress4(c2);
-    r.zeroize();
-    v.zeroize();
-    e2.zeroize();
-    mu.zeroize();
-}
+entry_points! { proof: Avx512, features: "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2" }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mlkem::poly::check;
 
     #[test]
-    fn the_transforms_match_the_plain_code() {
-        if Cpu::detect().is_none() {
-            return;
-        }
-        let mut rng = fastrand::Rng::with_seed(11);
-        for round in 0..2000 {
-            let mut p = Poly::default();
-            // Inputs as the encryption feeds them: small noise, or reduced sums.
-            let bound = if round % 2 == 0 { 3 } else { Q / 2 + 1 };
-            p.0.iter_mut().for_each(|c| *c = rng.i16(-bound + 1..bound));
-            let (mut want, mut got) = (p, p);
-            want.ntt();
-            // SAFETY: `available()` was checked above.
-            unsafe { ntt(&mut got) };
-            assert_eq!(want.0, got.0, "forward, round {round}");
-            want.inv_ntt();
-            // SAFETY: as above.
-            unsafe { inv_ntt(&mut got) };
-            assert_eq!(want.0, got.0, "inverse, round {round}");
-        }
-    }
-
-    #[test]
-    fn decoding_matches_the_plain_code() {
-        let Some(cpu) = Cpu::detect() else { return };
-        let mut rng = fastrand::Rng::with_seed(13);
-        for round in 0..500 {
-            let mut bytes = [0u8; 384];
-            rng.fill(&mut bytes);
-            // Half the time a valid encoding, as keys are.
-            if round % 2 == 0 {
-                let mut p = Poly::default();
-                p.0.iter_mut().for_each(|c| *c = rng.i16(0..Q));
-                for (b, two) in bytes.chunks_exact_mut(3).zip(p.0.chunks_exact(2)) {
-                    let (x, y) = (two[0] as u16, two[1] as u16);
-                    b.copy_from_slice(&[x as u8, (x >> 8) as u8 | (y << 4) as u8, (y >> 4) as u8]);
-                }
-            }
-            let want = Poly::decode12(&bytes).map(|p| p.0);
-            assert_eq!(want.is_some(), round % 2 == 0);
-            assert_eq!(decode12(cpu, &bytes).map(|p| p.0), want);
-        }
-    }
-
-    #[test]
-    fn sampling_matches_the_plain_code() {
-        if Cpu::detect().is_none() {
-            return;
-        }
-        let mut rng = fastrand::Rng::with_seed(12);
-        for len in [504, 168, 480, 510, 840] {
-            for _ in 0..200 {
-                let mut stream = vec![0u8; len];
-                rng.fill(&mut stream);
-                // Many values at or above q now and then, to run short.
-                if rng.bool() {
-                    stream.iter_mut().skip(1).step_by(2).for_each(|b| *b = 0xff);
-                }
-                let (mut want, mut got) = (Poly::default(), Poly::default());
-                let n = super::super::poly::sample_ntt(&stream, &mut want);
-                // SAFETY: `available()` was checked above.
-                let m = unsafe { sample_ntt(&stream, &mut got) };
-                assert_eq!(n, m);
-                assert_eq!(want.0[..n], got.0[..n]);
-            }
-        }
+    fn the_kernels_match_the_plain_code() {
+        let Some(cpu) = Avx512::detect() else { return };
+        // SAFETY (all three): an `Avx512` was made, so the CPU has the features.
+        check::transforms(11, |p| unsafe { ntt(p) }, |p| unsafe { inv_ntt(p) });
+        check::decoding(13, |b| decode12(cpu, b));
+        check::sampling(12, |s, p| unsafe { sample_ntt(s, p) });
     }
 }

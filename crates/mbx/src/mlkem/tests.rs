@@ -21,7 +21,21 @@ fn unhex(s: &str) -> Vec<u8> {
     digits.chunks(2).map(|d| u8::from_str_radix(std::str::from_utf8(d).unwrap_or("00"), 16).unwrap_or(0)).collect()
 }
 
+/// Every kernel this CPU runs: AVX-512 where it has it, and AVX2 always.
+fn engines() -> Vec<Cpu> {
+    [Avx512::detect().map(Cpu::Avx512), Avx2::detect().map(Cpu::Avx2)].into_iter().flatten().collect()
+}
+
 fn encap_all(keys: &[&[u8]], entropy: &[[u8; 32]]) -> (Vec<[u8; CIPHERTEXT_BYTES]>, Vec<[u8; 32]>, Vec<bool>) {
+    let cpu = Cpu::detect().expect("the callers check the CPU first");
+    encap_with(cpu, keys, entropy)
+}
+
+fn encap_with(
+    cpu: Cpu,
+    keys: &[&[u8]],
+    entropy: &[[u8; 32]],
+) -> (Vec<[u8; CIPHERTEXT_BYTES]>, Vec<[u8; 32]>, Vec<bool>) {
     let mut cts = vec![[0u8; CIPHERTEXT_BYTES]; keys.len()];
     let mut secrets = vec![[0u8; 32]; keys.len()];
     let mut ops: Vec<EncapOp<'_>> = keys
@@ -30,7 +44,7 @@ fn encap_all(keys: &[&[u8]], entropy: &[[u8; 32]]) -> (Vec<[u8; CIPHERTEXT_BYTES
         .zip(cts.iter_mut().zip(secrets.iter_mut()))
         .map(|((k, m), (ct, ss))| EncapOp { public_key: k, entropy: m, ciphertext: ct, secret: ss })
         .collect();
-    let ok = encapsulate_batch(&mut ops).iter().map(Result::is_ok).collect();
+    let ok = encapsulate_with(cpu, &mut ops).iter().map(Result::is_ok).collect();
     (cts, secrets, ok)
 }
 
@@ -49,20 +63,26 @@ fn known_answer() {
     ];
     let public = unhex(include_str!("kat_public_key.hex"));
     assert_eq!(hex(&boring::sha::sha256(&public)), "40a37de5196199b91d2b47301c07a3b2e8ddcd0eaaa6ac7ddb4481865f412b97");
-    let (cts, secrets, ok) = encap_all(&[&public], &[entropy]);
-    assert_eq!(ok, [true]);
-    assert_eq!(hex(&boring::sha::sha256(&cts[0])), "3c784247cf67d822c995789d6105bd169b3f9aaedba8f6f6312b41d7b1f0d6ef");
-    assert_eq!(hex(&secrets[0]), "7d9f1cb4ae04d75fa6575ae0e429b573a974b7a125bdfb8a6e0f19bae116ae81");
-    // The seed's private key takes the ciphertext back to the secret.
     let mut seed = [0u8; 64];
     seed[..32].copy_from_slice(&entropy);
     let private = MlKemPrivateKey::from_seed(Algorithm::MlKem768, &seed).expect("key from seed");
-    assert_eq!(private.decapsulate(&cts[0]).expect("decapsulate"), secrets[0]);
+    for cpu in engines() {
+        let (cts, secrets, ok) = encap_with(cpu, &[&public], &[entropy]);
+        assert_eq!(ok, [true]);
+        assert_eq!(
+            hex(&boring::sha::sha256(&cts[0])),
+            "3c784247cf67d822c995789d6105bd169b3f9aaedba8f6f6312b41d7b1f0d6ef"
+        );
+        assert_eq!(hex(&secrets[0]), "7d9f1cb4ae04d75fa6575ae0e429b573a974b7a125bdfb8a6e0f19bae116ae81");
+        // The seed's private key takes the ciphertext back to the secret.
+        assert_eq!(private.decapsulate(&cts[0]).expect("decapsulate"), secrets[0]);
+    }
 }
 
 /// Random keys in batches of every size up to 19 (so Keccak chunks of
-/// eight end anywhere): BoringSSL decapsulates each ciphertext to the same
-/// secret, and a batch gives what each op alone gives.
+/// eight or four end anywhere), on every kernel the CPU runs: BoringSSL
+/// decapsulates each ciphertext to the same secret, a batch gives what
+/// each op alone gives, and the kernels give the same bytes.
 #[test]
 fn boringssl_decapsulates_what_we_encapsulate() {
     if !available() {
@@ -80,15 +100,20 @@ fn boringssl_decapsulates_what_we_encapsulate() {
                 m
             })
             .collect();
-        let (cts, secrets, ok) = encap_all(&publics, &entropy);
-        assert!(ok.iter().all(|&x| x));
-        for (i, ((_, private), ct)) in pairs.iter().zip(&cts).enumerate() {
-            let ss = private.decapsulate(ct).expect("decapsulate");
-            assert_eq!(&ss[..], &secrets[i][..], "batch of {n}, op {i}");
-            checked += 1;
+        let mut first = None;
+        for cpu in engines() {
+            let (cts, secrets, ok) = encap_with(cpu, &publics, &entropy);
+            assert!(ok.iter().all(|&x| x));
+            for (i, ((_, private), ct)) in pairs.iter().zip(&cts).enumerate() {
+                let ss = private.decapsulate(ct).expect("decapsulate");
+                assert_eq!(&ss[..], &secrets[i][..], "batch of {n}, op {i}");
+                checked += 1;
+            }
+            let (one_ct, one_ss, _) = encap_with(cpu, &publics[..1], &entropy[..1]);
+            assert_eq!((one_ct[0], one_ss[0]), (cts[0], secrets[0]));
+            let first = first.get_or_insert_with(|| (cts.clone(), secrets.clone()));
+            assert!(first.0 == cts && first.1 == secrets, "the kernels agree, batch of {n}");
         }
-        let (one_ct, one_ss, _) = encap_all(&publics[..1], &entropy[..1]);
-        assert_eq!((one_ct[0], one_ss[0]), (cts[0], secrets[0]));
     }
     assert!(checked > 200);
 }
