@@ -287,7 +287,104 @@ fn sample_ntt(stream: &[u8], out: &mut Poly) -> usize {
     n.min(N)
 }
 
-entry_points! { proof: Avx2, features: "avx2" }
+/// Per 128-bit half, the bytes that put a register's even coefficients
+/// (the first of each base-case pair) in its low eight bytes and the odd
+/// ones in its high eight; and the way back.
+const SPLIT: [u8; 32] = {
+    let mut t = [0u8; 32];
+    let mut k = 0;
+    while k < 4 {
+        // Word k of the low eight bytes is word 2k; word 4 + k is 2k + 1.
+        let mut half = 0;
+        while half < 32 {
+            t[half + 2 * k] = 4 * k as u8;
+            t[half + 2 * k + 1] = 4 * k as u8 + 1;
+            t[half + 8 + 2 * k] = 4 * k as u8 + 2;
+            t[half + 8 + 2 * k + 1] = 4 * k as u8 + 3;
+            half += 16;
+        }
+        k += 1;
+    }
+    t
+};
+
+const JOIN: [u8; 32] = {
+    let mut t = [0u8; 32];
+    let mut k = 0;
+    while k < 8 {
+        // Word k comes from the evens' word k/2 or the odds' (bytes 8..).
+        let from = if k % 2 == 0 { 2 * (k / 2) } else { 8 + 2 * (k / 2) };
+        t[2 * k] = from as u8;
+        t[2 * k + 1] = from as u8 + 1;
+        t[16 + 2 * k] = from as u8;
+        t[16 + 2 * k + 1] = from as u8 + 1;
+        k += 1;
+    }
+    t
+};
+
+/// The base-case ζ of each lane of [`split`]'s registers, per block of 32
+/// coefficients: pair p (coefficients 2p, 2p + 1) takes ζ^(2·bitrev7(p/2)+1),
+/// negated for odd p (FIPS 203 Algorithm 11's γ).
+const PAIR_ZETAS: [[i16; 16]; 8] = {
+    let mut t = [[0i16; 16]; 8];
+    let mut blk = 0;
+    while blk < 8 {
+        let mut lane = 0;
+        while lane < 16 {
+            let (h, j) = (lane / 8, lane % 8);
+            // The low four of each half are the first register's pairs.
+            let pair = 16 * blk + if j < 4 { 4 * h + j } else { 8 + 4 * h + j - 4 };
+            let z = ZETAS[64 + pair / 2];
+            t[blk][lane] = if pair % 2 == 0 { z } else { -z };
+            lane += 1;
+        }
+        blk += 1;
+    }
+    t
+};
+
+/// A block's two registers (x, y) as the first and the second coefficients
+/// of its sixteen pairs, in [`PAIR_ZETAS`]' lane order.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn split(x: V, y: V, pattern: V) -> (V, V) {
+    let (x, y) = (_mm256_shuffle_epi8(x, pattern), _mm256_shuffle_epi8(y, pattern));
+    (_mm256_unpacklo_epi64(x, y), _mm256_unpackhi_epi64(x, y))
+}
+
+/// Σ a[j]∘b[j] as `Transform::dot` (Algorithm 11 on pairs, summed): per
+/// block of 32 coefficients, the pairs split into first and second
+/// coefficients, five Montgomery products a pair, joined back after.
+#[target_feature(enable = "avx2")]
+fn dot_kernel(a: [&Poly; K], b: &[Poly; K]) -> Poly {
+    // SAFETY (both): the tables are 32 readable bytes each.
+    let pattern = unsafe { _mm256_loadu_si256(SPLIT.as_ptr().cast()) };
+    let join = unsafe { _mm256_loadu_si256(JOIN.as_ptr().cast()) };
+    let (va, vb) = (a.map(|p| load(p)), b.each_ref().map(|p| load(p)));
+    let mut out = [_mm256_setzero_si256(); 16];
+    for blk in 0..8 {
+        let z = vec(&PAIR_ZETAS[blk]);
+        let zq = qinv(z);
+        let (mut c0, mut c1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for j in 0..K {
+            let (a0, a1) = split(va[j][2 * blk], va[j][2 * blk + 1], pattern);
+            let (b0, b1) = split(vb[j][2 * blk], vb[j][2 * blk + 1], pattern);
+            let (b0q, b1q) = (qinv(b0), qinv(b1));
+            let first = _mm256_add_epi16(fqmul(fqmul(a1, b1, b1q), z, zq), fqmul(a0, b0, b0q));
+            let second = _mm256_add_epi16(fqmul(a0, b1, b1q), fqmul(a1, b0, b0q));
+            (c0, c1) = (_mm256_add_epi16(c0, first), _mm256_add_epi16(c1, second));
+        }
+        let (x, y) = (_mm256_unpacklo_epi64(c0, c1), _mm256_unpackhi_epi64(c0, c1));
+        out[2 * blk] = _mm256_shuffle_epi8(x, join);
+        out[2 * blk + 1] = _mm256_shuffle_epi8(y, join);
+    }
+    let mut sum = Poly::default();
+    store(&mut sum, out);
+    sum
+}
+
+entry_points! { proof: Avx2, features: "avx2", dot: dot_kernel }
 
 #[cfg(test)]
 mod tests {
@@ -332,5 +429,6 @@ mod tests {
         check::transforms(21, |p| unsafe { ntt(p) }, |p| unsafe { inv_ntt(p) });
         check::decoding(23, |b| decode12(cpu, b));
         check::sampling(22, |s, p| unsafe { sample_ntt(s, p) });
+        check::products(24, |a, b| unsafe { dot_kernel(a, b) });
     }
 }

@@ -48,6 +48,18 @@ const RC: [u64; 24] = {
     rc
 };
 
+/// ρ and π: for each row of the new state, the word of the old state that
+/// each of its five places takes and by how much it is rotated (word
+/// x + 5y goes to place y + 5·((2x + 3y) mod 5); the rotations from the
+/// reference's (t + 1)(t + 2)/2 walk).
+const PI_RHO: [[(usize, u32); 5]; 5] = [
+    [(0, 0), (6, 44), (12, 43), (18, 21), (24, 14)],
+    [(3, 28), (9, 20), (10, 3), (16, 45), (22, 61)],
+    [(1, 1), (7, 6), (13, 25), (19, 8), (20, 18)],
+    [(4, 27), (5, 36), (11, 10), (17, 15), (23, 56)],
+    [(2, 62), (8, 55), (14, 39), (15, 41), (21, 2)],
+];
+
 /// The 24 rounds on 25 words, each word a register of every lane's word,
 /// in the operations a kernel gives: `xor3` (of three), `xor`, `rol` (by a
 /// constant, once inlined), `chi` (a ^ (!b & c)) and `splat` (a constant
@@ -65,60 +77,21 @@ fn rounds<W: Copy>(
         // θ: each column's parity, folded into its two neighbours.
         let c: [W; 5] = core::array::from_fn(|x| xor3(xor3(a[x], a[x + 5], a[x + 10]), a[x + 15], a[x + 20]));
         let d: [W; 5] = core::array::from_fn(|x| xor(c[(x + 4) % 5], rol(c[(x + 1) % 5], 1)));
-        // ρ and π: word x + 5y rotated into place y + 5·((2x + 3y) mod 5)
-        // (rotations from the reference's (t + 1)(t + 2)/2 walk), then χ.
-        let b0 = xor(a[0], d[0]);
-        let b10 = rol(xor(a[1], d[1]), 1);
-        let b20 = rol(xor(a[2], d[2]), 62);
-        let b5 = rol(xor(a[3], d[3]), 28);
-        let b15 = rol(xor(a[4], d[4]), 27);
-        let b16 = rol(xor(a[5], d[0]), 36);
-        let b1 = rol(xor(a[6], d[1]), 44);
-        let b11 = rol(xor(a[7], d[2]), 6);
-        let b21 = rol(xor(a[8], d[3]), 55);
-        let b6 = rol(xor(a[9], d[4]), 20);
-        let b7 = rol(xor(a[10], d[0]), 3);
-        let b17 = rol(xor(a[11], d[1]), 10);
-        let b2 = rol(xor(a[12], d[2]), 43);
-        let b12 = rol(xor(a[13], d[3]), 25);
-        let b22 = rol(xor(a[14], d[4]), 39);
-        let b23 = rol(xor(a[15], d[0]), 41);
-        let b8 = rol(xor(a[16], d[1]), 45);
-        let b18 = rol(xor(a[17], d[2]), 15);
-        let b3 = rol(xor(a[18], d[3]), 21);
-        let b13 = rol(xor(a[19], d[4]), 8);
-        let b14 = rol(xor(a[20], d[0]), 18);
-        let b24 = rol(xor(a[21], d[1]), 2);
-        let b9 = rol(xor(a[22], d[2]), 61);
-        let b19 = rol(xor(a[23], d[3]), 56);
-        let b4 = rol(xor(a[24], d[4]), 14);
-        *a = [
-            chi(b0, b1, b2),
-            chi(b1, b2, b3),
-            chi(b2, b3, b4),
-            chi(b3, b4, b0),
-            chi(b4, b0, b1),
-            chi(b5, b6, b7),
-            chi(b6, b7, b8),
-            chi(b7, b8, b9),
-            chi(b8, b9, b5),
-            chi(b9, b5, b6),
-            chi(b10, b11, b12),
-            chi(b11, b12, b13),
-            chi(b12, b13, b14),
-            chi(b13, b14, b10),
-            chi(b14, b10, b11),
-            chi(b15, b16, b17),
-            chi(b16, b17, b18),
-            chi(b17, b18, b19),
-            chi(b18, b19, b15),
-            chi(b19, b15, b16),
-            chi(b20, b21, b22),
-            chi(b21, b22, b23),
-            chi(b22, b23, b24),
-            chi(b23, b24, b20),
-            chi(b24, b20, b21),
-        ];
+        // ρ, π and χ a row of the new state at a time, so that only one
+        // row's five rotated words live at once (fewer spills in AVX2's
+        // sixteen registers): row y's word x is b[x] ^ (!b[x+1] & b[x+2]).
+        let mut e = *a;
+        for (y, row) in PI_RHO.iter().enumerate() {
+            let b: [W; 5] = core::array::from_fn(|x| {
+                let (w, r) = row[x];
+                let v = xor(a[w], d[w % 5]);
+                if r == 0 { v } else { rol(v, r) }
+            });
+            for x in 0..5 {
+                e[5 * y + x] = chi(b[x], b[(x + 1) % 5], b[(x + 2) % 5]);
+            }
+        }
+        *a = e;
         // ι.
         a[0] = xor(a[0], splat(rc));
     }

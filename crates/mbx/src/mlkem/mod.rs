@@ -99,11 +99,12 @@ macro_rules! lane_arithmetic {
 
 /// A kernel module's safe entry points, for the proof type `$proof` that
 /// its CPU check passed: `decode12`, `sample` and `encrypt` (with
-/// [`poly::encrypt`] compiled under `$features`), and its transforms as a
+/// [`poly::encrypt`] compiled under `$features`), and its transforms (and
+/// its base-case products, if it has a `dot` of its own) as a
 /// [`poly::Transform`], over the module's `decode12_kernel`, `sample_ntt`,
 /// `ntt` and `inv_ntt`.
 macro_rules! entry_points {
-    (proof: $proof:ident, features: $f:literal) => {
+    (proof: $proof:ident, features: $f:literal $(, dot: $dot:ident)?) => {
         /// ByteDecode₁₂ (with the modulus check) from code without the target features.
         pub(crate) fn decode12(_: $proof, bytes: &[u8; 384]) -> Option<Poly> {
             // SAFETY: the proof exists only where its CPU check held.
@@ -153,6 +154,14 @@ macro_rules! entry_points {
                 // SAFETY: as above.
                 unsafe { inv_ntt(p) }
             }
+
+            $(
+            #[inline(always)]
+            fn dot(self, a: [&Poly; K], b: &[Poly; K]) -> Poly {
+                // SAFETY: as above.
+                unsafe { $dot(a, b) }
+            }
+            )?
         }
     };
 }

@@ -275,6 +275,17 @@ pub(crate) fn sample_tail(tail: &[u8], buf: &mut [i16], mut n: usize) -> usize {
 pub(crate) trait Transform: Copy {
     fn ntt(self, p: &mut Poly);
     fn inv_ntt(self, p: &mut Poly);
+
+    /// Σ a[j]∘b[j], the base-case products (times R⁻¹) summed, as
+    /// [`Poly::add_product`] adds them up from zero.
+    #[inline(always)]
+    fn dot(self, a: [&Poly; K], b: &[Poly; K]) -> Poly {
+        let mut sum = Poly::default();
+        for (aj, bj) in a.into_iter().zip(b) {
+            sum.add_product(aj, bj);
+        }
+        sum
+    }
 }
 
 /// K-PKE.Encrypt (FIPS 203 Algorithm 14) with the matrix expanded and the
@@ -298,10 +309,7 @@ pub(crate) fn encrypt(
     }
     let (c1, c2) = out.split_at_mut(K * 320);
     for (i, chunk) in c1.chunks_exact_mut(320).enumerate() {
-        let mut u = Poly::default();
-        for (j, rj) in r.iter().enumerate() {
-            u.add_product(&matrix[i * K + j], rj);
-        }
+        let mut u = x.dot(core::array::from_fn(|j| &matrix[i * K + j]), &r);
         u.reduce();
         x.inv_ntt(&mut u);
         let mut e1 = Poly::cbd2(&coins[K + i]);
@@ -310,10 +318,7 @@ pub(crate) fn encrypt(
         u.zeroize();
         e1.zeroize();
     }
-    let mut v = Poly::default();
-    for (tj, rj) in t.iter().zip(&r) {
-        v.add_product(tj, rj);
-    }
+    let mut v = x.dot(core::array::from_fn(|j| &t[j]), &r);
     v.reduce();
     x.inv_ntt(&mut v);
     let mut e2 = Poly::cbd2(&coins[2 * K]);
@@ -396,6 +401,27 @@ pub(crate) mod check {
             let want = Poly::decode12(&bytes).map(|p| p.0);
             assert_eq!(want.is_some(), round % 4 == 0, "round {round}");
             assert_eq!(decode(&bytes).map(|p| p.0), want, "round {round}");
+        }
+    }
+
+    /// Sums of three base-case products, on transformed inputs (below q)
+    /// and small ones.
+    pub(crate) fn products(seed: u64, dot: impl Fn([&Poly; K], &[Poly; K]) -> Poly) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        for round in 0..500 {
+            let bound = if round % 2 == 0 { Q } else { 3 };
+            let mut random = || {
+                let mut p = Poly::default();
+                p.0.iter_mut().for_each(|c| *c = rng.i16(-bound + 1..bound));
+                p
+            };
+            let a: [Poly; K] = core::array::from_fn(|_| random());
+            let b: [Poly; K] = core::array::from_fn(|_| random());
+            let mut want = Poly::default();
+            for (x, y) in a.iter().zip(&b) {
+                want.add_product(x, y);
+            }
+            assert_eq!(dot(a.each_ref(), &b).0, want.0, "round {round}");
         }
     }
 
