@@ -1,9 +1,10 @@
 //! AVX2 kernels of ML-KEM's polynomial arithmetic, for CPUs without the
-//! AVX-512 of `simd` (Zen 1 to 3, Intel from Haswell to Skylake): the
-//! transform and its inverse on 16 coefficients per register, ByteDecode₁₂
-//! and SampleNTT's rejection sampling 16 candidates at a time, and
-//! K-PKE.Encrypt built on them (`poly::encrypt`, vectorized by the
-//! compiler for AVX2).
+//! AVX-512 of `simd` (Zen 1 to 3; Intel from Haswell to Cascade Lake,
+//! whose AVX-512 lacks VBMI): the transform and its inverse on 16
+//! coefficients per register, ByteDecode₁₂ and SampleNTT's rejection
+//! sampling 16 candidates at a time, the base-case products on 16-bit
+//! lanes, and K-PKE.Encrypt built on them (the rest of `poly::encrypt`
+//! vectorized by the compiler for AVX2).
 //!
 //! Each computes exactly what the plain code in [`super::poly`] does (the
 //! same Montgomery and Barrett steps, coefficient by coefficient; the
