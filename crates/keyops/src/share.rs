@@ -152,7 +152,7 @@ pub fn compute_now(group: u16, peer: &[u8]) -> Option<Share> {
 
 /// An X25519 public key as a SubjectPublicKeyInfo (RFC 8410), the form
 /// in which `boring` takes a peer's raw key.
-fn x25519_spki(key: &[u8; 32]) -> [u8; 44] {
+pub(crate) fn x25519_spki(key: &[u8; 32]) -> [u8; 44] {
     const PREFIX: [u8; 12] = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x03, 0x21, 0x00];
     let mut der = [0u8; 44];
     der[..12].copy_from_slice(&PREFIX);
@@ -265,19 +265,14 @@ mod tests {
         }
         for _ in 0..20 {
             let (kem_public, kem_private) = MlKemPrivateKey::generate(Algorithm::MlKem768).expect("ML-KEM key");
-            let x_private = PKey::generate(Id::X25519).expect("X25519 key");
-            let mut x_public = [0u8; 32];
-            x_private.raw_public_key(&mut x_public).expect("raw public key");
+            let (x_private, x_public) = crate::tests::x25519_client();
             let mut peer = kem_public.as_bytes().to_vec();
             peer.extend_from_slice(&x_public);
             let share = compute_now(X25519_MLKEM768, &peer).expect("share");
             assert_eq!((share.group, share.ciphertext.len(), share.secret.len()), (X25519_MLKEM768, 1120, 64));
             let (ct, server_x) = share.ciphertext.split_at(mbx::mlkem::CIPHERTEXT_BYTES);
             assert_eq!(&kem_private.decapsulate(ct).expect("decapsulate")[..], &share.secret[..32]);
-            let server = PKey::public_key_from_der(&x25519_spki(server_x.try_into().expect("32 bytes"))).expect("key");
-            let mut d = Deriver::new(&x_private).expect("deriver");
-            d.set_peer(&server).expect("peer");
-            assert_eq!(d.derive_to_vec().expect("derive"), &share.secret[32..]);
+            assert_eq!(crate::tests::client_secret(&x_private, server_x), &share.secret[32..]);
         }
     }
 
@@ -290,9 +285,8 @@ mod tests {
             return;
         }
         let (kem_public, _) = boring::mlkem::MlKemPrivateKey::generate(Algorithm::MlKem768).expect("ML-KEM key");
-        let x_private = PKey::generate(Id::X25519).expect("X25519 key");
         let mut peer = kem_public.as_bytes().to_vec();
-        peer.extend_from_slice(x_private.raw_public_key(&mut [0u8; 32]).expect("raw public key"));
+        peer.extend_from_slice(&crate::tests::x25519_client().1);
         assert!(compute_now(X25519_MLKEM768, &peer).is_some());
         assert!(compute_now(X25519, &peer[1184..]).is_none());
         assert!(compute_now(X25519_MLKEM768, &peer[..1215]).is_none());

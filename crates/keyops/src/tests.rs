@@ -128,7 +128,7 @@ fn unsupported_keys_stay_on_boring_with_a_note() {
 }
 
 /// A client's X25519 key as BoringSSL makes it: the key and its public value.
-fn x25519_client() -> (PKey<Private>, [u8; 32]) {
+pub(crate) fn x25519_client() -> (PKey<Private>, [u8; 32]) {
     let key = PKey::generate(boring::pkey::Id::X25519).expect("key");
     let mut public = [0u8; 32];
     key.raw_public_key(&mut public).expect("raw");
@@ -136,9 +136,8 @@ fn x25519_client() -> (PKey<Private>, [u8; 32]) {
 }
 
 /// What the client derives from the server's public value.
-fn client_secret(client: &PKey<Private>, server_public: &[u8]) -> Vec<u8> {
-    let mut der = vec![0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x03, 0x21, 0x00];
-    der.extend_from_slice(server_public);
+pub(crate) fn client_secret(client: &PKey<Private>, server_public: &[u8]) -> Vec<u8> {
+    let der = share::x25519_spki(server_public.try_into().expect("a 32-byte public value"));
     let peer = PKey::public_key_from_der(&der).expect("server public");
     let mut d = boring::derive::Deriver::new(client).expect("deriver");
     d.set_peer(&peer).expect("peer");
