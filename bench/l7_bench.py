@@ -14,8 +14,10 @@ median is reported with its ratio to the peers measured in the same run.
                   Gatehouse twice, key_provider mb and boring. Then one
                   connection at a time for the low-load latency, and the
                   load generators' own cost (wrk vs gatehouse bench tls).
+                  And ECDSA TLS 1.3 handshakes from an OpenSSL client (wrk,
+                  Connection: close), which offers AES-256-GCM first.
 
-Usage: bench/l7_bench.py [--duration S] [--repeat N] [--only proxy|tls]
+Usage: bench/l7_bench.py [--duration S] [--repeat N] [--only proxy|tls|tls-openssl]
                          [--write docs/BENCHMARKS.md]
 """
 
@@ -377,6 +379,25 @@ def measure_tls(server, version, kind, duration, connections=50):
             "client_busy": sat["client_busy"], "low_p50_ms": low["p50_ms"]}
 
 
+def measure_tls_openssl(server, duration, ciphers):
+    """Full TLS 1.3 handshakes from an OpenSSL client: wrk with `Connection:
+    close` (a handshake per request; OpenSSL's default suites, which list
+    AES-256-GCM with SHA-384 first), 16 connections. Records the suite the
+    server picks for `openssl s_client` in `ciphers`."""
+    url = f"https://127.0.0.1:{server.port}/"
+    wrk(url, 2, connections=16, close=True)  # warm-up
+    u0, s0 = cpu_ticks(server.proc.pid)
+    n, errors, p99, out = wrk(url, duration, connections=16, close=True)
+    u1, s1 = cpu_ticks(server.proc.pid)
+    if n == 0:
+        raise RuntimeError(f"{server.name}: no handshakes completed\n{out}")
+    hello = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{server.port}", "-tls1_3"],
+                           input="", capture_output=True, text=True, timeout=20).stdout
+    m = re.search(r"Cipher is (\S+)", hello)
+    ciphers[server.name] = m.group(1) if m else "?"
+    return {"cpu_us": (u1 - u0 + s1 - s0) * TICK_US / n, "rps": n / duration, "p99_ms": p99, "errors": errors}
+
+
 def client_cost(url_port, duration):
     """Client CPU per handshake of wrk (Connection: close) and of
     gatehouse bench tls, each with 50 connections against the same server."""
@@ -395,7 +416,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", choices=["proxy", "tls"])
+    ap.add_argument("--only", choices=["proxy", "tls", "tls-openssl"])
     ap.add_argument("--write", help="append the results to this markdown file")
     args = ap.parse_args()
     for tool in ("haproxy", "nginx", "wrk", "taskset", "openssl"):
@@ -469,6 +490,34 @@ def main():
                                  f"{r['errors']:.0f} | {fmt_ratio(g, r['cpu_us'])} |")
                 print("\n".join(lines[-len(res):]), flush=True)
         lines.append("")
+
+    if args.only in (None, "tls", "tls-openssl"):
+        # The same handshake from an OpenSSL client, as curl, Python and
+        # Node.js make it: it lists AES-256-GCM with SHA-384 first.
+        mb = "gatehouse mb" if ifma() else None
+        crt, key = make_cert(workdir, "ecdsa")
+        servers = {}
+        if mb:
+            servers[mb] = lambda d, p: gatehouse_tls(d, p, crt, key, "1.3", "ecdsa", "mb")
+        servers["gatehouse auto"] = lambda d, p: gatehouse_tls(d, p, crt, key, "1.3", "ecdsa", "auto")
+        servers["haproxy"] = lambda d, p: haproxy_tls(d, p, crt, key, "1.3", "ecdsa")
+        servers["nginx"] = lambda d, p: nginx_tls(d, p, crt, key, "1.3", "ecdsa")
+        ciphers = {}
+        res = run_case(servers, lambda server: measure_tls_openssl(server, args.duration, ciphers), args.repeat, workdir)
+        g = res[mb or "gatehouse auto"]["cpu_us"]
+        lines += ["### Full TLS 1.3 handshakes from an OpenSSL client (wrk -t1 -c16, `Connection: close`, on CPU 1)", "",
+                  "ECDSA P-256, X25519, a handshake per request (no resumption), the server answering itself. "
+                  "The suite is what the server picks for OpenSSL's default offer (`openssl s_client -tls1_3`).", "",
+                  "| server | suite | CPU-µs/handshake | handshakes/s | p99 ms | errors | "
+                  f"{'Gatehouse mb' if mb else 'Gatehouse auto'} ÷ this (CPU) |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, r in res.items():
+            lines.append(f"| {name} | {ciphers.get(name, '?')} | {r['cpu_us']:.0f} | {r['rps']:.0f} | "
+                         f"{r['p99_ms'] or 0:.2f} | {r['errors']:.0f} | {fmt_ratio(g, r['cpu_us'])} |")
+        lines.append("")
+        print("\n".join(lines[-len(res) - 1:]), flush=True)
+
+    if args.only in (None, "tls"):
         # What the load generators themselves spend, against one server.
         crt, key = make_cert(workdir, "rsa")
         d = Path(tempfile.mkdtemp(dir=workdir, prefix="cost-"))

@@ -114,6 +114,46 @@ def test_minimum_version_and_cipher_list(tmp_path, gatehouse):
     assert "Cipher is (NONE)" in out or "alert" in out.lower(), out
 
 
+def cpu_has_aes():
+    with open("/proc/cpuinfo") as f:
+        return any(line.startswith("flags") and " aes " in f" {line.split(':', 1)[1]} " for line in f)
+
+
+def negotiated(out):
+    for line in out.splitlines():
+        if "Cipher is " in line:
+            return line.split("Cipher is ", 1)[1].strip()
+    raise AssertionError(out)
+
+
+def test_tls13_suites_are_chosen_as_go_chooses_them(tmp_path, gatehouse):
+    """A client whose first TLS 1.3 choice is AES-GCM gets AES-128-GCM with
+    SHA-256 (OpenSSL lists AES-256-GCM with SHA-384 first); one that puts
+    ChaCha20-Poly1305 first keeps it; one that offers only AES-256-GCM gets
+    it."""
+    port = free_port()
+    a = make_cert(tmp_path, "a", ["a.test"])
+    gatehouse(config(port, [("a", *a, ["a.test"])]), [port])
+    default = negotiated(s_client(port, "-tls1_3"))
+    if cpu_has_aes():
+        assert default == "TLS_AES_128_GCM_SHA256"
+    chacha = "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384"
+    assert negotiated(s_client(port, "-tls1_3", "-ciphersuites", chacha)) == "TLS_CHACHA20_POLY1305_SHA256"
+    only_256 = "TLS_AES_256_GCM_SHA384"
+    assert negotiated(s_client(port, "-tls1_3", "-ciphersuites", only_256)) == "TLS_AES_256_GCM_SHA384"
+    # curl (OpenSSL) makes a request over each.
+    cases = [(chacha, "TLS_CHACHA20_POLY1305_SHA256"), (only_256, "TLS_AES_256_GCM_SHA384")]
+    if cpu_has_aes():
+        cases.append(("TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"))
+    for suites, want in cases:
+        code, body, err = curl(
+            "-v", "--cacert", str(a[0]), "--resolve", f"a.test:{port}:127.0.0.1", "--tlsv1.3",
+            "--tls13-ciphers", suites, f"https://a.test:{port}/",
+        )
+        assert (code, body) == (200, "hello\n"), err
+        assert f"TLSv1.3 / {want}" in err, err
+
+
 def test_session_resumption_can_be_turned_off(tmp_path, gatehouse):
     a = make_cert(tmp_path, "a", ["a.test"])
     sess = tmp_path / "sess.pem"

@@ -37,3 +37,24 @@ pub fn set_handshake_hints(ssl: &mut SslRef, hints: &[u8]) -> bool {
     // before returning.
     unsafe { boring_sys::SSL_set_handshake_hints(ssl.as_ptr(), hints.as_ptr(), hints.len()) == 1 }
 }
+
+/// Whether BoringSSL runs AES-GCM in hardware on this CPU (AES-NI and
+/// carry-less multiplication on x86).
+pub fn aes_hardware() -> bool {
+    // SAFETY: EVP_has_aes_hardware takes nothing and reads BoringSSL's CPU
+    // capability flags, which the library sets up before any SSL exists.
+    unsafe { boring_sys::EVP_has_aes_hardware() == 1 }
+}
+
+/// The TLS 1.3 cipher suites of this handshake in a strict order:
+/// AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305 (BoringSSL's default server
+/// order leaves the choice among them to the client). Only before BoringSSL
+/// picks the suite (the certificate-selection callback). False if it
+/// refused the list.
+pub fn prefer_aes128_in_tls13(ssl: &mut SslRef) -> bool {
+    const ORDER: [u16; 3] = [0x1301, 0x1302, 0x1303];
+    // SAFETY: `ssl` is a live SSL borrowed mutably for the call; ORDER is a
+    // valid array of its length, which BoringSSL copies; a null flags
+    // pointer means no equal-preference groups.
+    unsafe { boring_sys::SSL_set1_tls13_ciphers(ssl.as_ptr(), ORDER.as_ptr(), std::ptr::null(), ORDER.len()) == 1 }
+}

@@ -525,7 +525,11 @@ fn base_context(
     // switch to the certificate's context waits too, in the finishing step:
     // BoringSSL calls the callback of the context it is on when it retries,
     // and the certificates' contexts have none.
+    let aes_hardware = crate::ssl_ffi::aes_hardware();
     let selection = move |hello: &mut ClientHello<'_>| {
+        if aes_hardware && aes_gcm_first(hello.ciphers()) {
+            let _ = crate::ssl_ffi::prefer_aes128_in_tls13(hello.ssl_mut());
+        }
         let chosen = choose(&table, hello).cloned();
         let (job, now) = match &chosen {
             Some((_, Shares::Lanes)) => (key_share::start(hello), None),
@@ -654,6 +658,25 @@ fn client_accepts_ecdsa(hello: &ClientHello<'_>) -> bool {
     if key_share::offers_tls13(hello) { tls13_only } else { any_ecdsa && offers_ecdsa_suite(hello.ciphers()) }
 }
 
+/// Whether the client's first choice among the TLS 1.3 suites is AES-GCM
+/// (either size). Such a client gets AES-128-GCM with SHA-256 where the
+/// CPU has AES instructions, as Go's crypto/tls (Caddy) serves it: OpenSSL
+/// clients (curl, Python, Node.js, wrk) list AES-256-GCM with SHA-384
+/// first, and BoringSSL's SHA-512 has no vector path on AMD CPUs, where
+/// it was 11% of a handshake's CPU (docs/BENCHMARKS.md). A client that
+/// puts ChaCha20-Poly1305 first (a phone without AES instructions) keeps
+/// its choice, and one that offers only AES-256-GCM gets it.
+fn aes_gcm_first(ciphers: &[u8]) -> bool {
+    ciphers
+        .chunks_exact(2)
+        .find_map(|c| match c {
+            [0x13, 0x01] | [0x13, 0x02] => Some(true),
+            [0x13, 0x03] => Some(false),
+            _ => None,
+        })
+        .unwrap_or(false)
+}
+
 fn offers_ecdsa_suite(ciphers: &[u8]) -> bool {
     const ECDSA_SUITES: [[u8; 2]; 6] =
         [[0xc0, 0x2b], [0xc0, 0x2c], [0xcc, 0xa9], [0xc0, 0x09], [0xc0, 0x0a], [0xc0, 0x23]];
@@ -663,6 +686,17 @@ fn offers_ecdsa_suite(ciphers: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_tls13_suite_the_client_lists_decides() {
+        // OpenSSL's default: AES-256-GCM, ChaCha20, AES-128-GCM (GREASE and
+        // TLS 1.2 suites around them are skipped).
+        assert!(aes_gcm_first(&[0x0a, 0x0a, 0x13, 0x02, 0x13, 0x03, 0x13, 0x01, 0xc0, 0x2c]));
+        assert!(aes_gcm_first(&[0x13, 0x01, 0x13, 0x03]));
+        assert!(!aes_gcm_first(&[0xc0, 0x2b, 0x13, 0x03, 0x13, 0x01]), "ChaCha20 first");
+        assert!(!aes_gcm_first(&[0xc0, 0x2b, 0xc0, 0x2c]), "TLS 1.2 only");
+        assert!(!aes_gcm_first(&[0x13]), "odd length");
+    }
 
     #[test]
     fn alpn_lists_are_matched_by_name() {
