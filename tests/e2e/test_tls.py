@@ -154,6 +154,19 @@ def test_tls13_suites_are_chosen_as_go_chooses_them(tmp_path, gatehouse):
         assert f"TLSv1.3 / {want}" in err, err
 
 
+def test_a_listener_sets_its_own_tls13_suites_in_its_order(tmp_path, gatehouse):
+    port = free_port()
+    a = make_cert(tmp_path, "a", ["a.test"])
+    suites = ", tls13_ciphers: [TLS_CHACHA20_POLY1305_SHA256, TLS_AES_256_GCM_SHA384]"
+    gatehouse(config(port, [("a", *a, ["a.test"])], suites), [port])
+    # The server's order, whatever the client lists first.
+    assert negotiated(s_client(port, "-tls1_3")) == "TLS_CHACHA20_POLY1305_SHA256"
+    offer = "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256"
+    assert negotiated(s_client(port, "-tls1_3", "-ciphersuites", offer)) == "TLS_AES_256_GCM_SHA384"
+    out = s_client(port, "-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256")
+    assert "Cipher is (NONE)" in out or "alert" in out.lower(), out
+
+
 def test_session_resumption_can_be_turned_off(tmp_path, gatehouse):
     a = make_cert(tmp_path, "a", ["a.test"])
     sess = tmp_path / "sess.pem"

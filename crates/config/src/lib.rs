@@ -246,6 +246,35 @@ routes:
     }
 
     #[test]
+    fn tls13_suites_are_read_in_order_and_checked_with_their_paths() {
+        let ok = "listeners:\n  - { name: a, address: 127.0.0.1:8443, protocol: https,\n      \
+                  tls: { tls13_ciphers: [TLS_CHACHA20_POLY1305_SHA256, TLS_AES_256_GCM_SHA384] } }\n\
+                  certificates: [{ name: c, self_signed: true, sni: [a.test] }]\n";
+        let c = from_str(ok, Path::new("t.yaml")).expect("valid");
+        let ids: Vec<u16> = c.listeners[0].tls.as_ref().expect("tls").tls13_ciphers.iter().map(|c| c.id()).collect();
+        assert_eq!(ids, [0x1303, 0x1302]);
+        let with = |suites: &str| {
+            format!(
+                "listeners:\n  - {{ name: a, address: 127.0.0.1:8443, protocol: https, tls: {{ tls13_ciphers: [{suites}] }} }}\n\
+                 certificates: [{{ name: c, self_signed: true, sni: [a.test] }}]\n"
+            )
+        };
+        for (suites, needle) in [
+            (
+                "TLS_AES_128_GCM_SHA256, TLS_AES_128_CCM_SHA256",
+                "t.yaml: listeners[0].tls.tls13_ciphers[1]: expected one of TLS_AES_128_GCM_SHA256",
+            ),
+            (
+                "TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_AES_128_GCM_SHA256",
+                "t.yaml: listeners[0].tls.tls13_ciphers[2]: this suite is listed twice",
+            ),
+        ] {
+            let err = from_str(&with(suites), Path::new("t.yaml")).expect_err("invalid").to_string();
+            assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+        }
+    }
+
+    #[test]
     fn http3_settings_are_read_and_checked_with_their_paths() {
         let ok = "listeners:\n  - { name: a, address: 127.0.0.1:8443, protocol: https, http3: true }\n\
                   certificates: [{ name: c, self_signed: true, sni: [a.test] }]\n\

@@ -161,6 +161,13 @@ fn listeners(c: &Config, ctx: &mut Ctx) {
                     {
                         ctx.error_at("ciphers", None, "expected a colon-separated cipher list without spaces");
                     }
+                    for (j, suite) in tls.tls13_ciphers.iter().enumerate() {
+                        if tls.tls13_ciphers[..j].contains(suite) {
+                            ctx.with_field("tls13_ciphers", |ctx| {
+                                ctx.with_index(j, |ctx| ctx.error(None, "this suite is listed twice"))
+                            });
+                        }
+                    }
                 });
             }
         });

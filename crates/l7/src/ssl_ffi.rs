@@ -58,3 +58,12 @@ pub fn prefer_aes128_in_tls13(ssl: &mut SslRef) -> bool {
     // pointer means no equal-preference groups.
     unsafe { boring_sys::SSL_set1_tls13_ciphers(ssl.as_ptr(), ORDER.as_ptr(), std::ptr::null(), ORDER.len()) == 1 }
 }
+
+/// A context's TLS 1.3 suites, in the server's strict order of preference
+/// (code points BoringSSL knows: 0x1301–0x1303). False if it refused them.
+pub fn set_tls13_ciphers(ctx: &mut boring::ssl::SslContextBuilder, ids: &[u16]) -> bool {
+    // SAFETY: `ctx` is a live SSL_CTX borrowed mutably for the call; `ids`
+    // is a valid slice for its length, which BoringSSL checks and copies; a
+    // null flags pointer means no equal-preference groups.
+    unsafe { boring_sys::SSL_CTX_set1_tls13_ciphers(ctx.as_ptr(), ids.as_ptr(), std::ptr::null(), ids.len()) == 1 }
+}

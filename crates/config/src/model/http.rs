@@ -122,15 +122,40 @@ pub enum TlsVersion {
     Tls13,
 }
 
+/// A TLS 1.3 cipher suite, by its IANA name (as OpenSSL's `-ciphersuites`
+/// and HAProxy's `ciphersuites` spell it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tls13Cipher {
+    Aes128GcmSha256,
+    Aes256GcmSha384,
+    Chacha20Poly1305Sha256,
+}
+
+impl Tls13Cipher {
+    /// The suite's code point.
+    pub fn id(self) -> u16 {
+        match self {
+            Tls13Cipher::Aes128GcmSha256 => 0x1301,
+            Tls13Cipher::Aes256GcmSha384 => 0x1302,
+            Tls13Cipher::Chacha20Poly1305Sha256 => 0x1303,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListenerTls {
     /// Lowest TLS version accepted: `"1.2"` (default) or `"1.3"`.
     pub min_version: TlsVersion,
     /// Highest TLS version accepted: `"1.3"` (default) or `"1.2"`.
     pub max_version: TlsVersion,
-    /// OpenSSL-style cipher list for TLS 1.2 (TLS 1.3 suites are fixed by
-    /// BoringSSL). Default: BoringSSL's default list.
+    /// OpenSSL-style cipher list for TLS 1.2. Default: BoringSSL's default
+    /// list.
     pub ciphers: Option<String>,
+    /// The TLS 1.3 suites offered, in the server's order of preference.
+    /// Empty (the default): all three, chosen per client as Go's
+    /// crypto/tls chooses them (AES-128-GCM for a client that lists AES-GCM
+    /// first, ChaCha20-Poly1305 for one that lists it first).
+    pub tls13_ciphers: Vec<Tls13Cipher>,
     /// Session tickets and the session cache. On by default; benchmarks of
     /// full handshakes turn it off.
     pub session_resumption: bool,
@@ -147,6 +172,7 @@ impl Default for ListenerTls {
             min_version: TlsVersion::Tls12,
             max_version: TlsVersion::Tls13,
             ciphers: None,
+            tls13_ciphers: Vec::new(),
             session_resumption: true,
             default_certificate: None,
             alpn: vec!["h2".into(), "http/1.1".into()],
@@ -417,6 +443,20 @@ impl Decode for TlsVersion {
     }
 }
 
+impl Decode for Tls13Cipher {
+    fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
+        decode_enum(
+            node,
+            ctx,
+            &[
+                ("TLS_AES_128_GCM_SHA256", Tls13Cipher::Aes128GcmSha256),
+                ("TLS_AES_256_GCM_SHA384", Tls13Cipher::Aes256GcmSha384),
+                ("TLS_CHACHA20_POLY1305_SHA256", Tls13Cipher::Chacha20Poly1305Sha256),
+            ],
+        )
+    }
+}
+
 impl Decode for Listener {
     fn decode(node: &Node, ctx: &mut Ctx) -> Option<Self> {
         let mut m = MapReader::new(node, ctx)?;
@@ -441,6 +481,7 @@ impl Decode for ListenerTls {
             min_version: m.or(ctx, "min_version", d.min_version),
             max_version: m.or(ctx, "max_version", d.max_version),
             ciphers: m.opt(ctx, "ciphers"),
+            tls13_ciphers: m.or(ctx, "tls13_ciphers", d.tls13_ciphers),
             session_resumption: m.or(ctx, "session_resumption", d.session_resumption),
             default_certificate: m.opt(ctx, "default_certificate"),
             alpn: m.or(ctx, "alpn", d.alpn),

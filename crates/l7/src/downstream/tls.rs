@@ -414,6 +414,12 @@ fn configure(b: &mut SslContextBuilder, tls: &ListenerTls) -> Result<(), TlsErro
     if let Some(ciphers) = &tls.ciphers {
         b.set_cipher_list(ciphers).map_err(|_| TlsError::Ciphers(ciphers.clone()))?;
     }
+    if !tls.tls13_ciphers.is_empty() {
+        let ids: Vec<u16> = tls.tls13_ciphers.iter().map(|c| c.id()).collect();
+        if !crate::ssl_ffi::set_tls13_ciphers(b, &ids) {
+            return Err(TlsError::Ciphers(format!("{:?}", tls.tls13_ciphers)));
+        }
+    }
     if tls.session_resumption {
         b.set_session_cache_mode(SslSessionCacheMode::SERVER);
         b.set_session_id_context(b"gatehouse").map_err(tls_err)?;
@@ -525,9 +531,11 @@ fn base_context(
     // switch to the certificate's context waits too, in the finishing step:
     // BoringSSL calls the callback of the context it is on when it retries,
     // and the certificates' contexts have none.
-    let aes_hardware = crate::ssl_ffi::aes_hardware();
+    // The TLS 1.3 suite as Go picks it, unless the listener sets its own
+    // order (`tls13_ciphers`).
+    let go_order = tls.tls13_ciphers.is_empty() && crate::ssl_ffi::aes_hardware();
     let selection = move |hello: &mut ClientHello<'_>| {
-        if aes_hardware && aes_gcm_first(hello.ciphers()) {
+        if go_order && aes_gcm_first(hello.ciphers()) {
             let _ = crate::ssl_ffi::prefer_aes128_in_tls13(hello.ssl_mut());
         }
         let chosen = choose(&table, hello).cloned();
