@@ -527,13 +527,13 @@ fn base_context(
         quic_handshake::report_done(b);
     }
     let table = Arc::new(table);
+    // The TLS 1.3 suite as Go picks it, unless the listener sets its own
+    // order (`tls13_ciphers`).
+    let go_order = tls.tls13_ciphers.is_empty() && crate::ssl_ffi::aes_hardware();
     // Asynchronous: the handshake waits for the key share's batch. The
     // switch to the certificate's context waits too, in the finishing step:
     // BoringSSL calls the callback of the context it is on when it retries,
     // and the certificates' contexts have none.
-    // The TLS 1.3 suite as Go picks it, unless the listener sets its own
-    // order (`tls13_ciphers`).
-    let go_order = tls.tls13_ciphers.is_empty() && crate::ssl_ffi::aes_hardware();
     let selection = move |hello: &mut ClientHello<'_>| {
         if go_order && aes_gcm_first(hello.ciphers()) {
             let _ = crate::ssl_ffi::prefer_aes128_in_tls13(hello.ssl_mut());
