@@ -46,19 +46,6 @@ pub fn aes_hardware() -> bool {
     unsafe { boring_sys::EVP_has_aes_hardware() == 1 }
 }
 
-/// The TLS 1.3 cipher suites of this handshake in a strict order:
-/// AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305 (BoringSSL's default server
-/// order leaves the choice among them to the client). Only before BoringSSL
-/// picks the suite (the certificate-selection callback). False if it
-/// refused the list.
-pub fn prefer_aes128_in_tls13(ssl: &mut SslRef) -> bool {
-    const ORDER: [u16; 3] = [0x1301, 0x1302, 0x1303];
-    // SAFETY: `ssl` is a live SSL borrowed mutably for the call; ORDER is a
-    // valid array of its length, which BoringSSL copies; a null flags
-    // pointer means no equal-preference groups.
-    unsafe { boring_sys::SSL_set1_tls13_ciphers(ssl.as_ptr(), ORDER.as_ptr(), std::ptr::null(), ORDER.len()) == 1 }
-}
-
 /// A context's TLS 1.3 suites, in the server's strict order of preference
 /// (code points BoringSSL knows: 0x1301–0x1303). False if it refused them.
 pub fn set_tls13_ciphers(ctx: &mut boring::ssl::SslContextBuilder, ids: &[u16]) -> bool {
@@ -66,4 +53,13 @@ pub fn set_tls13_ciphers(ctx: &mut boring::ssl::SslContextBuilder, ids: &[u16]) 
     // is a valid slice for its length, which BoringSSL checks and copies; a
     // null flags pointer means no equal-preference groups.
     unsafe { boring_sys::SSL_CTX_set1_tls13_ciphers(ctx.as_ptr(), ids.as_ptr(), std::ptr::null(), ids.len()) == 1 }
+}
+
+/// Gives this handshake BoringSSL's default TLS 1.3 order back, which
+/// leaves the choice among the suites to the client. Only before BoringSSL
+/// picks the suite (the certificate-selection callback).
+pub fn tls13_client_order(ssl: &mut SslRef) {
+    // SAFETY: `ssl` is a live SSL borrowed mutably for the call; with no
+    // suites BoringSSL reads neither pointer and installs its default list.
+    unsafe { boring_sys::SSL_set1_tls13_ciphers(ssl.as_ptr(), std::ptr::null(), std::ptr::null(), 0) };
 }

@@ -414,11 +414,16 @@ fn configure(b: &mut SslContextBuilder, tls: &ListenerTls) -> Result<(), TlsErro
     if let Some(ciphers) = &tls.ciphers {
         b.set_cipher_list(ciphers).map_err(|_| TlsError::Ciphers(ciphers.clone()))?;
     }
-    if !tls.tls13_ciphers.is_empty() {
-        let ids: Vec<u16> = tls.tls13_ciphers.iter().map(|c| c.id()).collect();
-        if !crate::ssl_ffi::set_tls13_ciphers(b, &ids) {
-            return Err(TlsError::Ciphers(format!("{:?}", tls.tls13_ciphers)));
-        }
+    // TLS 1.3 suites: the listener's own order, or Go's (AES-128-GCM first
+    // where the CPU has AES instructions; [`base_context`] gives a client
+    // that lists ChaCha20-Poly1305 first its own order back).
+    let ids: Vec<u16> = match &tls.tls13_ciphers[..] {
+        [] if crate::ssl_ffi::aes_hardware() => GO_TLS13_ORDER.to_vec(),
+        [] => Vec::new(),
+        own => own.iter().map(|c| c.id()).collect(),
+    };
+    if !ids.is_empty() && !crate::ssl_ffi::set_tls13_ciphers(b, &ids) {
+        return Err(TlsError::Ciphers(format!("{ids:04x?}")));
     }
     if tls.session_resumption {
         b.set_session_cache_mode(SslSessionCacheMode::SERVER);
@@ -527,16 +532,17 @@ fn base_context(
         quic_handshake::report_done(b);
     }
     let table = Arc::new(table);
-    // The TLS 1.3 suite as Go picks it, unless the listener sets its own
-    // order (`tls13_ciphers`).
+    // Go's TLS 1.3 order is on the context ([`configure`]) unless the
+    // listener sets its own: a client that lists ChaCha20-Poly1305 first
+    // gets the choice back.
     let go_order = tls.tls13_ciphers.is_empty() && crate::ssl_ffi::aes_hardware();
     // Asynchronous: the handshake waits for the key share's batch. The
     // switch to the certificate's context waits too, in the finishing step:
     // BoringSSL calls the callback of the context it is on when it retries,
     // and the certificates' contexts have none.
     let selection = move |hello: &mut ClientHello<'_>| {
-        if go_order && aes_gcm_first(hello.ciphers()) {
-            let _ = crate::ssl_ffi::prefer_aes128_in_tls13(hello.ssl_mut());
+        if go_order && !aes_gcm_first(hello.ciphers()) {
+            crate::ssl_ffi::tls13_client_order(hello.ssl_mut());
         }
         let chosen = choose(&table, hello).cloned();
         let (job, now) = match &chosen {
@@ -665,6 +671,10 @@ fn client_accepts_ecdsa(hello: &ClientHello<'_>) -> bool {
     let any_ecdsa = list.chunks_exact(2).any(|c| c[1] == 0x03);
     if key_share::offers_tls13(hello) { tls13_only } else { any_ecdsa && offers_ecdsa_suite(hello.ciphers()) }
 }
+
+/// TLS 1.3 suites in Go's server order on a CPU with AES instructions:
+/// AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305.
+const GO_TLS13_ORDER: [u16; 3] = [0x1301, 0x1302, 0x1303];
 
 /// Whether the client's first choice among the TLS 1.3 suites is AES-GCM
 /// (either size). Such a client gets AES-128-GCM with SHA-256 where the
