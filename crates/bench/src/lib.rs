@@ -203,9 +203,8 @@ pub fn run(what: Bench) -> ExitCode {
         Bench::WgCrypto { seconds, sizes, batches } => {
             let time = std::time::Duration::from_secs_f64(seconds.max(0.05));
             eprintln!(
-                "gatehouse bench wg-crypto: {seconds}s per case, one thread; AVX-512 {}, IFMA {}",
-                if gatehouse_mbx::chacha::avx512_available() { "present" } else { "absent (portable ChaCha20)" },
-                if gatehouse_mbx::poly1305::ifma_available() { "present" } else { "absent (portable Poly1305)" },
+                "gatehouse bench wg-crypto: {seconds}s per case, one thread; engine mb: {}",
+                gatehouse_mbx::aead::engine()
             );
             let rows = crate::wg_crypto::run(time, &sizes, &batches, |r| {
                 let gbps = r.pps * r.size as f64 * 8.0 / 1e9;
@@ -225,9 +224,8 @@ pub fn run(what: Bench) -> ExitCode {
             }
             let time = std::time::Duration::from_secs_f64(seconds.max(0.05));
             eprintln!(
-                "gatehouse bench wg-router: one core, in memory, {seconds}s per case, {vector} frames per vector; AVX-512 {}, IFMA {}",
-                if gatehouse_mbx::chacha::avx512_available() { "present" } else { "absent (BoringSSL AEAD)" },
-                if gatehouse_mbx::poly1305::ifma_available() { "present" } else { "absent" },
+                "gatehouse bench wg-router: one core, in memory, {seconds}s per case, {vector} frames per vector; AEAD: {}",
+                gatehouse_mbx::aead::engine()
             );
             let rows = crate::wg_router::run(time, &sizes, &peers, vector.clamp(1, 1024), |r| {
                 eprintln!(

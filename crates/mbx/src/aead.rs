@@ -3,15 +3,17 @@
 //! counter (the nonce is four zero bytes and the counter, little-endian),
 //! the associated data empty. One batch mixes keys and lengths. The
 //! one-time Poly1305 keys and the keystreams come from the sixteen-lane
-//! ChaCha20, the tags from the eight-lane Poly1305. Where the CPU lacks
-//! AVX-512 IFMA, and for the few packets after the last full group when
+//! ChaCha20, the tags from the eight-lane Poly1305; on a CPU without
+//! AVX-512 IFMA, from their AVX2 twins (eight and four lanes). Where the
+//! CPU has neither, and for the few packets after the last full group when
 //! one at a time costs less than a part-empty group, BoringSSL seals and
 //! opens them one by one.
 
 use boring::aead::{AeadCtx, Algorithm};
 
-use crate::chacha::{ChaChaJob, chacha20_xor_batch};
-use crate::poly1305::{Input, PolyJob, ifma_available, poly1305_batch};
+use crate::chacha::avx2::LANES as AVX2_LANES;
+use crate::chacha::{CHACHA_LANES, ChaChaJob, chacha20_xor_batch, group_lanes};
+use crate::poly1305::{Input, PolyJob, poly1305_batch};
 
 /// Bytes of a tag.
 pub const TAG_LEN: usize = 16;
@@ -58,11 +60,11 @@ fn otk(block: &[u8; 64]) -> [u8; 32] {
     k
 }
 
-/// What a part-empty group costs against packets one at a time, in
-/// nanoseconds on Zen 5 (`gatehouse bench wg-crypto`): a group of sixteen
+/// What a part-empty group of sixteen lanes costs against packets one at
+/// a time, in nanoseconds on Zen 5 (`gatehouse bench wg-crypto`): a group
 /// about 500 + 3.2 per byte of its longest packet; BoringSSL about 170 +
-/// 0.36 per byte for each packet. The ratio holds within a factor of two
-/// on Zen 4 (its IFMA is half as fast, and so is the group's slope).
+/// 0.36 per byte for each packet. The ratio holds within a factor of two on
+/// Zen 4 (its IFMA is half as fast, and so is the group's slope).
 fn one_by_one_is_cheaper(lens: impl Iterator<Item = usize> + Clone) -> bool {
     let longest = lens.clone().max().unwrap_or(0) as u64;
     let group = 500 + longest * 16 / 5;
@@ -70,23 +72,79 @@ fn one_by_one_is_cheaper(lens: impl Iterator<Item = usize> + Clone) -> bool {
     single < group
 }
 
+/// The same for a group of eight AVX2 lanes, measured on Zen 3 (`gatehouse
+/// bench wg-crypto`, nanoseconds): the group about 300 + 100 a packet +
+/// 5.2 per byte of the longest + 0.18 per byte of each; BoringSSL (its own
+/// AVX2 code) about 230 + 0.7 per byte a packet. The lanes win on small
+/// packets (1.7× at 64 bytes, 1.1–1.3× at 256, a full group) and lose on
+/// large ones (0.9× at 1420), where one packet's blocks already fill
+/// BoringSSL's vectors.
+fn avx2_group_is_cheaper(lens: impl Iterator<Item = usize> + Clone) -> bool {
+    let (n, longest, sum) = lens.fold((0u64, 0u64, 0u64), |(n, m, s), l| (n + 1, m.max(l as u64), s + l as u64));
+    let group = 300 + 100 * n + longest * 26 / 5 + sum * 18 / 100;
+    let single = 230 * n + sum * 7 / 10;
+    group < single
+}
+
+/// The longest packet the AVX2 lanes take: past it, a full group of
+/// packets this long costs more than BoringSSL one by one.
+const AVX2_LANE_MAX: usize = 640;
+
+/// What seals and opens packets on this CPU, for logs and benchmarks.
+pub fn engine() -> &'static str {
+    match group_lanes() {
+        CHACHA_LANES if crate::poly1305::ifma_available() => "ChaCha20 in 16 AVX-512 lanes, Poly1305 in 8 IFMA lanes",
+        CHACHA_LANES => "ChaCha20 in 16 AVX-512 lanes, Poly1305 in 4 AVX2 lanes",
+        // The limit is AVX2_LANE_MAX.
+        AVX2_LANES => "ChaCha20 in 8 AVX2 lanes and Poly1305 in 4 for packets up to 640 bytes, BoringSSL above",
+        _ => "BoringSSL, one packet at a time",
+    }
+}
+
 /// Seals every packet: encrypts in place from block 1 and writes its tag.
 pub fn seal_batch(jobs: &mut [SealJob<'_>]) {
-    if !ifma_available() {
-        return seal_one_by_one(jobs);
+    match group_lanes() {
+        CHACHA_LANES => seal_wide(jobs),
+        AVX2_LANES => seal_avx2(jobs),
+        _ => seal_one_by_one(jobs),
     }
-    let mut chunks = jobs.chunks_exact_mut(GROUP);
+}
+
+/// Sixteen lanes: every full group, then the rest in a part-empty group
+/// or one by one, whichever costs less.
+fn seal_wide(jobs: &mut [SealJob<'_>]) {
+    let mut chunks = jobs.chunks_exact_mut(CHACHA_LANES);
     for group in chunks.by_ref() {
-        if let Ok(group) = <&mut [SealJob<'_>; GROUP]>::try_from(group) {
-            seal_group(group);
-        }
+        seal_group::<CHACHA_LANES>(group);
     }
     let rest = chunks.into_remainder();
     if one_by_one_is_cheaper(rest.iter().map(|j| j.data.len())) {
         seal_one_by_one(rest);
     } else {
-        seal_any(rest);
+        seal_group::<CHACHA_LANES>(rest);
     }
+}
+
+/// Eight AVX2 lanes: small packets in groups where a group costs less,
+/// everything else by BoringSSL.
+fn seal_avx2(jobs: &mut [SealJob<'_>]) {
+    let mut cache = None;
+    let mut small: Vec<SealJob<'_>> = Vec::with_capacity(jobs.len());
+    for j in jobs.iter_mut() {
+        if j.data.len() <= AVX2_LANE_MAX {
+            small.push(SealJob { key: j.key, counter: j.counter, data: &mut *j.data, tag: &mut *j.tag });
+        } else {
+            seal_one(&mut cache, j);
+        }
+    }
+    for group in small.chunks_mut(AVX2_LANES) {
+        if avx2_group_is_cheaper(group.iter().map(|j| j.data.len())) {
+            seal_group::<AVX2_LANES>(group);
+        } else {
+            group.iter_mut().for_each(|j| seal_one(&mut cache, j));
+        }
+    }
+    forget(&mut cache);
 }
 
 /// A BoringSSL context for `key`, made again only when the key changes
@@ -108,96 +166,113 @@ fn forget(cache: &mut Option<([u8; 32], AeadCtx)>) {
     *cache = None;
 }
 
+fn seal_one(cache: &mut Option<([u8; 32], AeadCtx)>, j: &mut SealJob<'_>) {
+    if let Some(ctx) = context(cache, j.key) {
+        // Sealing cannot fail for these sizes and this algorithm.
+        let _ = ctx.seal_in_place_mut(&nonce(j.counter), j.data, &mut j.tag[..], &[]);
+    }
+}
+
 fn seal_one_by_one(jobs: &mut [SealJob<'_>]) {
     let mut cache = None;
-    for j in jobs.iter_mut() {
-        if let Some(ctx) = context(&mut cache, j.key) {
-            // Sealing cannot fail for these sizes and this algorithm.
-            let _ = ctx.seal_in_place_mut(&nonce(j.counter), j.data, &mut j.tag[..], &[]);
-        }
-    }
+    jobs.iter_mut().for_each(|j| seal_one(&mut cache, j));
     forget(&mut cache);
+}
+
+fn open_one(cache: &mut Option<([u8; 32], AeadCtx)>, j: &mut OpenJob<'_>) {
+    j.ok = context(cache, j.key)
+        .is_some_and(|ctx| ctx.open_gather_mut(&nonce(j.counter), j.data, &j.tag[..], &[]).is_ok());
 }
 
 fn open_one_by_one(jobs: &mut [OpenJob<'_>]) {
     let mut cache = None;
-    for j in jobs.iter_mut() {
-        j.ok = context(&mut cache, j.key)
-            .is_some_and(|ctx| ctx.open_gather_mut(&nonce(j.counter), j.data, &j.tag[..], &[]).is_ok());
-    }
+    jobs.iter_mut().for_each(|j| open_one(&mut cache, j));
     forget(&mut cache);
 }
 
-/// Packets per group sealed without allocating: the ChaCha20 lanes.
-const GROUP: usize = crate::chacha::CHACHA_LANES;
+/// What an idle slot of a part-filled group holds; never read.
+static IDLE_KEY: [u8; 32] = [0; 32];
 
-/// One full group, everything on the stack.
-fn seal_group(jobs: &mut [SealJob<'_>; GROUP]) {
-    let nonces: [[u8; 12]; GROUP] = std::array::from_fn(|i| nonce(jobs[i].counter));
-    let mut blocks = [[0u8; 64]; GROUP];
+/// Up to `G` packets (a group of the ChaCha20 lanes), everything on the
+/// stack: arrays of `G` slots, the kernels given the filled ones.
+fn seal_group<const G: usize>(jobs: &mut [SealJob<'_>]) {
+    let n = jobs.len().min(G);
+    let jobs = &mut jobs[..n];
+    let nonces: [[u8; 12]; G] = std::array::from_fn(|i| jobs.get(i).map_or([0; 12], |j| nonce(j.counter)));
+    let mut blocks = [[0u8; 64]; G];
     {
-        let mut i = 0;
-        let mut ks = blocks.each_mut().map(|b| {
-            let job = ChaChaJob { key: jobs[i].key, nonce: &nonces[i], counter: 0, data: b };
-            i += 1;
-            job
+        let mut b = blocks.iter_mut();
+        let mut ks: [ChaChaJob<'_>; G] = std::array::from_fn(|i| {
+            let key = jobs.get(i).map_or(&IDLE_KEY, |j| j.key);
+            let data: &mut [u8] = b.next().map_or(&mut [], |b| b);
+            ChaChaJob { key, nonce: &nonces[i], counter: 0, data }
         });
-        chacha20_xor_batch(&mut ks);
+        chacha20_xor_batch(&mut ks[..n]);
     }
-    let otks: [[u8; 32]; GROUP] = std::array::from_fn(|i| otk(&blocks[i]));
+    let otks: [[u8; 32]; G] = std::array::from_fn(|i| otk(&blocks[i]));
     {
-        let mut i = 0;
-        let mut xor = jobs.each_mut().map(|j| {
-            let job = ChaChaJob { key: j.key, nonce: &nonces[i], counter: 1, data: &mut *j.data };
-            i += 1;
-            job
+        let mut it = jobs.iter_mut();
+        let mut xor: [ChaChaJob<'_>; G] = std::array::from_fn(|i| match it.next() {
+            Some(j) => ChaChaJob { key: j.key, nonce: &nonces[i], counter: 1, data: &mut *j.data },
+            None => ChaChaJob { key: &IDLE_KEY, nonce: &nonces[i], counter: 1, data: &mut [] },
         });
-        chacha20_xor_batch(&mut xor);
+        chacha20_xor_batch(&mut xor[..n]);
     }
-    let mut i = 0;
-    let mut mac = jobs.each_mut().map(|j| {
-        let job = PolyJob { key: &otks[i], input: Input::Aead { aad: &[], ct: &*j.data }, tag: &mut *j.tag };
-        i += 1;
-        job
+    let mut idle = [[0u8; TAG_LEN]; G];
+    let mut it = jobs.iter_mut().zip(&otks);
+    let mut mac: [PolyJob<'_>; G] = idle.each_mut().map(|spare| match it.next() {
+        Some((j, k)) => PolyJob { key: k, input: Input::Aead { aad: &[], ct: &*j.data }, tag: &mut *j.tag },
+        None => PolyJob { key: &IDLE_KEY, input: Input::Raw(&[]), tag: spare },
     });
-    poly1305_batch(&mut mac);
-}
-
-/// Any number of packets.
-fn seal_any(jobs: &mut [SealJob<'_>]) {
-    let nonces: Vec<[u8; 12]> = jobs.iter().map(|j| nonce(j.counter)).collect();
-    let keys: Vec<(&[u8; 32], [u8; 12])> = jobs.iter().zip(&nonces).map(|(j, n)| (j.key, *n)).collect();
-    let otks: Vec<[u8; 32]> = one_time_keys(&keys).iter().map(otk).collect();
-    {
-        let mut xor: Vec<ChaChaJob<'_>> = jobs
-            .iter_mut()
-            .zip(&nonces)
-            .map(|(j, n)| ChaChaJob { key: j.key, nonce: n, counter: 1, data: &mut *j.data })
-            .collect();
-        chacha20_xor_batch(&mut xor);
-    }
-    let mut mac: Vec<PolyJob<'_>> = jobs
-        .iter_mut()
-        .zip(&otks)
-        .map(|(j, k)| PolyJob { key: k, input: Input::Aead { aad: &[], ct: &*j.data }, tag: &mut *j.tag })
-        .collect();
-    poly1305_batch(&mut mac);
+    poly1305_batch(&mut mac[..n]);
 }
 
 /// Opens every packet whose tag holds (decrypting it in place); `ok` says
 /// which. A packet whose tag fails never shows its plaintext: it is left
 /// as it came (batched) or zeroed (one by one).
 pub fn open_batch(jobs: &mut [OpenJob<'_>]) {
-    if !ifma_available() {
-        return open_one_by_one(jobs);
+    match group_lanes() {
+        CHACHA_LANES => open_wide(jobs),
+        AVX2_LANES => open_avx2(jobs),
+        _ => open_one_by_one(jobs),
     }
-    let full = jobs.len() / GROUP * GROUP;
+}
+
+fn open_wide(jobs: &mut [OpenJob<'_>]) {
+    let full = jobs.len() / CHACHA_LANES * CHACHA_LANES;
     let (groups, rest) = jobs.split_at_mut(full);
     if !rest.is_empty() && one_by_one_is_cheaper(rest.iter().map(|j| j.data.len())) {
         open_one_by_one(rest);
         open_batched(groups);
     } else {
         open_batched(jobs);
+    }
+}
+
+/// As [`seal_avx2`]: small packets in groups where a group costs less.
+fn open_avx2(jobs: &mut [OpenJob<'_>]) {
+    let mut cache = None;
+    let mut small: Vec<OpenJob<'_>> = Vec::with_capacity(jobs.len());
+    let mut verdicts: Vec<&mut bool> = Vec::with_capacity(jobs.len());
+    for j in jobs.iter_mut() {
+        if j.data.len() <= AVX2_LANE_MAX {
+            let OpenJob { key, counter, data, tag, ok } = j;
+            small.push(OpenJob { key, counter: *counter, data, tag, ok: false });
+            verdicts.push(ok);
+        } else {
+            open_one(&mut cache, j);
+        }
+    }
+    for group in small.chunks_mut(AVX2_LANES) {
+        if avx2_group_is_cheaper(group.iter().map(|j| j.data.len())) {
+            open_batched(group);
+        } else {
+            group.iter_mut().for_each(|j| open_one(&mut cache, j));
+        }
+    }
+    forget(&mut cache);
+    for (j, ok) in small.iter().zip(verdicts) {
+        *ok = j.ok;
     }
 }
 
@@ -247,11 +322,14 @@ mod tests {
     #[test]
     fn batches_seal_as_boringssl_does_and_open_back() {
         let mut rng = fastrand::Rng::with_seed(0xaead);
-        for round in 0..60 {
+        for round in 0..120 {
             let n = rng.usize(1..=40);
             let keys: Vec<[u8; 32]> = (0..n).map(|_| std::array::from_fn(|_| rng.u8(..))).collect();
             let counters: Vec<u64> = (0..n).map(|_| rng.u64(..)).collect();
-            let plain: Vec<Vec<u8>> = (0..n).map(|_| (0..rng.usize(0..=2048)).map(|_| rng.u8(..)).collect()).collect();
+            // Half the rounds small packets only, which the AVX2 lanes take.
+            let longest = if round % 2 == 0 { 2048 } else { 700 };
+            let plain: Vec<Vec<u8>> =
+                (0..n).map(|_| (0..rng.usize(0..=longest)).map(|_| rng.u8(..)).collect()).collect();
             let mut data = plain.clone();
             let mut tags = vec![[0u8; 16]; n];
             let mut jobs: Vec<SealJob<'_>> = data

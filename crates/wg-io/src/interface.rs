@@ -176,6 +176,7 @@ impl Interface {
             }
         }
         let spawn_err = ThreadError;
+        tracing::info!(interface = %shared.name, aead = gatehouse_mbx::aead::engine(), "packet AEAD");
         for (i, q) in queues.into_iter().enumerate() {
             let sh = shared.clone();
             let name = format!("wg-{}-{i}", shared.name);

@@ -3,8 +3,9 @@
 //! key, nonce and counter, so a batch may mix packets of different sessions
 //! and lengths. Lanes whose data has ended keep computing (their output is
 //! discarded): the work depends only on the lengths, never on a key or the
-//! data. Without AVX-512 (or for the lanes left over), the portable block
-//! function below does the same, one block at a time.
+//! data. Without AVX-512, eight lanes of AVX2 ([`avx2`]) do the same; for
+//! the lanes left over, the portable block function below, one block at a
+//! time.
 //!
 //! `unsafe` is the AVX-512 kernel's: intrinsics behind a run-time CPU
 //! check, and lane transposition through plain arrays.
@@ -34,6 +35,8 @@ macro_rules! double_round {
         $quarter(&mut $x, 3, 4, 9, 14);
     };
 }
+
+pub(crate) mod avx2;
 
 /// One packet's keystream job: XOR the keystream of (`key`, `nonce`),
 /// starting at block `counter`, into `data`.
@@ -95,39 +98,67 @@ pub fn avx512_available() -> bool {
     is_x86_feature_detected!("avx512f")
 }
 
+/// Whether this CPU runs a lane kernel: sixteen lanes of AVX-512 or eight
+/// of AVX2.
+pub fn lanes_available() -> bool {
+    avx512_available() || is_x86_feature_detected!("avx2")
+}
+
+/// Packets per group of the kernel this CPU runs (0 without one).
+pub fn group_lanes() -> usize {
+    if avx512_available() {
+        CHACHA_LANES
+    } else if lanes_available() {
+        avx2::LANES
+    } else {
+        0
+    }
+}
+
 /// XORs every job's keystream into its data: sixteen jobs at a time on
-/// AVX-512, and the jobs left over in one part-empty group when that costs
-/// less than running them one by one; without AVX-512, all one by one.
+/// AVX-512 (eight on AVX2), and the jobs left over in one part-empty group
+/// when that costs less than running them one by one; without either, all
+/// one by one.
 pub fn chacha20_xor_batch(jobs: &mut [ChaChaJob<'_>]) {
     let mut rest = jobs;
-    if avx512_available() {
-        while !rest.is_empty() {
-            let take = rest.len().min(CHACHA_LANES);
-            if take < CHACHA_LANES && !group_is_cheaper(&rest[..take]) {
-                break;
-            }
-            let (group, tail) = rest.split_at_mut(take);
-            // SAFETY: the CPU has AVX-512F (checked above), which is all the
-            // kernel's target features ask for.
-            unsafe { xor16(group) };
-            rest = tail;
+    let wide = avx512_available();
+    let lanes = group_lanes();
+    while lanes > 0 && !rest.is_empty() {
+        let take = rest.len().min(lanes);
+        if take < lanes && !group_is_cheaper(&rest[..take], wide) {
+            break;
         }
+        let (group, tail) = rest.split_at_mut(take);
+        if wide {
+            // SAFETY: the CPU has AVX-512F (checked above), which is all
+            // the kernel's target features ask for.
+            unsafe { xor16(group) };
+        } else {
+            // SAFETY: `group_lanes` found AVX2, the kernel's one feature.
+            unsafe { avx2::xor8(group) };
+        }
+        rest = tail;
     }
     for job in rest {
         xor_portable(job);
     }
 }
 
-/// Whether a group of sixteen lanes costs less than the portable function
-/// for these jobs. Measured on Zen 5: the portable function about 72 ns a
-/// block, one step of the group (a block in every lane) about 125 ns, so
-/// the group wins once the jobs' blocks add up to about twice the longest.
-/// The choice depends only on lengths.
-fn group_is_cheaper(jobs: &[ChaChaJob<'_>]) -> bool {
+/// Whether a group of lanes costs less than the portable function for
+/// these jobs. Measured on Zen 5: the portable function about 72 ns a
+/// block, one step of the sixteen lanes (a block in every lane) about 125
+/// ns, so the group wins once the jobs' blocks add up to about twice the
+/// longest. On Zen 3 (`gatehouse bench wg-crypto`) the portable function
+/// is about AVX2_BLOCK_NS a block and a step of the eight AVX2 lanes
+/// about AVX2_STEP_NS. The choice depends only on lengths.
+fn group_is_cheaper(jobs: &[ChaChaJob<'_>], wide: bool) -> bool {
     let blocks = jobs.iter().map(|j| j.data.len().div_ceil(64));
     let (sum, longest) = blocks.fold((0, 0), |(s, m), b| (s + b, m.max(b)));
-    sum * 72 > longest * 125 + 60
+    if wide { sum * 72 > longest * 125 + 60 } else { sum * AVX2_BLOCK_NS > longest * AVX2_STEP_NS + 40 }
 }
+
+const AVX2_BLOCK_NS: usize = 100;
+const AVX2_STEP_NS: usize = 100;
 
 #[inline]
 #[target_feature(enable = "avx512f")]

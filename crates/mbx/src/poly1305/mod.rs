@@ -1,5 +1,6 @@
 //! Poly1305 (RFC 8439) across packets: eight independent messages at once,
-//! one per 64-bit lane, with the AVX-512 IFMA multiplier. Numbers are three
+//! one per 64-bit lane, with the AVX-512 IFMA multiplier (four at once in
+//! AVX2 on CPUs without it: [`avx2`]). Numbers are three
 //! limbs of radix 2^44 (44 + 44 + 42 bits for 2^130 - 5); a product's
 //! partial sums are split at 52 bits by the instructions themselves and
 //! folded back with 2^132 = 20 (mod p). Each lane has its own key and
@@ -14,6 +15,8 @@
 #![allow(unsafe_code)]
 
 use core::arch::x86_64::*;
+
+pub(crate) mod avx2;
 
 /// Messages per IFMA batch.
 pub const POLY_LANES: usize = 8;
@@ -66,8 +69,28 @@ impl Input<'_> {
 
     /// Block `i` as limbs, or `None` past the end.
     fn block(&self, i: usize) -> Option<[u64; 3]> {
+        self.padded(i).map(|(b, top)| limbs_of(&b, top))
+    }
+
+    /// Block `i` as 16 bytes and the bit above them (2^128): a whole block
+    /// with the bit set; a message's last part padded with a 1 byte and the
+    /// bit clear; the AEAD's parts zero-padded and its length block, with
+    /// the bit set. `None` past the end.
+    fn padded(&self, i: usize) -> Option<([u8; 16], u64)> {
         match *self {
-            Input::Raw(m) => block_limbs(m, i),
+            Input::Raw(m) => {
+                let start = i * 16;
+                if start >= m.len() {
+                    return None;
+                }
+                let chunk = &m[start..m.len().min(start + 16)];
+                let mut b = [0u8; 17];
+                b[..chunk.len()].copy_from_slice(chunk);
+                b[chunk.len()] = 1;
+                let mut block = [0u8; 16];
+                block.copy_from_slice(&b[..16]);
+                Some((block, u64::from(b[16])))
+            }
             Input::Aead { aad, ct } => {
                 let (a, c) = (aad.len().div_ceil(16), ct.len().div_ceil(16));
                 let padded = |seg: &[u8], k: usize| {
@@ -88,7 +111,7 @@ impl Input<'_> {
                 } else {
                     return None;
                 };
-                Some(limbs_of(&b, 1))
+                Some((b, 1))
             }
         }
     }
@@ -112,22 +135,6 @@ fn r_limbs(key: &[u8; 32]) -> [u64; 3] {
     let lo = le64(&key[0..8]) & 0x0fff_fffc_0fff_ffff;
     let hi = le64(&key[8..16]) & 0x0fff_fffc_0fff_fffc;
     [lo & MASK44, ((lo >> 44) | (hi << 20)) & MASK44, hi >> 24]
-}
-
-/// Block `i` of a message as limbs: a full block with 2^128 added, the
-/// last partial one padded with a 1 byte, or `None` past the end.
-fn block_limbs(msg: &[u8], i: usize) -> Option<[u64; 3]> {
-    let start = i * 16;
-    if start >= msg.len() {
-        return None;
-    }
-    let chunk = &msg[start..msg.len().min(start + 16)];
-    let mut b = [0u8; 17];
-    b[..chunk.len()].copy_from_slice(chunk);
-    b[chunk.len()] = 1;
-    let mut block = [0u8; 16];
-    block.copy_from_slice(&b[..16]);
-    Some(limbs_of(&block, u64::from(b[16])))
 }
 
 /// A 16-byte block and the bit above it (2^128) as limbs.
@@ -209,14 +216,22 @@ pub fn ifma_available() -> bool {
 }
 
 /// Computes every job's tag: sixteen at a time with IFMA (two chains of
-/// eight lanes; the last group with lanes to spare), or one by one
-/// without it.
+/// eight lanes; the last group with lanes to spare), eight at a time with
+/// AVX2 (two sets of four), or one by one without either.
 pub fn poly1305_batch(jobs: &mut [PolyJob<'_>]) {
     if ifma_available() {
         for group in jobs.chunks_mut(2 * POLY_LANES) {
             // SAFETY: the CPU has AVX-512F and IFMA (checked above), the
             // kernel's target features.
             unsafe { if group.len() > POLY_LANES { tags::<2>(group) } else { tags::<1>(group) } }
+        }
+        return;
+    }
+    if is_x86_feature_detected!("avx2") {
+        for group in jobs.chunks_mut(2 * avx2::LANES) {
+            // SAFETY: the CPU has AVX2 (checked above), the kernel's one
+            // target feature.
+            unsafe { if group.len() > avx2::LANES { avx2::tags::<2>(group) } else { avx2::tags::<1>(group) } }
         }
         return;
     }
