@@ -193,23 +193,27 @@ fn open_one_by_one(jobs: &mut [OpenJob<'_>]) {
 /// What an idle slot of a part-filled group holds; never read.
 static IDLE_KEY: [u8; 32] = [0; 32];
 
+/// The one-time Poly1305 keys of up to `G` packets (`keys[..n]`), from
+/// block 0 of each keystream.
+fn group_otks<const G: usize>(keys: [&[u8; 32]; G], nonces: &[[u8; 12]; G], n: usize) -> [[u8; 32]; G] {
+    let mut blocks = [[0u8; 64]; G];
+    let mut i = 0;
+    let mut ks: [ChaChaJob<'_>; G] = blocks.each_mut().map(|b| {
+        let job = ChaChaJob { key: keys[i], nonce: &nonces[i], counter: 0, data: b };
+        i += 1;
+        job
+    });
+    chacha20_xor_batch(&mut ks[..n]);
+    std::array::from_fn(|i| otk(&blocks[i]))
+}
+
 /// Up to `G` packets (a group of the ChaCha20 lanes), everything on the
 /// stack: arrays of `G` slots, the kernels given the filled ones.
 fn seal_group<const G: usize>(jobs: &mut [SealJob<'_>]) {
     let n = jobs.len().min(G);
     let jobs = &mut jobs[..n];
     let nonces: [[u8; 12]; G] = std::array::from_fn(|i| jobs.get(i).map_or([0; 12], |j| nonce(j.counter)));
-    let mut blocks = [[0u8; 64]; G];
-    {
-        let mut b = blocks.iter_mut();
-        let mut ks: [ChaChaJob<'_>; G] = std::array::from_fn(|i| {
-            let key = jobs.get(i).map_or(&IDLE_KEY, |j| j.key);
-            let data: &mut [u8] = b.next().map_or(&mut [], |b| b);
-            ChaChaJob { key, nonce: &nonces[i], counter: 0, data }
-        });
-        chacha20_xor_batch(&mut ks[..n]);
-    }
-    let otks: [[u8; 32]; G] = std::array::from_fn(|i| otk(&blocks[i]));
+    let otks = group_otks(std::array::from_fn(|i| jobs.get(i).map_or(&IDLE_KEY, |j| j.key)), &nonces, n);
     {
         let mut it = jobs.iter_mut();
         let mut xor: [ChaChaJob<'_>; G] = std::array::from_fn(|i| match it.next() {
@@ -225,6 +229,35 @@ fn seal_group<const G: usize>(jobs: &mut [SealJob<'_>]) {
         None => PolyJob { key: &IDLE_KEY, input: Input::Raw(&[]), tag: spare },
     });
     poly1305_batch(&mut mac[..n]);
+}
+
+/// Opens up to `G` packets as [`seal_group`] seals them: the tags first,
+/// then the keystream only into the packets whose tag holds.
+fn open_group<const G: usize>(jobs: &mut [OpenJob<'_>]) {
+    let n = jobs.len().min(G);
+    let jobs = &mut jobs[..n];
+    let nonces: [[u8; 12]; G] = std::array::from_fn(|i| jobs.get(i).map_or([0; 12], |j| nonce(j.counter)));
+    let otks = group_otks(std::array::from_fn(|i| jobs.get(i).map_or(&IDLE_KEY, |j| j.key)), &nonces, n);
+    let mut tags = [[0u8; TAG_LEN]; G];
+    {
+        let mut it = jobs.iter().zip(&otks);
+        let mut mac: [PolyJob<'_>; G] = tags.each_mut().map(|tag| match it.next() {
+            Some((j, k)) => PolyJob { key: k, input: Input::Aead { aad: &[], ct: &*j.data }, tag },
+            None => PolyJob { key: &IDLE_KEY, input: Input::Raw(&[]), tag },
+        });
+        poly1305_batch(&mut mac[..n]);
+    }
+    for (j, t) in jobs.iter_mut().zip(&tags) {
+        // Constant time: every byte compared, differences or-ed together.
+        j.ok = t.iter().zip(j.tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    }
+    let mut it = jobs.iter_mut();
+    let mut xor: [ChaChaJob<'_>; G] = std::array::from_fn(|i| match it.next() {
+        // A packet whose tag fails is left as it came.
+        Some(j) if j.ok => ChaChaJob { key: j.key, nonce: &nonces[i], counter: 1, data: &mut *j.data },
+        _ => ChaChaJob { key: &IDLE_KEY, nonce: &nonces[i], counter: 1, data: &mut [] },
+    });
+    chacha20_xor_batch(&mut xor[..n]);
 }
 
 /// Opens every packet whose tag holds (decrypting it in place); `ok` says
@@ -265,7 +298,7 @@ fn open_avx2(jobs: &mut [OpenJob<'_>]) {
     }
     for group in small.chunks_mut(AVX2_LANES) {
         if avx2_group_is_cheaper(group.iter().map(|j| j.data.len())) {
-            open_batched(group);
+            open_group::<AVX2_LANES>(group);
         } else {
             group.iter_mut().for_each(|j| open_one(&mut cache, j));
         }
