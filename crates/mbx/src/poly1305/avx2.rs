@@ -153,13 +153,12 @@ pub fn tags<const S: usize>(jobs: &mut [PolyJob<'_>]) {
         std::array::from_fn(|j| job(s * LANES + j).map_or((ZERO.as_ptr(), usize::MAX), |job| job.input.leading()))
     });
     let common = leading.iter().flatten().map(|l| l.1).min().unwrap_or(0).min(blocks);
+    // Each present lane steps 16 bytes a block; an idle lane stays on `ZERO`.
+    let stride: [[usize; LANES]; S] =
+        std::array::from_fn(|s| std::array::from_fn(|j| if job(s * LANES + j).is_some() { 16 } else { 0 }));
     for i in 0..common {
         for s in 0..S {
-            let at: [*const u8; LANES] = std::array::from_fn(|j| {
-                let (p, _) = leading[s][j];
-                // An idle lane reads the zero block at the same place.
-                if p == ZERO.as_ptr() { p } else { p.wrapping_add(16 * i) }
-            });
+            let at: [*const u8; LANES] = std::array::from_fn(|j| leading[s][j].0.wrapping_add(stride[s][j] * i));
             // SAFETY: block i < `common` of every present lane is whole: 16
             // readable bytes at its segment's start plus 16 i, borrowed for
             // this call; idle lanes read `ZERO`.
