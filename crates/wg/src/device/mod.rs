@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use gatehouse_wire::ip;
+use rustc_hash::FxHashMap;
 
 use crate::allowed_ips::{AllowedIps, BadPrefix};
 use crate::cookie::{CookieChecker, CookieJar};
@@ -129,7 +130,9 @@ pub struct Device<R: rand_core::CryptoRngCore> {
     peers: Vec<Option<Peer>>,
     by_key: HashMap<[u8; KEY_LEN], PeerId>,
     allowed: AllowedIps<PeerId>,
-    indexes: HashMap<u32, (PeerId, Slot)>,
+    /// FxHash: we draw the indexes at random, so nobody can crowd a
+    /// bucket (a datagram's index only looks one up).
+    indexes: FxHashMap<u32, (PeerId, Slot)>,
     checker: CookieChecker,
     limiter: HandshakeLimiter,
     /// Load as the caller sees it (its queues), on top of the rate.
@@ -152,7 +155,7 @@ impl<R: rand_core::CryptoRngCore> Device<R> {
             peers: Vec::new(),
             by_key: HashMap::new(),
             allowed: AllowedIps::default(),
-            indexes: HashMap::new(),
+            indexes: FxHashMap::default(),
             checker,
             limiter: HandshakeLimiter::new(now),
             under_load: false,
