@@ -15,7 +15,7 @@ deps:
 
 build: deps
 	cargo build --release --workspace
-	cd tools/h3get && go build -o ../../target/h3get . && go build -o ../../target/h3load ./h3load
+	cd tools/h3get && go build -o ../../target/h3get . && go build -o ../../target/h3load ./h3load && go build -o ../../target/pathsim ./pathsim
 
 run: build
 	$(BIN) run -c $(CONFIG)

@@ -31,6 +31,7 @@ use super::inbox::Receiver;
 use super::io::MAX_DATAGRAM;
 use super::io::{Datagram, Endpoint, Io, send_scratch};
 use super::listener::QuicListener;
+use super::pace::{Pacer, Window};
 use super::room::Waiting;
 use super::stream_buf::{Quic, compact};
 use crate::body::ResponseBody;
@@ -120,7 +121,13 @@ struct Conn {
     blocked: Waiting,
     /// The slots to poll, kept for its room.
     marked: Vec<usize>,
+    /// Wakes the task for quiche's timers and for the pacer.
     timer: Pin<Box<tokio::time::Sleep>>,
+    /// When quiche's next timer is due, as last asked.
+    quic_due: Option<std::time::Instant>,
+    pacer: Pacer,
+    /// When the pacer lets the next packet go, if it held one back.
+    paced: Option<std::time::Instant>,
     drain: Pin<Box<dyn Future<Output = ()> + Send>>,
     draining: bool,
     /// Packets quiche made that the socket did not take yet.
@@ -190,6 +197,9 @@ impl Conn {
             blocked: Waiting::default(),
             marked: Vec::new(),
             timer: Box::pin(tokio::time::sleep(Duration::from_secs(3600))),
+            quic_due: None,
+            pacer: Pacer::default(),
+            paced: None,
             drain,
             draining: false,
             unsent: Vec::new(),
@@ -244,9 +254,12 @@ impl Conn {
                 self.blocked.room();
             }
             if self.timer.as_mut().poll(cx).is_ready() {
-                self.quic.on_timeout();
-                // Packets declared lost leave the congestion window.
-                self.blocked.room();
+                // A wake-up for the pacer alone leaves quiche's timers be.
+                if self.paced.is_none() || self.quic_due.is_some_and(|t| t <= std::time::Instant::now()) {
+                    self.quic.on_timeout();
+                    // Packets declared lost leave the congestion window.
+                    self.blocked.room();
+                }
                 progress = true;
             }
             if !self.draining && self.drain.as_mut().poll(cx).is_ready() {
@@ -277,8 +290,13 @@ impl Conn {
             if self.quic.is_closed() {
                 return Poll::Ready(());
             }
-            let deadline = self.quic.timeout().map_or(Duration::from_secs(3600), |t| t);
-            self.timer.as_mut().reset(tokio::time::Instant::now() + deadline);
+            let now = tokio::time::Instant::now();
+            let mut deadline = now + self.quic.timeout().map_or(Duration::from_secs(3600), |t| t);
+            self.quic_due = Some(deadline.into_std());
+            if let Some(paced) = self.paced {
+                deadline = deadline.min(tokio::time::Instant::from_std(paced));
+            }
+            self.timer.as_mut().reset(deadline);
             if !progress && !self.ready.any() {
                 self.report();
                 // Armed: the timer, the channel and the slots' wakers.
@@ -551,6 +569,9 @@ impl Conn {
     /// Sends what quiche has to send. Ready(true): something went out.
     fn flush(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
         let mut sent = false;
+        let window = window(&self.quic);
+        let now = std::time::Instant::now();
+        self.paced = None;
         loop {
             if !self.unsent.is_empty() {
                 match self.io.send_owned(cx, &mut self.unsent) {
@@ -565,8 +586,13 @@ impl Conn {
                 let mut packets = Vec::new();
                 let mut at = 0;
                 while at + MAX_DATAGRAM <= buf.len() && packets.len() < gatehouse_udp::GSO_SEGMENTS {
+                    if let Some(next) = self.pacer.wait_until(&window, now) {
+                        self.paced = Some(next);
+                        break;
+                    }
                     match self.quic.send(&mut buf[at..at + MAX_DATAGRAM]) {
                         Ok((n, info)) => {
+                            self.pacer.on_sent(&window, now, n as u64);
                             packets.push((at, n, info.to, info.from));
                             at += n;
                         }
@@ -594,6 +620,14 @@ impl Conn {
                 None => return Poll::Ready(sent),
             }
         }
+    }
+}
+
+/// What the pacer needs of the active path.
+fn window(quic: &Quic) -> Window {
+    match quic.path_stats().find(|p| p.active) {
+        Some(p) => Window { cwnd: p.cwnd as u64, srtt: p.min_rtt.map(|_| p.rtt), mtu: p.pmtu as u64 },
+        None => Window { cwnd: 0, srtt: None, mtu: MAX_DATAGRAM as u64 },
     }
 }
 

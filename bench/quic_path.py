@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""HTTP/3 across a narrow, distant path: what pacing is for.
+
+Each server (Gatehouse with its defaults; Caddy, whose quic-go paces) is
+reached through tools/h3get/pathsim, a user-space path because these
+kernels have no netem: from the server to the client a bottleneck of
+RATE bit/s with a buffer of QUEUE packets, DELAY each way (so a round
+trip of twice that). One quic-go client (h3load -c1 -m1) fetches SIZE
+bytes, one response after the other, for SECONDS: each response starts
+after a round trip with nothing to send, the moment a sender that does not
+pace lets its whole congestion window go at once. The servers run on CPU 0
+as in the other benchmarks and proxy to the same NGINX backend; the path
+and the client are not pinned (the rates are small).
+
+Reported per server, medians over ROUNDS interleaved rounds: responses a
+second, the 50th and 99th percentile of a response's time (request sent to
+last byte), the path's goodput, the packets the bottleneck dropped and the
+most it held. A response of 256 KiB takes at best its transmission time
+(42 ms at 50 Mbit/s) and a round trip (40 ms).
+
+Usage: bench/quic_path.py [--rounds N] [--seconds S] [--size BYTES]
+                          [--rate BITS] [--delay MS] [--queue N]
+                          [--write docs/BENCHMARKS.md]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import l7_bench as B  # noqa: E402
+import l7_edge as E  # noqa: E402
+import l7_quic as Q  # noqa: E402
+
+PATHSIM = B.ROOT / "target" / "pathsim"
+H3LOAD = B.ROOT / "target" / "h3load"
+
+
+def gatehouse(d, port, backend_port, crt, key):
+    argv = E.gatehouse(d, {"http": B.free_port(), "https": port}, backend_port, crt, key, http3=True)
+    argv[0] = str(B.GATEHOUSE)
+    return argv
+
+
+SERVERS = {"gatehouse": gatehouse, "caddy": Q.caddy}
+
+
+def run_once(server, args):
+    path = subprocess.Popen([str(PATHSIM), "-to", f"127.0.0.1:{server.port}", "-rate", str(args.rate),
+                             "-delay", f"{args.delay}ms", "-queue", str(args.queue)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        addr = path.stdout.readline().strip()
+        r = subprocess.run([str(H3LOAD), "-addr", addr, "-host", "localhost", "-insecure",
+                            "-path", f"/{args.size}", "-c", "1", "-m", "1", "-d", f"{args.seconds}s"],
+                           capture_output=True, text=True, timeout=args.seconds + 60)
+    finally:
+        path.terminate()
+        tail = path.communicate(timeout=10)[0]
+    load = json.loads(r.stdout)
+    sim = json.loads(tail.strip().splitlines()[-1])
+    if load["errors"] or not load["requests"]:
+        raise RuntimeError(f"{server.name}: {r.stdout} {r.stderr[-400:]}")
+    return {"rps": load["rps"], "p50": load["p50_ms"], "p99": load["p99_ms"],
+            "mbit": load["bytes"] * 8 / load["seconds"] / 1e6,
+            "dropped": sim["dropped_packets"], "sent": sim["to_client_packets"], "max_queue": sim["max_queue"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--size", type=int, default=256 * 1024)
+    ap.add_argument("--rate", type=float, default=50e6)
+    ap.add_argument("--delay", type=int, default=20)
+    ap.add_argument("--queue", type=int, default=32)
+    ap.add_argument("--write")
+    args = ap.parse_args()
+    wd = tempfile.mkdtemp(prefix="quic-path-")
+    crt, key = B.make_cert(wd, "ecdsa")
+    bport = B.free_port()
+    bd = Path(wd) / "backend"
+    bd.mkdir()
+    backend = B.Server("nginx", E.backend(bd, bport), bport, bd)
+    (bd / "www" / str(args.size)).write_bytes(os.urandom(args.size))
+    servers = {}
+    results = {name: [] for name in SERVERS}
+    try:
+        for name, make in SERVERS.items():
+            d = Path(tempfile.mkdtemp(dir=wd, prefix=f"{name}-"))
+            port = B.free_port()
+            servers[name] = B.Server(name, make(d, port, bport, crt, key), port, d)
+        order = list(servers)
+        for r in range(args.rounds):
+            for name in order if r % 2 == 0 else reversed(order):
+                results[name].append(run_once(servers[name], args))
+                print(name, results[name][-1], file=sys.stderr)
+    finally:
+        for s in [*servers.values(), backend]:
+            s.stop()
+    med = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in results.items()}
+    caddy = med["caddy"]
+    rtt = 2 * args.delay
+    lines = [f"## {datetime.date.today()} — HTTP/3 across a narrow path, commit {E.commit()}", "",
+             f"Command: `bench/quic_path.py --rounds {args.rounds} --seconds {args.seconds} --size {args.size} "
+             f"--rate {args.rate:.0f} --delay {args.delay} --queue {args.queue}`. CPU: {B.cpu_model()}. "
+             f"Path (tools/h3get/pathsim): {args.rate / 1e6:.0f} Mbit/s from server to client with a "
+             f"{args.queue}-packet buffer, {rtt} ms round trip; one quic-go client fetching {args.size // 1024} KiB "
+             "responses one after the other. Medians of the rounds.", "",
+             "| server | responses/s | p50 ms | p99 ms | goodput Mbit/s | packets dropped / sent | most queued |"
+             " responses ÷ Caddy's |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, m in med.items():
+        lines.append(f"| {n} | {m['rps']:.2f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['mbit']:.1f} | "
+                     f"{m['dropped']:.0f} / {m['sent']:.0f} | {m['max_queue']:.0f} | {m['rps'] / caddy['rps']:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        B.insert_section(args.write, text)
+
+
+if __name__ == "__main__":
+    main()
