@@ -3,23 +3,26 @@
 
 Each server (Gatehouse with its defaults; Caddy, whose quic-go paces) is
 reached through tools/h3get/pathsim, a user-space path because these
-kernels have no netem: from the server to the client a bottleneck of
-RATE bit/s with a buffer of QUEUE packets, DELAY each way (so a round
-trip of twice that). One quic-go client (h3load -c1 -m1) fetches SIZE
-bytes, one response after the other, for SECONDS: each response starts
-after a round trip with nothing to send, the moment a sender that does not
-pace lets its whole congestion window go at once. The servers run on CPU 0
+kernels have no netem: from the server to the client a bottleneck with a
+small buffer, 20 ms each way. Two paths:
+
+  narrow  50 Mbit/s, a 32-packet buffer; 256 KiB responses
+  wide    200 Mbit/s, a 64-packet buffer; 1 MiB responses
+
+One quic-go client (h3load -c1 -m1) fetches one response after the other
+for SECONDS: each response starts after a round trip with nothing to send,
+the moment a sender that does not pace lets its whole congestion window go
+at once. The servers run on CPU 0
 as in the other benchmarks and proxy to the same NGINX backend; the path
 and the client are not pinned (the rates are small).
 
 Reported per server, medians over ROUNDS interleaved rounds: responses a
 second, the 50th and 99th percentile of a response's time (request sent to
 last byte), the path's goodput, the packets the bottleneck dropped and the
-most it held. A response of 256 KiB takes at best its transmission time
-(42 ms at 50 Mbit/s) and a round trip (40 ms).
+most it held. A response takes at best its transmission time (42 ms on
+either path) and a round trip (40 ms).
 
-Usage: bench/quic_path.py [--rounds N] [--seconds S] [--size BYTES]
-                          [--rate BITS] [--delay MS] [--queue N]
+Usage: bench/quic_path.py [--rounds N] [--seconds S] [--only narrow,wide]
                           [--write docs/BENCHMARKS.md]
 """
 
@@ -49,16 +52,20 @@ def gatehouse(d, port, backend_port, crt, key):
 
 
 SERVERS = {"gatehouse": gatehouse, "caddy": Q.caddy}
+DELAY_MS = 20
+# name: (bits per second, buffer in packets, response bytes)
+PATHS = {"narrow": (50e6, 32, 256 * 1024), "wide": (200e6, 64, 1024 * 1024)}
 
 
-def run_once(server, args):
-    path = subprocess.Popen([str(PATHSIM), "-to", f"127.0.0.1:{server.port}", "-rate", str(args.rate),
-                             "-delay", f"{args.delay}ms", "-queue", str(args.queue)],
+def run_once(server, path_name, args):
+    rate, queue, size = PATHS[path_name]
+    path = subprocess.Popen([str(PATHSIM), "-to", f"127.0.0.1:{server.port}", "-rate", str(rate),
+                             "-delay", f"{DELAY_MS}ms", "-queue", str(queue)],
                             stdout=subprocess.PIPE, text=True)
     try:
         addr = path.stdout.readline().strip()
         r = subprocess.run([str(H3LOAD), "-addr", addr, "-host", "localhost", "-insecure",
-                            "-path", f"/{args.size}", "-c", "1", "-m", "1", "-d", f"{args.seconds}s"],
+                            "-path", f"/{size}", "-c", "1", "-m", "1", "-d", f"{args.seconds}s"],
                            capture_output=True, text=True, timeout=args.seconds + 60)
     finally:
         path.terminate()
@@ -76,10 +83,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=10)
-    ap.add_argument("--size", type=int, default=256 * 1024)
-    ap.add_argument("--rate", type=float, default=50e6)
-    ap.add_argument("--delay", type=int, default=20)
-    ap.add_argument("--queue", type=int, default=32)
+    ap.add_argument("--only", default=",".join(PATHS))
     ap.add_argument("--write")
     args = ap.parse_args()
     wd = tempfile.mkdtemp(prefix="quic-path-")
@@ -88,37 +92,43 @@ def main():
     bd = Path(wd) / "backend"
     bd.mkdir()
     backend = B.Server("nginx", E.backend(bd, bport), bport, bd)
-    (bd / "www" / str(args.size)).write_bytes(os.urandom(args.size))
+    paths = args.only.split(",")
+    for p in paths:
+        size = PATHS[p][2]
+        (bd / "www" / str(size)).write_bytes(os.urandom(size))
     servers = {}
-    results = {name: [] for name in SERVERS}
+    results = {(p, name): [] for p in paths for name in SERVERS}
     try:
         for name, make in SERVERS.items():
             d = Path(tempfile.mkdtemp(dir=wd, prefix=f"{name}-"))
             port = B.free_port()
             servers[name] = B.Server(name, make(d, port, bport, crt, key), port, d)
         order = list(servers)
-        for r in range(args.rounds):
-            for name in order if r % 2 == 0 else reversed(order):
-                results[name].append(run_once(servers[name], args))
-                print(name, results[name][-1], file=sys.stderr)
+        for p in paths:
+            for r in range(args.rounds):
+                for name in order if r % 2 == 0 else reversed(order):
+                    results[(p, name)].append(run_once(servers[name], p, args))
+                    print(p, name, results[(p, name)][-1], file=sys.stderr)
     finally:
         for s in [*servers.values(), backend]:
             s.stop()
-    med = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in results.items()}
-    caddy = med["caddy"]
-    rtt = 2 * args.delay
-    lines = [f"## {datetime.date.today()} — HTTP/3 across a narrow path, commit {E.commit()}", "",
-             f"Command: `bench/quic_path.py --rounds {args.rounds} --seconds {args.seconds} --size {args.size} "
-             f"--rate {args.rate:.0f} --delay {args.delay} --queue {args.queue}`. CPU: {B.cpu_model()}. "
-             f"Path (tools/h3get/pathsim): {args.rate / 1e6:.0f} Mbit/s from server to client with a "
-             f"{args.queue}-packet buffer, {rtt} ms round trip; one quic-go client fetching {args.size // 1024} KiB "
-             "responses one after the other. Medians of the rounds.", "",
-             "| server | responses/s | p50 ms | p99 ms | goodput Mbit/s | packets dropped / sent | most queued |"
+    med = {k: {f: statistics.median(x[f] for x in rs) for f in rs[0]} for k, rs in results.items()}
+    lines = [f"## {datetime.date.today()} — HTTP/3 across narrow paths, commit {E.commit()}", "",
+             f"Command: `bench/quic_path.py --rounds {args.rounds} --seconds {args.seconds} --only {args.only}`. "
+             f"CPU: {B.cpu_model()}. Paths (tools/h3get/pathsim) from server to client, {2 * DELAY_MS} ms round "
+             "trip; one quic-go client fetching responses one after the other. Medians of the rounds.", "",
+             "| path | server | responses/s | p50 ms | p99 ms | goodput Mbit/s | packets dropped / sent | most queued |"
              " responses ÷ Caddy's |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for n, m in med.items():
-        lines.append(f"| {n} | {m['rps']:.2f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['mbit']:.1f} | "
-                     f"{m['dropped']:.0f} / {m['sent']:.0f} | {m['max_queue']:.0f} | {m['rps'] / caddy['rps']:.2f} |")
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in paths:
+        rate, queue, size = PATHS[p]
+        caddy = med[(p, "caddy")]
+        for n in SERVERS:
+            m = med[(p, n)]
+            lines.append(f"| {rate / 1e6:.0f} Mbit/s, {queue}-packet buffer, {size // 1024} KiB | {n} | "
+                         f"{m['rps']:.2f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['mbit']:.1f} | "
+                         f"{m['dropped']:.0f} / {m['sent']:.0f} | {m['max_queue']:.0f} | "
+                         f"{m['rps'] / caddy['rps']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

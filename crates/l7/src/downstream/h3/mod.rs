@@ -19,9 +19,10 @@
 //! the packets of connections that moved, which are few; the hash keeps
 //! every other packet on its owner.
 //!
-//! **Paced.** A connection's packets leave at 1.25 times its congestion
-//! window per round trip (`pace.rs`, RFC 9002 7.7), not in bursts of the
-//! whole window, which a router's small buffer drops the end of.
+//! **Paced.** A connection's packets leave at a little more than its
+//! congestion window per round trip (`pace.rs`, RFC 9002 7.7), not in
+//! bursts of the whole window, which a router's small buffer drops the end
+//! of.
 //!
 //! **Safe by default.** A worker with more than `http.quic.retry_above`
 //! handshakes in flight (or every handshake, with `retry_always`) first

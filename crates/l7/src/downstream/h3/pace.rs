@@ -1,6 +1,6 @@
 //! Pacing (RFC 9002 7.7): a connection's packets leave spread over the
-//! round trip at 1.25 times the congestion window's rate, not as one burst
-//! of the whole window.
+//! round trip at a little more than the congestion window's rate, not as
+//! one burst of the whole window.
 //!
 //! quiche's CUBIC gives every packet "now" as its send time, so without
 //! this a connection that has been waiting (for its upstream, for the
@@ -8,9 +8,12 @@
 //! with a small buffer the end of such a burst is lost; through a larger
 //! one the burst's own queueing delay looks like congestion to HyStart++,
 //! which leaves slow start long before the window fills the path. The
-//! rate, the burst and the 1 ms floor on a wait are quic-go's (and the
-//! RFC's N = 1.25): a token bucket that holds at most ten packets or a
-//! millisecond of the rate, whichever is more.
+//! rate, the burst and the 1 ms floor on a wait are quic-go's (and its
+//! gains are Linux TCP's): twice the window per round trip in slow start,
+//! so that the rate can double as the window does, and the RFC's N = 1.25
+//! after; a token bucket that holds at most ten packets or two
+//! milliseconds of the rate (a wait and the timer's granularity),
+//! whichever is more.
 //!
 //! On a path with a round trip of well under a millisecond (a data
 //! centre, loopback) the bucket holds more than the window and nothing
@@ -18,10 +21,12 @@
 
 use std::time::{Duration, Instant};
 
-/// RFC 9002's N: a little faster than the window per round trip, so that
-/// a window still fills the path when ACKs come unevenly.
-const GAIN_NUM: u128 = 5;
-const GAIN_DEN: u128 = 4;
+/// RFC 9002's N, in quarters: a little faster than the window per round
+/// trip, so that a window still fills the path when ACKs come unevenly.
+const GAIN: u128 = 5;
+/// In quarters too: in slow start the window doubles each round trip, and
+/// so may the rate.
+const SLOW_START_GAIN: u128 = 8;
 
 /// The bucket holds at least this many full packets.
 const BURST_PACKETS: u64 = 10;
@@ -29,6 +34,9 @@ const BURST_PACKETS: u64 = 10;
 /// No wait shorter than this: the runtime's timers tick in milliseconds,
 /// and a millisecond's packets leave together instead.
 const MIN_WAIT: Duration = Duration::from_millis(1);
+/// The bucket holds this long of the rate: a wait, and a timer that fires
+/// up to a millisecond late.
+const BURST_TIME: Duration = Duration::from_millis(2);
 
 /// What the congestion controller says of the path now.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +49,8 @@ pub struct Window {
     pub srtt: Option<Duration>,
     /// The largest packet the path takes.
     pub mtu: u64,
+    /// Whether the controller is still in its first slow start.
+    pub slow_start: bool,
 }
 
 impl Window {
@@ -50,12 +60,13 @@ impl Window {
         if rtt == 0 {
             return None;
         }
-        Some((u128::from(self.cwnd) * GAIN_NUM * 1_000_000_000 / (GAIN_DEN * rtt)).max(1))
+        let gain = if self.slow_start { SLOW_START_GAIN } else { GAIN };
+        Some((u128::from(self.cwnd) * gain * 1_000_000_000 / (4 * rtt)).max(1))
     }
 
     fn burst(&self, rate: u128) -> u64 {
-        let per_ms = rate * MIN_WAIT.as_nanos() / 1_000_000_000;
-        (self.mtu * BURST_PACKETS).max(u64::try_from(per_ms).unwrap_or(u64::MAX))
+        let timed = rate * BURST_TIME.as_nanos() / 1_000_000_000;
+        (self.mtu * BURST_PACKETS).max(u64::try_from(timed).unwrap_or(u64::MAX))
     }
 }
 
@@ -109,7 +120,7 @@ mod tests {
     const MTU: u64 = 1452;
 
     fn window(cwnd_packets: u64, rtt_ms: u64) -> Window {
-        Window { cwnd: cwnd_packets * MTU, srtt: Some(Duration::from_millis(rtt_ms)), mtu: MTU }
+        Window { cwnd: cwnd_packets * MTU, srtt: Some(Duration::from_millis(rtt_ms)), mtu: MTU, slow_start: false }
     }
 
     /// Sends full packets at `now` while the pacer lets them; how many.
@@ -129,14 +140,14 @@ mod tests {
         let w = window(200, 40);
         let mut p = Pacer::default();
         let t0 = Instant::now();
-        // At first a burst: ten packets (more than a millisecond's 6.25).
-        assert_eq!(burst(&mut p, &w, t0), 10);
+        // At first a burst: 12 packets (two milliseconds' 12.5).
+        assert_eq!(burst(&mut p, &w, t0), 12);
         let next = p.wait_until(&w, t0).expect("the bucket is empty");
         assert!(next - t0 >= MIN_WAIT, "{:?}", next - t0);
         assert!(next - t0 <= Duration::from_millis(2), "{:?}", next - t0);
         // Sending whenever allowed, the window takes 0.8 of a round trip.
         let mut now = next;
-        let mut sent = 10;
+        let mut sent = 12;
         while sent < 200 {
             sent += burst(&mut p, &w, now);
             now = p.wait_until(&w, now).expect("paced");
@@ -153,18 +164,18 @@ mod tests {
         burst(&mut p, &w, t0);
         // A second of silence refills the bucket to its cap only.
         let later = t0 + Duration::from_secs(1);
-        assert_eq!(burst(&mut p, &w, later), 10);
+        assert_eq!(burst(&mut p, &w, later), 12);
     }
 
     #[test]
     fn a_fast_path_is_not_held_back() {
         // 100 us round trip: a millisecond's rate is far more than the window.
-        let w = Window { cwnd: 200 * MTU, srtt: Some(Duration::from_micros(100)), mtu: MTU };
+        let w = Window { cwnd: 200 * MTU, srtt: Some(Duration::from_micros(100)), mtu: MTU, slow_start: false };
         let mut p = Pacer::default();
         let now = Instant::now();
         assert!(burst(&mut p, &w, now) >= 2000);
         // Before an RTT sample nothing is paced at all.
-        let w = Window { cwnd: 10 * MTU, srtt: None, mtu: MTU };
+        let w = Window { cwnd: 10 * MTU, srtt: None, mtu: MTU, slow_start: true };
         let mut p = Pacer::default();
         for _ in 0..1000 {
             assert_eq!(p.wait_until(&w, now), None);
@@ -174,16 +185,39 @@ mod tests {
 
     #[test]
     fn small_packets_cost_what_they_weigh() {
-        let w = window(200, 40);
+        // Two milliseconds at 1.25 x 100 / 40 ms are 6.25 packets: the
+        // bucket holds ten.
+        let w = window(100, 40);
         let mut p = Pacer::default();
         let now = Instant::now();
-        // Acknowledgements of 50 bytes: the bucket's 14,520 bytes take 290.
+        // Acknowledgements of 50 bytes: the bucket's 14,520 bytes take 262.
         let mut n = 0;
         while p.wait_until(&w, now).is_none() {
             p.on_sent(&w, now, 50);
             n += 1;
         }
         assert_eq!(n, (10 * MTU - MTU) / 50 + 1);
+    }
+
+    #[test]
+    fn slow_start_may_double_the_rate() {
+        // 100 packets a 40 ms round trip: 2 x 100 / 40 ms = 5 a ms in slow
+        // start, 1.25 x 100 / 40 = 3.125 after.
+        let t0 = Instant::now();
+        let sent_in = |slow_start: bool| {
+            let w = Window { slow_start, ..window(100, 40) };
+            let mut p = Pacer::default();
+            let mut now = t0;
+            let mut sent = burst(&mut p, &w, now);
+            while now - t0 < Duration::from_millis(40) {
+                now = p.wait_until(&w, now).expect("paced");
+                sent += burst(&mut p, &w, now);
+            }
+            sent
+        };
+        let (slow, after) = (sent_in(true), sent_in(false));
+        assert!((200..=215).contains(&slow), "{slow}");
+        assert!((125..=140).contains(&after), "{after}");
     }
 
     #[test]

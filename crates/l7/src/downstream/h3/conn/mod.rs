@@ -626,8 +626,15 @@ impl Conn {
 /// What the pacer needs of the active path.
 fn window(quic: &Quic) -> Window {
     match quic.path_stats().find(|p| p.active) {
-        Some(p) => Window { cwnd: p.cwnd as u64, srtt: p.min_rtt.map(|_| p.rtt), mtu: p.pmtu as u64 },
-        None => Window { cwnd: 0, srtt: None, mtu: MAX_DATAGRAM as u64 },
+        Some(p) => Window {
+            cwnd: p.cwnd as u64,
+            srtt: p.min_rtt.map(|_| p.rtt),
+            mtu: p.pmtu as u64,
+            // quiche notes its first exit from slow start, not whether a
+            // later one (after persistent congestion) is under way.
+            slow_start: p.startup_exit.is_none(),
+        },
+        None => Window { cwnd: 0, srtt: None, mtu: MAX_DATAGRAM as u64, slow_start: true },
     }
 }
 
