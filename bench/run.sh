@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the benchmarks and inserts the results into docs/BENCHMARKS.md:
 # edge traffic through the proxy (bench/l7_edge.py), HTTP/3 against Caddy
-# (bench/l7_quic.py) and with QPACK's dynamic table (bench/h3_qpack.py),
+# (bench/l7_quic.py), across narrow paths (bench/quic_path.py) and with
+# QPACK's dynamic table (bench/h3_qpack.py),
 # TLS handshakes (and by key share against Caddy: bench/tls_pq.py), the L4
 # plane's session sync and SYN proxy in memory, then WireGuard tunnels
 # against wireguard-go and boringtun and BGP route withdrawal (as root).
@@ -9,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 bench/l7_edge.py --write docs/BENCHMARKS.md
 python3 bench/l7_quic.py --write docs/BENCHMARKS.md
+python3 bench/quic_path.py --write docs/BENCHMARKS.md
 python3 bench/h3_qpack.py --write docs/BENCHMARKS.md
 python3 bench/l7_bench.py --only tls --write docs/BENCHMARKS.md "$@"
 python3 bench/tls_pq.py --write docs/BENCHMARKS.md
