@@ -588,6 +588,10 @@ impl Conn {
                 while at + MAX_DATAGRAM <= buf.len() && packets.len() < gatehouse_udp::GSO_SEGMENTS {
                     if let Some(next) = self.pacer.wait_until(&window, now) {
                         self.paced = Some(next);
+                        // Held back, not out of data: the window may grow
+                        // with the ACKs that come meanwhile, as it does
+                        // when send() runs dry (RFC 9002 7.8).
+                        self.quic.on_pacing_delay();
                         break;
                     }
                     match self.quic.send(&mut buf[at..at + MAX_DATAGRAM]) {
