@@ -32,7 +32,8 @@ type stats struct {
 	ToServer      int64 `json:"to_server_packets"`
 }
 
-// link is one direction's bottleneck: a FIFO served at a fixed rate.
+// link is one direction: a FIFO served at a fixed rate (none when rate is
+// 0), then the delay; it counts what came to it.
 type link struct {
 	mu       sync.Mutex
 	rate     float64 // bits per second; 0: no bottleneck
@@ -40,8 +41,10 @@ type link struct {
 	limit    int
 	free     time.Time   // when the link finishes what it holds
 	leaving  []time.Time // departure times of packets still queued
-	st       *stats
-	countDir bool // count into st (the server-to-client direction)
+	packets  int64
+	bytes    int64
+	dropped  int64
+	maxQueue int
 }
 
 // admit returns when a packet of n bytes arrives at the far end, or false
@@ -49,6 +52,8 @@ type link struct {
 func (l *link) admit(now time.Time, n int) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.packets++
+	l.bytes += int64(n)
 	if l.rate == 0 {
 		return now.Add(l.delay), true
 	}
@@ -58,17 +63,9 @@ func (l *link) admit(now time.Time, n int) (time.Time, bool) {
 		k++
 	}
 	l.leaving = l.leaving[k:]
-	if l.countDir {
-		if len(l.leaving) > l.st.MaxQueue {
-			l.st.MaxQueue = len(l.leaving)
-		}
-		l.st.ToClient++
-		l.st.ToClientBytes += int64(n)
-	}
+	l.maxQueue = max(l.maxQueue, len(l.leaving))
 	if len(l.leaving) >= l.limit {
-		if l.countDir {
-			l.st.Dropped++
-		}
+		l.dropped++
 		return time.Time{}, false
 	}
 	start := now
@@ -78,6 +75,23 @@ func (l *link) admit(now time.Time, n int) (time.Time, bool) {
 	l.free = start.Add(time.Duration(float64(n*8) / l.rate * float64(time.Second)))
 	l.leaving = append(l.leaving, l.free)
 	return l.free.Add(l.delay), true
+}
+
+// forward reads datagrams from c until it is closed and queues each one
+// the link lets through for delivery, to where route says.
+func forward(c net.PacketConn, l *link, q chan<- delivery, route func(from net.Addr) func([]byte)) {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		at, ok := l.admit(time.Now(), n)
+		if !ok {
+			continue
+		}
+		q <- delivery{at, append([]byte(nil), buf[:n]...), route(from)}
+	}
 }
 
 // deliver sends each packet at its arrival time, in order.
@@ -115,8 +129,7 @@ func main() {
 	}
 	fmt.Println(front.LocalAddr().String())
 
-	st := &stats{}
-	down := &link{rate: *rate, delay: *delay, limit: *queue, st: st, countDir: true}
+	down := &link{rate: *rate, delay: *delay, limit: *queue}
 	up := &link{delay: *delay}
 	downQ := make(chan delivery, 1<<16)
 	upQ := make(chan delivery, 1<<16)
@@ -137,46 +150,20 @@ func main() {
 			os.Exit(1)
 		}
 		backs[client.String()] = c
-		go func() {
-			buf := make([]byte, 65536)
-			for {
-				n, _, err := c.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				at, ok := down.admit(time.Now(), n)
-				if !ok {
-					continue
-				}
-				data := append([]byte(nil), buf[:n]...)
-				downQ <- delivery{at, data, func(b []byte) { _, _ = front.WriteTo(b, client) }}
-			}
-		}()
+		toClient := func(b []byte) { _, _ = front.WriteTo(b, client) }
+		go forward(c, down, downQ, func(net.Addr) func([]byte) { return toClient })
 		return c
 	}
-
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			n, client, err := front.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			c := back(client)
-			at, _ := up.admit(time.Now(), n)
-			data := append([]byte(nil), buf[:n]...)
-			mu.Lock()
-			st.ToServer++
-			mu.Unlock()
-			upQ <- delivery{at, data, func(b []byte) { _, _ = c.WriteTo(b, server) }}
-		}
-	}()
+	go forward(front, up, upQ, func(client net.Addr) func([]byte) {
+		c := back(client)
+		return func(b []byte) { _, _ = c.WriteTo(b, server) }
+	})
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
 	down.mu.Lock()
-	mu.Lock()
-	out, _ := json.Marshal(st)
+	up.mu.Lock()
+	out, _ := json.Marshal(stats{down.packets, down.bytes, down.dropped, down.maxQueue, up.packets})
 	fmt.Println(string(out))
 }
