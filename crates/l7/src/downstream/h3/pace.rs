@@ -134,6 +134,19 @@ mod tests {
         n
     }
 
+    /// From `now`, sends whenever the pacer lets it while `more(sent,
+    /// elapsed)`; what was sent and when the pacer would let the next go.
+    fn send_paced(p: &mut Pacer, w: &Window, now: Instant, more: impl Fn(u64, Duration) -> bool) -> (u64, Instant) {
+        let (t0, mut now, mut sent) = (now, now, 0);
+        loop {
+            sent += burst(p, w, now);
+            now = p.wait_until(w, now).expect("paced");
+            if !more(sent, now - t0) {
+                return (sent, now);
+            }
+        }
+    }
+
     #[test]
     fn a_window_leaves_over_its_round_trip_not_at_once() {
         // 200 packets a 40 ms round trip: 1.25 x 200 / 40 ms = 6.25 a ms.
@@ -146,13 +159,8 @@ mod tests {
         assert!(next - t0 >= MIN_WAIT, "{:?}", next - t0);
         assert!(next - t0 <= Duration::from_millis(2), "{:?}", next - t0);
         // Sending whenever allowed, the window takes 0.8 of a round trip.
-        let mut now = next;
-        let mut sent = 12;
-        while sent < 200 {
-            sent += burst(&mut p, &w, now);
-            now = p.wait_until(&w, now).expect("paced");
-        }
-        let took = now - t0;
+        let (_, end) = send_paced(&mut p, &w, next, |sent, _| 12 + sent < 200);
+        let took = end - t0;
         assert!(took >= Duration::from_millis(28) && took <= Duration::from_millis(36), "{took:?}");
     }
 
@@ -206,13 +214,8 @@ mod tests {
         let t0 = Instant::now();
         let sent_in = |slow_start: bool| {
             let w = Window { slow_start, ..window(100, 40) };
-            let mut p = Pacer::default();
-            let mut now = t0;
-            let mut sent = burst(&mut p, &w, now);
-            while now - t0 < Duration::from_millis(40) {
-                now = p.wait_until(&w, now).expect("paced");
-                sent += burst(&mut p, &w, now);
-            }
+            let (sent, _) =
+                send_paced(&mut Pacer::default(), &w, t0, |_, elapsed| elapsed <= Duration::from_millis(40));
             sent
         };
         let (slow, after) = (sent_in(true), sent_in(false));
