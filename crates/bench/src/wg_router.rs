@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use gatehouse_link::nexthop::{NextHops, Route};
 use gatehouse_wg::crypto::StaticSecret;
 use gatehouse_wg::device::{Device, Received};
-use gatehouse_wg_io::router::pipeline::{open_vector, seal_vector};
+use gatehouse_wg_io::router::pipeline::{WanSender, open_vector, seal_vector};
 use gatehouse_wg_io::router::{Counts, Extra, Frame, Router, Side};
 use gatehouse_wire::checksum;
 use gatehouse_wire::packet::build;
@@ -192,7 +192,16 @@ fn seal(lab: &Lab, size: usize, vector: usize, time: Duration) -> f64 {
             bufs.iter_mut().zip(&lens).map(|(b, &len)| Frame { mem: &mut b[..], head: HEADROOM, len }).collect();
         extra.clear();
         let t0 = Instant::now();
-        seal_vector(&lab.router, &lab.dev, &mut frames, &mut fates, &mut extra, &mut counts, Instant::now());
+        seal_vector(
+            &lab.router,
+            WanSender::Frames,
+            &lab.dev,
+            &mut frames,
+            &mut fates,
+            &mut extra,
+            &mut counts,
+            Instant::now(),
+        );
         spent += t0.elapsed();
     }
     rate(counts.sealed, spent)

@@ -10,7 +10,10 @@
 //!   a peer and its session, under the device's lock once per vector →
 //!   the outer Ethernet, IP (v4 or v6, the peer endpoint's family), UDP
 //!   and transport headers written in front of the packet where it lies →
-//!   the whole vector sealed at once → UDP checksums → transmit.
+//!   the whole vector sealed at once → UDP checksums → transmit. Where
+//!   the kernel's UDP socket sends the datagrams instead (the WAN's AF_XDP
+//!   socket copies), it makes its own headers: the next hop's MAC and the
+//!   checksums are left out ([`pipeline::WanSender`]).
 //! - WAN → LAN ([`pipeline::open_vector`]): classify (our address and
 //!   port, not a fragment) → handshake messages to the control thread,
 //!   transport data planned under the lock (index, age, replay) → opened

@@ -82,12 +82,30 @@ struct Planned {
     head: usize,
 }
 
+/// What sends the sealed packets on to the WAN, and so what of their
+/// outer headers must be made here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WanSender {
+    /// The WAN's AF_XDP socket sends the frames as they are: every header
+    /// whole, with its checksum, behind the next hop's MAC.
+    Frames,
+    /// The kernel's UDP socket sends the datagrams (where the WAN's AF_XDP
+    /// socket copies; `io::datagram_of` reads their destination, ECN bits
+    /// and length back from the headers). The kernel writes IP and UDP
+    /// headers of its own and finds the next hop itself, so the MAC and the
+    /// checksums are not made here (they were a tenth of a small packet's
+    /// cost, and a miss on a neighbour the kernel knew dropped it).
+    Kernel,
+}
+
 /// Seals a vector of LAN frames toward the WAN. `fates` gets one entry
 /// per frame; frames made here (ICMP errors, sealed fragments) and the
-/// device's own datagrams go to `extra`.
+/// device's own datagrams go to `extra`. Fragments go out by the WAN's
+/// AF_XDP socket whatever `sender` is, and are framed whole.
 #[allow(clippy::too_many_arguments)]
 pub fn seal_vector<R: CryptoRngCore>(
     r: &Router,
+    sender: WanSender,
     dev: &Mutex<Device<R>>,
     frames: &mut [Frame<'_>],
     fates: &mut Vec<Fate>,
@@ -146,7 +164,7 @@ pub fn seal_vector<R: CryptoRngCore>(
         }
         planned.push(Planned { frame: i, at: f.head + ethernet::HEADER_LEN, header: h, plan: None, head: 0 });
     }
-    seal_planned(r, dev, frames, &mut planned, fates, extra, counts, now);
+    seal_planned(r, sender, dev, frames, &mut planned, fates, extra, counts, now);
     if fragments.is_empty() {
         return;
     }
@@ -162,7 +180,7 @@ pub fn seal_vector<R: CryptoRngCore>(
     }
     let mut own_fates = Vec::new();
     own_fates.resize(own.len(), Fate::Drop);
-    seal_planned(r, dev, &mut own, &mut planned, &mut own_fates, extra, counts, now);
+    seal_planned(r, WanSender::Frames, dev, &mut own, &mut planned, &mut own_fates, extra, counts, now);
     for (f, fate) in own.iter().zip(&own_fates) {
         if let Fate::Send { head, len } = *fate {
             extra.to_wan.push(f.mem[head..head + len].to_vec());
@@ -174,6 +192,7 @@ pub fn seal_vector<R: CryptoRngCore>(
 #[allow(clippy::too_many_arguments)]
 fn seal_planned<R: CryptoRngCore>(
     r: &Router,
+    sender: WanSender,
     dev: &Mutex<Device<R>>,
     frames: &mut [Frame<'_>],
     planned: &mut [Planned],
@@ -198,7 +217,7 @@ fn seal_planned<R: CryptoRngCore>(
     }
     for p in planned.iter_mut() {
         let Some(plan) = &p.plan else { continue };
-        match frame_outer(r, &mut frames[p.frame], p.at, &p.header, plan, extra, counts) {
+        match frame_outer(r, sender, &mut frames[p.frame], p.at, &p.header, plan, extra, counts) {
             Some(head) => p.head = head,
             None => p.plan = None,
         }
@@ -223,7 +242,9 @@ fn seal_planned<R: CryptoRngCore>(
         let Some(plan) = &p.plan else { continue };
         let f = &mut frames[p.frame];
         let end = p.at + padded_len(p.header.len, r.mtu) + TAG_LEN;
-        udp_checksum(&mut f.mem[p.head + ethernet::HEADER_LEN..end], plan.to.is_ipv6());
+        if sender == WanSender::Frames {
+            udp_checksum(&mut f.mem[p.head + ethernet::HEADER_LEN..end], plan.to.is_ipv6());
+        }
         fates[p.frame] = Fate::Send { head: p.head, len: end - p.head };
         counts.sealed += 1;
     }
@@ -231,9 +252,12 @@ fn seal_planned<R: CryptoRngCore>(
 
 /// Writes the outer headers in front of a planned packet (at `at`) and
 /// pads it; returns where the frame now starts, or None (counted) when it
-/// cannot go.
+/// cannot go. For the kernel's socket, without the next hop's MAC and the
+/// IPv4 header's checksum.
+#[allow(clippy::too_many_arguments)]
 fn frame_outer(
     r: &Router,
+    sender: WanSender,
     f: &mut Frame<'_>,
     at: usize,
     header: &Header,
@@ -247,9 +271,15 @@ fn frame_outer(
         counts.drop(RouterDrop::NoSourceAddress);
         return None;
     };
-    let Some(mac) = next_hop(&r.wan.hops, to.ip(), &mut extra.resolve_wan) else {
-        counts.drop(RouterDrop::NoNextHop);
-        return None;
+    let mac = match sender {
+        WanSender::Kernel => [0; 6],
+        WanSender::Frames => match next_hop(&r.wan.hops, to.ip(), &mut extra.resolve_wan) {
+            Some(mac) => mac,
+            None => {
+                counts.drop(RouterDrop::NoNextHop);
+                return None;
+            }
+        },
     };
     let outer = outer_len(v6);
     let padded = padded_len(header.len, r.mtu);
@@ -275,8 +305,10 @@ fn frame_outer(
             h[ipv4::TOTAL_LEN..ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
             h[ipv4::SRC..ipv4::SRC + 4].copy_from_slice(&s.octets());
             h[ipv4::DST..ipv4::DST + 4].copy_from_slice(&d.octets());
-            let c = checksum::checksum(h);
-            h[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
+            if sender == WanSender::Frames {
+                let c = checksum::checksum(h);
+                h[ipv4::CHECKSUM..ipv4::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
+            }
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let h = &mut ip[..ip_len];

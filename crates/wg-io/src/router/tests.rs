@@ -13,7 +13,8 @@ use gatehouse_wire::checksum;
 use gatehouse_wire::packet::build;
 use rand_core::OsRng;
 
-use super::pipeline::{open_vector, seal_vector};
+use super::io::datagram_of;
+use super::pipeline::{WanSender, open_vector, seal_vector};
 use super::*;
 
 const A_LAN_MAC: [u8; 6] = [2, 0, 0, 0, 0xa, 1];
@@ -153,7 +154,7 @@ fn udp6(src: &str, dst: &str, payload: usize) -> Vec<u8> {
 /// frames sent, as bytes, with the fates and what else came out.
 fn run(
     site: &Site,
-    seal: bool,
+    seal: Option<WanSender>,
     bufs: &mut [Vec<u8>],
     lens: &[usize],
     now: Instant,
@@ -161,8 +162,8 @@ fn run(
     let mut frames: Vec<Frame<'_>> =
         bufs.iter_mut().zip(lens).map(|(b, &len)| Frame { mem: &mut b[..], head: 256, len }).collect();
     let (mut fates, mut extra, mut counts) = (Vec::new(), Extra::default(), Counts::default());
-    if seal {
-        seal_vector(&site.router, &site.dev, &mut frames, &mut fates, &mut extra, &mut counts, now);
+    if let Some(sender) = seal {
+        seal_vector(&site.router, sender, &site.dev, &mut frames, &mut fates, &mut extra, &mut counts, now);
     } else {
         open_vector(&site.router, &site.dev, &mut frames, &mut fates, &mut extra, &mut counts, now);
     }
@@ -179,9 +180,13 @@ fn run(
 
 /// Site A seals `packets` from its LAN host; returns the WAN frames.
 fn a_to_wan(l: &Lab, packets: &[Vec<u8>]) -> (Vec<Vec<u8>>, Extra, Counts) {
+    a_to_wan_for(l, packets, WanSender::Frames)
+}
+
+fn a_to_wan_for(l: &Lab, packets: &[Vec<u8>], sender: WanSender) -> (Vec<Vec<u8>>, Extra, Counts) {
     let mut bufs: Vec<Vec<u8>> = packets.iter().map(|p| in_frame(A_LAN_MAC, HOST_A, p)).collect();
     let lens: Vec<usize> = packets.iter().map(|p| 14 + p.len()).collect();
-    let (sent, _, extra, counts) = run(&l.a, true, &mut bufs, &lens, l.now);
+    let (sent, _, extra, counts) = run(&l.a, Some(sender), &mut bufs, &lens, l.now);
     (sent, extra, counts)
 }
 
@@ -196,7 +201,7 @@ fn b_from_wan(l: &Lab, wan: &[Vec<u8>]) -> (Vec<Vec<u8>>, Extra, Counts) {
         })
         .collect();
     let lens: Vec<usize> = wan.iter().map(Vec::len).collect();
-    let (sent, _, extra, counts) = run(&l.b, false, &mut bufs, &lens, l.now);
+    let (sent, _, extra, counts) = run(&l.b, None, &mut bufs, &lens, l.now);
     (sent, extra, counts)
 }
 
@@ -258,6 +263,62 @@ fn packets_cross_both_ways_over_either_family() {
         let (lan, _, counts) = b_from_wan(&l, &wan);
         assert!(lan.is_empty());
         assert_eq!(counts.device[DropReason::Transport(TransportError::Replay).index()], 4);
+    }
+}
+
+/// The frame A's kernel would send for a datagram its UDP socket was
+/// given: its own headers and checksums, behind B's WAN MAC.
+fn as_the_kernel_sends(payload: &[u8], from: SocketAddr, to: SocketAddr) -> Vec<u8> {
+    let (ether, packet) = match (from.ip(), to.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let (s, d) = (s.octets(), d.octets());
+            let seg = build::udp(from.port(), to.port(), payload, |len| checksum::pseudo_v4(s, d, 17, len as u16));
+            (0x0800u16, build::ipv4(s, d, 17, &seg))
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let (s, d) = (s.octets(), d.octets());
+            let seg = build::udp(from.port(), to.port(), payload, |len| checksum::pseudo_v6(s, d, 17, len as u32));
+            (0x86dd, build::ipv6(s, d, 17, &seg))
+        }
+        _ => panic!("mixed families"),
+    };
+    let mut f = B_WAN_MAC.to_vec();
+    f.extend_from_slice(&A_WAN_MAC);
+    f.extend_from_slice(&ether.to_be_bytes());
+    f.extend_from_slice(&packet);
+    f
+}
+
+#[test]
+fn sealed_for_the_kernels_socket_without_a_neighbour_still_reach_the_peer() {
+    for v6_outer in [false, true] {
+        let mut l = lab(v6_outer);
+        // A's WAN next hop is not resolved: the kernel's socket finds it.
+        let routes = l.a.router.wan.hops.routes.clone();
+        l.a.router.wan.hops = Arc::new(NextHops { routes, neighbours: Default::default() });
+        let packets = vec![udp4([10, 1, 0, 5], [10, 2, 0, 9], 10), udp6("fd00:1::5", "fd00:2::9", 1372)];
+        let (wan, extra, counts) = a_to_wan_for(&l, &packets, WanSender::Kernel);
+        assert_eq!((wan.len(), counts.sealed), (2, 2), "{counts:?}");
+        assert!(extra.resolve_wan.is_empty(), "nothing to resolve: the kernel sends");
+        let (a_end, b_end) = ends(v6_outer);
+        let again: Vec<Vec<u8>> = wan
+            .iter()
+            .map(|w| {
+                let (payload, to, ecn) = datagram_of(w).expect("the datagram reads back");
+                assert_eq!((to, ecn), (b_end, 0));
+                as_the_kernel_sends(payload, a_end, to)
+            })
+            .collect();
+        let (lan, _, counts) = b_from_wan(&l, &again);
+        assert_eq!(counts.opened, 2, "{counts:?}");
+        for (got, sent) in lan.iter().zip(&packets) {
+            assert_eq!(&got[14..], &forwarded(sent)[..]);
+        }
+        // Framed for the AF_XDP socket, the same miss drops and asks.
+        let (wan, extra, counts) = a_to_wan(&l, &packets);
+        assert!(wan.is_empty());
+        assert_eq!(counts.drops[RouterDrop::NoNextHop.index()], 2);
+        assert_eq!(extra.resolve_wan.len(), 1);
     }
 }
 
@@ -355,7 +416,7 @@ fn a_packet_without_a_session_waits_for_the_handshake() {
     let now = l.now + Duration::from_secs(200);
     // Past the session's life: the packet waits and an initiation goes.
     let mut bufs = vec![in_frame(A_LAN_MAC, HOST_A, &udp4([10, 1, 0, 5], [10, 2, 0, 9], 64))];
-    let (sent, fates, extra, _) = run(&l.a, true, &mut bufs, &[14 + 92], now);
+    let (sent, fates, extra, _) = run(&l.a, Some(WanSender::Frames), &mut bufs, &[14 + 92], now);
     assert!(sent.is_empty());
     assert_eq!(fates, [Fate::Taken]);
     assert_eq!(extra.transmits.len(), 1);
@@ -429,7 +490,7 @@ fn mutated_wan_frames_never_panic_and_only_genuine_packets_pass() {
             })
             .collect();
         let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
-        let (lan, fates, _, counts) = run(&l.b, false, &mut bufs, &lens, l.now);
+        let (lan, fates, _, counts) = run(&l.b, None, &mut bufs, &lens, l.now);
         assert_eq!(fates.len(), frames.len());
         let dropped = counts.drops.iter().sum::<u64>() + counts.device.iter().sum::<u64>();
         let taken = fates.iter().filter(|f| **f == Fate::Taken).count() as u64;
