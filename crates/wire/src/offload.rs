@@ -296,6 +296,14 @@ pub fn continues(first: &[u8], f: &Flow, so_far: usize, next: &[u8], n: &Flow) -
 /// TCP's PSH taken from the last segment; returns its virtio header.
 pub fn finish_coalesced(out: &mut [u8], f: &Flow, last_flags: u8) -> VnetHdr {
     let len = out.len();
+    finish_headers(out, len, f, last_flags)
+}
+
+/// [`finish_coalesced`] for a super-packet whose payloads are not behind
+/// its headers (a sender that gathers them from where they lie): `out`
+/// holds the first segment's headers (`f.headers` bytes at least), `len`
+/// is the whole super-packet's length, payloads included.
+pub fn finish_headers(out: &mut [u8], len: usize, f: &Flow, last_flags: u8) -> VnetHdr {
     if f.v6 {
         put16(out, ipv6::PAYLOAD_LEN, (len - ipv6::HEADER_LEN) as u16);
     } else {
@@ -480,6 +488,27 @@ mod tests {
         put16(&mut p, 10, c);
         l4_checksum(&mut p, false, PROTO_UDP, 20);
         p
+    }
+
+    #[test]
+    fn headers_alone_finish_as_the_whole_super_packet_does() {
+        for v6 in [false, true] {
+            let pkts: Vec<Vec<u8>> = (0..3u32)
+                .map(|i| tcp_packet(v6, 1000 + i * 100, if i == 2 { 0x18 } else { 0x10 }, &[i as u8; 100]))
+                .collect();
+            let first = flow(&pkts[0]).expect("a TCP flow");
+            let mut whole = pkts[0].clone();
+            for p in &pkts[1..] {
+                whole.extend_from_slice(&p[first.headers..]);
+            }
+            let mut head = pkts[0][..first.headers].to_vec();
+            let last = pkts[2][first.l4 + tcp::FLAGS];
+            let a = finish_coalesced(&mut whole, &first, last);
+            let b = finish_headers(&mut head, whole.len(), &first, last);
+            assert_eq!(a, b);
+            assert_eq!(&head[..], &whole[..first.headers]);
+            assert_eq!(head[first.l4 + tcp::FLAGS] & TCP_PSH, TCP_PSH, "PSH from the last segment");
+        }
     }
 
     #[test]

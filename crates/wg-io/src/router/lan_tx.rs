@@ -8,6 +8,9 @@
 //! veth hands whole to the receiver; every other frame goes as it is.
 //! All through one send-only AF_PACKET socket
 //! ([`gatehouse_link::packet_tx`]), one `sendmmsg` per vector, in order.
+//! A super-frame's headers are made again in an arena; its payloads stay
+//! in the frames and the kernel gathers them (one copy, into its socket
+//! buffer, where gathering them into the arena first made two).
 
 use std::io::{self, ErrorKind};
 use std::ops::Range;
@@ -27,9 +30,10 @@ const PLAIN: [u8; VNET_HDR_LEN] = [0; VNET_HDR_LEN];
 /// One frame to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Out {
-    /// A super-frame in the arena (virtio-net header first), made of
-    /// `count` frames of the vector from `first` on.
-    Super { arena: Range<usize>, first: usize, count: usize },
+    /// A super-frame of `count` frames of the vector from `first` on: its
+    /// virtio-net header and headers in the arena, then each frame's
+    /// payload, from byte `payload` of the frame on.
+    Super { arena: Range<usize>, first: usize, count: usize, payload: usize },
     /// A frame of the vector as it is.
     Plain(usize),
 }
@@ -84,19 +88,18 @@ pub(super) fn coalesce(frames: &[&[u8]], arena: &mut Vec<u8>) -> Vec<Out> {
             i = j;
             continue;
         }
+        let payload = ETH + f.headers;
+        let len = frames[i..j].iter().map(|fr| fr.len() - payload).sum::<usize>() + f.headers;
         let start = arena.len();
         arena.resize(start + VNET_HDR_LEN, 0);
-        arena.extend_from_slice(first);
-        for next in &frames[i + 1..j] {
-            arena.extend_from_slice(&next[ETH + f.headers..]);
-        }
-        let mut hdr = offload::finish_coalesced(&mut arena[start + VNET_HDR_LEN + ETH..], &f, last_flags);
+        arena.extend_from_slice(&first[..payload]);
+        let mut hdr = offload::finish_headers(&mut arena[start + VNET_HDR_LEN + ETH..], len, &f, last_flags);
         // The header's offsets count from the frame's first byte here, the
         // Ethernet header's, where TUN's count from the IP header's.
         hdr.hdr_len += ETH as u16;
         hdr.csum_start += ETH as u16;
         hdr.write(&mut arena[start..start + VNET_HDR_LEN]);
-        out.push(Out::Super { arena: start..arena.len(), first: i, count: j - i });
+        out.push(Out::Super { arena: start..arena.len(), first: i, count: j - i, payload });
         i = j;
     }
     out
@@ -131,14 +134,8 @@ impl LanTx {
         }
         let mut arena = std::mem::take(&mut self.arena);
         let plan = if self.gso { coalesce(frames, &mut arena) } else { (0..frames.len()).map(Out::Plain).collect() };
-        let msgs: Vec<[&[u8]; 2]> = plan
-            .iter()
-            .map(|o| match o {
-                Out::Super { arena: r, .. } => [&arena[r.clone()], &[][..]],
-                Out::Plain(k) => [&PLAIN[..], frames[*k]],
-            })
-            .collect();
-        let refs: Vec<&[&[u8]]> = msgs.iter().map(|m| &m[..]).collect();
+        let msgs: Vec<Vec<&[u8]>> = plan.iter().map(|o| pieces(o, &arena, frames)).collect();
+        let refs: Vec<&[&[u8]]> = msgs.iter().map(Vec::as_slice).collect();
         let mut lost = 0;
         let mut at = 0;
         while at < refs.len() {
@@ -183,6 +180,16 @@ impl LanTx {
         drop(msgs);
         self.arena = arena;
         lost
+    }
+}
+
+/// What the kernel gathers into the frame `o` sends.
+fn pieces<'a>(o: &Out, arena: &'a [u8], frames: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    match o {
+        Out::Super { arena: r, first, count, payload } => std::iter::once(&arena[r.clone()])
+            .chain(frames[*first..first + count].iter().map(|f| &f[*payload..]))
+            .collect(),
+        Out::Plain(k) => vec![&PLAIN[..], frames[*k]],
     }
 }
 
@@ -257,14 +264,15 @@ mod tests {
             let mut arena = Vec::new();
             let plan = coalesce(&frames, &mut arena);
             assert_eq!(plan.len(), 4, "{plan:?}");
-            let Out::Super { arena: r, first: 0, count: 3 } = plan[0].clone() else { panic!("{plan:?}") };
+            let Out::Super { arena: r, first: 0, count: 3, .. } = plan[0].clone() else { panic!("{plan:?}") };
             assert_eq!(&plan[1..], &[Out::Plain(3), Out::Plain(4), Out::Plain(5)]);
             let hdr = VnetHdr::parse(&arena[r.clone()]).expect("header");
+            let sent = pieces(&plan[0], &arena, &frames).concat();
             let ip_len: usize = if v6 { 40 } else { 20 };
             assert_eq!(hdr.gso_type, if v6 { GSO_TCPV6 } else { GSO_TCPV4 });
             assert_eq!((hdr.gso_size, usize::from(hdr.csum_start), hdr.csum_offset), (1380, 14 + ip_len, 16));
             assert_eq!(hdr.hdr_len as usize, 14 + ip_len + 20);
-            let sup = &arena[r.start + VNET_HDR_LEN..r.end];
+            let sup = &sent[VNET_HDR_LEN..];
             assert_eq!(&sup[..14], &frames[0][..14], "the next hop's Ethernet header");
             // The payloads in order, PSH from the last segment.
             let payload: Vec<u8> = frames[..3].iter().flat_map(|f| f[14 + ip_len + 20..].to_vec()).collect();
@@ -307,8 +315,13 @@ mod tests {
         let frames: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
         let mut arena = Vec::new();
         let plan = coalesce(&frames, &mut arena);
-        let Out::Super { arena: r, first: 0, count: 3 } = plan[0].clone() else { panic!("{plan:?}") };
+        let Out::Super { arena: r, first: 0, count: 3, .. } = plan[0].clone() else { panic!("{plan:?}") };
         assert_eq!(VnetHdr::parse(&arena[r]).map(|h| (h.gso_type, h.gso_size)), Some((GSO_UDP_L4, 64)));
+        // The datagrams' payloads follow the first one's headers.
+        let sent = pieces(&plan[0], &arena, &frames).concat();
+        let payloads: Vec<u8> = frames[..3].iter().flat_map(|f| f[14 + 28..].to_vec()).collect();
+        assert_eq!(&sent[VNET_HDR_LEN + 14 + 28..], &payloads[..]);
+        assert_eq!(u16::from_be_bytes([sent[VNET_HDR_LEN + 14 + 2], sent[VNET_HDR_LEN + 14 + 3]]), 20 + 8 + 3 * 64);
         assert_eq!(&plan[1..], &[Out::Plain(3), Out::Plain(4)]);
     }
 
@@ -316,7 +329,10 @@ mod tests {
     fn a_super_frame_stops_at_64_segments() {
         let packets: Vec<Vec<u8>> = (0..70u32).map(|i| frame(HOST, &tcp(false, 1000 + i * 100, 100, false))).collect();
         let frames: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
-        let plan = coalesce(&frames, &mut Vec::new());
+        let mut arena = Vec::new();
+        let plan = coalesce(&frames, &mut arena);
         assert!(matches!(plan[..], [Out::Super { first: 0, count: 64, .. }, Out::Super { first: 64, count: 6, .. }]));
+        // A message of 65 pieces: the headers and 64 payloads.
+        assert_eq!(pieces(&plan[0], &arena, &frames).len(), 65);
     }
 }
