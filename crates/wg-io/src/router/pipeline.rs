@@ -59,6 +59,26 @@ fn next_hop(hops: &NextHops, dst: IpAddr, resolve: &mut Vec<IpAddr>) -> Option<[
     }
 }
 
+/// The last next hop a vector looked up. A vector's packets mostly go to
+/// one destination, and each lookup walks the routes and hashes into the
+/// neighbour table (SipHash: traffic can fill it): with TCP opened at a
+/// site gateway, 1.5% of its CPU's samples.
+#[derive(Default)]
+struct LastHop(Option<(IpAddr, [u8; 6])>);
+
+impl LastHop {
+    fn mac(&mut self, hops: &NextHops, dst: IpAddr, resolve: &mut Vec<IpAddr>) -> Option<[u8; 6]> {
+        if let Some((d, mac)) = self.0
+            && d == dst
+        {
+            return Some(mac);
+        }
+        let mac = next_hop(hops, dst, resolve)?;
+        self.0 = Some((dst, mac));
+        Some(mac)
+    }
+}
+
 /// An ICMP error about a LAN packet, sent back to the LAN host it came
 /// from (`sender`: its frame's source MAC), from the router's LAN address.
 fn answer_lan(r: &Router, sender: [u8; 6], packet: &[u8], h: &Header, what: IcmpError, extra: &mut Extra) -> bool {
@@ -215,9 +235,10 @@ fn seal_planned<R: CryptoRngCore>(
             }
         }
     }
+    let mut hop = LastHop::default();
     for p in planned.iter_mut() {
         let Some(plan) = &p.plan else { continue };
-        match frame_outer(r, sender, &mut frames[p.frame], p.at, &p.header, plan, extra, counts) {
+        match frame_outer(r, sender, &mut hop, &mut frames[p.frame], p.at, &p.header, plan, extra, counts) {
             Some(head) => p.head = head,
             None => p.plan = None,
         }
@@ -258,6 +279,7 @@ fn seal_planned<R: CryptoRngCore>(
 fn frame_outer(
     r: &Router,
     sender: WanSender,
+    hop: &mut LastHop,
     f: &mut Frame<'_>,
     at: usize,
     header: &Header,
@@ -273,7 +295,7 @@ fn frame_outer(
     };
     let mac = match sender {
         WanSender::Kernel => [0; 6],
-        WanSender::Frames => match next_hop(&r.wan.hops, to.ip(), &mut extra.resolve_wan) {
+        WanSender::Frames => match hop.mac(&r.wan.hops, to.ip(), &mut extra.resolve_wan) {
             Some(mac) => mac,
             None => {
                 counts.drop(RouterDrop::NoNextHop);
@@ -467,6 +489,7 @@ pub fn open_vector<R: CryptoRngCore>(
     let opened: Vec<bool> = jobs.iter().map(|j| j.ok).collect();
     drop(jobs);
     let mut expired = Vec::new();
+    let mut hop = LastHop::default();
     {
         let mut verdicts = opened.into_iter();
         let mut dev = dev.lock().unwrap_or_else(|e| e.into_inner());
@@ -513,7 +536,7 @@ pub fn open_vector<R: CryptoRngCore>(
                 counts.drop(RouterDrop::TimeExceeded);
                 continue;
             }
-            let Some(mac) = next_hop(&r.lan.hops, h.dst, &mut extra.resolve_lan) else {
+            let Some(mac) = hop.mac(&r.lan.hops, h.dst, &mut extra.resolve_lan) else {
                 counts.drop(RouterDrop::NoNextHop);
                 continue;
             };

@@ -323,6 +323,24 @@ fn sealed_for_the_kernels_socket_without_a_neighbour_still_reach_the_peer() {
 }
 
 #[test]
+fn each_packet_of_a_vector_goes_to_its_own_next_hop() {
+    let mut l = lab(false);
+    const HOST_B2: [u8; 6] = [2, 0, 0, 0, 0xb, 0x77];
+    let routes = l.b.router.lan.hops.routes.clone();
+    l.b.router.lan.hops = Arc::new(NextHops {
+        routes,
+        neighbours: [(ip("10.2.0.9"), HOST_B), (ip("10.2.0.7"), HOST_B2)].into_iter().collect(),
+    });
+    let to = |last: u8| udp4([10, 1, 0, 5], [10, 2, 0, last], 40);
+    let packets = vec![to(9), to(9), to(7), to(9), to(7)];
+    let (wan, _, _) = a_to_wan(&l, &packets);
+    let (lan, _, counts) = b_from_wan(&l, &wan);
+    assert_eq!(counts.opened, 5, "{counts:?}");
+    let macs: Vec<&[u8]> = lan.iter().map(|f| &f[..6]).collect();
+    assert_eq!(macs, vec![&HOST_B[..], &HOST_B, &HOST_B2, &HOST_B, &HOST_B2]);
+}
+
+#[test]
 fn an_inner_source_outside_the_peers_allowed_ips_is_dropped() {
     let l = lab(false);
     let (wan, _, _) = a_to_wan(&l, &[udp4([10, 9, 9, 9], [10, 2, 0, 9], 40)]);
