@@ -11,7 +11,7 @@
 //! way.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
@@ -45,6 +45,9 @@ const RX_BUFFER: usize = 65_536;
 const GSO_BYTES: usize = 65_000;
 /// Bytes of the largest packet TUN hands over or takes (a GSO super-packet).
 const SUPER: usize = 65_535;
+/// The longest headers `offload::flow` coalesces behind: IPv6's and TCP's
+/// with the most options.
+const GRO_HEADERS: usize = 40 + 60;
 /// Segments at most in one super-packet toward the tunnel.
 const GRO_SEGMENTS: usize = 64;
 
@@ -75,7 +78,7 @@ struct Worker<'a> {
     gso: bool,
     /// Where a packet from the tunnel lands, virtio header first.
     stage: Vec<u8>,
-    /// Where coalesced segments are put together for the tunnel.
+    /// Where a super-packet's virtio-net header and headers are made.
     gro: Vec<u8>,
     /// Bytes of a slot's buffer.
     slot_cap: usize,
@@ -97,7 +100,7 @@ pub fn run(sh: Arc<Shared>, index: usize, tun: File) {
         out: Vec::new(),
         gso: true,
         stage: vec![0u8; VNET_HDR_LEN + SUPER],
-        gro: vec![0u8; VNET_HDR_LEN + SUPER],
+        gro: vec![0u8; VNET_HDR_LEN + GRO_HEADERS],
         slot_cap: cap,
     };
     udp::enable_udp_gro(w.fd);
@@ -349,24 +352,35 @@ impl Worker<'_> {
         self.count_write(ok, 1);
     }
 
-    /// Writes a run: one packet as it is, more as one super-packet.
+    /// Writes a run: one packet as it is, more as one super-packet. Its
+    /// virtio-net header and headers are made in `gro`; the payloads stay
+    /// where they were opened, and the kernel gathers them (`writev`) in
+    /// the one copy it makes anyway.
     fn flush(&mut self, r: Run) {
         if r.parts.len() == 1 {
             return self.write_one(r.parts[0]);
         }
-        let mut at = VNET_HDR_LEN;
-        self.gro[at..at + r.len].copy_from_slice(&self.rx[r.buffer][r.start..r.start + r.len]);
-        at += r.len;
+        let headers = r.flow.headers;
+        let first = &self.rx[r.buffer][r.start..r.start + r.len];
+        let mut pieces = Vec::with_capacity(r.parts.len() + 1);
+        pieces.push(&first[headers..]);
         for &k in &r.parts[1..] {
             let d = &self.datagrams[k];
             let (Some(len), start) = (d.deliver, d.at.start + DATA) else { continue };
-            let payload = &self.rx[d.buffer][start + r.flow.headers..start + len];
-            self.gro[at..at + payload.len()].copy_from_slice(payload);
-            at += payload.len();
+            pieces.push(&self.rx[d.buffer][start + headers..start + len]);
         }
-        let hdr = offload::finish_coalesced(&mut self.gro[VNET_HDR_LEN..at], &r.flow, r.last_flags);
-        hdr.write(&mut self.gro[..VNET_HDR_LEN]);
-        let ok = matches!(self.tun.write(&self.gro[..at]), Ok(k) if k == at);
+        let len = headers + pieces.iter().map(|p| p.len()).sum::<usize>();
+        let Some(head) = self.gro.get_mut(..VNET_HDR_LEN + headers) else {
+            // Longer headers than offload::flow takes: one by one.
+            return r.parts.iter().for_each(|&k| self.write_one(k));
+        };
+        head[VNET_HDR_LEN..].copy_from_slice(&first[..headers]);
+        let hdr = offload::finish_headers(&mut head[VNET_HDR_LEN..], len, &r.flow, r.last_flags);
+        hdr.write(&mut head[..VNET_HDR_LEN]);
+        let iov: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&self.gro[..VNET_HDR_LEN + headers]))
+            .chain(pieces.iter().map(|p| IoSlice::new(p)))
+            .collect();
+        let ok = matches!(self.tun.write_vectored(&iov), Ok(k) if k == VNET_HDR_LEN + len);
         self.count_write(ok, r.parts.len());
     }
 
