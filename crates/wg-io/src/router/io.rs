@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use gatehouse_link::xsk::{self, Desc, Socket};
 use gatehouse_udp::{self as udp, Got};
+use gatehouse_wg::messages::transport::DATA;
 use gatehouse_wire::field::{ethernet, ipv4, ipv6, udp as udpf};
 use gatehouse_wire::packet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_UDP};
 
@@ -171,7 +172,7 @@ pub(super) fn next_linger(now: Duration, frames: usize) -> Duration {
 /// Bytes of outer headers at most that sealing writes in front of a
 /// frame's inner packet (Ethernet, IPv6, UDP and the transport header,
 /// less the inner Ethernet header they replace).
-const OUTER_IN_FRONT: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + udpf::HEADER_LEN + 16 - ethernet::HEADER_LEN;
+const OUTER_IN_FRONT: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + udpf::HEADER_LEN + DATA - ethernet::HEADER_LEN;
 
 /// Reads a byte of each frame's first cache line (and, for sealing, of the
 /// lines in front of it, where the outer headers go), all before any frame

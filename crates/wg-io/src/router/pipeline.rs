@@ -113,8 +113,9 @@ pub enum WanSender {
     /// socket copies; `io::datagram_of` reads their destination, ECN bits
     /// and length back from the headers). The kernel writes IP and UDP
     /// headers of its own and finds the next hop itself, so the MAC and the
-    /// checksums are not made here (they were a tenth of a small packet's
-    /// cost, and a miss on a neighbour the kernel knew dropped it).
+    /// checksums are not made here (the MAC's lookup and the UDP checksum
+    /// were 6% of the gateway's samples with 64-byte packets, and a
+    /// neighbour the kernel could have found dropped the packet).
     Kernel,
 }
 
