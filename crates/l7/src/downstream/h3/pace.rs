@@ -21,12 +21,11 @@
 
 use std::time::{Duration, Instant};
 
-/// RFC 9002's N, in quarters: a little faster than the window per round
-/// trip, so that a window still fills the path when ACKs come unevenly.
-const GAIN: u128 = 5;
-/// In quarters too: in slow start the window doubles each round trip, and
-/// so may the rate.
-const SLOW_START_GAIN: u128 = 8;
+/// RFC 9002's N: a little faster than the window per round trip, so that
+/// a window still fills the path when ACKs come unevenly.
+const GAIN: f64 = 1.25;
+/// In slow start the window doubles each round trip, and so may the rate.
+const SLOW_START_GAIN: f64 = 2.0;
 
 /// The bucket holds at least this many full packets.
 const BURST_PACKETS: u64 = 10;
@@ -53,20 +52,24 @@ pub struct Window {
     pub slow_start: bool,
 }
 
+// The pacer runs before and after every packet a connection sends: its
+// sums are in f64, where the 128-bit integer divisions they were in cost
+// about 0.5% of a 64 KiB HTTP/3 response's CPU (Intel Xeon, perf record). A
+// pacing rate needs no more precision than a double's 53 bits.
 impl Window {
     /// Bytes per second, with the gain; `None`: no pacing.
-    fn rate(&self) -> Option<u128> {
-        let rtt = self.srtt?.as_nanos();
-        if rtt == 0 {
+    fn rate(&self) -> Option<f64> {
+        let rtt = self.srtt?.as_secs_f64();
+        if rtt <= 0.0 {
             return None;
         }
         let gain = if self.slow_start { SLOW_START_GAIN } else { GAIN };
-        Some((u128::from(self.cwnd) * gain * 1_000_000_000 / (4 * rtt)).max(1))
+        Some((self.cwnd as f64 * gain / rtt).max(1.0))
     }
 
-    fn burst(&self, rate: u128) -> u64 {
-        let timed = rate * BURST_TIME.as_nanos() / 1_000_000_000;
-        (self.mtu * BURST_PACKETS).max(u64::try_from(timed).unwrap_or(u64::MAX))
+    fn burst(&self, rate: f64) -> u64 {
+        // `as` saturates: a rate too fast to count is a bucket too big to.
+        (self.mtu * BURST_PACKETS).max((rate * BURST_TIME.as_secs_f64()) as u64)
     }
 }
 
@@ -87,8 +90,9 @@ impl Pacer {
         if budget >= w.mtu {
             return None;
         }
-        let short = u128::from(w.mtu - budget);
-        let wait = Duration::from_nanos(u64::try_from(short * 1_000_000_000 / rate + 1).unwrap_or(u64::MAX));
+        // The rate is a byte a second or more: the wait is at most a
+        // packet's length in seconds.
+        let wait = Duration::from_nanos(((w.mtu - budget) as f64 * 1e9 / rate) as u64 + 1);
         Some(now + wait.max(MIN_WAIT))
     }
 
@@ -108,9 +112,9 @@ impl Pacer {
 }
 
 /// The budget `b` of time `at`, grown at `rate` until `now`, at most `burst`.
-fn refill(b: u64, at: Instant, now: Instant, rate: u128, burst: u64) -> u64 {
-    let grown = rate * now.saturating_duration_since(at).as_nanos() / 1_000_000_000;
-    u64::try_from(u128::from(b) + grown).unwrap_or(u64::MAX).min(burst)
+fn refill(b: u64, at: Instant, now: Instant, rate: f64, burst: u64) -> u64 {
+    let grown = (rate * now.saturating_duration_since(at).as_secs_f64()) as u64;
+    b.saturating_add(grown).min(burst)
 }
 
 #[cfg(test)]
