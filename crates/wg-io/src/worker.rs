@@ -369,18 +369,17 @@ impl Worker<'_> {
             let (Some(len), start) = (d.deliver, d.at.start + DATA) else { continue };
             pieces.push(&self.rx[d.buffer][start + headers..start + len]);
         }
-        let len = headers + pieces.iter().map(|p| p.len()).sum::<usize>();
         let Some(head) = self.gro.get_mut(..VNET_HDR_LEN + headers) else {
             // Longer headers than offload::flow takes: one by one.
             return r.parts.iter().for_each(|&k| self.write_one(k));
         };
         head[VNET_HDR_LEN..].copy_from_slice(&first[..headers]);
-        let hdr = offload::finish_headers(&mut head[VNET_HDR_LEN..], len, &r.flow, r.last_flags);
+        let hdr = offload::finish_headers(&mut head[VNET_HDR_LEN..], r.bytes, &r.flow, r.last_flags);
         hdr.write(&mut head[..VNET_HDR_LEN]);
         let iov: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&self.gro[..VNET_HDR_LEN + headers]))
             .chain(pieces.iter().map(|p| IoSlice::new(p)))
             .collect();
-        let ok = matches!(self.tun.write_vectored(&iov), Ok(k) if k == VNET_HDR_LEN + len);
+        let ok = matches!(self.tun.write_vectored(&iov), Ok(k) if k == VNET_HDR_LEN + r.bytes);
         self.count_write(ok, r.parts.len());
     }
 

@@ -89,11 +89,10 @@ pub(super) fn coalesce(frames: &[&[u8]], arena: &mut Vec<u8>) -> Vec<Out> {
             continue;
         }
         let payload = ETH + f.headers;
-        let len = frames[i..j].iter().map(|fr| fr.len() - payload).sum::<usize>() + f.headers;
         let start = arena.len();
         arena.resize(start + VNET_HDR_LEN, 0);
         arena.extend_from_slice(&first[..payload]);
-        let mut hdr = offload::finish_headers(&mut arena[start + VNET_HDR_LEN + ETH..], len, &f, last_flags);
+        let mut hdr = offload::finish_headers(&mut arena[start + VNET_HDR_LEN + ETH..], bytes, &f, last_flags);
         // The header's offsets count from the frame's first byte here, the
         // Ethernet header's, where TUN's count from the IP header's.
         hdr.hdr_len += ETH as u16;
