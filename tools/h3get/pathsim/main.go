@@ -9,7 +9,10 @@
 //
 // It prints its listening address on the first line of stdout, then runs
 // until SIGTERM or SIGINT and prints one JSON line: packets and bytes the
-// server sent, what the bottleneck dropped, and the largest queue seen.
+// server sent, what the bottleneck dropped, and the largest queue seen;
+// and the packets the server sent and the bottleneck dropped in each
+// second from the first packet, to tell a slow start's losses from a
+// steady state's.
 package main
 
 import (
@@ -30,6 +33,8 @@ type stats struct {
 	Dropped       int64 `json:"dropped_packets"`
 	MaxQueue      int   `json:"max_queue"`
 	ToServer      int64 `json:"to_server_packets"`
+	// [packets sent, dropped] in each second from the first packet.
+	EachSecond [][2]int64 `json:"to_client_each_second"`
 }
 
 // link is one direction: a FIFO served at a fixed rate (none when rate is
@@ -45,6 +50,8 @@ type link struct {
 	bytes    int64
 	dropped  int64
 	maxQueue int
+	first    time.Time  // the first packet's arrival
+	seconds  [][2]int64 // [packets, dropped] in each second since first
 }
 
 // admit returns when a packet of n bytes arrives at the far end, or false
@@ -54,6 +61,14 @@ func (l *link) admit(now time.Time, n int) (time.Time, bool) {
 	defer l.mu.Unlock()
 	l.packets++
 	l.bytes += int64(n)
+	if l.first.IsZero() {
+		l.first = now
+	}
+	sec := int(now.Sub(l.first) / time.Second)
+	for len(l.seconds) <= sec {
+		l.seconds = append(l.seconds, [2]int64{})
+	}
+	l.seconds[sec][0]++
 	if l.rate == 0 {
 		return now.Add(l.delay), true
 	}
@@ -66,6 +81,7 @@ func (l *link) admit(now time.Time, n int) (time.Time, bool) {
 	l.maxQueue = max(l.maxQueue, len(l.leaving))
 	if len(l.leaving) >= l.limit {
 		l.dropped++
+		l.seconds[sec][1]++
 		return time.Time{}, false
 	}
 	start := now
@@ -164,6 +180,7 @@ func main() {
 	<-sig
 	down.mu.Lock()
 	up.mu.Lock()
-	out, _ := json.Marshal(stats{down.packets, down.bytes, down.dropped, down.maxQueue, up.packets})
+	each := append([][2]int64{}, down.seconds...) // [] rather than null
+	out, _ := json.Marshal(stats{down.packets, down.bytes, down.dropped, down.maxQueue, up.packets, each})
 	fmt.Println(string(out))
 }
