@@ -8,11 +8,14 @@ small buffer, 20 ms each way. Two paths:
 
   narrow  50 Mbit/s, a 32-packet buffer; 256 KiB responses
   wide    200 Mbit/s, a 64-packet buffer; 1 MiB responses
+  busy    the narrow path; 64 KiB responses on 8 streams at once
 
 One quic-go client (h3load -c1 -m1) fetches one response after the other
 for SECONDS: each response starts after a round trip with nothing to send,
 the moment a sender that does not pace lets its whole congestion window go
-at once. The servers run on CPU 0
+at once. On the busy path (h3load -c1 -m8) the connection always has data
+to send, so its window alone decides how much of the buffer it fills: what
+the congestion controller does after a loss shows in the packets dropped. The servers run on CPU 0
 as in the other benchmarks and proxy to the same NGINX backend; the path
 and the client are not pinned (the rates are small).
 
@@ -53,19 +56,20 @@ def gatehouse(d, port, backend_port, crt, key):
 
 SERVERS = {"gatehouse": gatehouse, "caddy": Q.caddy}
 DELAY_MS = 20
-# name: (bits per second, buffer in packets, response bytes)
-PATHS = {"narrow": (50e6, 32, 256 * 1024), "wide": (200e6, 64, 1024 * 1024)}
+# name: (bits per second, buffer in packets, response bytes, streams)
+PATHS = {"narrow": (50e6, 32, 256 * 1024, 1), "wide": (200e6, 64, 1024 * 1024, 1),
+         "busy": (50e6, 32, 64 * 1024, 8)}
 
 
 def run_once(server, path_name, args):
-    rate, queue, size = PATHS[path_name]
+    rate, queue, size, streams = PATHS[path_name]
     path = subprocess.Popen([str(PATHSIM), "-to", f"127.0.0.1:{server.port}", "-rate", str(rate),
                              "-delay", f"{DELAY_MS}ms", "-queue", str(queue)],
                             stdout=subprocess.PIPE, text=True)
     try:
         addr = path.stdout.readline().strip()
         r = subprocess.run([str(H3LOAD), "-addr", addr, "-host", "localhost", "-insecure",
-                            "-path", f"/{size}", "-c", "1", "-m", "1", "-d", f"{args.seconds}s"],
+                            "-path", f"/{size}", "-c", "1", "-m", str(streams), "-d", f"{args.seconds}s"],
                            capture_output=True, text=True, timeout=args.seconds + 60)
     finally:
         path.terminate()
@@ -116,16 +120,18 @@ def main():
     lines = [f"## {datetime.date.today()} — HTTP/3 across narrow paths, commit {E.commit()}", "",
              f"Command: `bench/quic_path.py --rounds {args.rounds} --seconds {args.seconds} --only {args.only}`. "
              f"CPU: {B.cpu_model()}. Paths (tools/h3get/pathsim) from server to client, {2 * DELAY_MS} ms round "
-             "trip; one quic-go client fetching responses one after the other. Medians of the rounds.", "",
+             "trip; one quic-go client fetching responses one after the other (on the busy path, on 8 streams "
+             "at once). Medians of the rounds.", "",
              "| path | server | responses/s | p50 ms | p99 ms | goodput Mbit/s | packets dropped / sent | most queued |"
              " responses ÷ Caddy's |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for p in paths:
-        rate, queue, size = PATHS[p]
+        rate, queue, size, streams = PATHS[p]
         caddy = med[(p, "caddy")]
         for n in SERVERS:
             m = med[(p, n)]
-            lines.append(f"| {rate / 1e6:.0f} Mbit/s, {queue}-packet buffer, {size // 1024} KiB | {n} | "
+            on = f" × {streams} streams" if streams > 1 else ""
+            lines.append(f"| {rate / 1e6:.0f} Mbit/s, {queue}-packet buffer, {size // 1024} KiB{on} | {n} | "
                          f"{m['rps']:.2f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['mbit']:.1f} | "
                          f"{m['dropped']:.0f} / {m['sent']:.0f} | {m['max_queue']:.0f} | "
                          f"{m['rps'] / caddy['rps']:.2f} |")
