@@ -4,7 +4,7 @@
 Each server (Gatehouse with its defaults; Caddy, whose quic-go paces) is
 reached through tools/h3get/pathsim, a user-space path because these
 kernels have no netem: from the server to the client a bottleneck with a
-small buffer, 20 ms each way. Two paths:
+small buffer, 20 ms each way. Three paths:
 
   narrow  50 Mbit/s, a 32-packet buffer; 256 KiB responses
   wide    200 Mbit/s, a 64-packet buffer; 1 MiB responses
@@ -15,17 +15,18 @@ for SECONDS: each response starts after a round trip with nothing to send,
 the moment a sender that does not pace lets its whole congestion window go
 at once. On the busy path (h3load -c1 -m8) the connection always has data
 to send, so its window alone decides how much of the buffer it fills: what
-the congestion controller does after a loss shows in the packets dropped. The servers run on CPU 0
-as in the other benchmarks and proxy to the same NGINX backend; the path
-and the client are not pinned (the rates are small).
+the congestion controller does after a loss shows in the packets dropped.
+The servers run on CPU 0 as in the other benchmarks and proxy to the same
+NGINX backend; the path and the client are not pinned (the rates are
+small).
 
 Reported per server, medians over ROUNDS interleaved rounds: responses a
 second, the 50th and 99th percentile of a response's time (request sent to
 last byte), the path's goodput, the packets the bottleneck dropped and the
-most it held. A response takes at best its transmission time (42 ms on
-either path) and a round trip (40 ms).
+most it held. A response on the narrow or the wide path takes at best its
+transmission time (42 ms) and a round trip (40 ms).
 
-Usage: bench/quic_path.py [--rounds N] [--seconds S] [--only narrow,wide]
+Usage: bench/quic_path.py [--rounds N] [--seconds S] [--only narrow,wide,busy]
                           [--write docs/BENCHMARKS.md]
 """
 
