@@ -50,7 +50,7 @@ type link struct {
 	bytes    int64
 	dropped  int64
 	maxQueue int
-	first    time.Time  // the first packet's arrival
+	first    time.Time  // the first packet's arrival (bottleneck only)
 	seconds  [][2]int64 // [packets, dropped] in each second since first
 }
 
@@ -61,6 +61,10 @@ func (l *link) admit(now time.Time, n int) (time.Time, bool) {
 	defer l.mu.Unlock()
 	l.packets++
 	l.bytes += int64(n)
+	if l.rate == 0 {
+		return now.Add(l.delay), true
+	}
+	// Each second's counts, for the bottleneck only (the JSON line's).
 	if l.first.IsZero() {
 		l.first = now
 	}
@@ -69,9 +73,6 @@ func (l *link) admit(now time.Time, n int) (time.Time, bool) {
 		l.seconds = append(l.seconds, [2]int64{})
 	}
 	l.seconds[sec][0]++
-	if l.rate == 0 {
-		return now.Add(l.delay), true
-	}
 	// Packets that have left the link no longer queue.
 	k := 0
 	for k < len(l.leaving) && !l.leaving[k].After(now) {
