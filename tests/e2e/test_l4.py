@@ -16,6 +16,7 @@ holds the DR VIP on its loopback.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -345,27 +346,44 @@ def test_the_dashboard_shows_the_l4_plane(l4, browser, tmp_path):
         assert all(u.startswith(base + "/") for u in requested_urls(d))
 
 
-def test_takeover_hands_the_interfaces_over(l4):
+def test_takeover_hands_the_interfaces_and_sessions_over(l4):
     """A binary upgrade: the new process gets the XDP program and the
-    interfaces when the old one starts draining; a connection of a Maglev
-    NAT service is picked up by the new process without a SYN."""
+    interfaces when the old one hands over, with the sessions it held.
+    Connections under way carry on with their real server whatever the
+    scheduler (weighted round robin and FNAT could not pick them up from
+    a packet in the middle of a connection; Maglev could, but not from a
+    server's reply that comes first)."""
     old = l4["gh"]
-    hold = subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "hold", "http://10.77.0.100:8080/"], stdout=subprocess.PIPE, text=True)
+    urls = ["http://10.77.0.100/", "http://10.77.0.100:8080/", "http://10.77.0.102/"]
+    holds = [subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "hold", u], stdout=subprocess.PIPE,
+                              text=True) for u in urls]
     try:
-        first = hold.stdout.readline().strip()
-        assert first in ("s1", "s2"), first
+        first = [h.stdout.readline().strip() for h in holds]
+        assert all(f in ("s1", "s2", "s3") for f in first), first
         new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["lb"]))
         l4["gh"] = new
         new.wait_log("L4 plane started")
         assert old.proc.wait(timeout=15) == 0
         assert "backend=\"af_xdp\"" in new.stderr() or "backend=af_xdp" in new.stderr(), new.stderr()
+        assert logged_count(old.stderr(), "its sessions go to the new process", "sessions") >= len(urls), old.stderr()
+        new.wait_log("L4 sessions taken over")
+        assert logged_count(new.stderr(), "L4 sessions taken over", "committed") >= len(urls), new.stderr()
         for _ in range(20):
-            assert hold.stdout.readline().strip() == first
+            assert [h.stdout.readline().strip() for h in holds] == first
     finally:
-        hold.kill()
-        hold.wait()
+        for h in holds:
+            h.kill()
+            h.wait()
     seen = client("count", "http://10.77.0.100/", "200")
     assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 200, seen
+
+
+def logged_count(log, message, field):
+    """The number a log line with `message` gives `field` (-1: no such line)."""
+    for line in log.splitlines():
+        if message in line and (m := re.search(rf"\b{field}=(\d+)", line)):
+            return int(m.group(1))
+    return -1
 
 
 def test_af_packet_fallback(l4, tmp_path):

@@ -165,6 +165,26 @@ impl Lane {
         }
     }
 
+    /// Commits the sessions the process taken over handed on, before the
+    /// first frame (every worker all of them, as a promoted standby does:
+    /// the NIC decides which core sees a flow).
+    fn take_over(&mut self, shared: &Shared, port: &Port, slot: usize) {
+        if shared.taken_over.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let (mut ok, mut failed) = (0usize, 0usize);
+        for r in &shared.taken_over {
+            match self.worker.commit(&self.published, r, now) {
+                Ok(()) => ok += 1,
+                Err(_) => failed += 1,
+            }
+        }
+        if slot == 0 {
+            tracing::info!(interface = %port.name, committed = ok, not_here = failed, "L4 sessions taken over");
+        }
+    }
+
     fn publish_stats(&mut self, shared: &Shared, slot: usize) {
         if self.last_publish.elapsed() < PUBLISH_PERIOD {
             return;
@@ -199,6 +219,7 @@ pub(crate) fn run<I: FrameIo>(shared: &Shared, port: &Port, queue: u32, slot: us
         busy: false,
     };
     lane.worker = lane.new_worker(&published);
+    lane.take_over(shared, port, slot);
     let mut send = Vec::with_capacity(VECTOR);
     let mut done = Vec::with_capacity(VECTOR);
     while !shared.stop.load(Ordering::Relaxed) {
@@ -218,5 +239,10 @@ pub(crate) fn run<I: FrameIo>(shared: &Shared, port: &Port, queue: u32, slot: us
         done.extend(bufs.iter().map(|b| (b.head, b.len)));
         drop(bufs);
         io.transmit(&done, &send, &mut lane.io);
+    }
+    if shared.export.load(Ordering::Acquire) {
+        let mut out = Vec::new();
+        lane.worker.export(&lane.published, lane.now(), &mut out);
+        shared.exported.lock().unwrap_or_else(|e| e.into_inner()).extend(out);
     }
 }

@@ -12,6 +12,7 @@
 //! - [`steer`], [`packet_socket`]: the XDP program and the AF_PACKET
 //!   socket (AF_XDP sockets and next hops are `gatehouse_link`'s);
 //! - [`ha`]: session sync and announcements for active/standby;
+//! - [`takeover`]: the sessions handed to a process taking over;
 //! - [`service`]: the plane as a service of the node.
 //!
 //! `unsafe` is confined to [`packet_socket`] (AF_PACKET system calls).
@@ -25,6 +26,7 @@ pub mod runtime;
 pub mod service;
 pub mod shared;
 pub mod steer;
+pub mod takeover;
 
 pub use runtime::{HaStart, L4Runtime};
 pub use service::L4;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use gatehouse_config::{L4, L4Io};
+use gatehouse_l4::sync::Record;
 
 use crate::control::{announce, build_plane, publish, publish_steering, wanted};
 use crate::frame_io::{PacketIo, XdpIo};
@@ -100,7 +101,15 @@ impl L4Runtime {
     /// `fallback` false, `io: auto` does not settle for AF_PACKET when
     /// AF_XDP fails (a process being taken over may still hold the XDP
     /// program: the caller tries again).
-    pub fn start(cfg: &L4, health: HealthFn, fallback: bool, ha: Option<HaStart>) -> Result<L4Runtime, StartError> {
+    /// `taken_over`: the sessions a process taken over handed on, which
+    /// every worker commits before its first frame.
+    pub fn start(
+        cfg: &L4,
+        health: HealthFn,
+        fallback: bool,
+        ha: Option<HaStart>,
+        taken_over: Vec<Record>,
+    ) -> Result<L4Runtime, StartError> {
         let mut ports = Vec::new();
         let mut backends: Vec<(usize, u32, Backend)> = Vec::new();
         let mut backend_name = "af_xdp";
@@ -177,6 +186,9 @@ impl L4Runtime {
             stop: AtomicBool::new(false),
             cfg: Mutex::new(cfg.clone()),
             health,
+            taken_over,
+            export: AtomicBool::new(false),
+            exported: Mutex::new(Vec::new()),
         });
         let mut threads = Vec::new();
         for (slot, (pi, q, backend)) in backends.into_iter().enumerate() {
@@ -312,6 +324,16 @@ impl L4Runtime {
         for port in &self.shared.ports {
             drop(port.steering.lock().unwrap_or_else(|e| e.into_inner()).take());
         }
+    }
+}
+
+impl L4Runtime {
+    /// Stops as [`L4Runtime::stop`] does, and returns the sessions the
+    /// workers owned, for the process taking over.
+    pub fn stop_and_export(&self) -> Vec<Record> {
+        self.shared.export.store(true, Ordering::Release);
+        self.stop();
+        std::mem::take(&mut *self.shared.exported.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

@@ -1,13 +1,14 @@
 //! The L4 plane as the node sees it: started once when the config has L4
 //! services, given each new `l4` section, stopped at once on a drain (packets
-//! have no connections to finish, and a process taking over needs the
-//! interfaces), and rendering its own counters.
+//! have no connections to finish) or when a process takes over (which needs
+//! the interfaces, and gets the sessions: [`crate::takeover`]), and
+//! rendering its own counters.
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use gatehouse_config::{Config, FieldError, HaRole, KeySource, L4 as L4Config, Named};
-use gatehouse_l4::sync::Key;
+use gatehouse_l4::sync::{Key, Record};
 use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::metrics::Exposition;
 use gatehouse_plane::{HealthTarget, Init, NotReady, Plane, PlaneError, Prepare, Staged, Start};
@@ -35,6 +36,9 @@ struct Inner {
     role: Mutex<Option<HaRole>>,
     /// The sync key of the committed config.
     sync_key: Mutex<Option<Key>>,
+    /// The sessions the process taken over handed on, until the runtime
+    /// that commits them starts.
+    taken_over: Mutex<Vec<Record>>,
 }
 
 impl L4 {
@@ -46,6 +50,7 @@ impl L4 {
             started: std::sync::atomic::AtomicBool::new(false),
             role: Mutex::new(None),
             sync_key: Mutex::new(None),
+            taken_over: Mutex::new(Vec::new()),
         }))
     }
 
@@ -65,7 +70,10 @@ impl L4 {
             role: self.0.role.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(h.initial),
             key: self.0.sync_key.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         });
-        let rt = L4Runtime::start(&l4, health, fallback, ha)?;
+        let mut taken_over = self.0.taken_over.lock().unwrap_or_else(|e| e.into_inner());
+        let rt = L4Runtime::start(&l4, health, fallback, ha, taken_over.clone())?;
+        taken_over.clear();
+        drop(taken_over);
         // The role may have changed while the runtime was starting.
         if let Some(role) = *self.0.role.lock().unwrap_or_else(|e| e.into_inner()) {
             rt.set_role(role);
@@ -211,9 +219,30 @@ impl Plane for L4 {
         }
     }
 
+    /// Taken over: stops the workers (the interfaces go to the new
+    /// process) and hands on the sessions they held.
+    fn hand_over_state(&self) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+        let rt = self.0.runtime.get()?;
+        let records = rt.stop_and_export();
+        let state = crate::takeover::encode(&records);
+        let left = records.len().saturating_sub(crate::takeover::MAX_RECORDS);
+        if left > 0 {
+            tracing::warn!(sessions = left, "takeover: too many L4 sessions to hand over; these are not");
+        }
+        tracing::info!(sessions = records.len() - left, "L4 plane stopped; its sessions go to the new process");
+        Some(zeroize::Zeroizing::new(state))
+    }
+
+    fn take_over_state(&self, state: &[u8]) {
+        match crate::takeover::decode(state) {
+            Ok(records) => *self.0.taken_over.lock().unwrap_or_else(|e| e.into_inner()) = records,
+            Err(e) => tracing::warn!("takeover: the L4 sessions handed over are refused ({e}); they start anew"),
+        }
+    }
+
     /// After a takeover the previous process lets the interfaces go as it
-    /// starts draining: tries again for a few seconds before settling for
-    /// what `io` allows.
+    /// hands its sessions over: tries again for a few seconds before
+    /// settling for what `io` allows.
     fn took_over(&self) {
         let plane = self.clone();
         let spawned = std::thread::Builder::new().name("l4-start".into()).spawn(move || {

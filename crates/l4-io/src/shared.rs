@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use gatehouse_config::L4;
 use gatehouse_l4::plane::{Counters, Plane};
+use gatehouse_l4::sync::Record;
 
 use crate::ha::Ha;
 use crate::steer::Steering;
@@ -66,6 +67,13 @@ pub(crate) struct Shared {
     pub(crate) ha: Option<Arc<Ha>>,
     /// A second round of announcements after a promotion.
     pub(crate) reannounce: Mutex<Option<Instant>>,
+    /// Sessions a process taken over handed on: every worker commits them
+    /// before its first frame.
+    pub(crate) taken_over: Vec<Record>,
+    /// Set before `stop` when the sessions go to a new process: each
+    /// worker, as it stops, adds those it owns to `exported`.
+    pub(crate) export: AtomicBool,
+    pub(crate) exported: Mutex<Vec<Record>>,
 }
 
 impl Shared {

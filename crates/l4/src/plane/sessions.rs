@@ -349,6 +349,13 @@ impl Sessions {
         out.walk(&self.tables, plane, now, budget)
     }
 
+    /// The sessions this core owns, as records for the process that takes
+    /// over from this one.
+    pub(super) fn export_all(&self, plane: &Plane, now: u32, out: &mut Vec<Record>) {
+        let tick_ms = self.sync.as_ref().map_or(1000, |o| o.tick_ms);
+        super::sync::export(&self.tables, plane, now, tick_ms, out);
+    }
+
     /// Puts a session synced from the peer into this core's tables (or
     /// refreshes it if it is there). Every core of an interface is given
     /// every session, because the NIC, not the session, decides which core

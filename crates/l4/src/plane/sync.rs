@@ -4,8 +4,6 @@
 //! and how a standby's synced sessions are committed into its tables when
 //! it becomes the master.
 
-use std::net::IpAddr;
-
 use super::Plane;
 use super::family::{Family, Tables};
 use crate::session::{Session, State};
@@ -100,19 +98,48 @@ fn worth_refresh<A: Family>(s: &Session<A>) -> bool {
 /// A session as a record for the peer; false if it names what the plane no
 /// longer has, or the queue is full.
 pub(super) fn push_record<A: Family>(out: &mut SyncOut, plane: &Plane, s: &Session<A>, now: u32) -> bool {
-    if s.flags & crate::session::PROXIED != 0 {
-        return false;
-    }
     if out.records.len() >= out.cap {
         out.dropped += 1;
         return false;
     }
-    let ttl = (u64::from(s.expires.saturating_sub(now)) * out.tick_ms / 1000).min(u64::from(u32::MAX)) as u32;
+    match record_of(plane, s, now, out.tick_ms) {
+        Some(r) => {
+            out.records.push(r);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Every session of `tables` that this core owns, as records, into `out`
+/// (a takeover: the new process commits them before its first packet).
+/// Copies of other cores' sessions are theirs to export; proxied sessions
+/// cannot be carried (their sequence-number translation is not in a
+/// record).
+pub(super) fn export(tables: &Tables, plane: &Plane, now: u32, tick_ms: u64, out: &mut Vec<Record>) {
+    fn all<A: Family>(t: &crate::session::Table<A>, plane: &Plane, now: u32, tick_ms: u64, out: &mut Vec<Record>) {
+        for i in 0..t.capacity() {
+            if let Some(s) = t.live_at(i).filter(|s| s.flags & crate::session::COPY == 0) {
+                out.extend(record_of(plane, s, now, tick_ms));
+            }
+        }
+    }
+    all(&tables.v4, plane, now, tick_ms, out);
+    all(&tables.v6, plane, now, tick_ms, out);
+}
+
+/// A session as a record, naming everything by address; `None` if it
+/// names what the plane no longer has, or is proxied.
+fn record_of<A: Family>(plane: &Plane, s: &Session<A>, now: u32, tick_ms: u64) -> Option<Record> {
+    if s.flags & crate::session::PROXIED != 0 {
+        return None;
+    }
+    let ttl = (u64::from(s.expires.saturating_sub(now)) * tick_ms / 1000).min(u64::from(u32::MAX)) as u32;
     if super::snat_rules::is_snat(s.service) {
         // An SNAT mapping: VIP port 0 marks it; the inside host as the
         // client, the address and port it goes out from as the local ones.
-        let Some(&addr) = plane.local_addrs.get(usize::from(s.local)) else { return false };
-        out.records.push(Record {
+        let &addr = plane.local_addrs.get(usize::from(s.local))?;
+        return Some(Record {
             proto: super::snat_rules::snat_proto(s.service),
             state: s.state,
             ttl,
@@ -124,26 +151,23 @@ pub(super) fn push_record<A: Family>(out: &mut SyncOut, plane: &Plane, s: &Sessi
             real_port: 0,
             local: Some((addr, s.local_port)),
         });
-        return true;
     }
-    let Some(svc) = plane.services.get(usize::from(s.service)) else { return false };
-    let Some(real) = svc.reals.get(usize::from(s.real)) else { return false };
+    let svc = plane.services.get(usize::from(s.service))?;
+    let real = svc.reals.get(usize::from(s.real))?;
     let local = match plane.local_addrs.get(usize::from(s.local)) {
         Some(&a) if s.local != u16::MAX => Some((a, s.local_port)),
         _ => None,
     };
-    let client: IpAddr = s.client.ip();
-    out.records.push(Record {
+    Some(Record {
         proto: svc.proto,
         state: s.state,
         ttl,
-        client,
+        client: s.client.ip(),
         client_port: s.client_port,
         vip: svc.vip,
         vip_port: svc.port,
         real: real.addr,
         real_port: real.port,
         local,
-    });
-    true
+    })
 }

@@ -648,6 +648,68 @@ fn udp_sessions_sync_at_once_and_bad_records_are_refused() {
     assert_eq!(standby.sessions(), 0);
 }
 
+#[test]
+fn a_takeover_carries_every_session_over_once() {
+    use crate::sync::Record;
+    // NAT with weights: the reply may come before the client's next
+    // segment; only the session carried over tells where it goes.
+    let plane = Plane::new(vec![service(L4Mode::Nat, L4Scheduler::Wrr, PROTO_TCP)], vec![], MAC, HOP, 1);
+    let mut old = Worker::new(&plane, 0, 1024, 1);
+    let (_, out) = run(&mut old, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    let real = octets(flow(&out).dst);
+    run(&mut old, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK), 1);
+    // A handshake under way goes over too.
+    run(&mut old, &plane, &tcp(CLIENT, 40001, VIP, 80, TCP_SYN), 1);
+    let mut recs: Vec<Record> = Vec::new();
+    old.export(&plane, 2, &mut recs);
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    let states: Vec<_> = recs.iter().map(|r| (r.client_port, r.state, r.ttl)).collect();
+    assert!(states.contains(&(40000, crate::session::State::Established, 899)), "{states:?}");
+    assert!(states.contains(&(40001, crate::session::State::SynSent, 9)), "{states:?}");
+    let reply = tcp(real, 8080, CLIENT, 40000, TCP_ACK | TCP_PSH);
+    let mut fresh = Worker::new(&plane, 0, 1024, 2);
+    assert_eq!(run(&mut fresh, &plane, &reply, 0).0, Verdict::Drop(DropReason::NoSession));
+    let mut new = Worker::new(&plane, 0, 1024, 3);
+    for r in &recs {
+        new.commit(&plane, r, 0).expect("commit");
+    }
+    let (v, back) = run(&mut new, &plane, &reply, 0);
+    assert_eq!(v, Verdict::Forward);
+    let b = flow(&back);
+    assert_eq!((b.src, b.sport, b.dst, b.dport), (IpAddr::from(VIP), 80, IpAddr::from(CLIENT), 40000));
+
+    // FNAT on two cores: each commits every session, the port's core owns
+    // it, and only the owner exports it again.
+    let plane =
+        Plane::new(vec![service(L4Mode::Fnat, L4Scheduler::Wrr, PROTO_TCP)], vec![IpAddr::from(LOCAL)], MAC, HOP, 2);
+    let mut old = Worker::new(&plane, 1, 1024, 4);
+    let (_, out) = run(&mut old, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_SYN), 0);
+    let f = flow(&out);
+    run(&mut old, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK), 1);
+    let mut recs = Vec::new();
+    old.export(&plane, 2, &mut recs);
+    assert_eq!(recs.len(), 1);
+    let mut new: Vec<Worker> = (0..2).map(|c| Worker::new(&plane, c, 1024, 5 + u64::from(c))).collect();
+    for w in &mut new {
+        w.commit(&plane, &recs[0], 0).expect("commit");
+    }
+    for w in &mut new {
+        let (v, out) = run(w, &plane, &tcp(CLIENT, 40000, VIP, 80, TCP_ACK | TCP_PSH), 1);
+        assert_eq!(v, Verdict::Forward);
+        let g = flow(&out);
+        assert_eq!((g.src, g.sport, g.dst, g.dport), (f.src, f.sport, f.dst, 8080));
+    }
+    let owner = usize::from(f.sport % 2);
+    let (v, back) = run(&mut new[owner], &plane, &tcp(octets(f.dst), 8080, LOCAL, f.sport, TCP_ACK), 2);
+    assert_eq!(v, Verdict::Forward);
+    assert_eq!((flow(&back).dst, flow(&back).dport), (IpAddr::from(CLIENT), 40000));
+    let mut again = Vec::new();
+    for w in &new {
+        w.export(&plane, 3, &mut again);
+    }
+    assert_eq!(again.len(), 1, "a copy is its owner's to export: {again:?}");
+}
+
 /// A TCP frame with the numbers, an MSS option and data given.
 #[allow(clippy::too_many_arguments)]
 fn seg(

@@ -173,6 +173,14 @@ impl Worker {
         self.sessions.sync_walk(plane, now, budget)
     }
 
+    /// Every session this core owns, as records (a takeover hands them to
+    /// the new process, whose workers [`Worker::commit`] them all). Proxied
+    /// sessions are left out: their sequence-number translation is not in
+    /// a record.
+    pub fn export(&self, plane: &Plane, now: u32, out: &mut Vec<Record>) {
+        self.sessions.export_all(plane, now, out);
+    }
+
     /// Puts a session synced from the peer into this core's tables (or
     /// refreshes it). Every core of an interface is given every session;
     /// one of them owns it (holds its FNAT port and counts it).
