@@ -17,7 +17,8 @@ use crate::control::{announce, build_plane, publish, publish_steering, wanted};
 use crate::frame_io::{PacketIo, XdpIo};
 use crate::ha::Ha;
 use crate::shared::{HealthFn, Port, Shared, WorkerStats};
-use crate::steer::{Steering, Wanted};
+use crate::steer::{Loaded, Steering, Wanted};
+use crate::takeover::Handover;
 use gatehouse_link::nexthop::NextHops;
 use gatehouse_link::xsk;
 
@@ -31,6 +32,9 @@ pub struct HaStart {
 /// The L4 plane of `gatehouse run`. Stops its threads when dropped.
 pub struct L4Runtime {
     shared: Arc<Shared>,
+    /// The workers (which hold the AF_XDP sockets), then the sync and
+    /// control threads.
+    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The backend in use: "af_xdp" or "af_packet".
     pub backend: &'static str,
@@ -101,14 +105,14 @@ impl L4Runtime {
     /// `fallback` false, `io: auto` does not settle for AF_PACKET when
     /// AF_XDP fails (a process being taken over may still hold the XDP
     /// program: the caller tries again).
-    /// `taken_over`: the sessions a process taken over handed on, which
-    /// every worker commits before its first frame.
+    /// `handover`: what a process taking over brings (its programs are
+    /// used up; its sessions go to the workers once the start succeeds).
     pub fn start(
         cfg: &L4,
         health: HealthFn,
         fallback: bool,
         ha: Option<HaStart>,
-        taken_over: Vec<Record>,
+        handover: &mut Handover,
     ) -> Result<L4Runtime, StartError> {
         let mut ports = Vec::new();
         let mut backends: Vec<(usize, u32, Backend)> = Vec::new();
@@ -126,7 +130,7 @@ impl L4Runtime {
             let mut steering = None;
             let mut sockets = Vec::new();
             if cfg.io != L4Io::AfPacket {
-                match open_xdp(name, ifindex, &w) {
+                match open_xdp(name, ifindex, &w, handover.programs.remove(name)) {
                     Ok((s, socks)) => {
                         steering = Some(s);
                         sockets = socks;
@@ -186,15 +190,15 @@ impl L4Runtime {
             stop: AtomicBool::new(false),
             cfg: Mutex::new(cfg.clone()),
             health,
-            taken_over,
+            taken_over: std::mem::take(&mut handover.sessions),
             export: AtomicBool::new(false),
             exported: Mutex::new(Vec::new()),
         });
-        let mut threads = Vec::new();
+        let mut workers = Vec::new();
         for (slot, (pi, q, backend)) in backends.into_iter().enumerate() {
             let (shared, port) = (shared.clone(), shared.ports[pi].clone());
             let capacity = cfg.max_sessions;
-            threads.push(
+            workers.push(
                 std::thread::Builder::new()
                     .name(format!("l4-{}-{q}", port.name))
                     .spawn(move || match backend {
@@ -206,6 +210,7 @@ impl L4Runtime {
                     .map_err(|e| StartError::host(format!("cannot start an L4 worker: {e}")))?,
             );
         }
+        let mut threads = Vec::new();
         if shared.ha.as_ref().is_some_and(|h| h.sync.is_some()) {
             let s = shared.clone();
             threads.push(
@@ -229,7 +234,7 @@ impl L4Runtime {
                 .spawn(move || crate::control::run(&control))
                 .map_err(|e| StartError::host(format!("cannot start the L4 control thread: {e}")))?,
         );
-        Ok(L4Runtime { shared, threads: Mutex::new(threads), backend: backend_name })
+        Ok(L4Runtime { shared, workers: Mutex::new(workers), threads: Mutex::new(threads), backend: backend_name })
     }
 
     /// A new `l4` section (same interfaces): publishes new planes and XDP
@@ -251,7 +256,10 @@ impl L4Runtime {
 
     /// Whether every worker, sync and control thread still runs.
     pub fn alive(&self) -> bool {
-        self.threads.lock().unwrap_or_else(|e| e.into_inner()).iter().all(|t| !t.is_finished())
+        let running = |t: &Mutex<Vec<std::thread::JoinHandle<()>>>| {
+            t.lock().unwrap_or_else(|e| e.into_inner()).iter().all(|t| !t.is_finished())
+        };
+        running(&self.workers) && running(&self.threads)
     }
 
     /// The active/standby part, when `l4.ha` is configured.
@@ -314,25 +322,37 @@ pub type RealState = (SocketAddr, Option<bool>);
 
 impl L4Runtime {
     /// Stops the workers and detaches the XDP programs, giving the
-    /// interfaces back to the kernel (and to a process taking over).
+    /// interfaces back to the kernel (and to a process taking over), then
+    /// waits for the sync and control threads.
     pub fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.release_interfaces();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    /// The part of [`L4Runtime::stop`] that a process taking over waits
+    /// for: the workers, which close the AF_XDP sockets as they end, and
+    /// the XDP programs. The control thread, asleep for up to a period,
+    /// ends in its own time.
+    fn release_interfaces(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in workers {
             let _ = t.join();
         }
         for port in &self.shared.ports {
             drop(port.steering.lock().unwrap_or_else(|e| e.into_inner()).take());
         }
     }
-}
 
-impl L4Runtime {
-    /// Stops as [`L4Runtime::stop`] does, and returns the sessions the
-    /// workers owned, for the process taking over.
+    /// Lets the interfaces go as [`L4Runtime::stop`] does (the sync and
+    /// control threads are joined by a later `stop`), and returns the
+    /// sessions the workers owned, for the process taking over.
     pub fn stop_and_export(&self) -> Vec<Record> {
         self.shared.export.store(true, Ordering::Release);
-        self.stop();
+        self.release_interfaces();
         std::mem::take(&mut *self.shared.exported.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -343,8 +363,16 @@ impl Drop for L4Runtime {
     }
 }
 
-fn open_xdp(name: &str, ifindex: u32, w: &Wanted) -> Result<(Steering, Vec<xsk::Socket>), InterfaceError> {
-    let mut steering = Steering::attach(name)?;
+fn open_xdp(
+    name: &str,
+    ifindex: u32,
+    w: &Wanted,
+    loaded: Option<Loaded>,
+) -> Result<(Steering, Vec<xsk::Socket>), InterfaceError> {
+    let mut steering = match loaded {
+        Some(l) => l.attach(name)?,
+        None => Steering::attach(name)?,
+    };
     let mut sockets = Vec::new();
     for q in 0..rx_queues(name) {
         let s = xsk::Socket::open(ifindex, q, xsk::Config::default())

@@ -7,14 +7,16 @@
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use gatehouse_config::{Config, FieldError, HaRole, KeySource, L4 as L4Config, Named};
-use gatehouse_l4::sync::{Key, Record};
+use gatehouse_config::{Config, FieldError, HaRole, KeySource, L4 as L4Config, L4Io, Named};
+use gatehouse_l4::sync::Key;
 use gatehouse_plane::health::HealthRegistry;
 use gatehouse_plane::metrics::Exposition;
 use gatehouse_plane::{HealthTarget, Init, NotReady, Plane, PlaneError, Prepare, Staged, Start};
 
 use crate::runtime::{HaStart, L4Runtime, StartError};
 use crate::shared::{HealthFn, WorkerStats};
+use crate::steer::Loaded;
+use crate::takeover::Handover;
 
 /// The health-registry group of an L4 service's real servers.
 fn health_group(service: &str) -> String {
@@ -36,9 +38,8 @@ struct Inner {
     role: Mutex<Option<HaRole>>,
     /// The sync key of the committed config.
     sync_key: Mutex<Option<Key>>,
-    /// The sessions the process taken over handed on, until the runtime
-    /// that commits them starts.
-    taken_over: Mutex<Vec<Record>>,
+    /// What a takeover brings, until the runtime starts with it.
+    handover: Mutex<Handover>,
 }
 
 impl L4 {
@@ -50,12 +51,32 @@ impl L4 {
             started: std::sync::atomic::AtomicBool::new(false),
             role: Mutex::new(None),
             sync_key: Mutex::new(None),
-            taken_over: Mutex::new(Vec::new()),
+            handover: Mutex::new(Handover::default()),
         }))
     }
 
     fn cfg(&self) -> MutexGuard<'_, Option<L4Config>> {
         self.0.cfg.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Loads the steering program for every interface of the config, as
+    /// far as it loads (what does not is loaded again at the start, which
+    /// says why).
+    fn preload(&self) {
+        let Some(l4) =
+            self.cfg().clone().filter(|l| l.io != L4Io::AfPacket && (!l.services.is_empty() || !l.snat.is_empty()))
+        else {
+            return;
+        };
+        let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
+        for name in &l4.interfaces {
+            match Loaded::load() {
+                Ok(l) => {
+                    handover.programs.insert(name.clone(), l);
+                }
+                Err(e) => tracing::debug!(interface = %name, "takeover: the XDP program is not loaded ahead: {e}"),
+            }
+        }
     }
 
     /// Starts the runtime if the config has services (once; later configs
@@ -70,10 +91,9 @@ impl L4 {
             role: self.0.role.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(h.initial),
             key: self.0.sync_key.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         });
-        let mut taken_over = self.0.taken_over.lock().unwrap_or_else(|e| e.into_inner());
-        let rt = L4Runtime::start(&l4, health, fallback, ha, taken_over.clone())?;
-        taken_over.clear();
-        drop(taken_over);
+        let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
+        let rt = L4Runtime::start(&l4, health, fallback, ha, &mut handover)?;
+        drop(handover);
         // The role may have changed while the runtime was starting.
         if let Some(role) = *self.0.role.lock().unwrap_or_else(|e| e.into_inner()) {
             rt.set_role(role);
@@ -214,8 +234,12 @@ impl Plane for L4 {
             Start::Fresh => {
                 self.start_runtime(true).map_err(|e| PlaneError { plane: "l4", path: e.path, message: e.message })
             }
-            // The previous process gives the interfaces up when it drains.
-            Start::TakingOver => Ok(()),
+            // The previous process gives the interfaces up when it hands
+            // over: meanwhile the programs are loaded, ready to attach.
+            Start::TakingOver => {
+                self.preload();
+                Ok(())
+            }
         }
     }
 
@@ -235,7 +259,7 @@ impl Plane for L4 {
 
     fn take_over_state(&self, state: &[u8]) {
         match crate::takeover::decode(state) {
-            Ok(records) => *self.0.taken_over.lock().unwrap_or_else(|e| e.into_inner()) = records,
+            Ok(records) => self.0.handover.lock().unwrap_or_else(|e| e.into_inner()).sessions = records,
             Err(e) => tracing::warn!("takeover: the L4 sessions handed over are refused ({e}); they start anew"),
         }
     }
@@ -255,7 +279,7 @@ impl Plane for L4 {
                         tracing::error!("l4: {e}; the L4 plane is not running");
                         return;
                     }
-                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
             }
         });

@@ -93,17 +93,26 @@ fn map_err<E: std::error::Error + Send + Sync + 'static>(
     move |e| SteerError::Bpf { what: format!("{action} {map}"), source: Box::new(e) }
 }
 
-impl Steering {
-    /// Loads the program and attaches it to `interface`, in native mode
-    /// when the driver has it, generic mode otherwise.
-    pub fn attach(interface: &str) -> Result<Steering, SteerError> {
+/// The program loaded into the kernel and verified, its maps made, not
+/// yet attached: a process taking over loads it while the one before still
+/// holds the interface (tens of milliseconds here), so that only the
+/// attach falls between one process letting the interface go and the next
+/// taking it.
+pub struct Loaded {
+    bpf: Ebpf,
+}
+
+impl Loaded {
+    pub fn load() -> Result<Loaded, SteerError> {
         let mut bpf = Ebpf::load(OBJECT).map_err(err("loading the XDP program"))?;
-        let prog: &mut Xdp = bpf
-            .program_mut("gatehouse_steer")
-            .ok_or(SteerError::Missing("gatehouse_steer program"))?
-            .try_into()
-            .map_err(err("gatehouse_steer"))?;
-        prog.load().map_err(err("verifying the XDP program"))?;
+        program(&mut bpf)?.load().map_err(err("verifying the XDP program"))?;
+        Ok(Loaded { bpf })
+    }
+
+    /// Attaches to `interface`, in native mode when the driver has it,
+    /// generic mode otherwise.
+    pub fn attach(mut self, interface: &str) -> Result<Steering, SteerError> {
+        let prog = program(&mut self.bpf)?;
         let native = match prog.attach(interface, XdpFlags::DRV_MODE) {
             Ok(_) => true,
             Err(e) => {
@@ -112,7 +121,21 @@ impl Steering {
                 false
             }
         };
-        Ok(Steering { bpf, interface: interface.to_string(), native, current: Wanted::default() })
+        Ok(Steering { bpf: self.bpf, interface: interface.to_string(), native, current: Wanted::default() })
+    }
+}
+
+fn program(bpf: &mut Ebpf) -> Result<&mut Xdp, SteerError> {
+    bpf.program_mut("gatehouse_steer")
+        .ok_or(SteerError::Missing("gatehouse_steer program"))?
+        .try_into()
+        .map_err(err("gatehouse_steer"))
+}
+
+impl Steering {
+    /// Loads the program and attaches it to `interface` ([`Loaded`]).
+    pub fn attach(interface: &str) -> Result<Steering, SteerError> {
+        Loaded::load()?.attach(interface)
     }
 
     /// Registers the AF_XDP socket of `queue`.

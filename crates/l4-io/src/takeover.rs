@@ -1,5 +1,6 @@
-//! The L4 sessions a process hands to the one taking over from it (a
-//! binary upgrade), so that connections under way keep their real server
+//! What a process taking over from another (a binary upgrade) brings to
+//! the L4 plane: the steering program loaded ahead, and the sessions the
+//! one before hands on, so that connections under way keep their real server
 //! and FNAT port, whichever scheduler chose them, and a server's reply that
 //! comes before its client's next packet still finds its way back.
 //!
@@ -17,13 +18,28 @@
 //!  9  80 × count: records (gatehouse_l4::sync's layout)
 //! ```
 
+use std::collections::HashMap;
+
 use gatehouse_l4::sync::{RECORD_LEN, Record};
+
+use crate::steer::Loaded;
 
 const MAGIC: [u8; 4] = *b"GHL4";
 const VERSION: u8 = 1;
 const HEADER_LEN: usize = 9;
 /// The node's control socket carries a plane's state up to 64 MiB.
 pub const MAX_RECORDS: usize = ((64 << 20) - HEADER_LEN) / RECORD_LEN;
+
+/// What a process taking over brings to its runtime's start.
+#[derive(Default)]
+pub struct Handover {
+    /// The sessions handed on, which every worker commits before its first
+    /// frame.
+    pub sessions: Vec<Record>,
+    /// The steering program loaded ahead, by interface: once the process
+    /// before lets an interface go, only the attach is left.
+    pub programs: HashMap<String, Loaded>,
+}
 
 /// `records` in the handover format; past [`MAX_RECORDS`] the rest are
 /// left out (the caller says how many).
