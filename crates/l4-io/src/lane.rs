@@ -76,13 +76,19 @@ struct Lane {
     busy: bool,
 }
 
+/// A worker with empty tables (a million sessions by default: tens of
+/// megabytes to fill, so made once at the start).
+fn new_worker(plane: &Plane, queue: u16, capacity: usize, sync: bool) -> Worker {
+    let mut w = Worker::new(plane, queue, capacity, fastrand::u64(..));
+    if sync {
+        w.enable_sync(crate::ha::OUTBOX_CAP, TICK);
+    }
+    w
+}
+
 impl Lane {
     fn new_worker(&self, plane: &Plane) -> Worker {
-        let mut w = Worker::new(plane, self.queue, self.capacity, fastrand::u64(..));
-        if self.sync {
-            w.enable_sync(crate::ha::OUTBOX_CAP, TICK);
-        }
-        w
+        new_worker(plane, self.queue, self.capacity, self.sync)
     }
 
     /// Picks up a newly published plane.
@@ -204,8 +210,9 @@ impl Lane {
 pub(crate) fn run<I: FrameIo>(shared: &Shared, port: &Port, queue: u32, slot: usize, mut io: I, capacity: usize) {
     let published = port.plane.load_full();
     let ha = shared.ha.as_deref();
+    let sync = ha.is_some_and(|h| h.sync.is_some());
     let mut lane = Lane {
-        worker: Worker::new(&published, queue as u16, capacity, 0),
+        worker: new_worker(&published, queue as u16, capacity, sync),
         published: published.clone(),
         verdicts: Vec::with_capacity(VECTOR),
         io: IoCounters::default(),
@@ -213,14 +220,13 @@ pub(crate) fn run<I: FrameIo>(shared: &Shared, port: &Port, queue: u32, slot: us
         last_publish: Instant::now(),
         capacity,
         queue: queue as u16,
-        sync: ha.is_some_and(|h| h.sync.is_some()),
+        sync,
         demotions: ha.map_or(0, |h| h.demotions.load(Ordering::Acquire)),
         resyncs: ha.map_or(0, |h| h.resyncs.load(Ordering::Acquire)),
         walked: Instant::now(),
         walk_credit: 0.0,
         busy: false,
     };
-    lane.worker = lane.new_worker(&published);
     lane.take_over(shared, port, slot);
     let mut send = Vec::with_capacity(VECTOR);
     let mut done = Vec::with_capacity(VECTOR);

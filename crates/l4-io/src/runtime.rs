@@ -32,9 +32,9 @@ pub struct HaStart {
 /// The L4 plane of `gatehouse run`. Stops its threads when dropped.
 pub struct L4Runtime {
     shared: Arc<Shared>,
-    /// The workers (which hold the AF_XDP sockets), then the sync and
-    /// control threads.
+    /// The workers, which hold the AF_XDP sockets.
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The sync and control threads.
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The backend in use: "af_xdp" or "af_packet".
     pub backend: &'static str,
