@@ -45,13 +45,13 @@ NS = {k: f"{TAG}-{k}" for k in ("c", "r", "lb", "s1", "s2")}
 SERVERS = {"s1": "10.77.0.11", "s2": "10.77.0.12"}
 PEERS = str(ROOT / "tests" / "e2e" / "netns_peers.py")
 
+# No admin listener: the takeover goes over the data directory's control
+# socket.
 CONFIG = """
 workers: 1
-admin:
-  address: 127.0.0.1:9180
 l4:
-  interfaces: [lb0]
   local_addresses: [10.77.0.3]
+  interfaces: [lb0]
   services:
     - name: echo
       address: 10.77.0.100:7
