@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use gatehouse_l4::plane::{Buf, Plane, VECTOR, Verdict, Worker};
+use gatehouse_l4::sync::Record;
 
 use crate::frame_io::FrameIo;
 use crate::shared::{IoCounters, Port, Shared, TICK};
@@ -176,13 +177,13 @@ impl Lane {
     /// Commits the sessions the process taken over handed on, before the
     /// first frame (every worker all of them, as a promoted standby does:
     /// the NIC decides which core sees a flow).
-    fn take_over(&mut self, shared: &Shared, port: &Port, slot: usize) {
-        if shared.taken_over.is_empty() {
+    fn take_over(&mut self, taken_over: &[Record], port: &Port, slot: usize) {
+        if taken_over.is_empty() {
             return;
         }
         let now = self.now();
         let (mut ok, mut failed) = (0usize, 0usize);
-        for r in &shared.taken_over {
+        for r in taken_over {
             match self.worker.commit(&self.published, r, now) {
                 Ok(()) => ok += 1,
                 Err(_) => failed += 1,
@@ -207,7 +208,17 @@ impl Lane {
 
 /// A worker thread: vectors of frames from `io` through the pipeline and
 /// back out, the plane refreshed and the sync work done between them.
-pub(crate) fn run<I: FrameIo>(shared: &Shared, port: &Port, queue: u32, slot: usize, mut io: I, capacity: usize) {
+/// `taken_over`: the sessions a process taken over handed on, committed
+/// before the first frame and then let go.
+pub(crate) fn run<I: FrameIo>(
+    shared: &Shared,
+    port: &Port,
+    queue: u32,
+    slot: usize,
+    mut io: I,
+    capacity: usize,
+    taken_over: Arc<Vec<Record>>,
+) {
     let published = port.plane.load_full();
     let ha = shared.ha.as_deref();
     let sync = ha.is_some_and(|h| h.sync.is_some());
@@ -227,7 +238,8 @@ pub(crate) fn run<I: FrameIo>(shared: &Shared, port: &Port, queue: u32, slot: us
         walk_credit: 0.0,
         busy: false,
     };
-    lane.take_over(shared, port, slot);
+    lane.take_over(&taken_over, port, slot);
+    drop(taken_over);
     let mut send = Vec::with_capacity(VECTOR);
     let mut done = Vec::with_capacity(VECTOR);
     while !shared.stop.load(Ordering::Relaxed) {

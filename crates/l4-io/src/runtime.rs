@@ -190,22 +190,31 @@ impl L4Runtime {
             stop: AtomicBool::new(false),
             cfg: Mutex::new(cfg.clone()),
             health,
-            taken_over: std::mem::take(&mut handover.sessions),
             export: AtomicBool::new(false),
             exported: Mutex::new(Vec::new()),
         });
+        // Every worker commits them all, then lets go: the last frees them.
+        let taken_over = Arc::new(std::mem::take(&mut handover.sessions));
         let mut workers = Vec::new();
         for (slot, (pi, q, backend)) in backends.into_iter().enumerate() {
-            let (shared, port) = (shared.clone(), shared.ports[pi].clone());
+            let (shared, port, taken_over) = (shared.clone(), shared.ports[pi].clone(), taken_over.clone());
             let capacity = cfg.max_sessions;
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("l4-{}-{q}", port.name))
                     .spawn(move || match backend {
-                        Backend::Xdp(sock) => crate::lane::run(&shared, &port, q, slot, XdpIo::new(sock), capacity),
-                        Backend::Packet(sock) => {
-                            crate::lane::run(&shared, &port, q, slot, PacketIo::new(sock, &shared), capacity)
+                        Backend::Xdp(sock) => {
+                            crate::lane::run(&shared, &port, q, slot, XdpIo::new(sock), capacity, taken_over)
                         }
+                        Backend::Packet(sock) => crate::lane::run(
+                            &shared,
+                            &port,
+                            q,
+                            slot,
+                            PacketIo::new(sock, &shared),
+                            capacity,
+                            taken_over,
+                        ),
                     })
                     .map_err(|e| StartError::host(format!("cannot start an L4 worker: {e}")))?,
             );

@@ -59,15 +59,17 @@ impl L4 {
         self.0.cfg.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The committed `l4` section, if it has anything to run (services or
+    /// SNAT rules).
+    fn to_run(&self) -> Option<L4Config> {
+        self.cfg().clone().filter(|l| !l.services.is_empty() || !l.snat.is_empty())
+    }
+
     /// Loads the steering program for every interface of the config, as
     /// far as it loads (what does not is loaded again at the start, which
     /// says why).
     fn preload(&self) {
-        let Some(l4) =
-            self.cfg().clone().filter(|l| l.io != L4Io::AfPacket && (!l.services.is_empty() || !l.snat.is_empty()))
-        else {
-            return;
-        };
+        let Some(l4) = self.to_run().filter(|l| l.io != L4Io::AfPacket) else { return };
         let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
         for name in &l4.interfaces {
             match Loaded::load() {
@@ -82,9 +84,7 @@ impl L4 {
     /// Starts the runtime if the config has services (once; later configs
     /// go to [`L4Runtime::update`]). `fallback` as for [`L4Runtime::start`].
     fn start_runtime(&self, fallback: bool) -> Result<(), StartError> {
-        let Some(l4) = self.cfg().clone().filter(|l| !l.services.is_empty() || !l.snat.is_empty()) else {
-            return Ok(());
-        };
+        let Some(l4) = self.to_run() else { return Ok(()) };
         let registry = self.0.health.clone();
         let health: HealthFn = Arc::new(move |service, addr| registry.get(&health_group(service), addr).is_up());
         let ha = l4.ha.as_ref().map(|h| HaStart {

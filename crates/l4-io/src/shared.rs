@@ -67,9 +67,6 @@ pub(crate) struct Shared {
     pub(crate) ha: Option<Arc<Ha>>,
     /// A second round of announcements after a promotion.
     pub(crate) reannounce: Mutex<Option<Instant>>,
-    /// Sessions a process taken over handed on: every worker commits them
-    /// before its first frame.
-    pub(crate) taken_over: Vec<Record>,
     /// Set before `stop` when the sessions go to a new process: each
     /// worker, as it stops, adds those it owns to `exported`.
     pub(crate) export: AtomicBool,
