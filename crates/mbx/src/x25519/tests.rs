@@ -4,7 +4,7 @@
 use boring::derive::Deriver;
 use boring::pkey::{PKey, Private, Public};
 
-use super::{BASE, LowOrder, X25519Op, x25519_batch};
+use super::{BASE, KeygenOp, LowOrder, X25519Op, public_batch, x25519_batch};
 use crate::available;
 
 fn hex32(s: &str) -> [u8; 32] {
@@ -204,4 +204,67 @@ fn small_order_points_are_refused_in_their_lane_only() {
     assert_eq!(&r[..3], &[Err(LowOrder), Ok(()), Err(LowOrder)]);
     assert_eq!(Some(outs[1]), reference(&k, &good));
     assert_eq!(reference(&k, &zero), None, "BoringSSL refuses it too");
+}
+
+/// Public keys by the fixed-base comb, one batch.
+fn publics(scalars: &[[u8; 32]]) -> Vec<[u8; 32]> {
+    let mut outs = vec![[0u8; 32]; scalars.len()];
+    let mut ops: Vec<KeygenOp<'_>> =
+        scalars.iter().zip(outs.iter_mut()).map(|(scalar, out)| KeygenOp { scalar, out }).collect();
+    let results = public_batch(&mut ops);
+    assert!(results[..scalars.len()].iter().all(|r| r.is_ok()), "{results:?}");
+    outs
+}
+
+#[test]
+fn fixed_base_public_keys_match_rfc7748() {
+    if !available() {
+        return;
+    }
+    // Section 6.1: Alice's and Bob's private and public keys.
+    let alice = hex32("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a");
+    let bob = hex32("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb");
+    assert_eq!(
+        publics(&[alice, bob]),
+        [
+            hex32("8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"),
+            hex32("de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f"),
+        ]
+    );
+}
+
+#[test]
+fn fixed_base_public_keys_match_boringssl_and_the_ladder() {
+    if !available() {
+        return;
+    }
+    for round in 0..400 {
+        let n = 1 + round % 8;
+        let scalars: Vec<[u8; 32]> = (0..n)
+            .map(|i| match (round + i) % 7 {
+                // Clamping makes these the smallest and the largest scalars.
+                0 => [0u8; 32],
+                1 => [0xff; 32],
+                // Digits at the recoding's edges: all 8s, all 7s.
+                2 => [0x88; 32],
+                3 => [0x77; 32],
+                _ => random32(),
+            })
+            .collect();
+        let got = publics(&scalars);
+        for (i, k) in scalars.iter().enumerate() {
+            let mut want = [0u8; 32];
+            boring_private(k).raw_public_key(&mut want).expect("raw public key");
+            assert_eq!(got[i], want, "round {round} lane {i}: BoringSSL");
+            assert_eq!(Ok(got[i]), one(k, &BASE), "round {round} lane {i}: the ladder");
+        }
+    }
+}
+
+#[test]
+fn the_curve_check_tells_a_point_off_the_curve() {
+    if !available() {
+        return;
+    }
+    assert_eq!(super::base::curve_check_tells(), (true, true));
 }
