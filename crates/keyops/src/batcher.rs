@@ -7,10 +7,14 @@
 //! runtime's park hook calls [`on_idle`], so a lone handshake never waits for a
 //! timer), or when its oldest operation has waited `max_delay` while the worker
 //! stayed busy ([`run_timer`]). A batch smaller than the key size's break-even
-//! count runs one operation at a time in BoringSSL instead. A key share takes
-//! two lanes (the server's public key and the shared secret, one scalar), so
-//! four shares fill a batch; even one share alone costs less in lanes than
-//! in BoringSSL ([`SHARE_BREAK_EVEN`]).
+//! count runs one operation at a time in BoringSSL instead. A key share is
+//! two X25519 operations on one scalar, the server's public key and the
+//! shared secret; eight shares fill a batch. Up to four run both halves in
+//! one batch of the ladder's lanes (two lanes each); more make their public
+//! keys by the fixed-base comb (0.4 of a ladder batch: `gatehouse bench
+//! keyops`) and their secrets in one ladder batch, so eight shares cost
+//! 1.4 ladder batches instead of two. Even one share alone costs less in lanes than in
+//! BoringSSL ([`SHARE_BREAK_EVEN`]).
 //!
 //! Key shares and ECDSA signatures are *patient* while waiting pays: an
 //! idle worker then leaves a partial queue for the next arrivals to fill
@@ -112,13 +116,18 @@ struct SignPending {
 }
 
 /// Operations that fill a batch, `[shares, signs]`.
-const FULL: [usize; 2] = [mbx::BATCH / 2, mbx::BATCH];
+const FULL: [usize; 2] = [mbx::BATCH, mbx::BATCH];
+/// Fewer than this in a queue after a wait: waiting did not pay. Two
+/// shares already share one ladder batch (a lone share takes one too);
+/// signatures pay in lanes from [`ECDSA_BREAK_EVEN`].
+const PAID: [usize; 2] = [2, ECDSA_BREAK_EVEN];
 /// Handshakes under way on the worker from which a queue may wait for
-/// company: two batches' worth. With fewer, a few clients making
+/// company: eight for shares (the two batches' worth of when four filled
+/// one), sixteen for signatures. With fewer, a few clients making
 /// handshakes in a loop wait for each other: four clients waiting from
 /// one batch's worth lost 30% in median latency and 12% in handshakes/s
 /// for 12% less CPU, eight lost 24% waiting for signatures (Zen 5).
-const COMPANY: [usize; 2] = [2 * FULL[SHARES], 2 * FULL[SIGNS]];
+const COMPANY: [usize; 2] = [mbx::BATCH, 2 * FULL[SIGNS]];
 /// Arrivals a queue stays impatient after a wait that did not pay: the
 /// first time, and at most.
 const BACKOFF_MIN: u32 = 8;
@@ -215,7 +224,7 @@ impl Batcher {
     }
 
     /// A patient queue of `kind` waited `max_delay` and holds `n`: with
-    /// less than half a batch, waiting did not pay. The second such wait
+    /// fewer than [`PAID`], waiting did not pay. The second such wait
     /// with no batch that paid in between stops the queue being patient
     /// for a number of arrivals that doubles with each such back-off. One
     /// empty wait alone is no sign: under steady arrivals a few per
@@ -225,7 +234,7 @@ impl Batcher {
         if !self.patient[kind] {
             return;
         }
-        let empty = 2 * n < FULL[kind];
+        let empty = n < PAID[kind];
         if !(empty && self.empty_wait[kind]) {
             // A wait that paid, or the first empty one: patience holds.
             self.empty_wait[kind] = empty;
@@ -497,11 +506,12 @@ fn run_signs(ops: Vec<SignPending>) {
     }
 }
 
-/// Computes queued key shares in one batch of lanes: for each, its public
-/// key (the scalar times the base point) and its shared secret. A share
-/// whose secret comes out zero (the client's point has small order) fails
-/// with [`Error::LowOrder`]; the handshake then leaves the share to
-/// BoringSSL, which refuses the point as it should.
+/// Computes queued key shares (up to [`mbx::BATCH`]) in lanes: for each, its
+/// public key (the scalar times the base point) and its shared secret. A
+/// share whose secret comes out zero (the client's point has small order)
+/// fails with [`Error::LowOrder`]; the handshake then leaves the share to
+/// BoringSSL, which refuses the point as it should. A public key that
+/// fails its check fails its share with [`Error::Fault`].
 fn run_shares(ops: Vec<SharePending>) {
     let now = Instant::now();
     for op in &ops {
@@ -509,16 +519,9 @@ fn run_shares(ops: Vec<SharePending>) {
     }
     stats::record_batch_of(stats::X25519, 2 * ops.len(), true);
     BATCHER.with_borrow_mut(|b| b.signs_coming += ops.len() as u32);
-    let mut publics = [[0u8; 32]; mbx::BATCH / 2];
-    let mut secrets = Zeroizing::new([[0u8; 32]; mbx::BATCH / 2]);
-    let results = {
-        let mut lanes: Vec<mbx::x25519::X25519Op<'_>> = Vec::with_capacity(mbx::BATCH);
-        for ((op, public), secret) in ops.iter().zip(publics.iter_mut()).zip(secrets.iter_mut()) {
-            lanes.push(mbx::x25519::X25519Op { scalar: &op.scalar, point: &mbx::x25519::BASE, out: public });
-            lanes.push(mbx::x25519::X25519Op { scalar: &op.scalar, point: &op.peer, out: secret });
-        }
-        mbx::x25519::x25519_batch(&mut lanes)
-    };
+    let mut publics = [[0u8; 32]; mbx::BATCH];
+    let mut secrets = Zeroizing::new([[0u8; 32]; mbx::BATCH]);
+    let results = x25519_halves(&ops, &mut publics, &mut secrets);
     if let Some(i) = injected_share_fault()
         && let Some(secret) = secrets.get_mut(i)
     {
@@ -527,7 +530,7 @@ fn run_shares(ops: Vec<SharePending>) {
     let mut mlkem = encapsulate(&ops).into_iter();
     for (i, op) in ops.into_iter().enumerate() {
         let kem = if op.mlkem.is_some() { mlkem.next() } else { None };
-        let sent = match (results[2 * i], results[2 * i + 1], kem.transpose()) {
+        let sent = match (results[i].0, results[i].1, kem.transpose()) {
             (Ok(()), Ok(()), Ok(mlkem)) => {
                 Ok(X25519Share { public: publics[i], secret: Zeroizing::new(secrets[i]), mlkem })
             }
@@ -537,6 +540,51 @@ fn run_shares(ops: Vec<SharePending>) {
         };
         let _ = op.reply.send(sent);
     }
+}
+
+/// Each share's public key and shared secret, and whether each came out
+/// sound: `(public, secret)`, an error where the public key failed its
+/// check or the secret is zero. Four shares or fewer take two lanes each of
+/// one ladder batch; more take the comb for their public keys and one
+/// ladder batch for their secrets.
+fn x25519_halves(
+    ops: &[SharePending],
+    publics: &mut [[u8; 32]; mbx::BATCH],
+    secrets: &mut [[u8; 32]; mbx::BATCH],
+) -> [(Result<(), ()>, Result<(), ()>); mbx::BATCH] {
+    let mut out = [(Ok(()), Ok(())); mbx::BATCH];
+    if 2 * ops.len() <= mbx::BATCH {
+        let mut lanes: Vec<mbx::x25519::X25519Op<'_>> = Vec::with_capacity(mbx::BATCH);
+        for ((op, public), secret) in ops.iter().zip(publics.iter_mut()).zip(secrets.iter_mut()) {
+            lanes.push(mbx::x25519::X25519Op { scalar: &op.scalar, point: &mbx::x25519::BASE, out: public });
+            lanes.push(mbx::x25519::X25519Op { scalar: &op.scalar, point: &op.peer, out: secret });
+        }
+        let r = mbx::x25519::x25519_batch(&mut lanes);
+        for (i, o) in out.iter_mut().enumerate().take(ops.len()) {
+            *o = (r[2 * i].map_err(drop), r[2 * i + 1].map_err(drop));
+        }
+        return out;
+    }
+    let keys = {
+        let mut lanes: Vec<mbx::x25519::KeygenOp<'_>> = ops
+            .iter()
+            .zip(publics.iter_mut())
+            .map(|(op, out)| mbx::x25519::KeygenOp { scalar: &op.scalar, out })
+            .collect();
+        mbx::x25519::public_batch(&mut lanes)
+    };
+    let shared = {
+        let mut lanes: Vec<mbx::x25519::X25519Op<'_>> = ops
+            .iter()
+            .zip(secrets.iter_mut())
+            .map(|(op, out)| mbx::x25519::X25519Op { scalar: &op.scalar, point: &op.peer, out })
+            .collect();
+        mbx::x25519::x25519_batch(&mut lanes)
+    };
+    for (i, o) in out.iter_mut().enumerate().take(ops.len()) {
+        *o = (keys[i].map_err(drop), shared[i].map_err(drop));
+    }
+    out
 }
 
 /// The ML-KEM-768 halves of a batch of shares, in order of the shares

@@ -14,7 +14,7 @@ pub const DELAY_BUCKETS_US: [u64; 8] = [10, 50, 100, 250, 500, 1000, 2500, 10000
 struct Counters {
     /// Batches run by the multi-buffer engine, by size (index = lanes − 1),
     /// per kind of key ([`KEYS`]).
-    mb_batches: [[AtomicU64; BATCH]; KEYS.len()],
+    mb_batches: [[AtomicU64; MAX_OPS]; KEYS.len()],
     /// Operations run one by one because their batch was below break-even.
     single_ops: [AtomicU64; KEYS.len()],
     delay: [AtomicU64; DELAY_BUCKETS_US.len() + 1],
@@ -27,10 +27,17 @@ struct Counters {
 }
 
 /// The kinds of key whose operations the batcher queues: the RSA sizes in
-/// [`KeyClass::ALL`] order, then X25519 (one lane per scalar
-/// multiplication), ECDSA P-256 signatures and ML-KEM-768 encapsulations
+/// [`KeyClass::ALL`] order, then X25519 (counted in scalar multiplications,
+/// two a key share: its public key and its secret), ECDSA P-256 signatures and ML-KEM-768 encapsulations
 /// (the X25519MLKEM768 shares of one batch of X25519 lanes).
 pub const KEYS: [&str; 6] = ["rsa2048", "rsa3072", "rsa4096", "x25519", "ecdsa-p256", "mlkem768"];
+
+/// The most operations a batch of any kind holds: a batch of eight X25519
+/// key shares is sixteen scalar multiplications.
+pub const MAX_OPS: usize = 2 * BATCH;
+
+/// The most operations a batch of each of [`KEYS`] holds.
+pub const MAX_BATCH: [usize; KEYS.len()] = [BATCH, BATCH, BATCH, MAX_OPS, BATCH, BATCH];
 
 /// [`KEYS`]' index of X25519.
 pub(crate) const X25519: usize = 3;
@@ -120,7 +127,7 @@ pub fn record_key_share(group: u16, engine: crate::Shares) {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// `[kind][lanes − 1]`: multi-buffer batches of each size, per [`KEYS`].
-    pub mb_batches: [[u64; BATCH]; KEYS.len()],
+    pub mb_batches: [[u64; MAX_OPS]; KEYS.len()],
     pub single_ops: [u64; KEYS.len()],
     /// Queue-delay histogram, non-cumulative, buckets of [`DELAY_BUCKETS_US`] then +Inf.
     pub delay: [u64; DELAY_BUCKETS_US.len() + 1],

@@ -151,12 +151,14 @@ fn x25519_shares_agree_with_the_clients_boringssl() {
     }
     let rt = runtime();
     let before = stats::this_thread();
-    // Four shares fill eight lanes and run at once; a fifth runs when idle.
-    let clients: Vec<_> = (0..5).map(|_| x25519_client()).collect();
+    // The first share of a quiet worker runs alone, at once; the next eight
+    // fill a batch (their public keys by the comb, their secrets in one
+    // batch of the ladder) and run at once.
+    let clients: Vec<_> = (0..9).map(|_| x25519_client()).collect();
     let pending: Vec<_> =
         clients.iter().map(|(_, public)| share::start(share::X25519, public).expect("X25519 share")).collect();
     let after = stats::this_thread();
-    assert_eq!(after.mb_batches[stats::X25519][7], before.mb_batches[stats::X25519][7] + 1, "a full batch");
+    assert_eq!(after.mb_batches[stats::X25519][15], before.mb_batches[stats::X25519][15] + 1, "a full batch");
     for ((client, _), fut) in clients.iter().zip(pending) {
         let s = rt.block_on(fut).expect("share");
         assert_eq!(s.group, share::X25519);
@@ -198,11 +200,11 @@ fn a_queue_that_filled_waits_for_company_until_none_comes() {
     let share = || share::start(share::X25519, &public).expect("X25519 share");
     let batches = |lanes: usize| stats::this_thread().mb_batches[stats::X25519][lanes - 1];
     // A full batch (the first share of a quiet worker runs alone, the
-    // next four fill the lanes): from now on an idle worker leaves a share
+    // next eight fill the batch): from now on an idle worker leaves a share
     // for company.
-    let full_before = batches(8);
-    let full: Vec<_> = (0..5).map(|_| share()).collect();
-    assert_eq!(batches(8), full_before + 1);
+    let full_before = batches(16);
+    let full: Vec<_> = (0..9).map(|_| share()).collect();
+    assert_eq!(batches(16), full_before + 1);
     for f in full {
         rt.block_on(f).expect("share");
     }
@@ -231,11 +233,11 @@ fn a_wait_that_paid_forgives_an_empty_one() {
     let batches = |lanes: usize| stats::this_thread().mb_batches[stats::X25519][lanes - 1];
     let flushes = || stats::this_thread().timer_flushes;
     // A full batch makes the queue patient.
-    let full: Vec<_> = (0..5).map(|_| share()).collect();
+    let full: Vec<_> = (0..9).map(|_| share()).collect();
     for f in full {
         rt.block_on(f).expect("share");
     }
-    // Empty, paid (two of four), empty again: no two empty waits in a row,
+    // Empty, paid (two of eight), empty again: no two empty waits in a row,
     // so the queue is still patient and the next lone share waits.
     let f0 = flushes();
     rt.block_on(share()).expect("share");

@@ -598,8 +598,8 @@ fn keyops(o: &mut Exposition) {
         "counter",
         "Multi-buffer batches, by key (RSA size, or x25519 for key shares) and operations (lanes) in the batch.",
     );
-    for (k, sizes) in keys.iter().zip(&s.mb_batches) {
-        for (i, n) in sizes.iter().enumerate() {
+    for ((k, sizes), max) in keys.iter().zip(&s.mb_batches).zip(stats::MAX_BATCH) {
+        for (i, n) in sizes.iter().enumerate().take(max) {
             o.sample("gatehouse_keyops_batches_total", &[("key", k), ("size", &(i + 1).to_string())], n);
         }
     }
