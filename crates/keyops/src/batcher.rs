@@ -13,18 +13,21 @@
 //! one batch of the ladder's lanes (two lanes each); more make their public
 //! keys by the fixed-base comb (0.4 of a ladder batch: `gatehouse bench
 //! keyops`) and their secrets in one ladder batch, so eight shares cost
-//! 1.4 ladder batches instead of two. Even one share alone costs less in lanes than in
-//! BoringSSL ([`SHARE_BREAK_EVEN`]).
+//! 1.4 ladder batches instead of two. Even one share alone costs less in
+//! lanes than in BoringSSL ([`SHARE_BREAK_EVEN`]). An idle worker runs four
+//! shares or more at once, patient or not: eight gather only on a worker
+//! too busy to idle between them, so the comb saves CPU under load and
+//! costs no handshake a wait.
 //!
 //! Key shares and ECDSA signatures are *patient* while waiting pays: an
 //! idle worker then leaves a partial queue for the next arrivals to fill
 //! (the timer still bounds the wait at `max_delay`), as Intel's QAT_SW and
 //! Envoy's CryptoMb wait for full batches. A queue turns patient when a
-//! batch of it fills, or when company is around: two batches' worth of
-//! TLS handshakes under way on the worker ([`handshake_begins`]) and the
+//! batch of it fills, or when company is around: enough TLS handshakes
+//! under way on the worker ([`handshake_begins`], `COMPANY`) and the
 //! previous arrival within `max_delay`. Two waits in a row that end with
-//! less than half a batch turn it impatient for a number of arrivals that
-//! doubles with each such back-off. A client or a few making handshakes
+//! too few to pay (`PAID`) turn it impatient for a number of arrivals
+//! that doubles with each such back-off. A client or a few making handshakes
 //! one after another never wait. Under client-bound loads on one Zen 5
 //! worker, this took 11–20% off the CPU of a full handshake
 //! (docs/BENCHMARKS.md).
@@ -117,6 +120,11 @@ struct SignPending {
 
 /// Operations that fill a batch, `[shares, signs]`.
 const FULL: [usize; 2] = [mbx::BATCH, mbx::BATCH];
+/// A patient queue leaves an idle worker its operations for company only
+/// while it holds fewer than this: four shares already fill one batch of
+/// the ladder's lanes; more save only the comb's part, not worth holding
+/// handshakes for the timer.
+const WAITS_BELOW: [usize; 2] = [mbx::BATCH / 2, mbx::BATCH];
 /// Fewer than this in a queue after a wait: waiting did not pay. Two
 /// shares already share one ladder batch (a lone share takes one too);
 /// signatures pay in lanes from [`ECDSA_BREAK_EVEN`].
@@ -406,9 +414,16 @@ fn flush(timer: bool) {
                 b.waited(kind, lengths[kind]);
             }
         }
-        let waits = |kind: usize| b.patient[kind] && !due[kind];
-        let shares = if waits(SHARES) { Vec::new() } else { std::mem::take(&mut b.shares) };
-        let signs = if waits(SIGNS) { Vec::new() } else { std::mem::take(&mut b.signs) };
+        let waits = |kind: usize| b.patient[kind] && !due[kind] && lengths[kind] < WAITS_BELOW[kind];
+        let run = [!waits(SHARES), !waits(SIGNS)];
+        for kind in [SHARES, SIGNS] {
+            // A batch that fills the lanes it takes paid for its wait.
+            if run[kind] && lengths[kind] >= WAITS_BELOW[kind] {
+                b.filled(kind);
+            }
+        }
+        let shares = if run[SHARES] { std::mem::take(&mut b.shares) } else { Vec::new() };
+        let signs = if run[SIGNS] { std::mem::take(&mut b.signs) } else { Vec::new() };
         Some((b.queues.each_mut().map(std::mem::take), shares, signs))
     });
     let Some((queued, shares, signs)) = queued else { return };

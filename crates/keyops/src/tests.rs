@@ -253,6 +253,28 @@ fn a_wait_that_paid_forgives_an_empty_one() {
 }
 
 #[test]
+fn a_patient_queue_of_four_shares_runs_when_the_worker_idles() {
+    let Some((rt, public)) = waiting_worker() else { return };
+    let share = || share::start(share::X25519, &public).expect("X25519 share");
+    let batches = |lanes: usize| stats::this_thread().mb_batches[stats::X25519][lanes - 1];
+    // A full batch makes the queue patient.
+    let full: Vec<_> = (0..9).map(|_| share()).collect();
+    for f in full {
+        rt.block_on(f).expect("share");
+    }
+    // Four shares fill one batch of the ladder: the idle worker runs them
+    // rather than hold them for the timer (eight would take the comb).
+    let (fours, flushes) = (batches(8), stats::this_thread().timer_flushes);
+    let four: Vec<_> = (0..4).map(|_| share()).collect();
+    rt.block_on(async {
+        for f in four {
+            f.await.expect("share");
+        }
+    });
+    assert_eq!((batches(8), stats::this_thread().timer_flushes), (fours + 1, flushes));
+}
+
+#[test]
 fn handshakes_under_way_make_a_share_wait_until_two_waits_come_out_empty() {
     let Some((rt, public)) = waiting_worker() else { return };
     let share = || share::start(share::X25519, &public).expect("X25519 share");
