@@ -6,8 +6,9 @@
 //! Key generation can run the same ladder on the base point u = 9, so one
 //! batch can mix key generations and shared secrets; [`public_batch`] makes
 //! public keys alone by a fixed-base comb (`base.rs`), 2.2–2.6 times as
-//! many a second as the ladder (an Intel Xeon with IFMA). A lane whose result is zero (the peer sent a point of
-//! small order) reports [`LowOrder`], as BoringSSL's `X25519` refuses it.
+//! many a second as the ladder (an Intel Xeon with IFMA). A lane whose
+//! result is zero (the peer sent a point of small order) reports
+//! [`LowOrder`], as BoringSSL's `X25519` refuses it.
 
 #![allow(unsafe_code)]
 
