@@ -152,27 +152,22 @@ fn x25519(time: Duration, report: &mut impl FnMut(&Result), out: &mut Vec<Result
     }
     let mut scalars = [[0u8; 32]; mbx::BATCH];
     let mut outs = [[0u8; 32]; mbx::BATCH];
-    let mut lanes = |point: &[u8; 32]| {
-        measure(time, mbx::BATCH, || {
-            for s in scalars.iter_mut() {
-                if boring::rand::rand_bytes(s).is_err() {
-                    return false;
-                }
-            }
-            let mut ops: Vec<mbx::x25519::X25519Op<'_>> = scalars
-                .iter()
-                .zip(outs.iter_mut())
-                .map(|(scalar, out)| mbx::x25519::X25519Op { scalar, point, out })
-                .collect();
-            mbx::x25519::x25519_batch(&mut ops).iter().all(|r| r.is_ok())
-        })
-    };
-    let shared = lanes(&peer);
+    // Fresh scalars for every batch, as handshakes bring them.
+    let fresh = |scalars: &mut [[u8; 32]; mbx::BATCH]| scalars.iter_mut().all(|s| boring::rand::rand_bytes(s).is_ok());
+    let shared = measure(time, mbx::BATCH, || {
+        if !fresh(&mut scalars) {
+            return false;
+        }
+        let mut ops: Vec<mbx::x25519::X25519Op<'_>> = scalars
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(scalar, out)| mbx::x25519::X25519Op { scalar, point: &peer, out })
+            .collect();
+        mbx::x25519::x25519_batch(&mut ops).iter().all(|r| r.is_ok())
+    });
     let keygen = measure(time, mbx::BATCH, || {
-        for s in scalars.iter_mut() {
-            if boring::rand::rand_bytes(s).is_err() {
-                return false;
-            }
+        if !fresh(&mut scalars) {
+            return false;
         }
         let mut ops: Vec<mbx::x25519::KeygenOp<'_>> =
             scalars.iter().zip(outs.iter_mut()).map(|(scalar, out)| mbx::x25519::KeygenOp { scalar, out }).collect();

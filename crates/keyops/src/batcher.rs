@@ -545,29 +545,48 @@ fn run_shares(ops: Vec<SharePending>) {
     let mut mlkem = encapsulate(&ops).into_iter();
     for (i, op) in ops.into_iter().enumerate() {
         let kem = if op.mlkem.is_some() { mlkem.next() } else { None };
-        let sent = match (results[i].0, results[i].1, kem.transpose()) {
-            (Ok(()), Ok(()), Ok(mlkem)) => {
-                Ok(X25519Share { public: publics[i], secret: Zeroizing::new(secrets[i]), mlkem })
-            }
-            (Err(_), _, _) => Err(Error::Fault), // the base point has no small order
-            (_, Err(_), _) => Err(Error::LowOrder),
-            (_, _, Err(e)) => Err(e),
+        let sent = match (results[i], kem.transpose()) {
+            (Ok(()), Ok(mlkem)) => Ok(X25519Share { public: publics[i], secret: Zeroizing::new(secrets[i]), mlkem }),
+            (Err(e), _) => Err(e.into()),
+            (_, Err(e)) => Err(e),
         };
         let _ = op.reply.send(sent);
     }
 }
 
-/// Each share's public key and shared secret, and whether each came out
-/// sound: `(public, secret)`, an error where the public key failed its
-/// check or the secret is zero. Four shares or fewer take two lanes each of
-/// one ladder batch; more take the comb for their public keys and one
-/// ladder batch for their secrets.
+/// Why a share's X25519 half failed.
+#[derive(Clone, Copy)]
+enum Half {
+    /// The public key failed its check (the base point has no small order).
+    Public,
+    /// The shared secret is zero: the client's point has small order.
+    Secret,
+}
+
+impl From<Half> for Error {
+    fn from(h: Half) -> Error {
+        match h {
+            Half::Public => Error::Fault,
+            Half::Secret => Error::LowOrder,
+        }
+    }
+}
+
+/// Each share's public key and shared secret, and per share whether both
+/// came out sound. Four shares or fewer take two lanes each of one ladder
+/// batch; more take the comb for their public keys and one ladder batch
+/// for their secrets.
 fn x25519_halves(
     ops: &[SharePending],
     publics: &mut [[u8; 32]; mbx::BATCH],
     secrets: &mut [[u8; 32]; mbx::BATCH],
-) -> [(Result<(), ()>, Result<(), ()>); mbx::BATCH] {
-    let mut out = [(Ok(()), Ok(())); mbx::BATCH];
+) -> [Result<(), Half>; mbx::BATCH] {
+    let verdict = |public: bool, secret: bool| match (public, secret) {
+        (true, true) => Ok(()),
+        (false, _) => Err(Half::Public),
+        (true, false) => Err(Half::Secret),
+    };
+    let mut out = [Ok(()); mbx::BATCH];
     if 2 * ops.len() <= mbx::BATCH {
         let mut lanes: Vec<mbx::x25519::X25519Op<'_>> = Vec::with_capacity(mbx::BATCH);
         for ((op, public), secret) in ops.iter().zip(publics.iter_mut()).zip(secrets.iter_mut()) {
@@ -576,28 +595,21 @@ fn x25519_halves(
         }
         let r = mbx::x25519::x25519_batch(&mut lanes);
         for (i, o) in out.iter_mut().enumerate().take(ops.len()) {
-            *o = (r[2 * i].map_err(drop), r[2 * i + 1].map_err(drop));
+            *o = verdict(r[2 * i].is_ok(), r[2 * i + 1].is_ok());
         }
         return out;
     }
-    let keys = {
-        let mut lanes: Vec<mbx::x25519::KeygenOp<'_>> = ops
-            .iter()
-            .zip(publics.iter_mut())
-            .map(|(op, out)| mbx::x25519::KeygenOp { scalar: &op.scalar, out })
-            .collect();
-        mbx::x25519::public_batch(&mut lanes)
-    };
-    let shared = {
-        let mut lanes: Vec<mbx::x25519::X25519Op<'_>> = ops
-            .iter()
-            .zip(secrets.iter_mut())
-            .map(|(op, out)| mbx::x25519::X25519Op { scalar: &op.scalar, point: &op.peer, out })
-            .collect();
-        mbx::x25519::x25519_batch(&mut lanes)
-    };
+    let mut keys: Vec<mbx::x25519::KeygenOp<'_>> =
+        ops.iter().zip(publics.iter_mut()).map(|(op, out)| mbx::x25519::KeygenOp { scalar: &op.scalar, out }).collect();
+    let keys = mbx::x25519::public_batch(&mut keys);
+    let mut shared: Vec<mbx::x25519::X25519Op<'_>> = ops
+        .iter()
+        .zip(secrets.iter_mut())
+        .map(|(op, out)| mbx::x25519::X25519Op { scalar: &op.scalar, point: &op.peer, out })
+        .collect();
+    let shared = mbx::x25519::x25519_batch(&mut shared);
     for (i, o) in out.iter_mut().enumerate().take(ops.len()) {
-        *o = (keys[i].map_err(drop), shared[i].map_err(drop));
+        *o = verdict(keys[i].is_ok(), shared[i].is_ok());
     }
     out
 }

@@ -265,6 +265,20 @@ pub(crate) fn eq_mask<const N: usize>(a: &[V; N], b: &[V; N]) -> u8 {
     _mm512_cmpeq_epi64_mask(diff, zero())
 }
 
+/// The same limbs in every lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn splat<const N: usize>(x: &[u64; N]) -> [V; N] {
+    core::array::from_fn(|i| _mm512_set1_epi64(x[i] as i64))
+}
+
+/// Per lane, `a`, or `b` where `mask` has the lane's bit.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn blend<const N: usize>(mask: __mmask8, a: &[V; N], b: &[V; N]) -> [V; N] {
+    core::array::from_fn(|i| _mm512_mask_blend_epi64(mask, a[i], b[i]))
+}
+
 /// The number 1 in every lane.
 #[inline]
 #[target_feature(enable = "avx512f")]

@@ -15,7 +15,7 @@ use boring::nid::Nid;
 use core::arch::x86_64::*;
 
 use crate::bn::{limbs_from_be, mont_k0, mont_rr};
-use crate::ifma::{V, add_2m_sub, amm, eq_mask, normalize, sqr, sub_cond};
+use crate::ifma::{V, add_2m_sub, amm, eq_mask, normalize, splat, sqr, sub_cond};
 
 pub(crate) type Fe = [V; 5];
 
@@ -160,21 +160,15 @@ pub(crate) struct Lanes {
     pub one_r: Fe,
 }
 
-#[inline]
-#[target_feature(enable = "avx512f")]
-pub(crate) fn splat5(x: &[u64; 5]) -> Fe {
-    core::array::from_fn(|i| _mm512_set1_epi64(x[i] as i64))
-}
-
 impl Lanes {
     #[target_feature(enable = "avx512f")]
     pub(crate) fn of(m: &Modulus) -> Self {
         Lanes {
-            m: splat5(&m.m),
-            twice: splat5(&m.twice),
+            m: splat(&m.m),
+            twice: splat(&m.twice),
             k0: _mm512_set1_epi64(m.k0 as i64),
-            rr: splat5(&m.rr),
-            one_r: splat5(&m.one_r),
+            rr: splat(&m.rr),
+            one_r: splat(&m.one_r),
         }
     }
 

@@ -23,8 +23,8 @@ use zeroize::{Zeroize, Zeroizing};
 
 use crate::bn::{limbs_from_be, limbs_to_be, window, words_from_be};
 use crate::engine::available;
-use crate::ifma::{LANES, V, from_lanes, mod_exp, pack, sub_cond, unpack, wipe};
-use curve::{ENTRIES, Fe, Jacobian, Lanes, WINDOWS, add_affine, consts, on_curve, splat5};
+use crate::ifma::{LANES, V, blend, from_lanes, mod_exp, pack, splat, sub_cond, unpack, wipe};
+use curve::{ENTRIES, Fe, Jacobian, Lanes, WINDOWS, add_affine, consts, on_curve};
 
 /// A P-256 private key prepared for the lanes: d·R mod n.
 pub struct P256Key {
@@ -139,12 +139,6 @@ fn select(row: &[[[u64; 5]; 2]; ENTRIES], digits: V) -> (Fe, Fe) {
     (x, y)
 }
 
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn blend(mask: __mmask8, a: &Fe, b: &Fe) -> Fe {
-    core::array::from_fn(|i| _mm512_mask_blend_epi64(mask, a[i], b[i]))
-}
-
 /// k·G for eight nonces.
 #[target_feature(enable = "avx512f,avx512ifma")]
 fn base_mul(c: &curve::Consts, f: &Lanes, ks: &[[u64; 4]; LANES]) -> Jacobian {
@@ -203,7 +197,7 @@ fn sign8(
         flip[f.lane] = 1 << 9;
         pt.x[2] = _mm512_xor_si512(pt.x[2], from_lanes(flip));
     }
-    let mut ok = on_curve(&fp, &pt, &splat5(&c.b_r));
+    let mut ok = on_curve(&fp, &pt, &splat(&c.b_r));
 
     // x = X / Z², then r = x mod n.
     let p_exp = |pos: usize| _mm512_set1_epi64(window(&c.p.inv_exp, pos, 4) as i64);

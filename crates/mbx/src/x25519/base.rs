@@ -23,7 +23,7 @@ use core::arch::x86_64::*;
 use zeroize::Zeroize;
 
 use super::field::{self, Fe, add, freeze, invert, mul, sqr, sub};
-use crate::ifma::{LANES, V, from_lanes, unpack, wipe};
+use crate::ifma::{LANES, V, blend, eq_mask, from_lanes, one, splat, unpack, wipe, zero};
 
 const ROWS: usize = 32;
 const ENTRIES: usize = 8;
@@ -70,28 +70,8 @@ fn limbs(be_hex: &str) -> [u64; 5] {
 
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn splat5(x: &[u64; 5]) -> Fe {
-    core::array::from_fn(|i| _mm512_set1_epi64(x[i] as i64))
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn small(k: i64) -> Fe {
-    let mut r = [_mm512_setzero_si512(); 5];
-    r[0] = _mm512_set1_epi64(k);
-    r
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn blend(mask: __mmask8, a: &Fe, b: &Fe) -> Fe {
-    core::array::from_fn(|i| _mm512_mask_blend_epi64(mask, a[i], b[i]))
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
 fn identity() -> P3 {
-    P3 { x: small(0), y: small(1), z: small(1), t: small(0) }
+    P3 { x: [zero(); 5], y: one(), z: one(), t: [zero(); 5] }
 }
 
 /// (X', Y', Z', T') of a completed point, to extended coordinates.
@@ -141,10 +121,10 @@ fn precomp(p: &P3, d2: &Fe) -> Precomp {
 /// row's base j times. Public values only; built once, with the lanes.
 #[target_feature(enable = "avx512f,avx512ifma")]
 fn build() -> Table {
-    let d = freeze(&splat5(&limbs(D_HEX)));
+    let d = freeze(&splat(&limbs(D_HEX)));
     let d2 = freeze(&add(&d, &d));
-    let (bx, by) = (splat5(&limbs(BASE_X_HEX)), splat5(&limbs(BASE_Y_HEX)));
-    let mut base_p3 = P3 { x: bx, y: by, z: small(1), t: mul(&bx, &by) };
+    let (bx, by) = (splat(&limbs(BASE_X_HEX)), splat(&limbs(BASE_Y_HEX)));
+    let mut base_p3 = P3 { x: bx, y: by, z: one(), t: mul(&bx, &by) };
     let mut rows = Vec::with_capacity(ROWS);
     for _ in 0..ROWS {
         let base = precomp(&base_p3, &d2);
@@ -206,15 +186,15 @@ fn digits(a: &[u8; 32]) -> [i8; 64] {
 fn select(row: &[Entry; ENTRIES], digit: V) -> Precomp {
     let magnitude = _mm512_abs_epi64(digit);
     let negative = _mm512_cmplt_epi64_mask(digit, _mm512_setzero_si512());
-    let mut t = Precomp { ypx: small(1), ymx: small(1), xy2d: small(0) };
+    let mut t = Precomp { ypx: one(), ymx: one(), xy2d: [zero(); 5] };
     for (j, entry) in row.iter().enumerate() {
         let hit = _mm512_cmpeq_epi64_mask(magnitude, _mm512_set1_epi64(j as i64 + 1));
-        t.ypx = blend(hit, &t.ypx, &splat5(&entry[0]));
-        t.ymx = blend(hit, &t.ymx, &splat5(&entry[1]));
-        t.xy2d = blend(hit, &t.xy2d, &splat5(&entry[2]));
+        t.ypx = blend(hit, &t.ypx, &splat(&entry[0]));
+        t.ymx = blend(hit, &t.ymx, &splat(&entry[1]));
+        t.xy2d = blend(hit, &t.xy2d, &splat(&entry[2]));
     }
     // −(x, y) = (−x, y): y + x and y − x trade places, x·y changes sign.
-    let neg_xy2d = sub(&small(0), &t.xy2d);
+    let neg_xy2d = sub(&[zero(); 5], &t.xy2d);
     Precomp {
         ypx: blend(negative, &t.ypx, &t.ymx),
         ymx: blend(negative, &t.ymx, &t.ypx),
@@ -229,11 +209,7 @@ fn on_curve(p: &P3, d: &Fe) -> __mmask8 {
     let rhs = freeze(&add(&sqr(&p.z), &mul(d, &sqr(&p.t))));
     let xy = freeze(&mul(&p.x, &p.y));
     let zt = freeze(&mul(&p.z, &p.t));
-    let mut ok: __mmask8 = 0xff;
-    for i in 0..5 {
-        ok &= _mm512_cmpeq_epi64_mask(lhs[i], rhs[i]) & _mm512_cmpeq_epi64_mask(xy[i], zt[i]);
-    }
-    ok
+    eq_mask(&lhs, &rhs) & eq_mask(&xy, &zt)
 }
 
 /// u-coordinates of a·B for eight clamped scalars, canonical limbs, and
@@ -262,7 +238,7 @@ pub(super) fn public_keys(scalars: &[[u8; 32]; LANES], out: &mut [[u64; 5]; LANE
         wipe(&mut q.xy2d);
     }
     e.zeroize();
-    let ok = on_curve(&h, &splat5(&t.d));
+    let ok = on_curve(&h, &splat(&t.d));
     let mut u = freeze(&mul(&add(&h.z, &h.y), &invert(&sub(&h.z, &h.y))));
     unpack(&u, out);
     for secret in [&mut h.x, &mut h.y, &mut h.z, &mut h.t, &mut u] {
@@ -277,11 +253,11 @@ pub(super) fn public_keys(scalars: &[[u8; 32]; LANES], out: &mut [[u64; 5]; LANE
 pub(super) fn curve_check_tells() -> (bool, bool) {
     // SAFETY: the tests call this only where `available()` holds.
     unsafe {
-        let d = splat5(&table().d);
-        let (bx, by) = (splat5(&limbs(BASE_X_HEX)), splat5(&limbs(BASE_Y_HEX)));
-        let b = P3 { x: bx, y: by, z: small(1), t: mul(&bx, &by) };
-        let by1 = add(&by, &small(1));
-        let off = P3 { x: bx, y: by1, z: small(1), t: mul(&bx, &by1) };
+        let d = splat(&table().d);
+        let (bx, by) = (splat(&limbs(BASE_X_HEX)), splat(&limbs(BASE_Y_HEX)));
+        let b = P3 { x: bx, y: by, z: one(), t: mul(&bx, &by) };
+        let by1 = add(&by, &one());
+        let off = P3 { x: bx, y: by1, z: one(), t: mul(&bx, &by1) };
         (on_curve(&b, &d) == 0xff, on_curve(&off, &d) == 0)
     }
 }

@@ -98,10 +98,6 @@ pub fn public_batch(ops: &mut [KeygenOp<'_>]) -> [Result<(), OffCurve>; LANES] {
     for (l, op) in ops.iter().enumerate() {
         scalars[l] = clamp(op.scalar);
     }
-    // Idle lanes run a valid scalar too, so that their check passes.
-    for s in scalars.iter_mut().skip(ops.len()) {
-        *s = clamp(&[0u8; 32]);
-    }
     let mut limbs = [[0u64; 5]; LANES];
     // SAFETY: `available()` was checked above, so the CPU has AVX-512F and
     // IFMA, the only requirement of this `#[target_feature]` function.
