@@ -354,6 +354,8 @@ def test_takeover_hands_the_interfaces_and_sessions_over(l4):
     a packet in the middle of a connection; Maglev could, but not from a
     server's reply that comes first)."""
     old = l4["gh"]
+    program = xdp_program()
+    assert program, sh("ip", "-n", NS["lb"], "link", "show", "lb0")
     urls = ["http://10.77.0.100/", "http://10.77.0.100:8080/", "http://10.77.0.102/"]
     holds = [subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "hold", u], stdout=subprocess.PIPE,
                               text=True) for u in urls]
@@ -363,7 +365,11 @@ def test_takeover_hands_the_interfaces_and_sessions_over(l4):
         new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["lb"]))
         l4["gh"] = new
         new.wait_log("L4 plane started")
+        # The new program went in behind the old one's link, in one step,
+        # rather than after the old one was detached.
+        assert "XDP program replaced behind the previous process's link" in new.stderr(), new.stderr()
         assert old.proc.wait(timeout=15) == 0
+        assert xdp_program() not in (None, program), sh("ip", "-n", NS["lb"], "link", "show", "lb0")
         assert "backend=\"af_xdp\"" in new.stderr() or "backend=af_xdp" in new.stderr(), new.stderr()
         assert logged_count(old.stderr(), "its sessions go to the new process", "sessions") >= len(urls), old.stderr()
         new.wait_log("L4 sessions taken over")
@@ -376,6 +382,12 @@ def test_takeover_hands_the_interfaces_and_sessions_over(l4):
             h.wait()
     seen = client("count", "http://10.77.0.100/", "200")
     assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 200, seen
+
+
+def xdp_program():
+    """The id of the XDP program on the balancer's interface, if any."""
+    m = re.search(r"prog/xdp id (\d+)", sh("ip", "-n", NS["lb"], "link", "show", "lb0"))
+    return m and m.group(1)
 
 
 def logged_count(log, message, field):

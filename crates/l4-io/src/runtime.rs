@@ -5,6 +5,7 @@
 //! vectors without locks.
 
 use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,7 +131,7 @@ impl L4Runtime {
             let mut steering = None;
             let mut sockets = Vec::new();
             if cfg.io != L4Io::AfPacket {
-                match open_xdp(name, ifindex, &w, handover.programs.remove(name)) {
+                match open_xdp(name, ifindex, &w, handover) {
                     Ok((s, socks)) => {
                         steering = Some(s);
                         sockets = socks;
@@ -294,6 +295,18 @@ impl L4Runtime {
         }
     }
 
+    /// Each interface's XDP link, where its program is attached through
+    /// one (for a takeover).
+    pub fn for_each_xdp_link(&self, mut f: impl FnMut(&str, BorrowedFd<'_>)) {
+        for port in &self.shared.ports {
+            if let Some(link) =
+                port.steering.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(Steering::link)
+            {
+                f(&port.name, link);
+            }
+        }
+    }
+
     /// Every worker's latest counters.
     pub fn stats(&self) -> Vec<WorkerStats> {
         self.shared.stats.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).clone()).collect()
@@ -376,20 +389,61 @@ fn open_xdp(
     name: &str,
     ifindex: u32,
     w: &Wanted,
-    loaded: Option<Loaded>,
+    handover: &mut Handover,
 ) -> Result<(Steering, Vec<xsk::Socket>), InterfaceError> {
-    let mut steering = match loaded {
-        Some(l) => l.attach(name)?,
-        None => Steering::attach(name)?,
+    let loaded = match handover.programs.remove(name) {
+        Some(l) => l,
+        None => Loaded::load()?,
     };
+    let Some(link) = handover.links.remove(name) else {
+        let mut steering = loaded.attach(name, ifindex)?;
+        let sockets = open_sockets(name, ifindex, &mut steering, Duration::ZERO)?;
+        // Only now, with a socket on every queue, does traffic get steered.
+        steering.update(w)?;
+        return Ok((steering, sockets));
+    };
+    // Taking over: the predecessor's program steers until this one, with
+    // its sockets and maps, goes in behind the same link.
+    let mut steering = loaded.unattached(name);
+    let ready =
+        open_sockets(name, ifindex, &mut steering, TAKEOVER_BIND_WAIT).and_then(|s| Ok((s, steering.update(w)?)));
+    match ready {
+        Ok((sockets, ())) => {
+            steering.replace(link)?;
+            tracing::info!(interface = name, "XDP program replaced behind the previous process's link");
+            Ok((steering, sockets))
+        }
+        Err(e) => {
+            // Kept for the next try.
+            handover.links.insert(name.to_string(), link);
+            if let Some(l) = steering.into_loaded() {
+                handover.programs.insert(name.to_string(), l);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// How long a process taking over waits for each queue its predecessor's
+/// socket held: the kernel lets a queue go a few milliseconds after the
+/// socket closes (here 20–30 ms on veth).
+const TAKEOVER_BIND_WAIT: Duration = Duration::from_secs(2);
+
+/// An AF_XDP socket on every receive queue of `name`, each registered
+/// with the program; a queue still another socket's is tried again for up
+/// to `busy_wait`.
+fn open_sockets(
+    name: &str,
+    ifindex: u32,
+    steering: &mut Steering,
+    busy_wait: Duration,
+) -> Result<Vec<xsk::Socket>, InterfaceError> {
     let mut sockets = Vec::new();
     for q in 0..rx_queues(name) {
-        let s = xsk::Socket::open(ifindex, q, xsk::Config::default())
+        let s = xsk::Socket::open(ifindex, q, xsk::Config { busy_wait, ..xsk::Config::default() })
             .map_err(|source| InterfaceError::Socket { queue: q, source })?;
         steering.set_socket(q, s.fd())?;
         sockets.push(s);
     }
-    // Only now, with a socket on every queue, does traffic get steered.
-    steering.update(w)?;
-    Ok((steering, sockets))
+    Ok(sockets)
 }

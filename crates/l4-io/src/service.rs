@@ -40,6 +40,8 @@ struct Inner {
     sync_key: Mutex<Option<Key>>,
     /// What a takeover brings, until the runtime starts with it.
     handover: Mutex<Handover>,
+    /// Where the runtime's XDP links are recorded for the next takeover.
+    listeners: Arc<gatehouse_plane::listeners::Listeners>,
 }
 
 impl L4 {
@@ -51,7 +53,10 @@ impl L4 {
             started: std::sync::atomic::AtomicBool::new(false),
             role: Mutex::new(None),
             sync_key: Mutex::new(None),
-            handover: Mutex::new(Handover::default()),
+            // The previous process's links, if it handed any over: taken
+            // before the node closes what no plane took.
+            handover: Mutex::new(Handover { links: init.listeners.take_xdp_links(), ..Handover::default() }),
+            listeners: init.listeners.clone(),
         }))
     }
 
@@ -69,8 +74,13 @@ impl L4 {
     /// far as it loads (what does not is loaded again at the start, which
     /// says why).
     fn preload(&self) {
-        let Some(l4) = self.to_run().filter(|l| l.io != L4Io::AfPacket) else { return };
         let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(l4) = self.to_run().filter(|l| l.io != L4Io::AfPacket) else {
+            // No XDP here: the previous process's programs go when it does.
+            handover.links.clear();
+            return;
+        };
+        handover.links.retain(|name, _| l4.interfaces.contains(name));
         for name in &l4.interfaces {
             match Loaded::load() {
                 Ok(l) => {
@@ -93,7 +103,19 @@ impl L4 {
         });
         let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
         let rt = L4Runtime::start(&l4, health, fallback, ha, &mut handover)?;
+        if !handover.links.is_empty() {
+            tracing::warn!(
+                interfaces = handover.links.len(),
+                "takeover: XDP links handed over and not used are let go"
+            );
+            handover.links.clear();
+        }
         drop(handover);
+        rt.for_each_xdp_link(|interface, link| {
+            if let Err(e) = self.0.listeners.record_xdp_link(interface, link) {
+                tracing::warn!(interface, "a takeover will attach the XDP program anew: {e}");
+            }
+        });
         // The role may have changed while the runtime was starting.
         if let Some(role) = *self.0.role.lock().unwrap_or_else(|e| e.into_inner()) {
             rt.set_role(role);
@@ -248,6 +270,8 @@ impl Plane for L4 {
     fn hand_over_state(&self) -> Option<zeroize::Zeroizing<Vec<u8>>> {
         let rt = self.0.runtime.get()?;
         let records = rt.stop_and_export();
+        // The new process holds the links now; this one lets go of its own.
+        self.0.listeners.forget_xdp_links();
         let state = crate::takeover::encode(&records);
         let left = records.len().saturating_sub(crate::takeover::MAX_RECORDS);
         if left > 0 {
@@ -277,6 +301,8 @@ impl Plane for L4 {
                     Ok(()) => return,
                     Err(e) if last => {
                         tracing::error!("l4: {e}; the L4 plane is not running");
+                        // The previous process's programs go when it does.
+                        plane.0.handover.lock().unwrap_or_else(|e| e.into_inner()).links.clear();
                         return;
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
@@ -291,6 +317,8 @@ impl Plane for L4 {
     fn drain(&self) {
         if let Some(rt) = self.0.runtime.get() {
             rt.stop();
+            // Nothing holds the programs on the interfaces any more.
+            self.0.listeners.forget_xdp_links();
             tracing::info!("L4 plane stopped");
         }
     }

@@ -1,14 +1,18 @@
 //! The XDP steering program (bpf/steer.c, compiled by build.rs): loaded
-//! and attached with aya, its maps kept equal to what the plane wants.
+//! with aya and attached through a BPF link (`gatehouse_link::xdp_link`),
+//! its maps kept equal to what the plane wants. A process taking over
+//! receives its predecessor's link and swaps its own program in behind it
+//! ([`Steering::replace`]): the interface is never without a program.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use aya::Ebpf;
 use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{HashMap, MapData, XskMap};
 use aya::programs::{Xdp, XdpFlags};
+use gatehouse_link::xdp_link::{self, Mode};
 
 // ELF parsing needs the object aligned as the ELF structures are.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/steer.o"));
@@ -57,13 +61,18 @@ fn in_net(a: &[u8; 16], (net, len): &([u8; 16], u32)) -> bool {
     gatehouse_l4::plane::in_prefix(u128::from_be_bytes(*a), (u128::from_be_bytes(*net), *len as u8))
 }
 
-/// The program attached to one interface; detached when dropped.
+/// The program attached to one interface; detached when dropped (unless a
+/// successor holds its link).
 pub struct Steering {
     bpf: Ebpf,
     pub interface: String,
     /// Native (driver) mode; false: generic (skb) mode.
     pub native: bool,
     current: Wanted,
+    /// The BPF link the program is attached through; `None` while not
+    /// attached, or where the kernel attached it through netlink.
+    link: Option<OwnedFd>,
+    attached: bool,
 }
 
 /// Why the steering program could not be loaded, attached or told what
@@ -109,19 +118,25 @@ impl Loaded {
         Ok(Loaded { bpf })
     }
 
-    /// Attaches to `interface`, in native mode when the driver has it,
-    /// generic mode otherwise.
-    pub fn attach(mut self, interface: &str) -> Result<Steering, SteerError> {
-        let prog = program(&mut self.bpf)?;
-        let native = match prog.attach(interface, XdpFlags::DRV_MODE) {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::warn!(interface, error = %e, "native XDP refused; using generic (skb) mode");
-                prog.attach(interface, XdpFlags::SKB_MODE).map_err(err(format!("attaching XDP to {interface}")))?;
-                false
-            }
-        };
-        Ok(Steering { bpf: self.bpf, interface: interface.to_string(), native, current: Wanted::default() })
+    /// Attaches to `interface` (index `ifindex`) through a new link, in
+    /// native mode when the driver has it, generic mode otherwise.
+    pub fn attach(self, interface: &str, ifindex: u32) -> Result<Steering, SteerError> {
+        let mut s = self.unattached(interface);
+        s.attach(ifindex)?;
+        Ok(s)
+    }
+
+    /// Not attached yet: its sockets and maps can be made ready before it
+    /// goes behind a predecessor's link ([`Steering::replace`]).
+    pub fn unattached(self, interface: &str) -> Steering {
+        Steering {
+            bpf: self.bpf,
+            interface: interface.to_string(),
+            native: false,
+            current: Wanted::default(),
+            link: None,
+            attached: false,
+        }
     }
 }
 
@@ -133,9 +148,62 @@ fn program(bpf: &mut Ebpf) -> Result<&mut Xdp, SteerError> {
 }
 
 impl Steering {
-    /// Loads the program and attaches it to `interface` ([`Loaded`]).
-    pub fn attach(interface: &str) -> Result<Steering, SteerError> {
-        Loaded::load()?.attach(interface)
+    fn attach(&mut self, ifindex: u32) -> Result<(), SteerError> {
+        let interface = self.interface.clone();
+        let prog = program(&mut self.bpf)?;
+        let fd = prog.fd().map_err(err("the XDP program"))?.as_fd();
+        let mut refused = None;
+        for (mode, native) in [(Mode::Driver, true), (Mode::Generic, false)] {
+            match xdp_link::attach(fd, ifindex, mode) {
+                Ok(link) => {
+                    if !native {
+                        tracing::warn!(interface, error = ?refused, "native XDP refused; using generic (skb) mode");
+                    }
+                    self.link = Some(link);
+                    self.native = native;
+                    self.attached = true;
+                    return Ok(());
+                }
+                Err(e) => refused = Some(e),
+            }
+        }
+        // A kernel without XDP links (before 5.9): through netlink, which a
+        // successor cannot take over.
+        tracing::debug!(interface, error = ?refused, "no XDP link; attaching through netlink");
+        self.native = match prog.attach(interface.as_str(), XdpFlags::DRV_MODE) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(interface, error = %e, "native XDP refused; using generic (skb) mode");
+                prog.attach(interface.as_str(), XdpFlags::SKB_MODE)
+                    .map_err(err(format!("attaching XDP to {interface}")))?;
+                false
+            }
+        };
+        self.attached = true;
+        Ok(())
+    }
+
+    /// Swaps this program in behind `link`, a predecessor's, in one step:
+    /// every packet the interface receives from then on runs this program.
+    /// Its sockets and maps should be ready first.
+    pub fn replace(&mut self, link: OwnedFd) -> Result<(), SteerError> {
+        let prog = program(&mut self.bpf)?;
+        let fd = prog.fd().map_err(err("the XDP program"))?.as_fd();
+        xdp_link::replace(link.as_fd(), fd).map_err(err(format!("replacing the XDP program on {}", self.interface)))?;
+        self.link = Some(link);
+        self.attached = true;
+        Ok(())
+    }
+
+    /// The link the program is attached through, for a successor.
+    pub fn link(&self) -> Option<BorrowedFd<'_>> {
+        self.link.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Back to a loaded program, if it is not attached yet (a start that
+    /// failed before the swap keeps it for its next try).
+    pub fn into_loaded(self) -> Option<Loaded> {
+        (!self.attached).then_some(Loaded { bpf: self.bpf })
     }
 
     /// Registers the AF_XDP socket of `queue`.

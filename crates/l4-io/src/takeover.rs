@@ -1,6 +1,9 @@
 //! What a process taking over from another (a binary upgrade) brings to
-//! the L4 plane: the steering program loaded ahead, and the sessions the
-//! one before hands on, so that connections under way keep their real server
+//! the L4 plane: the steering program loaded ahead, the BPF links through
+//! which the one before attached its programs (received with the listening
+//! sockets: the new program goes in behind them in one step, so the
+//! interfaces are never without one), and the sessions the one before
+//! hands on, so that connections under way keep their real server
 //! and FNAT port, whichever scheduler chose them, and a server's reply that
 //! comes before its client's next packet still finds its way back.
 //!
@@ -19,6 +22,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 
 use gatehouse_l4::sync::{RECORD_LEN, Record};
 
@@ -39,6 +43,8 @@ pub struct Handover {
     /// The steering program loaded ahead, by interface: once the process
     /// before lets an interface go, only the attach is left.
     pub programs: HashMap<String, Loaded>,
+    /// The previous process's XDP links, by interface.
+    pub links: HashMap<String, OwnedFd>,
 }
 
 /// `records` in the handover format; past [`MAX_RECORDS`] the rest are

@@ -167,13 +167,21 @@ pub struct Config {
     pub frames: u32,
     /// Entries of each ring (power of two).
     pub ring: u32,
+    /// How long to keep trying to bind while the queue is another socket's
+    /// (`EBUSY`): a process taking over waits for its predecessor's sockets
+    /// to let go, which the kernel finishes a few milliseconds after they
+    /// close. Zero: fail at once.
+    pub busy_wait: std::time::Duration,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { frames: 4096, ring: 2048 }
+        Config { frames: 4096, ring: 2048, busy_wait: std::time::Duration::ZERO }
     }
 }
+
+/// How often a bind is tried again while the queue is busy.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// An AF_XDP socket bound to one queue of one interface, with its own UMEM.
 pub struct Socket {
@@ -201,6 +209,33 @@ fn setsockopt<T>(fd: RawFd, opt: libc::c_int, value: &T) -> io::Result<()> {
     check(unsafe {
         libc::setsockopt(fd, libc::SOL_XDP, opt, (value as *const T).cast(), size_of::<T>() as libc::socklen_t)
     })
+}
+
+/// Binds `fd` to (`ifindex`, `queue`): zero-copy when the driver offers
+/// it, copy mode otherwise. Ok(whether zero-copy).
+fn bind(fd: RawFd, ifindex: u32, queue: u32) -> io::Result<bool> {
+    let mut bound = Err(io::Error::other("not bound"));
+    for flags in [libc::XDP_USE_NEED_WAKEUP | libc::XDP_ZEROCOPY, libc::XDP_USE_NEED_WAKEUP | libc::XDP_COPY] {
+        let sa = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: flags,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: `sa` is a valid sockaddr_xdp of the length passed.
+        bound = check(unsafe {
+            libc::bind(
+                fd,
+                (&sa as *const libc::sockaddr_xdp).cast(),
+                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        });
+        if bound.is_ok() {
+            return Ok(flags & libc::XDP_ZEROCOPY != 0);
+        }
+    }
+    bound.map(|()| false)
 }
 
 impl Socket {
@@ -252,30 +287,15 @@ impl Socket {
         let comp = Ring::map(raw, &off.cr, cfg.ring, libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t)?;
         let rx = Ring::map(raw, &off.rx, cfg.ring, libc::XDP_PGOFF_RX_RING)?;
         let tx = Ring::map(raw, &off.tx, cfg.ring, libc::XDP_PGOFF_TX_RING)?;
-        let mut zero_copy = true;
-        let mut bound = Err(io::Error::other("not bound"));
-        for flags in [libc::XDP_USE_NEED_WAKEUP | libc::XDP_ZEROCOPY, libc::XDP_USE_NEED_WAKEUP | libc::XDP_COPY] {
-            let sa = libc::sockaddr_xdp {
-                sxdp_family: libc::AF_XDP as u16,
-                sxdp_flags: flags,
-                sxdp_ifindex: ifindex,
-                sxdp_queue_id: queue,
-                sxdp_shared_umem_fd: 0,
-            };
-            // SAFETY: `sa` is a valid sockaddr_xdp of the length passed.
-            bound = check(unsafe {
-                libc::bind(
-                    raw,
-                    (&sa as *const libc::sockaddr_xdp).cast(),
-                    size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-                )
-            });
-            if bound.is_ok() {
-                zero_copy = flags & libc::XDP_ZEROCOPY != 0;
-                break;
+        let deadline = std::time::Instant::now() + cfg.busy_wait;
+        let zero_copy = loop {
+            match bind(raw, ifindex, queue) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(BUSY_RETRY);
+                }
+                other => break other?,
             }
-        }
-        bound?;
+        };
         if !zero_copy {
             // Copy mode sends 32 frames per kick unless told otherwise
             // (XDP_MAX_TX_SKB_BUDGET, Linux 6.17+): a bigger batch per

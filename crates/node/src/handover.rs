@@ -4,8 +4,8 @@
 //!
 //! Every running Gatehouse serves `DATA_DIR/gatehouse.sock`. A new one started
 //! with `--takeover` connects there, sends `TAKEOVER`, and receives every
-//! listening socket (each worker's, and the admin listener's) with a JSON
-//! header naming them. Both processes now accept from the same kernel
+//! listening socket (each worker's, and the admin listener's) and the L4
+//! plane's XDP links with a JSON header naming them. Both processes now accept from the same kernel
 //! queues. Once its workers are accepting, the new process sends `READY`;
 //! the old one stops accepting, lets its connections finish (the SIGTERM
 //! drain) and exits. No queue is ever closed while connections wait in it.
@@ -57,6 +57,11 @@ enum Kind {
 #[derive(Serialize, Deserialize)]
 struct Header {
     sockets: Vec<Entry>,
+    /// The interfaces whose XDP links follow the sockets' descriptors, in
+    /// order. A binary that does not know them ignores the field and closes
+    /// the descriptors it did not expect.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    xdp_links: Vec<String>,
 }
 
 /// Where a config's control socket lives.
@@ -153,6 +158,10 @@ pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), TakeoverError> 
             }
         }
     }
+    for interface in header.xdp_links {
+        let Some(link) = sockets.next() else { return Err(fail("answer", &"fewer XDP links than named")) };
+        inherited.insert_xdp_link(interface, link);
+    }
     Ok((inherited, s))
 }
 
@@ -245,9 +254,9 @@ pub async fn hand_over(
     // Duplicates, so the registry's lock is not held while sending.
     let mut entries = Vec::new();
     let mut sockets: Vec<OwnedFd> = Vec::new();
-    let (tcp, quic) = {
+    let (tcp, quic, links) = {
         let r = registry.lock().unwrap_or_else(|e| e.into_inner());
-        (r.duplicates()?, r.quic_duplicates()?)
+        (r.duplicates()?, r.quic_duplicates()?, r.xdp_link_duplicates()?)
     };
     for ((name, addr, worker), s) in tcp {
         entries.push(Entry { name, addr, worker, kind: Kind::Tcp });
@@ -270,6 +279,12 @@ pub async fn hand_over(
         sockets.push(give.into());
         forwards.push((keep, q.handover));
     }
+    // The XDP links last: a binary that does not know them drops them.
+    let mut xdp_links = Vec::new();
+    for (interface, link) in links {
+        xdp_links.push(interface);
+        sockets.push(link);
+    }
     if sockets.len() > MAX_FDS {
         return Err(std::io::Error::other(format!(
             "{} listening sockets: more than {MAX_FDS} cannot be handed over",
@@ -277,7 +292,7 @@ pub async fn hand_over(
         )));
     }
     let fds: Vec<RawFd> = sockets.iter().map(AsRawFd::as_raw_fd).collect();
-    let json = serde_json::to_vec(&Header { sockets: entries }).map_err(std::io::Error::other)?;
+    let json = serde_json::to_vec(&Header { sockets: entries, xdp_links }).map_err(std::io::Error::other)?;
     let mut header = u32::try_from(json.len()).map_err(std::io::Error::other)?.to_le_bytes().to_vec();
     header.extend_from_slice(&json);
     // The descriptors ride on the first bytes; the rest of a long header follows.
@@ -386,6 +401,10 @@ mod tests {
         let h3_addr = udp[0].local_addr().expect("addr");
         let quic = Arc::new(Recorder::default());
         registry.lock().expect("lock").add_quic("h3", h3_addr, &[&udp[0], &udp[1]], quic.clone()).expect("dup");
+        // An L4 interface's XDP link (any descriptor crosses the same way:
+        // here one end of a socket pair, to show it is the same object).
+        let (link, far_end) = std::os::unix::net::UnixDatagram::pair().expect("pair");
+        registry.lock().expect("lock").add_xdp_link("lb0", std::os::fd::AsFd::as_fd(&link)).expect("dup");
 
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let listener = rt.block_on(async { tokio::net::UnixListener::bind(&path) }).expect("unix bind");
@@ -399,6 +418,10 @@ mod tests {
                 let got_udp = inherited.take_udp("h3", h3_addr, 1).expect("worker 1's UDP socket");
                 assert!(inherited.take_udp("h3", h3_addr, 0).is_some());
                 let forward = inherited.take_forward("h3", h3_addr).expect("the forwarding socket");
+                let mut links = inherited.take_xdp_links();
+                let link = std::os::unix::net::UnixDatagram::from(links.remove("lb0").expect("lb0's XDP link"));
+                assert!(links.is_empty());
+                link.send(b"the same link").expect("send");
                 assert_eq!(inherited.leftover(), 0);
                 assert_eq!(got_udp.local_addr().expect("addr"), udp[1].local_addr().expect("addr"));
                 forward.send(b"a datagram of yours").expect("forward");
@@ -438,6 +461,10 @@ mod tests {
         });
         assert_eq!(*quic.got.lock().expect("lock"), vec![b"a datagram of yours".to_vec()]);
         assert!(quic.handed.load(std::sync::atomic::Ordering::Relaxed));
+        let mut buf = [0u8; 32];
+        let n = far_end.recv(&mut buf).expect("through the link handed over");
+        assert_eq!(&buf[..n], b"the same link");
+        drop(link);
         // Each plane's bytes as sent, whatever they hold.
         let states: Vec<(&str, &[u8])> = states.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();
         assert_eq!(states, vec![("wireguard", &b"STATE x 1\nEND\n\x00"[..]), ("empty", &b""[..])]);

@@ -1,10 +1,13 @@
 //! Listening sockets, for every plane that accepts connections: one
 //! SO_REUSEPORT socket per worker and address, taken from the previous
 //! process on a takeover when it had one, and recorded (a duplicate of
-//! each) for the next takeover.
+//! each) for the next takeover. The XDP links of the L4 plane's
+//! interfaces travel the same way: the new process swaps its program in
+//! behind them.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -35,6 +38,8 @@ pub struct Inherited {
     udp: HashMap<SocketKey, UdpSocket>,
     /// Per QUIC listener: where to forward its predecessor's datagrams.
     forward: HashMap<(String, SocketAddr), UnixDatagram>,
+    /// The L4 plane's XDP links, by interface.
+    xdp_links: HashMap<String, OwnedFd>,
 }
 
 impl Inherited {
@@ -83,6 +88,17 @@ impl Inherited {
         self.forward.remove(&(name.to_string(), addr))
     }
 
+    /// The XDP link through which the previous process attached its
+    /// program to `interface`.
+    pub fn insert_xdp_link(&mut self, interface: String, link: OwnedFd) {
+        self.xdp_links.insert(interface, link);
+    }
+
+    /// Every XDP link handed over, by interface.
+    pub fn take_xdp_links(&mut self) -> HashMap<String, OwnedFd> {
+        std::mem::take(&mut self.xdp_links)
+    }
+
     /// Sockets the new config does not use (closed when dropped).
     pub fn leftover(&self) -> usize {
         self.sockets.len() + usize::from(self.admin.is_some()) + self.udp.len() + self.forward.len()
@@ -95,6 +111,8 @@ impl Inherited {
 pub struct Registry {
     sockets: Vec<(SocketKey, TcpListener)>,
     quic: Vec<QuicDuplicates>,
+    /// The L4 plane's XDP links, by interface.
+    xdp_links: Vec<(String, OwnedFd)>,
 }
 
 /// What a takeover hands on of one QUIC listener.
@@ -117,6 +135,7 @@ impl Registry {
     pub fn clear(&mut self) {
         self.sockets.clear();
         self.quic.clear();
+        self.xdp_links.clear();
     }
 
     pub fn remove(&mut self, name: &str, addr: SocketAddr) {
@@ -151,6 +170,19 @@ impl Registry {
                 Ok(QuicDuplicates { name: q.name.clone(), addr: q.addr, sockets, handover: q.handover.clone() })
             })
             .collect()
+    }
+
+    /// The XDP link of `interface` (a duplicate), in place of any before.
+    pub fn add_xdp_link(&mut self, interface: &str, link: BorrowedFd<'_>) -> std::io::Result<()> {
+        let link = link.try_clone_to_owned()?;
+        self.xdp_links.retain(|(i, _)| i != interface);
+        self.xdp_links.push((interface.to_string(), link));
+        Ok(())
+    }
+
+    /// A duplicate of every XDP link, with its interface.
+    pub fn xdp_link_duplicates(&self) -> std::io::Result<Vec<(String, OwnedFd)>> {
+        self.xdp_links.iter().map(|(i, l)| Ok((i.clone(), l.try_clone()?))).collect()
     }
 
     /// A duplicate of every socket, with its (listener, address, worker).
@@ -225,6 +257,25 @@ impl Listeners {
     /// Forgets the sockets of a QUIC listener that closed.
     pub fn forget_quic(&self, name: &str, addr: SocketAddr) {
         lock(&self.registry).remove_quic(name, addr);
+    }
+
+    /// Records the XDP link of `interface`, so a takeover hands it on.
+    pub fn record_xdp_link(&self, interface: &str, link: BorrowedFd<'_>) -> std::io::Result<()> {
+        lock(&self.registry).add_xdp_link(interface, link)
+    }
+
+    /// Forgets the XDP links: a link this process still holds keeps its
+    /// program on the interface (the L4 plane stopped and gives the
+    /// interfaces back to the kernel).
+    pub fn forget_xdp_links(&self) {
+        lock(&self.registry).xdp_links.clear();
+    }
+
+    /// The XDP links the previous process handed over, by interface, taken
+    /// once (what is not used closes when dropped, which detaches a program
+    /// no process holds any more).
+    pub fn take_xdp_links(&self) -> HashMap<String, OwnedFd> {
+        lock(&self.inherited).as_mut().map(Inherited::take_xdp_links).unwrap_or_default()
     }
 
     /// Closes every recorded duplicate (the drain).
