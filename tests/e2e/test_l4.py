@@ -365,9 +365,10 @@ def test_takeover_hands_the_interfaces_and_sessions_over(l4):
         new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["lb"]))
         l4["gh"] = new
         new.wait_log("L4 plane started")
-        # The new program went in behind the old one's link, in one step,
-        # rather than after the old one was detached.
-        assert "XDP program replaced behind the previous process's link" in new.stderr(), new.stderr()
+        # The new program went in behind the old one's link, in one step
+        # and while the old process still served, rather than after the old
+        # one was detached.
+        assert "XDP program swapped in behind the previous process's link" in new.stderr(), new.stderr()
         assert old.proc.wait(timeout=15) == 0
         assert xdp_program() not in (None, program), sh("ip", "-n", NS["lb"], "link", "show", "lb0")
         assert "backend=\"af_xdp\"" in new.stderr() or "backend=af_xdp" in new.stderr(), new.stderr()

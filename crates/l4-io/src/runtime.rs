@@ -5,7 +5,7 @@
 //! vectors without locks.
 
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use crate::steer::{Loaded, Steering, Wanted};
 use crate::takeover::Handover;
 use gatehouse_link::nexthop::NextHops;
 use gatehouse_link::xsk;
+use gatehouse_plane::listeners::XdpHandover;
 
 /// How the runtime starts its active/standby part.
 pub struct HaStart {
@@ -39,6 +40,8 @@ pub struct L4Runtime {
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The backend in use: "af_xdp" or "af_packet".
     pub backend: &'static str,
+    /// What a takeover hands on, until the plane records it.
+    xdp: Mutex<Vec<(String, XdpHandover)>>,
 }
 
 /// An attribute of network interface `iface` from sysfs
@@ -118,6 +121,7 @@ impl L4Runtime {
         let mut ports = Vec::new();
         let mut backends: Vec<(usize, u32, Backend)> = Vec::new();
         let mut backend_name = "af_xdp";
+        let mut xdp = Vec::new();
         let owns = ha.as_ref().is_none_or(|h| h.role == gatehouse_config::HaRole::Master);
         let w = wanted(cfg, owns);
         for (pi, name) in cfg.interfaces.iter().enumerate() {
@@ -140,6 +144,20 @@ impl L4Runtime {
                         tracing::warn!(interface = %name, "AF_XDP unavailable ({e}); falling back to AF_PACKET");
                     }
                     Err(e) => return Err(StartError::at(at(), format!("({name}) AF_XDP: {e}"))),
+                }
+            }
+            if let Some(link) = steering.as_ref().and_then(Steering::link) {
+                let dups = link.try_clone_to_owned().and_then(|link| {
+                    let sockets = sockets
+                        .iter()
+                        .enumerate()
+                        .map(|(q, s)| Ok((q as u32, s.as_fd().try_clone_to_owned()?)))
+                        .collect::<std::io::Result<_>>()?;
+                    Ok(XdpHandover { link, sockets })
+                });
+                match dups {
+                    Ok(x) => xdp.push((name.clone(), x)),
+                    Err(e) => tracing::warn!(interface = %name, "a takeover will attach the XDP program anew: {e}"),
                 }
             }
             let queues = if sockets.is_empty() {
@@ -244,7 +262,13 @@ impl L4Runtime {
                 .spawn(move || crate::control::run(&control))
                 .map_err(|e| StartError::host(format!("cannot start the L4 control thread: {e}")))?,
         );
-        Ok(L4Runtime { shared, workers: Mutex::new(workers), threads: Mutex::new(threads), backend: backend_name })
+        Ok(L4Runtime {
+            shared,
+            workers: Mutex::new(workers),
+            threads: Mutex::new(threads),
+            backend: backend_name,
+            xdp: Mutex::new(xdp),
+        })
     }
 
     /// A new `l4` section (same interfaces): publishes new planes and XDP
@@ -295,14 +319,22 @@ impl L4Runtime {
         }
     }
 
-    /// Each interface's XDP link, where its program is attached through
-    /// one (for a takeover).
-    pub fn for_each_xdp_link(&self, mut f: impl FnMut(&str, BorrowedFd<'_>)) {
+    /// What a takeover hands on of each interface steered through an XDP
+    /// link: duplicates of the link and of each queue's AF_XDP socket,
+    /// taken once (whoever holds them keeps the program on the interface
+    /// and the sockets on their queues).
+    pub fn take_xdp_handover(&self) -> Vec<(String, XdpHandover)> {
+        std::mem::take(&mut *self.xdp.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts this process's programs back behind their links, after a
+    /// process that took over gave up.
+    pub fn reclaim(&self) {
         for port in &self.shared.ports {
-            if let Some(link) =
-                port.steering.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(Steering::link)
+            if let Some(s) = port.steering.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+                && let Err(e) = s.reclaim()
             {
-                f(&port.name, link);
+                tracing::error!(interface = %port.name, "cannot put the XDP program back: {e}");
             }
         }
     }
@@ -391,11 +423,26 @@ fn open_xdp(
     w: &Wanted,
     handover: &mut Handover,
 ) -> Result<(Steering, Vec<xsk::Socket>), InterfaceError> {
+    if let Some(mut steering) = handover.prepared.remove(name) {
+        // Already behind the link, sending to the previous process's
+        // sockets: this process's take their places once those let go.
+        let ready = open_sockets(name, ifindex, &mut steering, TAKEOVER_BIND_WAIT).and_then(|s| {
+            steering.update(w)?;
+            Ok(s)
+        });
+        return match ready {
+            Ok(sockets) => Ok((steering, sockets)),
+            Err(e) => {
+                handover.prepared.insert(name.to_string(), steering);
+                Err(e)
+            }
+        };
+    }
     let loaded = match handover.programs.remove(name) {
         Some(l) => l,
         None => Loaded::load()?,
     };
-    let Some(link) = handover.links.remove(name) else {
+    let Some(link) = handover.xdp.remove(name).map(|x| x.link) else {
         let mut steering = loaded.attach(name, ifindex)?;
         let sockets = open_sockets(name, ifindex, &mut steering, Duration::ZERO)?;
         // Only now, with a socket on every queue, does traffic get steered.
@@ -408,19 +455,27 @@ fn open_xdp(
     let ready =
         open_sockets(name, ifindex, &mut steering, TAKEOVER_BIND_WAIT).and_then(|s| Ok((s, steering.update(w)?)));
     match ready {
-        Ok((sockets, ())) => {
-            steering.replace(link)?;
-            tracing::info!(interface = name, "XDP program replaced behind the previous process's link");
-            Ok((steering, sockets))
-        }
-        Err(e) => {
-            // Kept for the next try.
-            handover.links.insert(name.to_string(), link);
-            if let Some(l) = steering.into_loaded() {
-                handover.programs.insert(name.to_string(), l);
+        Ok((sockets, ())) => match steering.replace(link) {
+            Ok(()) => {
+                tracing::info!(interface = name, "XDP program replaced behind the previous process's link");
+                Ok((steering, sockets))
             }
+            Err((e, link)) => {
+                keep_for_next_try(handover, name, steering, link);
+                Err(e.into())
+            }
+        },
+        Err(e) => {
+            keep_for_next_try(handover, name, steering, link);
             Err(e)
         }
+    }
+}
+
+fn keep_for_next_try(handover: &mut Handover, name: &str, steering: Steering, link: OwnedFd) {
+    handover.xdp.insert(name.to_string(), XdpHandover { link, sockets: Vec::new() });
+    if let Some(l) = steering.into_loaded() {
+        handover.programs.insert(name.to_string(), l);
     }
 }
 
@@ -446,4 +501,35 @@ fn open_sockets(
         sockets.push(s);
     }
     Ok(sockets)
+}
+
+/// A process taking over, while the previous one still serves: puts
+/// `loaded` behind the previous process's link of interface `name`, with
+/// its maps made for `cfg` and the previous process's AF_XDP sockets in
+/// its socket map, so that those serve until they close and the start
+/// only adds this process's sockets in their place (`handover.prepared`).
+/// On failure what is left stays in `handover` for the start: the program
+/// (if not attached) and the link.
+pub(crate) fn swap_in_ahead(
+    name: &str,
+    loaded: Loaded,
+    xdp: XdpHandover,
+    cfg: &L4,
+    owns: bool,
+    handover: &mut Handover,
+) -> Result<(), InterfaceError> {
+    let mut steering = loaded.unattached(name);
+    let made = xdp.sockets.iter().try_for_each(|(q, s)| steering.set_socket(*q, s.as_raw_fd()));
+    let (e, link) = match made.and_then(|()| steering.update(&wanted(cfg, owns))) {
+        Err(e) => (e, xdp.link),
+        Ok(()) => match steering.replace(xdp.link) {
+            Ok(()) => {
+                handover.prepared.insert(name.to_string(), steering);
+                return Ok(());
+            }
+            Err((e, link)) => (e, link),
+        },
+    };
+    keep_for_next_try(handover, name, steering, link);
+    Err(e.into())
 }

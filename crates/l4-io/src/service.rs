@@ -55,7 +55,7 @@ impl L4 {
             sync_key: Mutex::new(None),
             // The previous process's links, if it handed any over: taken
             // before the node closes what no plane took.
-            handover: Mutex::new(Handover { links: init.listeners.take_xdp_links(), ..Handover::default() }),
+            handover: Mutex::new(Handover { xdp: init.listeners.take_xdp(), ..Handover::default() }),
             listeners: init.listeners.clone(),
         }))
     }
@@ -72,21 +72,41 @@ impl L4 {
 
     /// Loads the steering program for every interface of the config, as
     /// far as it loads (what does not is loaded again at the start, which
-    /// says why).
+    /// says why). Where the previous process handed its link and sockets
+    /// over, the program goes behind the link at once, sending to the
+    /// previous process's sockets until they close.
     fn preload(&self) {
         let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
         let Some(l4) = self.to_run().filter(|l| l.io != L4Io::AfPacket) else {
             // No XDP here: the previous process's programs go when it does.
-            handover.links.clear();
+            handover.xdp.clear();
             return;
         };
-        handover.links.retain(|name, _| l4.interfaces.contains(name));
+        handover.xdp.retain(|name, _| l4.interfaces.contains(name));
+        let owns = match (&l4.ha, *self.0.role.lock().unwrap_or_else(|e| e.into_inner())) {
+            (None, _) => true,
+            (Some(h), role) => role.unwrap_or(h.initial) == HaRole::Master,
+        };
         for name in &l4.interfaces {
-            match Loaded::load() {
-                Ok(l) => {
-                    handover.programs.insert(name.clone(), l);
+            let loaded = match Loaded::load() {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::debug!(interface = %name, "takeover: the XDP program is not loaded ahead: {e}");
+                    continue;
                 }
-                Err(e) => tracing::debug!(interface = %name, "takeover: the XDP program is not loaded ahead: {e}"),
+            };
+            let Some(xdp) = handover.xdp.remove(name).filter(|x| !x.sockets.is_empty()) else {
+                handover.programs.insert(name.clone(), loaded);
+                continue;
+            };
+            match crate::runtime::swap_in_ahead(name, loaded, xdp, &l4, owns, &mut handover) {
+                Ok(()) => tracing::info!(
+                    interface = %name,
+                    "XDP program swapped in behind the previous process's link; its sockets serve until it lets them go"
+                ),
+                Err(e) => {
+                    tracing::warn!(interface = %name, "takeover: the XDP program waits for the previous process: {e}")
+                }
             }
         }
     }
@@ -103,19 +123,18 @@ impl L4 {
         });
         let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
         let rt = L4Runtime::start(&l4, health, fallback, ha, &mut handover)?;
-        if !handover.links.is_empty() {
+        if !handover.xdp.is_empty() || !handover.prepared.is_empty() {
             tracing::warn!(
-                interfaces = handover.links.len(),
+                interfaces = handover.xdp.len() + handover.prepared.len(),
                 "takeover: XDP links handed over and not used are let go"
             );
-            handover.links.clear();
+            handover.xdp.clear();
+            handover.prepared.clear();
         }
         drop(handover);
-        rt.for_each_xdp_link(|interface, link| {
-            if let Err(e) = self.0.listeners.record_xdp_link(interface, link) {
-                tracing::warn!(interface, "a takeover will attach the XDP program anew: {e}");
-            }
-        });
+        for (interface, xdp) in rt.take_xdp_handover() {
+            self.0.listeners.record_xdp(&interface, xdp);
+        }
         // The role may have changed while the runtime was starting.
         if let Some(role) = *self.0.role.lock().unwrap_or_else(|e| e.into_inner()) {
             rt.set_role(role);
@@ -271,7 +290,7 @@ impl Plane for L4 {
         let rt = self.0.runtime.get()?;
         let records = rt.stop_and_export();
         // The new process holds the links now; this one lets go of its own.
-        self.0.listeners.forget_xdp_links();
+        self.0.listeners.forget_xdp();
         let state = crate::takeover::encode(&records);
         let left = records.len().saturating_sub(crate::takeover::MAX_RECORDS);
         if left > 0 {
@@ -279,6 +298,15 @@ impl Plane for L4 {
         }
         tracing::info!(sessions = records.len() - left, "L4 plane stopped; its sessions go to the new process");
         Some(zeroize::Zeroizing::new(state))
+    }
+
+    /// A process that took the sockets over may have put its program
+    /// behind this one's links already: this one's goes back.
+    fn takeover_abandoned(&self) {
+        if let Some(rt) = self.0.runtime.get() {
+            rt.reclaim();
+            tracing::info!("the XDP programs of this process steer again");
+        }
     }
 
     fn take_over_state(&self, state: &[u8]) {
@@ -302,7 +330,9 @@ impl Plane for L4 {
                     Err(e) if last => {
                         tracing::error!("l4: {e}; the L4 plane is not running");
                         // The previous process's programs go when it does.
-                        plane.0.handover.lock().unwrap_or_else(|e| e.into_inner()).links.clear();
+                        let mut handover = plane.0.handover.lock().unwrap_or_else(|e| e.into_inner());
+                        handover.xdp.clear();
+                        handover.prepared.clear();
                         return;
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
@@ -318,7 +348,7 @@ impl Plane for L4 {
         if let Some(rt) = self.0.runtime.get() {
             rt.stop();
             // Nothing holds the programs on the interfaces any more.
-            self.0.listeners.forget_xdp_links();
+            self.0.listeners.forget_xdp();
             tracing::info!("L4 plane stopped");
         }
     }

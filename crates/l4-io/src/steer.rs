@@ -186,13 +186,32 @@ impl Steering {
     /// Swaps this program in behind `link`, a predecessor's, in one step:
     /// every packet the interface receives from then on runs this program.
     /// Its sockets and maps should be ready first.
-    pub fn replace(&mut self, link: OwnedFd) -> Result<(), SteerError> {
+    /// On failure the link comes back, for another try.
+    pub fn replace(&mut self, link: OwnedFd) -> Result<(), (SteerError, OwnedFd)> {
+        match self.swap_in(link.as_fd()) {
+            Ok(()) => {
+                self.link = Some(link);
+                self.attached = true;
+                Ok(())
+            }
+            Err(e) => Err((e, link)),
+        }
+    }
+
+    /// Puts this program back behind its own link, after a successor that
+    /// swapped its own in gave up (its takeover did not complete).
+    pub fn reclaim(&mut self) -> Result<(), SteerError> {
+        let Some(link) = self.link.take() else { return Ok(()) };
+        let r = self.swap_in(link.as_fd());
+        self.link = Some(link);
+        r
+    }
+
+    fn swap_in(&mut self, link: BorrowedFd<'_>) -> Result<(), SteerError> {
         let prog = program(&mut self.bpf)?;
         let fd = prog.fd().map_err(err("the XDP program"))?.as_fd();
-        xdp_link::replace(link.as_fd(), fd).map_err(err(format!("replacing the XDP program on {}", self.interface)))?;
-        self.link = Some(link);
-        self.attached = true;
-        Ok(())
+        xdp_link::replace(link, fd)
+            .map_err(err(format!("putting the XDP program behind the link of {}", self.interface)))
     }
 
     /// The link the program is attached through, for a successor.

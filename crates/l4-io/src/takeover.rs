@@ -1,9 +1,11 @@
 //! What a process taking over from another (a binary upgrade) brings to
-//! the L4 plane: the steering program loaded ahead, the BPF links through
-//! which the one before attached its programs (received with the listening
-//! sockets: the new program goes in behind them in one step, so the
-//! interfaces are never without one), and the sessions the one before
-//! hands on, so that connections under way keep their real server
+//! the L4 plane: the steering program loaded ahead; the BPF links through
+//! which the one before attached its programs and its AF_XDP sockets,
+//! received with the listening sockets (the new program, its maps made
+//! and the old sockets in its socket map, goes in behind each link in one
+//! step while the old process still serves: the interfaces are never
+//! without a program, and once the old sockets close the new ones take
+//! their place); and the sessions the one before hands on, so that connections under way keep their real server
 //! and FNAT port, whichever scheduler chose them, and a server's reply that
 //! comes before its client's next packet still finds its way back.
 //!
@@ -21,12 +23,11 @@
 //!  9  80 × count: records (gatehouse_l4::sync's layout)
 //! ```
 
-use std::collections::HashMap;
-use std::os::fd::OwnedFd;
-
 use gatehouse_l4::sync::{RECORD_LEN, Record};
+use gatehouse_plane::listeners::XdpHandover;
+use std::collections::HashMap;
 
-use crate::steer::Loaded;
+use crate::steer::{Loaded, Steering};
 
 const MAGIC: [u8; 4] = *b"GHL4";
 const VERSION: u8 = 1;
@@ -43,8 +44,12 @@ pub struct Handover {
     /// The steering program loaded ahead, by interface: once the process
     /// before lets an interface go, only the attach is left.
     pub programs: HashMap<String, Loaded>,
-    /// The previous process's XDP links, by interface.
-    pub links: HashMap<String, OwnedFd>,
+    /// The previous process's XDP links and AF_XDP sockets, by interface.
+    pub xdp: HashMap<String, XdpHandover>,
+    /// Programs already behind the previous process's links, sending to
+    /// its sockets until it lets them go: the start adds this process's
+    /// sockets in their place.
+    pub prepared: HashMap<String, Steering>,
 }
 
 /// `records` in the handover format; past [`MAX_RECORDS`] the rest are

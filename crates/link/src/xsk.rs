@@ -315,6 +315,11 @@ impl Socket {
         self.fd.as_raw_fd()
     }
 
+    /// The socket's descriptor, to duplicate for a process taking over.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.fd)
+    }
+
     /// Mutable views of the frames of received packets `descs`, in order:
     /// the whole 2 KiB frame of each (the packet sits at
     /// `addr - frame_of(addr)`). None if two descriptors share a frame.

@@ -20,7 +20,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gatehouse_plane::listeners::{Inherited, Registry};
+use gatehouse_plane::listeners::{Inherited, Registry, XdpHandover};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
 
@@ -58,10 +58,13 @@ enum Kind {
 struct Header {
     sockets: Vec<Entry>,
     /// The interfaces whose XDP links follow the sockets' descriptors, in
-    /// order. A binary that does not know them ignores the field and closes
-    /// the descriptors it did not expect.
+    /// order, then the AF_XDP sockets (interface, queue). A binary that does
+    /// not know them ignores the fields and closes the descriptors it did
+    /// not expect.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     xdp_links: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    xdp_sockets: Vec<(String, u32)>,
 }
 
 /// Where a config's control socket lives.
@@ -158,9 +161,20 @@ pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), TakeoverError> 
             }
         }
     }
+    let mut xdp = std::collections::HashMap::new();
     for interface in header.xdp_links {
         let Some(link) = sockets.next() else { return Err(fail("answer", &"fewer XDP links than named")) };
-        inherited.insert_xdp_link(interface, link);
+        xdp.insert(interface, XdpHandover { link, sockets: Vec::new() });
+    }
+    for (interface, queue) in header.xdp_sockets {
+        let Some(socket) = sockets.next() else { return Err(fail("answer", &"fewer AF_XDP sockets than named")) };
+        match xdp.get_mut(&interface) {
+            Some(x) => x.sockets.push((queue, socket)),
+            None => return Err(fail("answer", &"an AF_XDP socket of an interface without a link")),
+        }
+    }
+    for (interface, x) in xdp {
+        inherited.insert_xdp(interface, x);
     }
     Ok((inherited, s))
 }
@@ -256,7 +270,7 @@ pub async fn hand_over(
     let mut sockets: Vec<OwnedFd> = Vec::new();
     let (tcp, quic, links) = {
         let r = registry.lock().unwrap_or_else(|e| e.into_inner());
-        (r.duplicates()?, r.quic_duplicates()?, r.xdp_link_duplicates()?)
+        (r.duplicates()?, r.quic_duplicates()?, r.xdp_duplicates()?)
     };
     for ((name, addr, worker), s) in tcp {
         entries.push(Entry { name, addr, worker, kind: Kind::Tcp });
@@ -279,12 +293,18 @@ pub async fn hand_over(
         sockets.push(give.into());
         forwards.push((keep, q.handover));
     }
-    // The XDP links last: a binary that does not know them drops them.
-    let mut xdp_links = Vec::new();
-    for (interface, link) in links {
-        xdp_links.push(interface);
-        sockets.push(link);
+    // The XDP links and sockets last: a binary that does not know them
+    // drops them.
+    let (mut xdp_links, mut xdp_sockets, mut xsks) = (Vec::new(), Vec::new(), Vec::new());
+    for (interface, x) in links {
+        xdp_links.push(interface.clone());
+        sockets.push(x.link);
+        for (queue, s) in x.sockets {
+            xdp_sockets.push((interface.clone(), queue));
+            xsks.push(s);
+        }
     }
+    sockets.extend(xsks);
     if sockets.len() > MAX_FDS {
         return Err(std::io::Error::other(format!(
             "{} listening sockets: more than {MAX_FDS} cannot be handed over",
@@ -292,7 +312,8 @@ pub async fn hand_over(
         )));
     }
     let fds: Vec<RawFd> = sockets.iter().map(AsRawFd::as_raw_fd).collect();
-    let json = serde_json::to_vec(&Header { sockets: entries, xdp_links }).map_err(std::io::Error::other)?;
+    let json =
+        serde_json::to_vec(&Header { sockets: entries, xdp_links, xdp_sockets }).map_err(std::io::Error::other)?;
     let mut header = u32::try_from(json.len()).map_err(std::io::Error::other)?.to_le_bytes().to_vec();
     header.extend_from_slice(&json);
     // The descriptors ride on the first bytes; the rest of a long header follows.
@@ -404,7 +425,12 @@ mod tests {
         // An L4 interface's XDP link (any descriptor crosses the same way:
         // here one end of a socket pair, to show it is the same object).
         let (link, far_end) = std::os::unix::net::UnixDatagram::pair().expect("pair");
-        registry.lock().expect("lock").add_xdp_link("lb0", std::os::fd::AsFd::as_fd(&link)).expect("dup");
+        let (xsk, xsk_far_end) = std::os::unix::net::UnixDatagram::pair().expect("pair");
+        let xdp = XdpHandover {
+            link: std::os::fd::OwnedFd::from(link.try_clone().expect("dup")),
+            sockets: vec![(3, std::os::fd::OwnedFd::from(xsk))],
+        };
+        registry.lock().expect("lock").add_xdp("lb0", xdp);
 
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let listener = rt.block_on(async { tokio::net::UnixListener::bind(&path) }).expect("unix bind");
@@ -418,10 +444,14 @@ mod tests {
                 let got_udp = inherited.take_udp("h3", h3_addr, 1).expect("worker 1's UDP socket");
                 assert!(inherited.take_udp("h3", h3_addr, 0).is_some());
                 let forward = inherited.take_forward("h3", h3_addr).expect("the forwarding socket");
-                let mut links = inherited.take_xdp_links();
-                let link = std::os::unix::net::UnixDatagram::from(links.remove("lb0").expect("lb0's XDP link"));
-                assert!(links.is_empty());
+                let mut xdp = inherited.take_xdp();
+                let mut lb0 = xdp.remove("lb0").expect("lb0's XDP state");
+                assert!(xdp.is_empty());
+                let link = std::os::unix::net::UnixDatagram::from(lb0.link);
                 link.send(b"the same link").expect("send");
+                let (queue, xsk) = lb0.sockets.pop().expect("queue 3's socket");
+                assert_eq!((queue, lb0.sockets.len()), (3, 0));
+                std::os::unix::net::UnixDatagram::from(xsk).send(b"queue 3").expect("send");
                 assert_eq!(inherited.leftover(), 0);
                 assert_eq!(got_udp.local_addr().expect("addr"), udp[1].local_addr().expect("addr"));
                 forward.send(b"a datagram of yours").expect("forward");
@@ -464,6 +494,8 @@ mod tests {
         let mut buf = [0u8; 32];
         let n = far_end.recv(&mut buf).expect("through the link handed over");
         assert_eq!(&buf[..n], b"the same link");
+        let n = xsk_far_end.recv(&mut buf).expect("through the socket handed over");
+        assert_eq!(&buf[..n], b"queue 3");
         drop(link);
         // Each plane's bytes as sent, whatever they hold.
         let states: Vec<(&str, &[u8])> = states.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();

@@ -496,8 +496,14 @@ fn serve_control_socket(node: Arc<Node>, path: &Path) -> std::io::Result<tokio::
                     node.handed_over.notify_one();
                     return;
                 }
-                Ok(None) => tracing::warn!("a takeover did not complete; still serving"),
-                Err(e) => tracing::warn!("takeover failed: {e}; still serving"),
+                Ok(None) => {
+                    tracing::warn!("a takeover did not complete; still serving");
+                    node.planes.iter().for_each(|p| p.takeover_abandoned());
+                }
+                Err(e) => {
+                    tracing::warn!("takeover failed: {e}; still serving");
+                    node.planes.iter().for_each(|p| p.takeover_abandoned());
+                }
             }
         }
     }))

@@ -155,6 +155,12 @@ pub trait Plane: Send + Sync {
     /// process's plane of this name handed over.
     fn take_over_state(&self, _state: &[u8]) {}
 
+    /// On the process that was to be replaced, when the new one received
+    /// the sockets but never said it serves (it failed or exited): this
+    /// process goes on serving, and takes back what the new one may have
+    /// begun to take (the L4 plane: its XDP programs).
+    fn takeover_abandoned(&self) {}
+
     /// Stops taking new work and lets work in progress finish.
     fn drain(&self);
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixDatagram;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -38,8 +38,25 @@ pub struct Inherited {
     udp: HashMap<SocketKey, UdpSocket>,
     /// Per QUIC listener: where to forward its predecessor's datagrams.
     forward: HashMap<(String, SocketAddr), UnixDatagram>,
-    /// The L4 plane's XDP links, by interface.
-    xdp_links: HashMap<String, OwnedFd>,
+    /// The L4 plane's XDP programs' links and sockets, by interface.
+    xdp: HashMap<String, XdpHandover>,
+}
+
+/// What a takeover hands on of an interface the L4 plane steers with XDP:
+/// the link its program is attached through, and the AF_XDP socket of
+/// each receive queue (the successor's program sends to them until the
+/// old process lets them go).
+pub struct XdpHandover {
+    pub link: OwnedFd,
+    /// (queue, socket).
+    pub sockets: Vec<(u32, OwnedFd)>,
+}
+
+impl XdpHandover {
+    fn try_clone(&self) -> std::io::Result<XdpHandover> {
+        let sockets = self.sockets.iter().map(|(q, s)| Ok((*q, s.try_clone()?))).collect::<std::io::Result<_>>()?;
+        Ok(XdpHandover { link: self.link.try_clone()?, sockets })
+    }
 }
 
 impl Inherited {
@@ -89,14 +106,14 @@ impl Inherited {
     }
 
     /// The XDP link through which the previous process attached its
-    /// program to `interface`.
-    pub fn insert_xdp_link(&mut self, interface: String, link: OwnedFd) {
-        self.xdp_links.insert(interface, link);
+    /// program to `interface`, and its sockets.
+    pub fn insert_xdp(&mut self, interface: String, xdp: XdpHandover) {
+        self.xdp.insert(interface, xdp);
     }
 
-    /// Every XDP link handed over, by interface.
-    pub fn take_xdp_links(&mut self) -> HashMap<String, OwnedFd> {
-        std::mem::take(&mut self.xdp_links)
+    /// Every interface's XDP state handed over.
+    pub fn take_xdp(&mut self) -> HashMap<String, XdpHandover> {
+        std::mem::take(&mut self.xdp)
     }
 
     /// Sockets the new config does not use (closed when dropped).
@@ -111,8 +128,8 @@ impl Inherited {
 pub struct Registry {
     sockets: Vec<(SocketKey, TcpListener)>,
     quic: Vec<QuicDuplicates>,
-    /// The L4 plane's XDP links, by interface.
-    xdp_links: Vec<(String, OwnedFd)>,
+    /// The L4 plane's XDP links and sockets, by interface.
+    xdp: Vec<(String, XdpHandover)>,
 }
 
 /// What a takeover hands on of one QUIC listener.
@@ -135,7 +152,7 @@ impl Registry {
     pub fn clear(&mut self) {
         self.sockets.clear();
         self.quic.clear();
-        self.xdp_links.clear();
+        self.xdp.clear();
     }
 
     pub fn remove(&mut self, name: &str, addr: SocketAddr) {
@@ -172,17 +189,15 @@ impl Registry {
             .collect()
     }
 
-    /// The XDP link of `interface` (a duplicate), in place of any before.
-    pub fn add_xdp_link(&mut self, interface: &str, link: BorrowedFd<'_>) -> std::io::Result<()> {
-        let link = link.try_clone_to_owned()?;
-        self.xdp_links.retain(|(i, _)| i != interface);
-        self.xdp_links.push((interface.to_string(), link));
-        Ok(())
+    /// The XDP state of `interface`, in place of any before.
+    pub fn add_xdp(&mut self, interface: &str, xdp: XdpHandover) {
+        self.xdp.retain(|(i, _)| i != interface);
+        self.xdp.push((interface.to_string(), xdp));
     }
 
-    /// A duplicate of every XDP link, with its interface.
-    pub fn xdp_link_duplicates(&self) -> std::io::Result<Vec<(String, OwnedFd)>> {
-        self.xdp_links.iter().map(|(i, l)| Ok((i.clone(), l.try_clone()?))).collect()
+    /// A duplicate of every interface's XDP state.
+    pub fn xdp_duplicates(&self) -> std::io::Result<Vec<(String, XdpHandover)>> {
+        self.xdp.iter().map(|(i, x)| Ok((i.clone(), x.try_clone()?))).collect()
     }
 
     /// A duplicate of every socket, with its (listener, address, worker).
@@ -259,23 +274,24 @@ impl Listeners {
         lock(&self.registry).remove_quic(name, addr);
     }
 
-    /// Records the XDP link of `interface`, so a takeover hands it on.
-    pub fn record_xdp_link(&self, interface: &str, link: BorrowedFd<'_>) -> std::io::Result<()> {
-        lock(&self.registry).add_xdp_link(interface, link)
+    /// Records the XDP state of `interface`, so a takeover hands it on.
+    /// The registry holds these descriptors: they keep the program on the
+    /// interface and the sockets on their queues until forgotten.
+    pub fn record_xdp(&self, interface: &str, xdp: XdpHandover) {
+        lock(&self.registry).add_xdp(interface, xdp);
     }
 
-    /// Forgets the XDP links: a link this process still holds keeps its
-    /// program on the interface (the L4 plane stopped and gives the
-    /// interfaces back to the kernel).
-    pub fn forget_xdp_links(&self) {
-        lock(&self.registry).xdp_links.clear();
+    /// Forgets every interface's XDP state (the L4 plane stopped: it gives
+    /// the interfaces back to the kernel, or to the process taking over).
+    pub fn forget_xdp(&self) {
+        lock(&self.registry).xdp.clear();
     }
 
-    /// The XDP links the previous process handed over, by interface, taken
+    /// The XDP state the previous process handed over, by interface, taken
     /// once (what is not used closes when dropped, which detaches a program
     /// no process holds any more).
-    pub fn take_xdp_links(&self) -> HashMap<String, OwnedFd> {
-        lock(&self.inherited).as_mut().map(Inherited::take_xdp_links).unwrap_or_default()
+    pub fn take_xdp(&self) -> HashMap<String, XdpHandover> {
+        lock(&self.inherited).as_mut().map(Inherited::take_xdp).unwrap_or_default()
     }
 
     /// Closes every recorded duplicate (the drain).
