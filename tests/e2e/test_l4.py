@@ -369,6 +369,9 @@ def test_takeover_hands_the_interfaces_and_sessions_over(l4):
         # and while the old process still served, rather than after the old
         # one was detached.
         assert "XDP program swapped in behind the previous process's link" in new.stderr(), new.stderr()
+        # And the old process's sockets carried on in the new one: no
+        # queue waited for a socket of its own.
+        assert "AF_XDP sockets adopted from the previous process" in new.stderr(), new.stderr()
         assert old.proc.wait(timeout=15) == 0
         assert xdp_program() not in (None, program), sh("ip", "-n", NS["lb"], "link", "show", "lb0")
         assert "backend=\"af_xdp\"" in new.stderr() or "backend=af_xdp" in new.stderr(), new.stderr()

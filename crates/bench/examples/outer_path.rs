@@ -77,11 +77,12 @@ fn receive(a: &[String], end: Instant) -> u64 {
     let mut n = 0u64;
     if path == "xdp" {
         let dst: Ipv4Addr = arg(a, 4, "the receiver's address");
-        let mut st = steer::Steering::attach(&a[3]).expect("attaches the XDP program");
+        let ifindex = nix::net::if_::if_nametoindex(a[3].as_str()).expect("the interface's index");
+        let loaded = steer::Loaded::load().expect("loads the XDP program");
+        let mut st = loaded.attach(&a[3], ifindex).expect("attaches the XDP program");
         let mut wanted = steer::Wanted::default();
         wanted.owned.insert(steer::addr_key(dst.into()));
         st.update(&wanted).expect("steers the address");
-        let ifindex = nix::net::if_::if_nametoindex(a[3].as_str()).expect("the interface's index");
         let mut s = xsk::Socket::open(ifindex, 0, xsk::Config::default()).expect("opens an AF_XDP socket");
         st.set_socket(0, s.fd()).expect("registers the socket");
         eprintln!("native XDP {}, zero copy {}", st.native, s.zero_copy);

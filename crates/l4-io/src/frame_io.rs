@@ -28,6 +28,12 @@ pub(crate) trait FrameIo {
 
     /// Waits up to `timeout_ms` for frames.
     fn wait(&self, timeout_ms: i32);
+
+    /// The frames an AF_XDP socket holds unused (none for other sockets):
+    /// a process adopting the socket may use them.
+    fn free_frames(&self) -> Option<Vec<u64>> {
+        None
+    }
 }
 
 /// An AF_XDP socket: frames in place in the UMEM.
@@ -94,6 +100,10 @@ impl FrameIo for XdpIo {
 
     fn wait(&self, timeout_ms: i32) {
         self.sock.wait(timeout_ms);
+    }
+
+    fn free_frames(&self) -> Option<Vec<u64>> {
+        Some(self.sock.free_frames().to_vec())
     }
 }
 

@@ -267,5 +267,9 @@ pub(crate) fn run<I: FrameIo>(
         let mut out = Vec::new();
         lane.worker.export(&lane.published, lane.now(), &mut out);
         shared.exported.lock().unwrap_or_else(|e| e.into_inner()).extend(out);
+        if let Some(free) = io.free_frames() {
+            let frames = crate::takeover::Frames { interface: port.name.clone(), queue, free };
+            shared.exported_frames.lock().unwrap_or_else(|e| e.into_inner()).push(frames);
+        }
     }
 }

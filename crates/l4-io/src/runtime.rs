@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use gatehouse_config::{L4, L4Io};
-use gatehouse_l4::sync::Record;
 
 use crate::control::{announce, build_plane, publish, publish_steering, wanted};
 use crate::frame_io::{PacketIo, XdpIo};
@@ -22,7 +21,7 @@ use crate::steer::{Loaded, Steering, Wanted};
 use crate::takeover::Handover;
 use gatehouse_link::nexthop::NextHops;
 use gatehouse_link::xsk;
-use gatehouse_plane::listeners::XdpHandover;
+use gatehouse_plane::listeners::{XdpHandover, XdpSocket};
 
 /// How the runtime starts its active/standby part.
 pub struct HaStart {
@@ -151,7 +150,16 @@ impl L4Runtime {
                     let sockets = sockets
                         .iter()
                         .enumerate()
-                        .map(|(q, s)| Ok((q as u32, s.as_fd().try_clone_to_owned()?)))
+                        .map(|(q, s)| {
+                            let h = s.hand()?;
+                            Ok(XdpSocket {
+                                queue: q as u32,
+                                socket: h.socket,
+                                umem: h.umem,
+                                frames: h.frames,
+                                ring: h.ring,
+                            })
+                        })
                         .collect::<std::io::Result<_>>()?;
                     Ok(XdpHandover { link, sockets })
                 });
@@ -211,6 +219,7 @@ impl L4Runtime {
             health,
             export: AtomicBool::new(false),
             exported: Mutex::new(Vec::new()),
+            exported_frames: Mutex::new(Vec::new()),
         });
         // Every worker commits them all, then lets go: the last frees them.
         let taken_over = Arc::new(std::mem::take(&mut handover.sessions));
@@ -404,10 +413,13 @@ impl L4Runtime {
     /// Lets the interfaces go as [`L4Runtime::stop`] does (the sync and
     /// control threads are joined by a later `stop`), and returns the
     /// sessions the workers owned, for the process taking over.
-    pub fn stop_and_export(&self) -> Vec<Record> {
+    pub fn stop_and_export(&self) -> crate::takeover::HandedOn {
         self.shared.export.store(true, Ordering::Release);
         self.release_interfaces();
-        std::mem::take(&mut *self.shared.exported.lock().unwrap_or_else(|e| e.into_inner()))
+        crate::takeover::HandedOn {
+            sessions: std::mem::take(&mut *self.shared.exported.lock().unwrap_or_else(|e| e.into_inner())),
+            frames: std::mem::take(&mut *self.shared.exported_frames.lock().unwrap_or_else(|e| e.into_inner())),
+        }
     }
 }
 
@@ -423,17 +435,26 @@ fn open_xdp(
     w: &Wanted,
     handover: &mut Handover,
 ) -> Result<(Steering, Vec<xsk::Socket>), InterfaceError> {
-    if let Some(mut steering) = handover.prepared.remove(name) {
+    if let Some((mut steering, old)) = handover.prepared.remove(name) {
         // Already behind the link, sending to the previous process's
-        // sockets: this process's take their places once those let go.
-        let ready = open_sockets(name, ifindex, &mut steering, TAKEOVER_BIND_WAIT).and_then(|s| {
+        // sockets: adopted, with the frames they held unused, they serve
+        // on here. Where that cannot be, they close, and this process's own
+        // take their places once the kernel lets the queues go.
+        let sockets = match adopt(name, old, &mut handover.frames) {
+            Some(sockets) => {
+                tracing::info!(interface = name, "AF_XDP sockets adopted from the previous process");
+                Ok(sockets)
+            }
+            None => open_sockets(name, ifindex, &mut steering, TAKEOVER_BIND_WAIT),
+        };
+        let ready = sockets.and_then(|s| {
             steering.update(w)?;
             Ok(s)
         });
         return match ready {
             Ok(sockets) => Ok((steering, sockets)),
             Err(e) => {
-                handover.prepared.insert(name.to_string(), steering);
+                handover.prepared.insert(name.to_string(), (steering, Vec::new()));
                 Err(e)
             }
         };
@@ -470,6 +491,34 @@ fn open_xdp(
             Err(e)
         }
     }
+}
+
+/// The previous process's socket of every receive queue of `name`,
+/// adopted with the frames it held unused; None (and all of them closed)
+/// unless every queue's can be.
+fn adopt(
+    name: &str,
+    old: Vec<XdpSocket>,
+    frames: &mut std::collections::HashMap<(String, u32), Vec<u64>>,
+) -> Option<Vec<xsk::Socket>> {
+    let queues = rx_queues(name);
+    if old.len() != queues as usize || old.is_empty() {
+        return None;
+    }
+    let mut by_queue: Vec<Option<xsk::Socket>> = (0..queues).map(|_| None).collect();
+    for s in old {
+        let free = frames.remove(&(name.to_string(), s.queue))?;
+        let slot = by_queue.get_mut(s.queue as usize)?;
+        let h = xsk::Handed { socket: s.socket, umem: s.umem, frames: s.frames, ring: s.ring };
+        match xsk::Socket::adopt(h, free) {
+            Ok(sock) => *slot = Some(sock),
+            Err(e) => {
+                tracing::warn!(interface = name, queue = s.queue, "the previous process's AF_XDP socket: {e}");
+                return None;
+            }
+        }
+    }
+    by_queue.into_iter().collect()
 }
 
 fn keep_for_next_try(handover: &mut Handover, name: &str, steering: Steering, link: OwnedFd) {
@@ -519,12 +568,12 @@ pub(crate) fn swap_in_ahead(
     handover: &mut Handover,
 ) -> Result<(), InterfaceError> {
     let mut steering = loaded.unattached(name);
-    let made = xdp.sockets.iter().try_for_each(|(q, s)| steering.set_socket(*q, s.as_raw_fd()));
+    let made = xdp.sockets.iter().try_for_each(|s| steering.set_socket(s.queue, s.socket.as_raw_fd()));
     let (e, link) = match made.and_then(|()| steering.update(&wanted(cfg, owns))) {
         Err(e) => (e, xdp.link),
         Ok(()) => match steering.replace(xdp.link) {
             Ok(()) => {
-                handover.prepared.insert(name.to_string(), steering);
+                handover.prepared.insert(name.to_string(), (steering, xdp.sockets));
                 return Ok(());
             }
             Err((e, link)) => (e, link),

@@ -288,10 +288,11 @@ impl Plane for L4 {
     /// process) and hands on the sessions they held.
     fn hand_over_state(&self) -> Option<zeroize::Zeroizing<Vec<u8>>> {
         let rt = self.0.runtime.get()?;
-        let records = rt.stop_and_export();
+        let handed = rt.stop_and_export();
         // The new process holds the links now; this one lets go of its own.
         self.0.listeners.forget_xdp();
-        let state = crate::takeover::encode(&records);
+        let records = &handed.sessions;
+        let state = crate::takeover::encode(records, &handed.frames);
         let left = records.len().saturating_sub(crate::takeover::MAX_RECORDS);
         if left > 0 {
             tracing::warn!(sessions = left, "takeover: too many L4 sessions to hand over; these are not");
@@ -311,7 +312,11 @@ impl Plane for L4 {
 
     fn take_over_state(&self, state: &[u8]) {
         match crate::takeover::decode(state) {
-            Ok(records) => self.0.handover.lock().unwrap_or_else(|e| e.into_inner()).sessions = records,
+            Ok(state) => {
+                let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
+                handover.sessions = state.sessions;
+                handover.frames = state.frames.into_iter().map(|f| ((f.interface, f.queue), f.free)).collect();
+            }
             Err(e) => tracing::warn!("takeover: the L4 sessions handed over are refused ({e}); they start anew"),
         }
     }

@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     /// worker, as it stops, adds those it owns to `exported`.
     pub(crate) export: AtomicBool,
     pub(crate) exported: Mutex<Vec<Record>>,
+    /// And the frames its AF_XDP socket held unused, for the new process
+    /// to adopt the socket.
+    pub(crate) exported_frames: Mutex<Vec<crate::takeover::Frames>>,
 }
 
 impl Shared {

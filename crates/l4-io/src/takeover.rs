@@ -16,21 +16,29 @@
 //! standby commits its peer's. Proxied (SYN-cookie) sessions are not
 //! carried: their sequence-number translation is not in a record.
 //!
+//! With the sessions go the frames each AF_XDP socket held unused when
+//! its worker stopped: the new process adopts the sockets themselves
+//! (`xsk::Socket::adopt`), so nothing waits for a queue to be freed and
+//! no packet that came meanwhile is lost.
+//!
 //! ```text
 //!  0  4  magic "GHL4"
-//!  4  1  version (1)
+//!  4  1  version (2; 1 had no sockets)
 //!  5  4  record count (big endian)
 //!  9  80 × count: records (gatehouse_l4::sync's layout)
+//!  then, version 2: a socket count (4), and per socket the interface's
+//!  name (1-byte length, bytes), the queue (4), a frame count (4) and the
+//!  frames' UMEM offsets (8 each); all big endian
 //! ```
 
 use gatehouse_l4::sync::{RECORD_LEN, Record};
-use gatehouse_plane::listeners::XdpHandover;
+use gatehouse_plane::listeners::{XdpHandover, XdpSocket};
 use std::collections::HashMap;
 
 use crate::steer::{Loaded, Steering};
 
 const MAGIC: [u8; 4] = *b"GHL4";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const HEADER_LEN: usize = 9;
 /// The node's control socket carries a plane's state up to 64 MiB.
 pub const MAX_RECORDS: usize = ((64 << 20) - HEADER_LEN) / RECORD_LEN;
@@ -47,14 +55,31 @@ pub struct Handover {
     /// The previous process's XDP links and AF_XDP sockets, by interface.
     pub xdp: HashMap<String, XdpHandover>,
     /// Programs already behind the previous process's links, sending to
-    /// its sockets until it lets them go: the start adds this process's
-    /// sockets in their place.
-    pub prepared: HashMap<String, Steering>,
+    /// its sockets, which the start adopts.
+    pub prepared: HashMap<String, (Steering, Vec<XdpSocket>)>,
+    /// The frames each of the previous process's sockets held unused, by
+    /// (interface, queue).
+    pub frames: HashMap<(String, u32), Vec<u64>>,
 }
 
-/// `records` in the handover format; past [`MAX_RECORDS`] the rest are
-/// left out (the caller says how many).
-pub fn encode(records: &[Record]) -> Vec<u8> {
+/// One AF_XDP socket's unused frames when its worker stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frames {
+    pub interface: String,
+    pub queue: u32,
+    pub free: Vec<u64>,
+}
+
+/// What a process being replaced hands on.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct HandedOn {
+    pub sessions: Vec<Record>,
+    pub frames: Vec<Frames>,
+}
+
+/// `records` and `frames` in the handover format; past [`MAX_RECORDS`]
+/// the rest of the records are left out (the caller says how many).
+pub fn encode(records: &[Record], frames: &[Frames]) -> Vec<u8> {
     let records = &records[..records.len().min(MAX_RECORDS)];
     let mut out = Vec::with_capacity(HEADER_LEN + records.len() * RECORD_LEN);
     out.extend_from_slice(&MAGIC);
@@ -64,6 +89,15 @@ pub fn encode(records: &[Record]) -> Vec<u8> {
     for r in records {
         r.write(&mut rec);
         out.extend_from_slice(&rec);
+    }
+    out.extend_from_slice(&(frames.len() as u32).to_be_bytes());
+    for f in frames {
+        let name = &f.interface.as_bytes()[..f.interface.len().min(255)];
+        out.push(name.len() as u8);
+        out.extend_from_slice(name);
+        out.extend_from_slice(&f.queue.to_be_bytes());
+        out.extend_from_slice(&(f.free.len() as u32).to_be_bytes());
+        f.free.iter().for_each(|a| out.extend_from_slice(&a.to_be_bytes()));
     }
     out
 }
@@ -89,23 +123,52 @@ impl std::fmt::Display for Refused {
     }
 }
 
-/// The records of a handed-over state, all or none.
-pub fn decode(b: &[u8]) -> Result<Vec<Record>, Refused> {
-    if b.len() < HEADER_LEN || b[..4] != MAGIC || b[4] != VERSION {
+/// A handed-over state, all or none (version 1 or 2).
+pub fn decode(b: &[u8]) -> Result<HandedOn, Refused> {
+    if b.len() < HEADER_LEN || b[..4] != MAGIC || !(1..=VERSION).contains(&b[4]) {
         return Err(Refused::Format);
     }
     let count = u32::from_be_bytes([b[5], b[6], b[7], b[8]]) as usize;
     let body = &b[HEADER_LEN..];
-    if count > MAX_RECORDS || body.len() != count * RECORD_LEN {
+    if count > MAX_RECORDS || body.len() < count * RECORD_LEN || (b[4] == 1 && body.len() != count * RECORD_LEN) {
         return Err(Refused::Length);
     }
-    body.chunks_exact(RECORD_LEN)
+    let (records, mut rest) = body.split_at(count * RECORD_LEN);
+    let sessions = records
+        .chunks_exact(RECORD_LEN)
         .enumerate()
         .map(|(i, c)| {
             let rec: &[u8; RECORD_LEN] = c.try_into().map_err(|_| Refused::Record(i))?;
             Record::read(rec).map_err(|_| Refused::Record(i))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    let mut frames = Vec::new();
+    if b[4] >= 2 {
+        let sockets = take_u32(&mut rest)?;
+        for _ in 0..sockets {
+            let (&len, tail) = rest.split_first().ok_or(Refused::Length)?;
+            let (name, tail) = tail.split_at_checked(usize::from(len)).ok_or(Refused::Length)?;
+            rest = tail;
+            let interface = std::str::from_utf8(name).map_err(|_| Refused::Format)?.to_string();
+            let queue = take_u32(&mut rest)?;
+            let n = take_u32(&mut rest)? as usize;
+            let (addrs, tail) =
+                rest.split_at_checked(n.checked_mul(8).ok_or(Refused::Length)?).ok_or(Refused::Length)?;
+            rest = tail;
+            let free = addrs.chunks_exact(8).map(|c| u64::from_be_bytes(c.try_into().unwrap_or_default())).collect();
+            frames.push(Frames { interface, queue, free });
+        }
+        if !rest.is_empty() {
+            return Err(Refused::Length);
+        }
+    }
+    Ok(HandedOn { sessions, frames })
+}
+
+fn take_u32(b: &mut &[u8]) -> Result<u32, Refused> {
+    let (head, tail) = b.split_at_checked(4).ok_or(Refused::Length)?;
+    *b = tail;
+    Ok(u32::from_be_bytes([head[0], head[1], head[2], head[3]]))
 }
 
 #[cfg(test)]
@@ -139,18 +202,34 @@ mod tests {
             ..rec(7, false)
         };
         let recs = vec![rec(1, false), rec(2, true), v6];
-        assert_eq!(decode(&encode(&recs)), Ok(recs));
-        assert_eq!(decode(&encode(&[])), Ok(vec![]));
+        let frames = vec![
+            Frames { interface: "lb0".into(), queue: 0, free: vec![0, 2048, 8 << 20] },
+            Frames { interface: "eth1".into(), queue: 3, free: vec![] },
+        ];
+        assert_eq!(decode(&encode(&recs, &frames)), Ok(HandedOn { sessions: recs.clone(), frames }));
+        assert_eq!(decode(&encode(&[], &[])), Ok(HandedOn::default()));
+        // Version 1 (no sockets), as the binary before sends it.
+        let mut v1 = encode(&recs, &[]);
+        v1[4] = 1;
+        v1.truncate(v1.len() - 4);
+        assert_eq!(decode(&v1), Ok(HandedOn { sessions: recs, frames: vec![] }));
     }
 
     #[test]
     fn anything_else_is_refused_whole() {
-        let good = encode(&[rec(1, false), rec(2, true)]);
+        let frames = [Frames { interface: "lb0".into(), queue: 0, free: vec![0, 2048] }];
+        let good = encode(&[rec(1, false), rec(2, true)], &frames);
         assert_eq!(decode(&good[..HEADER_LEN - 1]), Err(Refused::Format));
         let mut other = good.clone();
-        other[4] = 2;
+        other[4] = 3;
         assert_eq!(decode(&other), Err(Refused::Format));
-        assert_eq!(decode(&good[..good.len() - 1]), Err(Refused::Length));
+        // Cut anywhere in the sockets' part, or anything after it.
+        for cut in 1..=8 + 4 + 4 + 4 + 3 {
+            assert_eq!(decode(&good[..good.len() - cut]), Err(Refused::Length), "{cut}");
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert_eq!(decode(&longer), Err(Refused::Length));
         let mut more = good.clone();
         more[8] = 3;
         assert_eq!(decode(&more), Err(Refused::Length));

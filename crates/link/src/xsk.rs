@@ -193,6 +193,11 @@ pub struct Socket {
     tx: Ring<Desc>,
     umem: Mapping,
     fd: OwnedFd,
+    /// The UMEM's memory (a memfd), which a successor maps to adopt the
+    /// socket.
+    umem_fd: OwnedFd,
+    frames: u32,
+    ring: u32,
     /// Frames owned by user space and not in use.
     free: Vec<u64>,
     /// Scratch for completions.
@@ -209,6 +214,54 @@ fn setsockopt<T>(fd: RawFd, opt: libc::c_int, value: &T) -> io::Result<()> {
     check(unsafe {
         libc::setsockopt(fd, libc::SOL_XDP, opt, (value as *const T).cast(), size_of::<T>() as libc::socklen_t)
     })
+}
+
+/// What a process hands a successor of one socket: the socket itself,
+/// its UMEM's memory and their sizes. With the frames the old process
+/// held free when it stopped, the successor adopts the socket
+/// ([`Socket::adopt`]): same queue binding, same rings, packets that came
+/// meanwhile waiting in them.
+pub struct Handed {
+    pub socket: OwnedFd,
+    pub umem: OwnedFd,
+    pub frames: u32,
+    pub ring: u32,
+}
+
+/// The UMEM's memory: a memfd mapped shared, so a successor can map the
+/// same pages.
+fn umem_memory(len: usize) -> io::Result<(OwnedFd, Mapping)> {
+    // SAFETY: memfd_create(2) with a NUL-terminated name; returns a new
+    // descriptor or -1.
+    let raw = unsafe { libc::memfd_create(c"gatehouse-umem".as_ptr(), libc::MFD_CLOEXEC) };
+    check(raw)?;
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ftruncate(2) on our descriptor.
+    check(unsafe { libc::ftruncate(raw, len as libc::off_t) })?;
+    let map = Mapping::new(len, Some((raw, 0)))?;
+    Ok((fd, map))
+}
+
+/// The offsets of the socket's rings in its mmap regions.
+fn mmap_offsets(raw: RawFd) -> io::Result<libc::xdp_mmap_offsets> {
+    // SAFETY: all-zero is a valid xdp_mmap_offsets (plain integers).
+    let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+    // SAFETY: `off` is writable for `len` bytes; the kernel fills it.
+    check(unsafe {
+        libc::getsockopt(
+            raw,
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+            &mut len,
+        )
+    })?;
+    if len as usize != size_of::<libc::xdp_mmap_offsets>() {
+        return Err(io::Error::other("kernel without AF_XDP ring flags (needs Linux 5.4 or later)"));
+    }
+    Ok(off)
 }
 
 /// Binds `fd` to (`ifindex`, `queue`): zero-copy when the driver offers
@@ -254,7 +307,7 @@ impl Socket {
         check(raw)?;
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let umem = Mapping::new(cfg.frames as usize * FRAME_SIZE, None)?;
+        let (umem_fd, umem) = umem_memory(cfg.frames as usize * FRAME_SIZE)?;
         let reg = libc::xdp_umem_reg {
             addr: umem.ptr.as_ptr() as u64,
             len: umem.len as u64,
@@ -267,22 +320,7 @@ impl Socket {
         for opt in [libc::XDP_UMEM_FILL_RING, libc::XDP_UMEM_COMPLETION_RING, libc::XDP_RX_RING, libc::XDP_TX_RING] {
             setsockopt(raw, opt, &cfg.ring)?;
         }
-        // SAFETY: all-zero is a valid xdp_mmap_offsets (plain integers).
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-        // SAFETY: `off` is writable for `len` bytes; the kernel fills it.
-        check(unsafe {
-            libc::getsockopt(
-                raw,
-                libc::SOL_XDP,
-                libc::XDP_MMAP_OFFSETS,
-                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-                &mut len,
-            )
-        })?;
-        if len as usize != size_of::<libc::xdp_mmap_offsets>() {
-            return Err(io::Error::other("kernel without AF_XDP ring flags (needs Linux 5.4 or later)"));
-        }
+        let off = mmap_offsets(raw)?;
         let fill = Ring::map(raw, &off.fr, cfg.ring, libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t)?;
         let comp = Ring::map(raw, &off.cr, cfg.ring, libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t)?;
         let rx = Ring::map(raw, &off.rx, cfg.ring, libc::XDP_PGOFF_RX_RING)?;
@@ -303,7 +341,20 @@ impl Socket {
             const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
             let _ = setsockopt(raw, XDP_MAX_TX_SKB_BUDGET, &(cfg.ring.min(256)));
         }
-        let mut s = Socket { fill, comp, rx, tx, umem, fd, free: Vec::new(), done: Vec::new(), zero_copy };
+        let mut s = Socket {
+            fill,
+            comp,
+            rx,
+            tx,
+            umem,
+            fd,
+            umem_fd,
+            frames: cfg.frames,
+            ring: cfg.ring,
+            free: Vec::new(),
+            done: Vec::new(),
+            zero_copy,
+        };
         s.free = (0..u64::from(cfg.frames)).map(|i| i * FRAME_SIZE as u64).collect();
         // Half the frames wait for packets; the rest are spare for tx backlog.
         let posted = s.fill.push(&s.free[s.free.len() / 2..]);
@@ -315,9 +366,68 @@ impl Socket {
         self.fd.as_raw_fd()
     }
 
-    /// The socket's descriptor, to duplicate for a process taking over.
-    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        std::os::fd::AsFd::as_fd(&self.fd)
+    /// Duplicates of the socket and its UMEM, for a process taking over.
+    pub fn hand(&self) -> io::Result<Handed> {
+        Ok(Handed {
+            socket: self.fd.try_clone()?,
+            umem: self.umem_fd.try_clone()?,
+            frames: self.frames,
+            ring: self.ring,
+        })
+    }
+
+    /// The frames user space holds unused: what a successor adopting the
+    /// socket may use (the rest are in the rings, or the kernel's).
+    pub fn free_frames(&self) -> &[u64] {
+        &self.free
+    }
+
+    /// Takes over a predecessor's socket (`h`), once the predecessor has
+    /// stopped using it: maps its rings and UMEM; `free` are the frames it
+    /// held unused. Packets it left in the receive ring, and those that
+    /// came since, are received next; frames it queued for sending go out.
+    pub fn adopt(h: Handed, free: Vec<u64>) -> io::Result<Socket> {
+        let frames_ok = h.frames.is_power_of_two() && h.ring.is_power_of_two() && h.frames <= 1 << 20;
+        let len = h.frames as usize * FRAME_SIZE;
+        if !frames_ok
+            || free.len() > h.frames as usize
+            || free.iter().any(|&a| a % FRAME_SIZE as u64 != 0 || a as usize >= len)
+        {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "the socket handed over does not add up"));
+        }
+        let raw = h.socket.as_raw_fd();
+        let off = mmap_offsets(raw)?;
+        let umem = Mapping::new(len, Some((h.umem.as_raw_fd(), 0)))?;
+        let fill = Ring::map(raw, &off.fr, h.ring, libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t)?;
+        let comp = Ring::map(raw, &off.cr, h.ring, libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t)?;
+        let rx = Ring::map(raw, &off.rx, h.ring, libc::XDP_PGOFF_RX_RING)?;
+        let tx = Ring::map(raw, &off.tx, h.ring, libc::XDP_PGOFF_TX_RING)?;
+        let mut opts = libc::xdp_options { flags: 0 };
+        let mut olen = size_of::<libc::xdp_options>() as libc::socklen_t;
+        // SAFETY: `opts` is writable for `olen` bytes; the kernel fills it.
+        check(unsafe {
+            libc::getsockopt(
+                raw,
+                libc::SOL_XDP,
+                libc::XDP_OPTIONS,
+                (&mut opts as *mut libc::xdp_options).cast(),
+                &mut olen,
+            )
+        })?;
+        Ok(Socket {
+            fill,
+            comp,
+            rx,
+            tx,
+            umem,
+            fd: h.socket,
+            umem_fd: h.umem,
+            frames: h.frames,
+            ring: h.ring,
+            free,
+            done: Vec::new(),
+            zero_copy: opts.flags & libc::XDP_OPTIONS_ZEROCOPY != 0,
+        })
     }
 
     /// Mutable views of the frames of received packets `descs`, in order:

@@ -20,7 +20,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gatehouse_plane::listeners::{Inherited, Registry, XdpHandover};
+use gatehouse_plane::listeners::{Inherited, Registry, XdpHandover, XdpSocket};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
 
@@ -58,13 +58,14 @@ enum Kind {
 struct Header {
     sockets: Vec<Entry>,
     /// The interfaces whose XDP links follow the sockets' descriptors, in
-    /// order, then the AF_XDP sockets (interface, queue). A binary that does
-    /// not know them ignores the fields and closes the descriptors it did
-    /// not expect.
+    /// order, then the AF_XDP sockets (interface, queue, UMEM frames, ring
+    /// entries), each as two descriptors: the socket and its UMEM. A binary
+    /// that does not know them ignores the fields and closes the
+    /// descriptors it did not expect.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     xdp_links: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    xdp_sockets: Vec<(String, u32)>,
+    xdp_sockets: Vec<(String, u32, u32, u32)>,
 }
 
 /// Where a config's control socket lives.
@@ -166,10 +167,12 @@ pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), TakeoverError> 
         let Some(link) = sockets.next() else { return Err(fail("answer", &"fewer XDP links than named")) };
         xdp.insert(interface, XdpHandover { link, sockets: Vec::new() });
     }
-    for (interface, queue) in header.xdp_sockets {
-        let Some(socket) = sockets.next() else { return Err(fail("answer", &"fewer AF_XDP sockets than named")) };
+    for (interface, queue, frames, ring) in header.xdp_sockets {
+        let (Some(socket), Some(umem)) = (sockets.next(), sockets.next()) else {
+            return Err(fail("answer", &"fewer AF_XDP sockets than named"));
+        };
         match xdp.get_mut(&interface) {
-            Some(x) => x.sockets.push((queue, socket)),
+            Some(x) => x.sockets.push(XdpSocket { queue, socket, umem, frames, ring }),
             None => return Err(fail("answer", &"an AF_XDP socket of an interface without a link")),
         }
     }
@@ -299,9 +302,9 @@ pub async fn hand_over(
     for (interface, x) in links {
         xdp_links.push(interface.clone());
         sockets.push(x.link);
-        for (queue, s) in x.sockets {
-            xdp_sockets.push((interface.clone(), queue));
-            xsks.push(s);
+        for s in x.sockets {
+            xdp_sockets.push((interface.clone(), s.queue, s.frames, s.ring));
+            xsks.extend([s.socket, s.umem]);
         }
     }
     sockets.extend(xsks);
@@ -426,9 +429,16 @@ mod tests {
         // here one end of a socket pair, to show it is the same object).
         let (link, far_end) = std::os::unix::net::UnixDatagram::pair().expect("pair");
         let (xsk, xsk_far_end) = std::os::unix::net::UnixDatagram::pair().expect("pair");
+        let (umem, umem_far_end) = std::os::unix::net::UnixDatagram::pair().expect("pair");
         let xdp = XdpHandover {
             link: std::os::fd::OwnedFd::from(link.try_clone().expect("dup")),
-            sockets: vec![(3, std::os::fd::OwnedFd::from(xsk))],
+            sockets: vec![XdpSocket {
+                queue: 3,
+                socket: std::os::fd::OwnedFd::from(xsk),
+                umem: std::os::fd::OwnedFd::from(umem),
+                frames: 4096,
+                ring: 2048,
+            }],
         };
         registry.lock().expect("lock").add_xdp("lb0", xdp);
 
@@ -449,9 +459,10 @@ mod tests {
                 assert!(xdp.is_empty());
                 let link = std::os::unix::net::UnixDatagram::from(lb0.link);
                 link.send(b"the same link").expect("send");
-                let (queue, xsk) = lb0.sockets.pop().expect("queue 3's socket");
-                assert_eq!((queue, lb0.sockets.len()), (3, 0));
-                std::os::unix::net::UnixDatagram::from(xsk).send(b"queue 3").expect("send");
+                let q3 = lb0.sockets.pop().expect("queue 3's socket");
+                assert_eq!((q3.queue, q3.frames, q3.ring, lb0.sockets.len()), (3, 4096, 2048, 0));
+                std::os::unix::net::UnixDatagram::from(q3.socket).send(b"queue 3").expect("send");
+                std::os::unix::net::UnixDatagram::from(q3.umem).send(b"its umem").expect("send");
                 assert_eq!(inherited.leftover(), 0);
                 assert_eq!(got_udp.local_addr().expect("addr"), udp[1].local_addr().expect("addr"));
                 forward.send(b"a datagram of yours").expect("forward");
@@ -496,6 +507,8 @@ mod tests {
         assert_eq!(&buf[..n], b"the same link");
         let n = xsk_far_end.recv(&mut buf).expect("through the socket handed over");
         assert_eq!(&buf[..n], b"queue 3");
+        let n = umem_far_end.recv(&mut buf).expect("through the UMEM handed over");
+        assert_eq!(&buf[..n], b"its umem");
         drop(link);
         // Each plane's bytes as sent, whatever they hold.
         let states: Vec<(&str, &[u8])> = states.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();

@@ -44,17 +44,38 @@ pub struct Inherited {
 
 /// What a takeover hands on of an interface the L4 plane steers with XDP:
 /// the link its program is attached through, and the AF_XDP socket of
-/// each receive queue (the successor's program sends to them until the
-/// old process lets them go).
+/// each receive queue with its UMEM (the successor's program sends to them
+/// while the old process still serves, and the successor adopts them once
+/// it stops).
 pub struct XdpHandover {
     pub link: OwnedFd,
-    /// (queue, socket).
-    pub sockets: Vec<(u32, OwnedFd)>,
+    pub sockets: Vec<XdpSocket>,
+}
+
+/// One receive queue's AF_XDP socket, its UMEM's memory and their sizes.
+pub struct XdpSocket {
+    pub queue: u32,
+    pub socket: OwnedFd,
+    pub umem: OwnedFd,
+    pub frames: u32,
+    pub ring: u32,
 }
 
 impl XdpHandover {
     fn try_clone(&self) -> std::io::Result<XdpHandover> {
-        let sockets = self.sockets.iter().map(|(q, s)| Ok((*q, s.try_clone()?))).collect::<std::io::Result<_>>()?;
+        let sockets = self
+            .sockets
+            .iter()
+            .map(|s| {
+                Ok(XdpSocket {
+                    queue: s.queue,
+                    socket: s.socket.try_clone()?,
+                    umem: s.umem.try_clone()?,
+                    frames: s.frames,
+                    ring: s.ring,
+                })
+            })
+            .collect::<std::io::Result<_>>()?;
         Ok(XdpHandover { link: self.link.try_clone()?, sockets })
     }
 }
