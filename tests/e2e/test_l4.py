@@ -346,6 +346,24 @@ def test_the_dashboard_shows_the_l4_plane(l4, browser, tmp_path):
         assert all(u.startswith(base + "/") for u in requested_urls(d))
 
 
+def test_an_abandoned_takeover_gives_the_interface_back(l4):
+    """A new process that puts its XDP program behind the running one's
+    link and then dies before it serves (a crash; here a test hook): the
+    running one puts its own program back and serves on, its steering maps
+    its own again."""
+    old = l4["gh"]
+    program = xdp_program()
+    assert program, sh("ip", "-n", NS["lb"], "link", "show", "lb0")
+    quitter = ("ip", "netns", "exec", NS["lb"], "env", "GATEHOUSE_TEST_QUIT_BEFORE_READY=1")
+    new = Gatehouse(old.dir, None, args=["--takeover"], prefix=quitter)
+    assert new.proc.wait(timeout=30) == 70, new.stderr()
+    assert "XDP program swapped in behind the previous process's link" in new.stderr(), new.stderr()
+    old.wait_log("the XDP programs of this process steer again")
+    assert xdp_program() == program, sh("ip", "-n", NS["lb"], "link", "show", "lb0")
+    seen = client("count", "http://10.77.0.100/", "100")
+    assert seen["errors"] == 0 and seen.get("s1", 0) + seen.get("s2", 0) == 100, seen
+
+
 def test_takeover_hands_the_interfaces_and_sessions_over(l4):
     """A binary upgrade: the new process gets the XDP program and the
     interfaces when the old one hands over, with the sessions it held.

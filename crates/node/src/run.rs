@@ -295,6 +295,11 @@ pub fn run(
             .map(|f| AbortOnDropHandle::new(tokio::spawn(f)));
         // Only now, with every worker accepting, may the old process stop.
         if let Some(ready) = ready {
+            if std::env::var_os("GATEHOUSE_TEST_QUIT_BEFORE_READY").is_some() {
+                // A test hook: a new process that dies before it serves.
+                tracing::warn!("fault injection on (GATEHOUSE_TEST_QUIT_BEFORE_READY): quitting before READY");
+                std::process::exit(70);
+            }
             match handover::ready(ready) {
                 // The previous process stops what its planes hand over
                 // (WireGuard's sessions), then sends it: a few
