@@ -529,8 +529,8 @@ fn keep_for_next_try(handover: &mut Handover, name: &str, steering: Steering, li
 }
 
 /// How long a process taking over waits for each queue its predecessor's
-/// socket held: the kernel lets a queue go a few milliseconds after the
-/// socket closes (here 20–30 ms on veth).
+/// socket held, where the sockets were not adopted: the kernel lets a
+/// queue go some milliseconds after the socket closes (10–25 ms on veth).
 const TAKEOVER_BIND_WAIT: Duration = Duration::from_secs(2);
 
 /// An AF_XDP socket on every receive queue of `name`, each registered
@@ -555,8 +555,8 @@ fn open_sockets(
 /// A process taking over, while the previous one still serves: puts
 /// `loaded` behind the previous process's link of interface `name`, with
 /// its maps made for `cfg` and the previous process's AF_XDP sockets in
-/// its socket map, so that those serve until they close and the start
-/// only adds this process's sockets in their place (`handover.prepared`).
+/// its socket map, so that those serve on, and the start adopts them
+/// (`handover.prepared`).
 /// On failure what is left stays in `handover` for the start: the program
 /// (if not attached) and the link.
 pub(crate) fn swap_in_ahead(
