@@ -71,54 +71,6 @@ l4:
 """
 
 # Run in the client's namespace: argv SECONDS. Prints one JSON line.
-PROBE = r"""
-import http.client, json, socket, sys, threading, time
-seconds = float(sys.argv[1])
-end = time.time() + seconds
-tcp = {"slowest_ms": 0.0, "broke": None, "answers": 0}
-
-def hold():
-    c = http.client.HTTPConnection("10.77.0.102", 80, timeout=10)
-    while time.time() < end:
-        t = time.time()
-        try:
-            c.request("GET", "/")
-            c.getresponse().read()
-        except Exception as e:
-            tcp["broke"] = repr(e)
-            return
-        tcp["slowest_ms"] = max(tcp["slowest_ms"], (time.time() - t) * 1000)
-        tcp["answers"] += 1
-        time.sleep(0.01)
-
-h = threading.Thread(target=hold)
-h.start()
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.connect(("10.77.0.100", 7))
-s.setblocking(False)
-got = set()
-sent = 0
-nxt = time.time()
-while time.time() < end + 0.2:
-    now = time.time()
-    if now >= nxt and now < end:
-        s.send(str(sent).encode())
-        sent += 1
-        nxt += 0.001
-    try:
-        while True:
-            got.add(int(s.recv(100).decode().split(":")[1]))
-    except BlockingIOError:
-        pass
-    time.sleep(0.0002)
-h.join()
-lost = [n for n in range(sent) if n not in got]
-longest = run = 0
-for i, n in enumerate(lost):
-    run = run + 1 if i and n == lost[i - 1] + 1 else 1
-    longest = max(longest, run)
-print(json.dumps({"sent": sent, "lost": len(lost), "longest_lost_run": longest, **tcp}))
-"""
 
 
 def topology():
@@ -158,8 +110,9 @@ def main():
         gh = harness.Gatehouse(d, CONFIG, prefix=prefix)
         gh.wait_log("L4 plane started")
         for r in range(a.rounds):
-            probe = subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, "-c", PROBE, str(a.seconds)],
-                                     stdout=subprocess.PIPE, text=True)
+            probe = subprocess.Popen(
+                ["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "probe", str(a.seconds)],
+                stdout=subprocess.PIPE, text=True)
             time.sleep(1.0)
             old = gh
             gh = harness.Gatehouse(d, None, args=["--takeover"], prefix=prefix)

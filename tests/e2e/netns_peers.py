@@ -23,6 +23,12 @@ modules): a real server and the clients.
                                                   (reset, closed, 3 s without an answer), M (echo only)
                                                   answered by another server than at first
 
+    python3 netns_peers.py probe SECONDS          for SECONDS, a UDP datagram every millisecond to the
+                                                  echo of 10.77.0.100:7 and a GET every 10 ms on one
+                                                  connection to 10.77.0.102:80; prints "ready" at the
+                                                  first echo, then {"sent", "lost", "longest_lost_run",
+                                                  "slowest_ms", "broke", "answers"}
+
 The server also echoes lines on TCP :9000 as `NAME LINE`.
 """
 
@@ -224,6 +230,55 @@ def udp(host, port, n, first_port):
     print(json.dumps(seen), flush=True)
 
 
+def probe(seconds):
+    end = time.time() + seconds
+    tcp = {"slowest_ms": 0.0, "broke": None, "answers": 0}
+
+    def keep():
+        c = http.client.HTTPConnection("10.77.0.102", 80, timeout=10)
+        while time.time() < end:
+            t = time.time()
+            try:
+                c.request("GET", "/")
+                c.getresponse().read()
+            except Exception as e:
+                tcp["broke"] = repr(e)
+                return
+            tcp["slowest_ms"] = max(tcp["slowest_ms"], (time.time() - t) * 1000)
+            tcp["answers"] += 1
+            time.sleep(0.01)
+
+    h = threading.Thread(target=keep)
+    h.start()
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect(("10.77.0.100", 7))
+    s.setblocking(False)
+    got = set()
+    sent = 0
+    nxt = time.time()
+    while time.time() < end + 0.2:
+        now = time.time()
+        if nxt <= now < end:
+            s.send(str(sent).encode())
+            sent += 1
+            nxt += 0.001
+        try:
+            while True:
+                got.add(int(s.recv(100).decode().split(":")[1]))
+                if len(got) == 1:
+                    print("ready", flush=True)
+        except BlockingIOError:
+            pass
+        time.sleep(0.0002)
+    h.join()
+    lost = [n for n in range(sent) if n not in got]
+    longest = run = 0
+    for i, n in enumerate(lost):
+        run = run + 1 if i and n == lost[i - 1] + 1 else 1
+        longest = max(longest, run)
+    print(json.dumps({"sent": sent, "lost": len(lost), "longest_lost_run": longest, **tcp}), flush=True)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "server":
@@ -238,3 +293,5 @@ if __name__ == "__main__":
         udp(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif cmd == "flows":
         flows(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
+    elif cmd == "probe":
+        probe(float(sys.argv[2]))

@@ -377,9 +377,14 @@ def test_takeover_hands_the_interfaces_and_sessions_over(l4):
     urls = ["http://10.77.0.100/", "http://10.77.0.100:8080/", "http://10.77.0.102/"]
     holds = [subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "hold", u], stdout=subprocess.PIPE,
                               text=True) for u in urls]
+    # A datagram every millisecond (and a GET every 10 ms) for 3 s across
+    # the takeover: none may be lost.
+    probe = subprocess.Popen(["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "probe", "3"],
+                             stdout=subprocess.PIPE, text=True)
     try:
         first = [h.stdout.readline().strip() for h in holds]
         assert all(f in ("s1", "s2", "s3") for f in first), first
+        assert probe.stdout.readline().strip() == "ready"  # under way before the takeover
         new = Gatehouse(old.dir, None, args=["--takeover"], prefix=("ip", "netns", "exec", NS["lb"]))
         l4["gh"] = new
         new.wait_log("L4 plane started")
@@ -398,7 +403,10 @@ def test_takeover_hands_the_interfaces_and_sessions_over(l4):
         assert logged_count(new.stderr(), "L4 sessions taken over", "committed") >= len(urls), new.stderr()
         for _ in range(20):
             assert [h.stdout.readline().strip() for h in holds] == first
+        crossed = json.loads(probe.communicate(timeout=30)[0].strip().splitlines()[-1])
+        assert crossed["sent"] > 1000 and crossed["lost"] == 0 and crossed["broke"] is None, crossed
     finally:
+        probe.kill()
         for h in holds:
             h.kill()
             h.wait()
