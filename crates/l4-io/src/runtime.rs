@@ -459,38 +459,21 @@ fn open_xdp(
             }
         };
     }
+    // Not prepared: the program did not load ahead, or could not go behind
+    // the predecessor's link. A link handed over is let go (the program
+    // behind it goes with it, the predecessor having let go already), and
+    // this process attaches its own, waiting for the queues the
+    // predecessor's sockets held.
+    let busy_wait = if handover.xdp.remove(name).is_some() { TAKEOVER_BIND_WAIT } else { Duration::ZERO };
     let loaded = match handover.programs.remove(name) {
         Some(l) => l,
         None => Loaded::load()?,
     };
-    let Some(link) = handover.xdp.remove(name).map(|x| x.link) else {
-        let mut steering = loaded.attach(name, ifindex)?;
-        let sockets = open_sockets(name, ifindex, &mut steering, Duration::ZERO)?;
-        // Only now, with a socket on every queue, does traffic get steered.
-        steering.update(w)?;
-        return Ok((steering, sockets));
-    };
-    // Taking over: the predecessor's program steers until this one, with
-    // its sockets and maps, goes in behind the same link.
-    let mut steering = loaded.unattached(name);
-    let ready =
-        open_sockets(name, ifindex, &mut steering, TAKEOVER_BIND_WAIT).and_then(|s| Ok((s, steering.update(w)?)));
-    match ready {
-        Ok((sockets, ())) => match steering.replace(link) {
-            Ok(()) => {
-                tracing::info!(interface = name, "XDP program replaced behind the previous process's link");
-                Ok((steering, sockets))
-            }
-            Err((e, link)) => {
-                keep_for_next_try(handover, name, steering, link);
-                Err(e.into())
-            }
-        },
-        Err(e) => {
-            keep_for_next_try(handover, name, steering, link);
-            Err(e)
-        }
-    }
+    let mut steering = loaded.attach(name, ifindex)?;
+    let sockets = open_sockets(name, ifindex, &mut steering, busy_wait)?;
+    // Only now, with a socket on every queue, does traffic get steered.
+    steering.update(w)?;
+    Ok((steering, sockets))
 }
 
 /// The previous process's socket of every receive queue of `name`,
@@ -502,7 +485,7 @@ fn adopt(
     frames: &mut std::collections::HashMap<(String, u32), Vec<u64>>,
 ) -> Option<Vec<xsk::Socket>> {
     let queues = rx_queues(name);
-    if old.len() != queues as usize || old.is_empty() {
+    if old.len() != queues as usize {
         return None;
     }
     let mut by_queue: Vec<Option<xsk::Socket>> = (0..queues).map(|_| None).collect();
@@ -521,6 +504,9 @@ fn adopt(
     by_queue.into_iter().collect()
 }
 
+/// What a failed swap leaves for the start: the program, if not attached,
+/// and the link, which tells the start that the queues it binds were the
+/// predecessor's.
 fn keep_for_next_try(handover: &mut Handover, name: &str, steering: Steering, link: OwnedFd) {
     handover.xdp.insert(name.to_string(), XdpHandover { link, sockets: Vec::new() });
     if let Some(l) = steering.into_loaded() {

@@ -74,7 +74,7 @@ impl L4 {
     /// far as it loads (what does not is loaded again at the start, which
     /// says why). Where the previous process handed its link and sockets
     /// over, the program goes behind the link at once, sending to the
-    /// previous process's sockets until they close.
+    /// previous process's sockets, which the start adopts.
     fn preload(&self) {
         let mut handover = self.0.handover.lock().unwrap_or_else(|e| e.into_inner());
         let Some(l4) = self.to_run().filter(|l| l.io != L4Io::AfPacket) else {
@@ -102,7 +102,7 @@ impl L4 {
             match crate::runtime::swap_in_ahead(name, loaded, xdp, &l4, owns, &mut handover) {
                 Ok(()) => tracing::info!(
                     interface = %name,
-                    "XDP program swapped in behind the previous process's link; its sockets serve until it lets them go"
+                    "XDP program swapped in behind the previous process's link; its sockets serve on"
                 ),
                 Err(e) => {
                     tracing::warn!(interface = %name, "takeover: the XDP program waits for the previous process: {e}")
@@ -131,6 +131,7 @@ impl L4 {
             handover.xdp.clear();
             handover.prepared.clear();
         }
+        handover.frames.clear();
         drop(handover);
         for (interface, xdp) in rt.take_xdp_handover() {
             self.0.listeners.record_xdp(&interface, xdp);

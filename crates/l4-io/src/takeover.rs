@@ -4,8 +4,7 @@
 //! received with the listening sockets (the new program, its maps made
 //! and the old sockets in its socket map, goes in behind each link in one
 //! step while the old process still serves: the interfaces are never
-//! without a program, and once the old sockets close the new ones take
-//! their place); and the sessions the one before hands on, so that connections under way keep their real server
+//! without a program); and the sessions the one before hands on, so that connections under way keep their real server
 //! and FNAT port, whichever scheduler chose them, and a server's reply that
 //! comes before its client's next packet still finds its way back.
 //!

@@ -5,7 +5,7 @@
 //! Every running Gatehouse serves `DATA_DIR/gatehouse.sock`. A new one started
 //! with `--takeover` connects there, sends `TAKEOVER`, and receives every
 //! listening socket (each worker's, and the admin listener's) and the L4
-//! plane's XDP links with a JSON header naming them. Both processes now accept from the same kernel
+//! plane's XDP links and AF_XDP sockets with a JSON header naming them. Both processes now accept from the same kernel
 //! queues. Once its workers are accepting, the new process sends `READY`;
 //! the old one stops accepting, lets its connections finish (the SIGTERM
 //! drain) and exits. No queue is ever closed while connections wait in it.
