@@ -88,12 +88,63 @@ def teardown():
         netns.sh("ip", "netns", "del", n, check=False)
 
 
-def main():
+def rounds(gh, d, prefix, client, targets, started, a, rows):
+    """`a.rounds` takeovers of `gh` (data directory `d`, run under
+    `prefix`), each while a probe runs under `client` for `a.seconds`
+    (`targets`: its UDP and HTTP hosts, if not the L4 test's), the new
+    process awaited until it logs `started` and the old one until it ends.
+    Appends each round's probe result to `rows`; returns the last process."""
+    for r in range(a.rounds):
+        probe = subprocess.Popen([*client, sys.executable, PEERS, "probe", str(a.seconds), *targets],
+                                 stdout=subprocess.PIPE, text=True)
+        assert probe.stdout.readline().strip() == "ready", "the probe got no first echo"
+        time.sleep(1.0)
+        old = gh
+        gh = harness.Gatehouse(d, None, args=["--takeover"], prefix=prefix)
+        gh.wait_log(started)
+        old.proc.wait(timeout=30)
+        out = json.loads(probe.communicate(timeout=a.seconds + 30)[0].strip().splitlines()[-1])
+        rows.append(out)
+        print(f"round {r + 1}: udp sent={out['sent']} lost={out['lost']} "
+              f"longest_lost_run_ms={out['longest_lost_run']} tcp answers={out['answers']} "
+              f"slowest_ms={out['slowest_ms']:.0f} broke={out['broke']}", flush=True)
+    return gh
+
+
+def report(rows, a, title, script):
+    """Prints the medians; with `a.write`, a dated section `title` there."""
+    med = {k: statistics.median(r[k] for r in rows) for k in ("lost", "longest_lost_run", "slowest_ms")}
+    broke = sum(1 for r in rows if r["broke"])
+    summary = (f"takeover rounds={len(rows)} udp_lost_median={med['lost']:.0f} "
+               f"udp_longest_run_ms_median={med['longest_lost_run']:.0f} "
+               f"tcp_slowest_ms_median={med['slowest_ms']:.0f} tcp_broken={broke}")
+    print(summary)
+    if not a.write:
+        return
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    lines = [f"\n## {datetime.date.today()} — {title}\n",
+             f"Commit {commit}, CPU: {cpu_model()}, `{script} --rounds {a.rounds} --seconds {a.seconds}`.\n",
+             "| round | UDP lost | longest run lost (ms) | TCP slowest answer (ms) | TCP broke |",
+             "|---:|---:|---:|---:|---|"]
+    for i, r in enumerate(rows):
+        lines.append(f"| {i + 1} | {r['lost']} | {r['longest_lost_run']} | {r['slowest_ms']:.0f} | "
+                     f"{r['broke'] or 'no'} |")
+    lines.append(f"\n`{summary}`\n")
+    with open(a.write, "a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def arguments():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--write")
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main():
+    a = arguments()
     teardown()
     servers = []
     gh = None
@@ -109,20 +160,7 @@ def main():
         prefix = ("ip", "netns", "exec", NS["lb"])
         gh = harness.Gatehouse(d, CONFIG, prefix=prefix)
         gh.wait_log("L4 plane started")
-        for r in range(a.rounds):
-            probe = subprocess.Popen(
-                ["ip", "netns", "exec", NS["c"], sys.executable, PEERS, "probe", str(a.seconds)],
-                stdout=subprocess.PIPE, text=True)
-            time.sleep(1.0)
-            old = gh
-            gh = harness.Gatehouse(d, None, args=["--takeover"], prefix=prefix)
-            gh.wait_log("L4 plane started")
-            old.proc.wait(timeout=30)
-            out = json.loads(probe.communicate(timeout=a.seconds + 30)[0].strip().splitlines()[-1])
-            rows.append(out)
-            print(f"round {r + 1}: udp sent={out['sent']} lost={out['lost']} "
-                  f"longest_lost_run_ms={out['longest_lost_run']} tcp answers={out['answers']} "
-                  f"slowest_ms={out['slowest_ms']:.0f} broke={out['broke']}", flush=True)
+        gh = rounds(gh, d, prefix, ["ip", "netns", "exec", NS["c"]], [], "L4 plane started", a, rows)
     finally:
         if gh:
             gh.stop()
@@ -130,26 +168,7 @@ def main():
             p.kill()
             p.wait()
         teardown()
-    med = {k: statistics.median(r[k] for r in rows) for k in ("lost", "longest_lost_run", "slowest_ms")}
-    broke = sum(1 for r in rows if r["broke"])
-    summary = (f"takeover rounds={len(rows)} udp_lost_median={med['lost']:.0f} "
-               f"udp_longest_run_ms_median={med['longest_lost_run']:.0f} "
-               f"tcp_slowest_ms_median={med['slowest_ms']:.0f} tcp_broken={broke}")
-    print(summary)
-    if a.write:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=ROOT).stdout.strip()
-        lines = [f"\n## {datetime.date.today()} — L4: what a takeover costs traffic (bench/l4_takeover.py)\n",
-                 f"Commit {commit}, CPU: {cpu_model()}, `bench/l4_takeover.py --rounds {a.rounds} "
-                 f"--seconds {a.seconds}`.\n",
-                 "| round | UDP lost | longest run lost (ms) | TCP slowest answer (ms) | TCP broke |",
-                 "|---:|---:|---:|---:|---|"]
-        for i, r in enumerate(rows):
-            lines.append(f"| {i + 1} | {r['lost']} | {r['longest_lost_run']} | {r['slowest_ms']:.0f} | "
-                         f"{r['broke'] or 'no'} |")
-        lines.append(f"\n`{summary}`\n")
-        with open(a.write, "a") as f:
-            f.write("\n".join(lines) + "\n")
+    report(rows, a, "L4: what a takeover costs traffic (bench/l4_takeover.py)", "bench/l4_takeover.py")
 
 
 if __name__ == "__main__":

@@ -23,11 +23,12 @@ modules): a real server and the clients.
                                                   (reset, closed, 3 s without an answer), M (echo only)
                                                   answered by another server than at first
 
-    python3 netns_peers.py probe SECONDS          for SECONDS, a UDP datagram every millisecond to the
-                                                  echo of 10.77.0.100:7 and a GET every 10 ms on one
-                                                  connection to 10.77.0.102:80; prints "ready" at the
-                                                  first echo, then {"sent", "lost", "longest_lost_run",
-                                                  "slowest_ms", "broke", "answers"}
+    python3 netns_peers.py probe SECONDS [UDP_HOST [HTTP_HOST]]
+                                                  for SECONDS, a UDP datagram every millisecond to the
+                                                  echo of UDP_HOST:7 (10.77.0.100) and a GET every 10 ms
+                                                  on one connection to HTTP_HOST:80 (10.77.0.102);
+                                                  prints "ready" at the first echo, then {"sent", "lost",
+                                                  "longest_lost_run", "slowest_ms", "broke", "answers"}
 
 The server also echoes lines on TCP :9000 as `NAME LINE`.
 """
@@ -230,12 +231,12 @@ def udp(host, port, n, first_port):
     print(json.dumps(seen), flush=True)
 
 
-def probe(seconds):
+def probe(seconds, udp_host="10.77.0.100", http_host="10.77.0.102"):
     end = time.time() + seconds
     tcp = {"slowest_ms": 0.0, "broke": None, "answers": 0}
 
     def keep():
-        c = http.client.HTTPConnection("10.77.0.102", 80, timeout=10)
+        c = http.client.HTTPConnection(http_host, 80, timeout=10)
         while time.time() < end:
             t = time.time()
             try:
@@ -251,7 +252,7 @@ def probe(seconds):
     h = threading.Thread(target=keep)
     h.start()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.connect(("10.77.0.100", 7))
+    s.connect((udp_host, 7))
     s.setblocking(False)
     got = set()
     sent = 0
@@ -294,4 +295,4 @@ if __name__ == "__main__":
     elif cmd == "flows":
         flows(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
     elif cmd == "probe":
-        probe(float(sys.argv[2]))
+        probe(float(sys.argv[2]), *sys.argv[3:5])

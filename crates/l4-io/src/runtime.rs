@@ -145,25 +145,10 @@ impl L4Runtime {
                     Err(e) => return Err(StartError::at(at(), format!("({name}) AF_XDP: {e}"))),
                 }
             }
-            if let Some(link) = steering.as_ref().and_then(Steering::link) {
-                let dups = link.try_clone_to_owned().and_then(|link| {
-                    let sockets = sockets
-                        .iter()
-                        .enumerate()
-                        .map(|(q, s)| {
-                            let h = s.hand()?;
-                            Ok(XdpSocket {
-                                queue: q as u32,
-                                socket: h.socket,
-                                umem: h.umem,
-                                frames: h.frames,
-                                ring: h.ring,
-                            })
-                        })
-                        .collect::<std::io::Result<_>>()?;
-                    Ok(XdpHandover { link, sockets })
-                });
-                match dups {
+            if let Some(s) = &steering
+                && let Some(link) = s.link()
+            {
+                match XdpHandover::of(link, s.native, &sockets.iter().collect::<Vec<_>>()) {
                     Ok(x) => xdp.push((name.clone(), x)),
                     Err(e) => tracing::warn!(interface = %name, "a takeover will attach the XDP program anew: {e}"),
                 }
@@ -490,13 +475,13 @@ fn adopt(
     }
     let mut by_queue: Vec<Option<xsk::Socket>> = (0..queues).map(|_| None).collect();
     for s in old {
-        let free = frames.remove(&(name.to_string(), s.queue))?;
-        let slot = by_queue.get_mut(s.queue as usize)?;
-        let h = xsk::Handed { socket: s.socket, umem: s.umem, frames: s.frames, ring: s.ring };
-        match xsk::Socket::adopt(h, free) {
+        let queue = s.queue;
+        let free = frames.remove(&(name.to_string(), queue))?;
+        let slot = by_queue.get_mut(queue as usize)?;
+        match xsk::Socket::adopt(s.into_handed(), free) {
             Ok(sock) => *slot = Some(sock),
             Err(e) => {
-                tracing::warn!(interface = name, queue = s.queue, "the previous process's AF_XDP socket: {e}");
+                tracing::warn!(interface = name, queue, "the previous process's AF_XDP socket: {e}");
                 return None;
             }
         }
@@ -508,7 +493,7 @@ fn adopt(
 /// and the link, which tells the start that the queues it binds were the
 /// predecessor's.
 fn keep_for_next_try(handover: &mut Handover, name: &str, steering: Steering, link: OwnedFd) {
-    handover.xdp.insert(name.to_string(), XdpHandover { link, sockets: Vec::new() });
+    handover.xdp.insert(name.to_string(), XdpHandover { link, native: None, sockets: Vec::new() });
     if let Some(l) = steering.into_loaded() {
         handover.programs.insert(name.to_string(), l);
     }
@@ -557,7 +542,7 @@ pub(crate) fn swap_in_ahead(
     let made = xdp.sockets.iter().try_for_each(|s| steering.set_socket(s.queue, s.socket.as_raw_fd()));
     let (e, link) = match made.and_then(|()| steering.update(&wanted(cfg, owns))) {
         Err(e) => (e, xdp.link),
-        Ok(()) => match steering.replace(xdp.link) {
+        Ok(()) => match steering.replace(xdp.link, xdp.native) {
             Ok(()) => {
                 handover.prepared.insert(name.to_string(), (steering, xdp.sockets));
                 return Ok(());

@@ -42,6 +42,8 @@ struct Inner {
     handover: Mutex<Handover>,
     /// Where the runtime's XDP links are recorded for the next takeover.
     listeners: Arc<gatehouse_plane::listeners::Listeners>,
+    /// The interfaces whose XDP state is recorded there.
+    recorded: Mutex<Vec<String>>,
 }
 
 impl L4 {
@@ -53,11 +55,18 @@ impl L4 {
             started: std::sync::atomic::AtomicBool::new(false),
             role: Mutex::new(None),
             sync_key: Mutex::new(None),
-            // The previous process's links, if it handed any over: taken
-            // before the node closes what no plane took.
-            handover: Mutex::new(Handover { xdp: init.listeners.take_xdp(), ..Handover::default() }),
+            handover: Mutex::new(Handover::default()),
             listeners: init.listeners.clone(),
+            recorded: Mutex::new(Vec::new()),
         }))
+    }
+
+    /// Lets go of the XDP state recorded for a takeover: the programs
+    /// leave the interfaces once no process holds their links.
+    fn forget_xdp(&self) {
+        for interface in self.0.recorded.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            self.0.listeners.forget_xdp(&interface);
+        }
     }
 
     fn cfg(&self) -> MutexGuard<'_, Option<L4Config>> {
@@ -135,6 +144,7 @@ impl L4 {
         drop(handover);
         for (interface, xdp) in rt.take_xdp_handover() {
             self.0.listeners.record_xdp(&interface, xdp);
+            self.0.recorded.lock().unwrap_or_else(|e| e.into_inner()).push(interface);
         }
         // The role may have changed while the runtime was starting.
         if let Some(role) = *self.0.role.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -176,6 +186,17 @@ impl Staged for StagedL4 {
     fn commit(self: Box<Self>) {
         let inner = &self.plane.0;
         let running = inner.started.load(std::sync::atomic::Ordering::Relaxed);
+        if !running && let Some(l4) = &self.cfg {
+            // A takeover: the previous process's links and sockets of this
+            // config's interfaces, taken before the node closes what no
+            // plane took.
+            let mut handover = inner.handover.lock().unwrap_or_else(|e| e.into_inner());
+            for name in &l4.interfaces {
+                if let Some(x) = inner.listeners.take_xdp(name) {
+                    handover.xdp.insert(name.clone(), x);
+                }
+            }
+        }
         match (inner.runtime.get(), &self.cfg) {
             (Some(rt), Some(l4)) => rt.update(l4),
             (None, Some(l4)) if running && !l4.services.is_empty() => {
@@ -291,7 +312,7 @@ impl Plane for L4 {
         let rt = self.0.runtime.get()?;
         let handed = rt.stop_and_export();
         // The new process holds the links now; this one lets go of its own.
-        self.0.listeners.forget_xdp();
+        self.forget_xdp();
         let records = &handed.sessions;
         let state = crate::takeover::encode(records, &handed.frames);
         let left = records.len().saturating_sub(crate::takeover::MAX_RECORDS);
@@ -354,7 +375,7 @@ impl Plane for L4 {
         if let Some(rt) = self.0.runtime.get() {
             rt.stop();
             // Nothing holds the programs on the interfaces any more.
-            self.0.listeners.forget_xdp();
+            self.forget_xdp();
             tracing::info!("L4 plane stopped");
         }
     }

@@ -152,24 +152,20 @@ impl Steering {
         let interface = self.interface.clone();
         let prog = program(&mut self.bpf)?;
         let fd = prog.fd().map_err(err("the XDP program"))?.as_fd();
-        let mut refused = None;
-        for (mode, native) in [(Mode::Driver, true), (Mode::Generic, false)] {
-            match xdp_link::attach(fd, ifindex, mode) {
-                Ok(link) => {
-                    if !native {
-                        tracing::warn!(interface, error = ?refused, "native XDP refused; using generic (skb) mode");
-                    }
-                    self.link = Some(link);
-                    self.native = native;
-                    self.attached = true;
-                    return Ok(());
+        match xdp_link::attach_best(fd, ifindex) {
+            Ok(a) => {
+                if let Some(refused) = &a.driver_refused {
+                    tracing::warn!(interface, error = %refused, "native XDP refused; using generic (skb) mode");
                 }
-                Err(e) => refused = Some(e),
+                self.link = Some(a.link);
+                self.native = a.mode == Mode::Driver;
+                self.attached = true;
+                return Ok(());
             }
+            Err(e) => tracing::debug!(interface, error = %e, "no XDP link; attaching through netlink"),
         }
         // A kernel without XDP links (before 5.9): through netlink, which a
         // successor cannot take over.
-        tracing::debug!(interface, error = ?refused, "no XDP link; attaching through netlink");
         self.native = match prog.attach(interface.as_str(), XdpFlags::DRV_MODE) {
             Ok(_) => true,
             Err(e) => {
@@ -185,12 +181,14 @@ impl Steering {
 
     /// Swaps this program in behind `link`, a predecessor's, in one step:
     /// every packet the interface receives from then on runs this program.
-    /// Its sockets and maps should be ready first.
+    /// Its sockets and maps should be ready first. `native`: the mode the
+    /// link runs in, where the predecessor said.
     /// On failure the link comes back, for another try.
-    pub fn replace(&mut self, link: OwnedFd) -> Result<(), (SteerError, OwnedFd)> {
+    pub fn replace(&mut self, link: OwnedFd, native: Option<bool>) -> Result<(), (SteerError, OwnedFd)> {
         match self.swap_in(link.as_fd()) {
             Ok(()) => {
                 self.link = Some(link);
+                self.native = native.unwrap_or(self.native);
                 self.attached = true;
                 Ok(())
             }

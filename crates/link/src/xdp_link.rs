@@ -89,6 +89,29 @@ pub fn attach(prog: BorrowedFd<'_>, ifindex: u32, mode: Mode) -> io::Result<Owne
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// A link made by [`attach_best`]: its mode, and why the driver refused
+/// to run the program itself, where it did.
+pub struct Attached {
+    pub link: OwnedFd,
+    pub mode: Mode,
+    pub driver_refused: Option<io::Error>,
+}
+
+/// Attaches `prog` to `ifindex` through a new link in driver mode, or in
+/// generic mode where the driver refuses. The error is generic mode's
+/// (`EINVAL` on a kernel without XDP links: the caller attaches through
+/// netlink then).
+pub fn attach_best(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<Attached> {
+    match attach(prog, ifindex, Mode::Driver) {
+        Ok(link) => Ok(Attached { link, mode: Mode::Driver, driver_refused: None }),
+        Err(refused) => attach(prog, ifindex, Mode::Generic).map(|link| Attached {
+            link,
+            mode: Mode::Generic,
+            driver_refused: Some(refused),
+        }),
+    }
+}
+
 /// Puts program `prog` behind `link` in one step: every packet the
 /// interface receives from then on runs `prog`, none runs neither.
 pub fn replace(link: BorrowedFd<'_>, prog: BorrowedFd<'_>) -> io::Result<()> {

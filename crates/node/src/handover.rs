@@ -66,6 +66,10 @@ struct Header {
     xdp_links: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     xdp_sockets: Vec<(String, u32, u32, u32)>,
+    /// Each link's mode (true: native), in `xdp_links`' order; older
+    /// binaries do not say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    xdp_native: Vec<Option<bool>>,
 }
 
 /// Where a config's control socket lives.
@@ -163,9 +167,10 @@ pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), TakeoverError> 
         }
     }
     let mut xdp = std::collections::HashMap::new();
-    for interface in header.xdp_links {
+    for (k, interface) in header.xdp_links.into_iter().enumerate() {
         let Some(link) = sockets.next() else { return Err(fail("answer", &"fewer XDP links than named")) };
-        xdp.insert(interface, XdpHandover { link, sockets: Vec::new() });
+        let native = header.xdp_native.get(k).copied().flatten();
+        xdp.insert(interface, XdpHandover { link, native, sockets: Vec::new() });
     }
     for (interface, queue, frames, ring) in header.xdp_sockets {
         let (Some(socket), Some(umem)) = (sockets.next(), sockets.next()) else {
@@ -298,9 +303,10 @@ pub async fn hand_over(
     }
     // The XDP links and sockets last: a binary that does not know them
     // drops them.
-    let (mut xdp_links, mut xdp_sockets, mut xsks) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut xdp_links, mut xdp_sockets, mut xdp_native, mut xsks) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (interface, x) in links {
         xdp_links.push(interface.clone());
+        xdp_native.push(x.native);
         sockets.push(x.link);
         for s in x.sockets {
             xdp_sockets.push((interface.clone(), s.queue, s.frames, s.ring));
@@ -315,8 +321,8 @@ pub async fn hand_over(
         )));
     }
     let fds: Vec<RawFd> = sockets.iter().map(AsRawFd::as_raw_fd).collect();
-    let json =
-        serde_json::to_vec(&Header { sockets: entries, xdp_links, xdp_sockets }).map_err(std::io::Error::other)?;
+    let json = serde_json::to_vec(&Header { sockets: entries, xdp_links, xdp_sockets, xdp_native })
+        .map_err(std::io::Error::other)?;
     let mut header = u32::try_from(json.len()).map_err(std::io::Error::other)?.to_le_bytes().to_vec();
     header.extend_from_slice(&json);
     // The descriptors ride on the first bytes; the rest of a long header follows.
@@ -432,6 +438,7 @@ mod tests {
         let (umem, umem_far_end) = std::os::unix::net::UnixDatagram::pair().expect("pair");
         let xdp = XdpHandover {
             link: std::os::fd::OwnedFd::from(link.try_clone().expect("dup")),
+            native: Some(true),
             sockets: vec![XdpSocket {
                 queue: 3,
                 socket: std::os::fd::OwnedFd::from(xsk),
@@ -454,9 +461,9 @@ mod tests {
                 let got_udp = inherited.take_udp("h3", h3_addr, 1).expect("worker 1's UDP socket");
                 assert!(inherited.take_udp("h3", h3_addr, 0).is_some());
                 let forward = inherited.take_forward("h3", h3_addr).expect("the forwarding socket");
-                let mut xdp = inherited.take_xdp();
-                let mut lb0 = xdp.remove("lb0").expect("lb0's XDP state");
-                assert!(xdp.is_empty());
+                let mut lb0 = inherited.take_xdp("lb0").expect("lb0's XDP state");
+                assert!(inherited.take_xdp("lb0").is_none(), "taken once");
+                assert_eq!(lb0.native, Some(true));
                 let link = std::os::unix::net::UnixDatagram::from(lb0.link);
                 link.send(b"the same link").expect("send");
                 let q3 = lb0.sockets.pop().expect("queue 3's socket");

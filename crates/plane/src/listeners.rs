@@ -1,16 +1,18 @@
 //! Listening sockets, for every plane that accepts connections: one
 //! SO_REUSEPORT socket per worker and address, taken from the previous
 //! process on a takeover when it had one, and recorded (a duplicate of
-//! each) for the next takeover. The XDP links of the L4 plane's
-//! interfaces travel the same way: the new process swaps its program in
-//! behind them.
+//! each) for the next takeover. The XDP links and AF_XDP sockets of the
+//! interfaces the L4 plane and WireGuard's router mode steer travel the
+//! same way, by interface (an interface runs one program): the new
+//! process swaps its program in behind each link and adopts the sockets.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use gatehouse_link::xsk;
 use socket2::{Domain, Socket, Type};
 
 /// A listening socket's identity: (listener name, address, worker).
@@ -38,17 +40,20 @@ pub struct Inherited {
     udp: HashMap<SocketKey, UdpSocket>,
     /// Per QUIC listener: where to forward its predecessor's datagrams.
     forward: HashMap<(String, SocketAddr), UnixDatagram>,
-    /// The L4 plane's XDP programs' links and sockets, by interface.
+    /// The XDP programs' links and sockets, by interface.
     xdp: HashMap<String, XdpHandover>,
 }
 
-/// What a takeover hands on of an interface the L4 plane steers with XDP:
+/// What a takeover hands on of an interface a plane steers with XDP:
 /// the link its program is attached through, and the AF_XDP socket of
 /// each receive queue with its UMEM (the successor's program sends to them
 /// while the old process still serves, and the successor adopts them once
 /// it stops).
 pub struct XdpHandover {
     pub link: OwnedFd,
+    /// Whether the link runs its program in the driver (native XDP);
+    /// `None` where the process before did not say.
+    pub native: Option<bool>,
     pub sockets: Vec<XdpSocket>,
 }
 
@@ -62,6 +67,20 @@ pub struct XdpSocket {
 }
 
 impl XdpHandover {
+    /// Duplicates of `link` and of `sockets`, the socket of each receive
+    /// queue in order, for the next takeover.
+    pub fn of(link: BorrowedFd<'_>, native: bool, sockets: &[&xsk::Socket]) -> std::io::Result<XdpHandover> {
+        let sockets = sockets
+            .iter()
+            .enumerate()
+            .map(|(q, s)| {
+                let h = s.hand()?;
+                Ok(XdpSocket { queue: q as u32, socket: h.socket, umem: h.umem, frames: h.frames, ring: h.ring })
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok(XdpHandover { link: link.try_clone_to_owned()?, native: Some(native), sockets })
+    }
+
     fn try_clone(&self) -> std::io::Result<XdpHandover> {
         let sockets = self
             .sockets
@@ -76,7 +95,14 @@ impl XdpHandover {
                 })
             })
             .collect::<std::io::Result<_>>()?;
-        Ok(XdpHandover { link: self.link.try_clone()?, sockets })
+        Ok(XdpHandover { link: self.link.try_clone()?, native: self.native, sockets })
+    }
+}
+
+impl XdpSocket {
+    /// The socket as `xsk::Socket::adopt` takes it.
+    pub fn into_handed(self) -> xsk::Handed {
+        xsk::Handed { socket: self.socket, umem: self.umem, frames: self.frames, ring: self.ring }
     }
 }
 
@@ -132,9 +158,9 @@ impl Inherited {
         self.xdp.insert(interface, xdp);
     }
 
-    /// Every interface's XDP state handed over.
-    pub fn take_xdp(&mut self) -> HashMap<String, XdpHandover> {
-        std::mem::take(&mut self.xdp)
+    /// The XDP state handed over of `interface`, taken once.
+    pub fn take_xdp(&mut self, interface: &str) -> Option<XdpHandover> {
+        self.xdp.remove(interface)
     }
 
     /// Sockets the new config does not use (closed when dropped).
@@ -149,7 +175,7 @@ impl Inherited {
 pub struct Registry {
     sockets: Vec<(SocketKey, TcpListener)>,
     quic: Vec<QuicDuplicates>,
-    /// The L4 plane's XDP links and sockets, by interface.
+    /// The XDP links and sockets in service, by interface.
     xdp: Vec<(String, XdpHandover)>,
 }
 
@@ -302,17 +328,18 @@ impl Listeners {
         lock(&self.registry).add_xdp(interface, xdp);
     }
 
-    /// Forgets every interface's XDP state (the L4 plane stopped: it gives
-    /// the interfaces back to the kernel, or to the process taking over).
-    pub fn forget_xdp(&self) {
-        lock(&self.registry).xdp.clear();
+    /// Forgets the XDP state of `interface` (its plane stopped steering
+    /// it: it goes back to the kernel, or to the process taking over).
+    pub fn forget_xdp(&self, interface: &str) {
+        lock(&self.registry).xdp.retain(|(i, _)| i != interface);
     }
 
-    /// The XDP state the previous process handed over, by interface, taken
-    /// once (what is not used closes when dropped, which detaches a program
-    /// no process holds any more).
-    pub fn take_xdp(&self) -> HashMap<String, XdpHandover> {
-        lock(&self.inherited).as_mut().map(Inherited::take_xdp).unwrap_or_default()
+    /// The XDP state the previous process handed over of `interface`,
+    /// taken once, by the plane that steers it now. A plane takes what it
+    /// wants before the node closes what is left; what closes detaches a
+    /// program no process holds any more.
+    pub fn take_xdp(&self, interface: &str) -> Option<XdpHandover> {
+        lock(&self.inherited).as_mut().and_then(|i| i.take_xdp(interface))
     }
 
     /// Closes every recorded duplicate (the drain).

@@ -54,6 +54,20 @@ pub struct Interface {
     paused: Option<(Vec<Queues>, HandshakeQueue)>,
 }
 
+/// Where router mode's XDP links and sockets are recorded for a takeover,
+/// and those the previous process handed over, by NIC, until an interface
+/// takes them.
+pub struct XdpState {
+    pub listeners: Arc<gatehouse_plane::listeners::Listeners>,
+    pub inherited: Mutex<HashMap<String, gatehouse_plane::listeners::XdpHandover>>,
+}
+
+impl XdpState {
+    fn inherited(&self) -> std::sync::MutexGuard<'_, HashMap<String, gatehouse_plane::listeners::XdpHandover>> {
+        self.inherited.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// A data-path worker's queues.
 enum Queues {
     Tun(std::fs::File),
@@ -80,7 +94,9 @@ impl Interface {
     /// Makes the interface and starts its threads: `workers` TUN queues
     /// and sockets. `paused`: made, but nothing read or sent until
     /// [`Interface::resume`] (meanwhile the kernel queues what comes).
-    pub fn start(settings: Settings, workers: usize, paused: bool) -> Result<Interface, StartError> {
+    /// In router mode the links and sockets are recorded in `xdp`, and a
+    /// paused start takes the previous process's of its NICs from there.
+    pub fn start(settings: Settings, workers: usize, paused: bool, xdp: &XdpState) -> Result<Interface, StartError> {
         let mut workers = workers.max(1);
         let mut queues = Vec::with_capacity(workers);
         let mut router = None;
@@ -95,8 +111,14 @@ impl Interface {
                 netlink::ifindex(&settings.name).map_err(|e| StartError::at("name", e.to_string()))?
             }
             Some(nics) => {
-                let r = crate::router::runtime::RouterShared::new(nics, settings.listen_port, settings.mtu, workers)
-                    .map_err(|e| StartError::at(e.field, e.message))?;
+                let r = crate::router::runtime::RouterShared::new(
+                    nics,
+                    settings.listen_port,
+                    settings.mtu,
+                    workers,
+                    xdp.listeners.clone(),
+                )
+                .map_err(|e| StartError::at(e.field, e.message))?;
                 workers = r.queues();
                 router = Some(r);
                 0
@@ -153,7 +175,12 @@ impl Interface {
             router,
         });
         // Router mode attaches to the NICs now, so that errors show here; a
-        // takeover only once the process before has let go of them (resume).
+        // takeover puts its programs behind the previous process's links
+        // now, and adopts its sockets once it has let go of them (resume).
+        if let Some(r) = shared.router.as_ref().filter(|_| paused) {
+            let mut inherited = xdp.inherited();
+            shared.prepare_router_takeover(inherited.remove(&r.lan), inherited.remove(&r.wan));
+        }
         if shared.router.is_some() && !paused {
             let lanes = shared.attach_router().map_err(|e| StartError::at(e.field, e.message))?;
             queues.extend(lanes.into_iter().map(|l| Queues::Router(Box::new(l))));
@@ -201,11 +228,13 @@ impl Interface {
     }
 
     /// Stops the interface and returns its live sessions for the process
-    /// taking this one's place ([`gatehouse_wg::device::Device::export_sessions`]).
-    pub fn stop_and_export(self) -> gatehouse_wg::handoff::Buffer {
+    /// taking this one's place ([`gatehouse_wg::device::Device::export_sessions`]),
+    /// and in router mode the frames its sockets held unused.
+    pub fn stop_and_export(self) -> (gatehouse_wg::handoff::Buffer, Vec<crate::router::handover::Frames>) {
         let shared = self.shared.clone();
         self.stop();
-        shared.device().export_sessions(Instant::now())
+        let frames = shared.router.as_ref().map(|r| r.exported()).unwrap_or_default();
+        (shared.device().export_sessions(Instant::now()), frames)
     }
 
     /// Applies a changed config with the same key and port: peers added,
@@ -284,6 +313,9 @@ impl Interface {
         let _ = self.shared.handshakes.try_send((Vec::new(), SocketAddr::from(([0, 0, 0, 0], 0)), None));
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(r) = &self.shared.router {
+            r.release();
         }
         crate::uapi_server::remove(&self.shared.name);
     }

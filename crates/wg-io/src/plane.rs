@@ -16,6 +16,7 @@ use gatehouse_wg::crypto::StaticSecret;
 use serde_json::{Map, Value, json};
 
 use crate::interface::Interface;
+use crate::router::handover;
 use crate::shared::{DROP_SLOTS, Settings};
 use gatehouse_wg::device::DropReason;
 
@@ -31,6 +32,8 @@ struct Inner {
     started: AtomicBool,
     /// Forwarding warnings given (interface and networks), each once.
     warned: Mutex<HashSet<String>>,
+    /// Router mode's XDP links and sockets, for takeovers both ways.
+    xdp: crate::interface::XdpState,
 }
 
 impl WireGuard {
@@ -41,6 +44,10 @@ impl WireGuard {
             running: Mutex::new(HashMap::new()),
             started: AtomicBool::new(false),
             warned: Mutex::new(HashSet::new()),
+            xdp: crate::interface::XdpState {
+                listeners: init.listeners.clone(),
+                inherited: Mutex::new(HashMap::new()),
+            },
         }))
     }
 
@@ -77,7 +84,7 @@ impl WireGuard {
         for (i, w) in wanted.iter().enumerate() {
             match running.get(&w.name) {
                 Some(r) => r.update(w.clone()),
-                None => match Interface::start(w.clone(), self.0.workers, paused) {
+                None => match Interface::start(w.clone(), self.0.workers, paused, &self.0.xdp) {
                     Ok(r) => {
                         tracing::info!(
                             interface = %w.name,
@@ -164,6 +171,10 @@ fn forwarding_off(s: &Settings) -> Vec<ForwardingOff> {
         .collect()
 }
 
+/// The suffix of the state's entry that carries an interface's AF_XDP
+/// frames (no interface name holds a '/').
+const XSK_SUFFIX: &str = "/xsk";
+
 /// One interface of the state [`Plane::hand_over_state`] writes: its
 /// name, its sessions, and what follows.
 fn split_interface(b: &[u8]) -> Option<(&str, &[u8], &[u8])> {
@@ -245,6 +256,19 @@ struct StagedWg {
 
 impl Staged for StagedWg {
     fn commit(self: Box<Self>) {
+        if !self.plane.0.started.load(Ordering::Relaxed) {
+            // A takeover: the previous process's links and sockets of the
+            // router NICs, taken before the node closes what no plane took.
+            let xdp = &self.plane.0.xdp;
+            let mut inherited = xdp.inherited.lock().unwrap_or_else(|e| e.into_inner());
+            for r in self.wanted.iter().filter_map(|w| w.router.as_ref()) {
+                for nic in [&r.lan, &r.wan] {
+                    if let Some(x) = xdp.listeners.take_xdp(nic) {
+                        inherited.insert(nic.clone(), x);
+                    }
+                }
+            }
+        }
         if self.plane.0.started.load(Ordering::Relaxed)
             && let Err(e) = self.plane.reconcile(&self.wanted)
         {
@@ -272,7 +296,11 @@ impl Plane for WireGuard {
     fn start(&self, how: Start) -> Result<(), PlaneError> {
         self.0.started.store(true, Ordering::Relaxed);
         let wanted = self.0.wanted.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        self.reconcile_paused(&wanted, matches!(how, Start::TakingOver))
+        let r = self.reconcile_paused(&wanted, matches!(how, Start::TakingOver));
+        // What no interface took goes: a program no process holds leaves
+        // its NIC rather than steer to sockets nobody reads.
+        self.0.xdp.inherited.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        r
     }
 
     fn hand_over_state(&self) -> Option<zeroize::Zeroizing<Vec<u8>>> {
@@ -280,15 +308,24 @@ impl Plane for WireGuard {
         if all.is_empty() {
             return None;
         }
-        // Per interface: name length (u16), name, sessions length (u32), sessions.
+        // Per interface: name length (u16), name, sessions length (u32),
+        // sessions; in router mode then an entry named NAME/xsk whose
+        // "sessions" are the frames its sockets held unused (an older
+        // binary has no interface of that name and passes it by).
         let mut out = zeroize::Zeroizing::new(Vec::new());
-        for i in all {
-            let name = i.shared.name.clone();
-            let sessions = i.stop_and_export();
+        let mut entry = |name: &str, body: &[u8]| {
             out.extend_from_slice(&u16::try_from(name.len()).unwrap_or(0).to_le_bytes());
             out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(&u32::try_from(sessions.len()).unwrap_or(0).to_le_bytes());
-            out.extend_from_slice(&sessions);
+            out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(0).to_le_bytes());
+            out.extend_from_slice(body);
+        };
+        for i in all {
+            let name = i.shared.name.clone();
+            let (sessions, frames) = i.stop_and_export();
+            entry(&name, &sessions);
+            if !frames.is_empty() {
+                entry(&format!("{name}{XSK_SUFFIX}"), &crate::router::handover::encode(&frames));
+            }
             tracing::info!(interface = %name, "WireGuard interface stopped; its sessions go to the new process");
         }
         Some(out)
@@ -305,10 +342,30 @@ impl Plane for WireGuard {
                 return;
             };
             rest = after;
+            if let Some(iface) = name.strip_suffix(XSK_SUFFIX) {
+                match (running.get(iface).and_then(|i| i.shared.router.as_ref()), handover::decode(sessions)) {
+                    (Some(r), Some(frames)) => r.take_frames(frames),
+                    (Some(_), None) => {
+                        tracing::warn!(interface = %iface, "takeover: the AF_XDP frames handed over are malformed")
+                    }
+                    (None, _) => {}
+                }
+                continue;
+            }
             let Some(i) = running.get(name) else { continue };
             match i.shared.device().import_sessions(sessions, std::time::Instant::now()) {
                 Ok(n) => tracing::info!(interface = %name, keypairs = n, "WireGuard sessions taken over"),
                 Err(e) => tracing::warn!(interface = %name, "takeover: {e}; peers will handshake again"),
+            }
+        }
+    }
+
+    /// A process that took the sockets over may have put its programs
+    /// behind this one's links already: this one's go back.
+    fn takeover_abandoned(&self) {
+        for i in self.running().values() {
+            if let Some(r) = &i.shared.router {
+                r.reclaim();
             }
         }
     }

@@ -130,6 +130,19 @@ impl Shared {
         r.attach(&crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed })
     }
 
+    /// Router mode, taking over: the programs swapped in behind the
+    /// previous process's links (LAN, WAN), sending to its sockets.
+    pub fn prepare_router_takeover(
+        &self,
+        lan: Option<gatehouse_plane::listeners::XdpHandover>,
+        wan: Option<gatehouse_plane::listeners::XdpHandover>,
+    ) {
+        let Some(r) = &self.router else { return };
+        let allowed = || self.allowed_ips();
+        let (port, mtu) = self.port_mtu();
+        r.prepare_takeover(&crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed }, lan, wan);
+    }
+
     fn port_mtu(&self) -> (u16, u32) {
         let s = self.settings();
         (s.listen_port, s.mtu)

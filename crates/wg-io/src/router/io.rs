@@ -26,6 +26,7 @@ use gatehouse_wg::messages::transport::DATA;
 use gatehouse_wire::field::{ethernet, ipv4, ipv6, udp as udpf};
 use gatehouse_wire::packet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_UDP};
 
+use super::handover::Frames;
 use super::lan_tx::LanTx;
 use super::pipeline::{WanSender, open_vector, seal_vector};
 use super::runtime::{Lane, RouterShared};
@@ -156,6 +157,12 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
         }
     }
     w.publish();
+    // For a process taking over, which adopts the sockets: the frames
+    // that are in no ring.
+    let queue = index as u32;
+    let mut exported = super::runtime::lock(&rt.exported);
+    exported.push(Frames { nic: Nic::Lan, queue, free: w.lane.lan.free_frames().to_vec() });
+    exported.push(Frames { nic: Nic::Wan, queue, free: w.lane.wan.free_frames().to_vec() });
 }
 
 /// The next linger after one whose read found `frames` on the busier side.

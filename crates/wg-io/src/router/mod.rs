@@ -33,6 +33,7 @@ use std::sync::Arc;
 use gatehouse_link::nexthop::NextHops;
 use gatehouse_wg::device::{DropReason, Transmit};
 
+pub mod handover;
 pub mod io;
 pub mod lan_tx;
 pub mod pipeline;

@@ -6,12 +6,16 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use gatehouse_link::nexthop::{self, NextHops};
 use gatehouse_link::{netlink, xsk};
+use gatehouse_plane::listeners::{Listeners, XdpHandover, XdpSocket};
+
+use super::handover::{Frames, Takeover};
 
 use super::lan_tx::LanTx;
 use super::steer::{Nic, Steering, Wanted};
@@ -20,6 +24,11 @@ use super::{Counts, Router, Side};
 /// How often the control thread reads routes, neighbours and addresses
 /// again, and the peers' allowed IPs for the steering maps.
 const REFRESH: Duration = Duration::from_secs(1);
+
+/// How long a process taking over waits for each queue its predecessor's
+/// socket held, where it could not adopt the sockets: the kernel lets a
+/// queue go some milliseconds after the socket closes.
+const TAKEOVER_BIND_WAIT: Duration = Duration::from_secs(2);
 
 /// One worker's sockets: a queue of the LAN NIC and the same queue of the
 /// WAN NIC, and where the LAN socket copies, the LAN sender that
@@ -37,7 +46,8 @@ pub struct RouterShared {
     pub lan_index: u32,
     pub wan_index: u32,
     pub view: ArcSwap<Router>,
-    /// The programs, loaded at once and attached by [`RouterShared::attach`].
+    /// The programs, loaded at once and attached by [`RouterShared::attach`]
+    /// (or swapped in behind a predecessor's links ahead of it).
     steering: Mutex<Option<Steering>>,
     /// Each worker's counters, as it last published them.
     pub counts: Vec<Mutex<Counts>>,
@@ -48,9 +58,16 @@ pub struct RouterShared {
     /// Whether XDP runs in native mode on each NIC, and the sockets in
     /// zero-copy mode (once attached).
     modes: Mutex<([bool; 2], bool)>,
+    /// What a takeover brought, until the start uses it.
+    takeover: Mutex<Takeover>,
+    /// Where the links and sockets are recorded for the next takeover.
+    listeners: Arc<Listeners>,
+    /// The frames each worker's sockets held unused when it stopped, for
+    /// a process taking over ([`super::handover`]).
+    pub(super) exported: Mutex<Vec<Frames>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -111,6 +128,7 @@ impl RouterShared {
         port: u16,
         mtu: u32,
         workers: usize,
+        listeners: Arc<Listeners>,
     ) -> Result<RouterShared, OpenError> {
         let index = |field: &'static str, name: &str| {
             netlink::ifindex(name).map_err(|e| OpenError { field, message: format!("no interface {name:?}: {e}") })
@@ -139,6 +157,9 @@ impl RouterShared {
             resolve: Mutex::new(HashSet::new()),
             refreshed: Mutex::new(Instant::now() - REFRESH),
             modes: Mutex::new(([false; 2], false)),
+            takeover: Mutex::new(Takeover::default()),
+            listeners,
+            exported: Mutex::new(Vec::new()),
         })
     }
 
@@ -149,42 +170,71 @@ impl RouterShared {
 
     /// Opens a socket on every queue pair, fills the programs' maps, and
     /// only then attaches the programs: no frame is steered before there
-    /// is a socket and a rule for it.
+    /// is a socket and a rule for it. Taking over, the predecessor's
+    /// sockets are adopted instead, behind the programs swapped in ahead
+    /// ([`RouterShared::prepare_takeover`]); where they cannot be, this
+    /// process opens its own once the kernel lets the queues go.
     pub fn attach(&self, it: &Now<'_>) -> Result<Vec<Lane>, OpenError> {
         let mut guard = lock(&self.steering);
         let steering =
             guard.as_mut().ok_or(OpenError { field: "router", message: "XDP programs not loaded".into() })?;
-        let mut lanes = Vec::new();
-        let mut zero_copy = true;
-        for q in 0..self.queues() as u32 {
-            let mut open = |nic: Nic, name: &str, ifindex: u32| {
-                let field = if nic == Nic::Lan { "router.lan" } else { "router.wan" };
-                let s = xsk::Socket::open(ifindex, q, xsk::Config::default()).map_err(|e| OpenError {
-                    field,
-                    message: format!("cannot open an AF_XDP socket on {name} queue {q}: {e}"),
-                })?;
-                steering.set_socket(nic, q, s.fd()).map_err(|e| OpenError { field, message: e.to_string() })?;
-                Ok::<xsk::Socket, OpenError>(s)
-            };
-            let lan = open(Nic::Lan, &self.lan, self.lan_index)?;
-            let wan = open(Nic::Wan, &self.wan, self.wan_index)?;
-            zero_copy &= lan.zero_copy && wan.zero_copy;
-            let lan_tx = if lan.zero_copy {
-                None
-            } else {
-                LanTx::open(self.lan_index)
-                    .map_err(|e| tracing::warn!(lan = %self.lan, "no AF_PACKET sender ({e}): frames go out by AF_XDP"))
-                    .ok()
-            };
-            lanes.push(Lane { lan, wan, lan_tx });
-        }
         let map_err = |e: super::steer::SteerError| OpenError { field: "router", message: e.to_string() };
+        let mut tk = std::mem::take(&mut *lock(&self.takeover));
+        let adopted = tk.adopt(self.queues());
+        let handed = tk.handed;
+        // What was not adopted lets go of the predecessor's sockets and
+        // links (the programs behind them leave with the last holder).
+        drop(tk);
+        let pairs = match adopted {
+            Some(pairs) => {
+                tracing::info!(lan = %self.lan, wan = %self.wan, "AF_XDP sockets adopted from the previous process");
+                pairs
+            }
+            None => {
+                steering.let_go();
+                let busy_wait = if handed { TAKEOVER_BIND_WAIT } else { Duration::ZERO };
+                let mut pairs = Vec::new();
+                for q in 0..self.queues() as u32 {
+                    let mut open = |nic: Nic, name: &str, ifindex: u32| {
+                        let field = if nic == Nic::Lan { "router.lan" } else { "router.wan" };
+                        let cfg = xsk::Config { busy_wait, ..xsk::Config::default() };
+                        let s = xsk::Socket::open(ifindex, q, cfg).map_err(|e| OpenError {
+                            field,
+                            message: format!("cannot open an AF_XDP socket on {name} queue {q}: {e}"),
+                        })?;
+                        steering.set_socket(nic, q, s.fd()).map_err(|e| OpenError { field, message: e.to_string() })?;
+                        Ok::<xsk::Socket, OpenError>(s)
+                    };
+                    pairs
+                        .push((open(Nic::Lan, &self.lan, self.lan_index)?, open(Nic::Wan, &self.wan, self.wan_index)?));
+                }
+                pairs
+            }
+        };
         steering.update(&wanted(self, &(it.allowed)(), it.port)).map_err(map_err)?;
-        steering.attach(&self.lan, &self.wan).map_err(map_err)?;
+        if !steering.attached() {
+            steering.attach((&self.lan, self.lan_index), (&self.wan, self.wan_index)).map_err(map_err)?;
+        }
+        self.record(steering, &pairs);
+        let zero_copy = pairs.iter().all(|(l, w)| l.zero_copy && w.zero_copy);
         *lock(&self.modes) = (steering.native, zero_copy);
         drop(guard);
         *lock(&self.refreshed) = Instant::now() - REFRESH;
-        Ok(lanes)
+        Ok(pairs
+            .into_iter()
+            .map(|(lan, wan)| {
+                let lan_tx = if lan.zero_copy {
+                    None
+                } else {
+                    LanTx::open(self.lan_index)
+                        .map_err(
+                            |e| tracing::warn!(lan = %self.lan, "no AF_PACKET sender ({e}): frames go out by AF_XDP"),
+                        )
+                        .ok()
+                };
+                Lane { lan, wan, lan_tx }
+            })
+            .collect())
     }
 
     /// The control thread's turn: neighbours asked for are solicited, and
@@ -239,6 +289,107 @@ impl RouterShared {
             }
         }
         t
+    }
+}
+
+impl RouterShared {
+    /// A process taking over, while the previous one still routes: puts
+    /// this process's programs behind the previous one's links (`lan`,
+    /// `wan`), their maps made for `it` and the previous process's sockets
+    /// in their socket maps. Where that cannot be, the start attaches anew.
+    pub fn prepare_takeover(&self, it: &Now<'_>, lan: Option<XdpHandover>, wan: Option<XdpHandover>) {
+        let handed = lan.is_some() || wan.is_some();
+        let prepared = match (lan, wan) {
+            (Some(lan), Some(wan)) => self.swap_in_ahead(it, lan, wan),
+            _ => None,
+        };
+        let mut tk = lock(&self.takeover);
+        tk.handed = handed;
+        tk.prepared = prepared;
+    }
+
+    /// [`RouterShared::prepare_takeover`]'s work: the predecessor's
+    /// sockets of both sides, if this process's programs went behind both
+    /// its links.
+    fn swap_in_ahead(&self, it: &Now<'_>, lan: XdpHandover, wan: XdpHandover) -> Option<[Vec<XdpSocket>; 2]> {
+        let mut guard = lock(&self.steering);
+        let steering = guard.as_mut()?;
+        let queues = self.queues();
+        if lan.sockets.len() != queues || wan.sockets.len() != queues {
+            tracing::warn!(
+                interface = %it.name,
+                "takeover: the previous process had other queues; the XDP programs wait for it to let the NICs go"
+            );
+            return None;
+        }
+        let made = [(Nic::Lan, &lan), (Nic::Wan, &wan)]
+            .into_iter()
+            .flat_map(|(nic, x)| x.sockets.iter().map(move |s| (nic, s)))
+            .try_for_each(|(nic, s)| steering.set_socket(nic, s.queue, s.socket.as_raw_fd()))
+            .and_then(|()| steering.update(&wanted(self, &(it.allowed)(), it.port)));
+        let swapped = made.map_err(|e| e.to_string()).and_then(|()| {
+            for (nic, x) in [(Nic::Lan, &lan), (Nic::Wan, &wan)] {
+                let link = x.link.try_clone().map_err(|e| e.to_string())?;
+                steering.replace(nic, link, x.native.unwrap_or(false)).map_err(|(e, _)| e.to_string())?;
+            }
+            Ok(())
+        });
+        match swapped {
+            Ok(()) => {
+                tracing::info!(
+                    interface = %it.name,
+                    "XDP programs swapped in behind the previous process's links; its sockets serve on"
+                );
+                Some([lan.sockets, wan.sockets])
+            }
+            Err(e) => {
+                tracing::warn!(interface = %it.name, "takeover: the XDP programs wait for the previous process: {e}");
+                None
+            }
+        }
+    }
+
+    /// The frames the previous process's sockets held unused, from the
+    /// state it handed over.
+    pub fn take_frames(&self, frames: Vec<Frames>) {
+        lock(&self.takeover).set_frames(frames);
+    }
+
+    /// The frames this process's workers held unused when they stopped.
+    pub fn exported(&self) -> Vec<Frames> {
+        std::mem::take(&mut *lock(&self.exported))
+    }
+
+    /// Records the links and sockets in service, so a takeover hands them
+    /// on (where the programs were attached through links).
+    fn record(&self, steering: &Steering, pairs: &[(xsk::Socket, xsk::Socket)]) {
+        for (nic, name) in [(Nic::Lan, &self.lan), (Nic::Wan, &self.wan)] {
+            let Some(link) = steering.link(nic) else { continue };
+            let sockets: Vec<&xsk::Socket> = pairs.iter().map(|(l, w)| if nic == Nic::Lan { l } else { w }).collect();
+            match XdpHandover::of(link, steering.native[nic.index()], &sockets) {
+                Ok(x) => self.listeners.record_xdp(name, x),
+                Err(e) => tracing::warn!(interface = %name, "a takeover will attach the XDP program anew: {e}"),
+            }
+        }
+    }
+
+    /// The router stopped: the programs leave the NICs (unless a process
+    /// that took over holds their links) and nothing is recorded for a
+    /// takeover any more.
+    pub fn release(&self) {
+        self.listeners.forget_xdp(&self.lan);
+        self.listeners.forget_xdp(&self.wan);
+        drop(lock(&self.steering).take());
+    }
+
+    /// Puts this process's programs back behind their links, after a
+    /// process taking over that swapped its own in gave up.
+    pub fn reclaim(&self) {
+        let Some(s) = lock(&self.steering).as_mut().map(Steering::reclaim) else { return };
+        match s {
+            Ok(()) => tracing::info!(lan = %self.lan, wan = %self.wan, "router mode's XDP programs steer again"),
+            Err(e) => tracing::error!(lan = %self.lan, wan = %self.wan, "cannot put the XDP programs back: {e}"),
+        }
     }
 }
 

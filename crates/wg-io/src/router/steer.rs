@@ -1,17 +1,20 @@
 //! Router mode's XDP programs (bpf/router.c, compiled by build.rs): loaded
-//! and attached with aya, one on the LAN NIC and one on the WAN NIC, their
-//! maps kept equal to the peers' allowed IPs, the host's addresses and the
-//! tunnel's port. Detached when dropped, and the NICs are the kernel's
-//! again.
+//! with aya and attached through BPF links (`gatehouse_link::xdp_link`),
+//! one on the LAN NIC and one on the WAN NIC, their maps kept equal to the
+//! peers' allowed IPs, the host's addresses and the tunnel's port.
+//! Detached when dropped, and the NICs are the kernel's again, unless a
+//! process taking over holds the links: it swaps its own programs in
+//! behind them ([`Steering::replace`]), and the NICs are never without.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 
 use aya::Ebpf;
 use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{Array, HashMap, MapData, XskMap};
 use aya::programs::{Xdp, XdpFlags};
+use gatehouse_link::xdp_link::{self, Mode};
 
 // ELF parsing needs the object aligned as the ELF structures are.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/router.o"));
@@ -69,12 +72,17 @@ fn err<W: Into<String>, E: std::error::Error + Send + Sync + 'static>(what: W) -
     move |e| SteerError::Bpf { what: what.into(), source: Box::new(e) }
 }
 
-/// Both programs attached.
+/// Both programs, loaded; attached once [`Steering::attach`] or
+/// [`Steering::replace`] put them on the NICs.
 pub struct Steering {
     bpf: Ebpf,
     current: Wanted,
     /// Native (driver) mode on each side; false: generic (skb) mode.
     pub native: [bool; 2],
+    /// The link each side's program is attached through: `None` while
+    /// not attached, or where the kernel attached it through netlink.
+    links: [Option<OwnedFd>; 2],
+    attached: bool,
 }
 
 /// The sides, as the programs and maps name them.
@@ -85,6 +93,13 @@ pub enum Nic {
 }
 
 impl Nic {
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Nic::Lan => 0,
+            Nic::Wan => 1,
+        }
+    }
+
     fn program(self) -> &'static str {
         match self {
             Nic::Lan => "gatehouse_wg_lan",
@@ -113,19 +128,40 @@ impl Steering {
                 .map_err(err(nic.program()))?;
             prog.load().map_err(err(format!("verifying {}", nic.program())))?;
         }
-        Ok(Steering { bpf, current: Wanted::default(), native: [false; 2] })
+        Ok(Steering { bpf, current: Wanted::default(), native: [false; 2], links: [None, None], attached: false })
     }
 
-    /// Attaches the programs to the NICs, in native mode where the driver
-    /// has it: from now on the maps decide what the router takes.
-    pub fn attach(&mut self, lan: &str, wan: &str) -> Result<(), SteerError> {
-        for (k, (nic, name)) in [(Nic::Lan, lan), (Nic::Wan, wan)].into_iter().enumerate() {
-            let prog: &mut Xdp = self
-                .bpf
-                .program_mut(nic.program())
-                .ok_or(SteerError::Missing("router program"))?
-                .try_into()
-                .map_err(err(nic.program()))?;
+    fn program(&mut self, nic: Nic) -> Result<&mut Xdp, SteerError> {
+        self.bpf
+            .program_mut(nic.program())
+            .ok_or(SteerError::Missing("router program"))?
+            .try_into()
+            .map_err(err(nic.program()))
+    }
+
+    /// Attaches the programs to the NICs (name and index of each), through
+    /// links, in native mode where the driver has it: from now on the maps
+    /// decide what the router takes.
+    pub fn attach(&mut self, lan: (&str, u32), wan: (&str, u32)) -> Result<(), SteerError> {
+        for (nic, (name, ifindex)) in [(Nic::Lan, lan), (Nic::Wan, wan)] {
+            let k = nic.index();
+            let prog = self.program(nic)?;
+            let fd = prog.fd().map_err(err(nic.program()))?.as_fd();
+            match xdp_link::attach_best(fd, ifindex) {
+                Ok(a) => {
+                    if let Some(refused) = &a.driver_refused {
+                        tracing::warn!(interface = name, error = %refused, "native XDP refused; using generic (skb) mode");
+                    }
+                    self.native[k] = a.mode == Mode::Driver;
+                    self.links[k] = Some(a.link);
+                    self.attached = true;
+                    continue;
+                }
+                Err(e) => tracing::debug!(interface = name, error = %e, "no XDP link; attaching through netlink"),
+            }
+            // A kernel without XDP links (before 5.9): through netlink,
+            // which a successor cannot take over.
+            let prog = self.program(nic)?;
             self.native[k] = match prog.attach(name, XdpFlags::DRV_MODE) {
                 Ok(_) => true,
                 Err(e) => {
@@ -134,8 +170,59 @@ impl Steering {
                     false
                 }
             };
+            self.attached = true;
         }
         Ok(())
+    }
+
+    /// Whether the programs are on the NICs (attached, or swapped in).
+    pub fn attached(&self) -> bool {
+        self.attached
+    }
+
+    /// Lets go of the links, before attaching anew: the programs leave the
+    /// NICs with the last process that holds them.
+    pub fn let_go(&mut self) {
+        self.links = [None, None];
+        self.attached = false;
+    }
+
+    /// Swaps side `nic`'s program in behind `link`, a predecessor's, in
+    /// one step (`native`: the mode that link runs in). Its sockets and
+    /// maps should be ready first. On failure the link comes back.
+    pub fn replace(&mut self, nic: Nic, link: OwnedFd, native: bool) -> Result<(), (SteerError, OwnedFd)> {
+        match self.swap_in(nic, link.as_fd()) {
+            Ok(()) => {
+                self.links[nic.index()] = Some(link);
+                self.native[nic.index()] = native;
+                self.attached = true;
+                Ok(())
+            }
+            Err(e) => Err((e, link)),
+        }
+    }
+
+    /// Puts this process's programs back behind their own links, after a
+    /// successor that swapped its own in gave up.
+    pub fn reclaim(&mut self) -> Result<(), SteerError> {
+        for nic in [Nic::Lan, Nic::Wan] {
+            let Some(link) = self.links[nic.index()].take() else { continue };
+            let r = self.swap_in(nic, link.as_fd());
+            self.links[nic.index()] = Some(link);
+            r?;
+        }
+        Ok(())
+    }
+
+    fn swap_in(&mut self, nic: Nic, link: BorrowedFd<'_>) -> Result<(), SteerError> {
+        let prog = self.program(nic)?;
+        let fd = prog.fd().map_err(err(nic.program()))?.as_fd();
+        xdp_link::replace(link, fd).map_err(err(format!("putting {} behind the link handed over", nic.program())))
+    }
+
+    /// The link side `nic`'s program is attached through, for a successor.
+    pub fn link(&self, nic: Nic) -> Option<BorrowedFd<'_>> {
+        self.links[nic.index()].as_ref().map(AsFd::as_fd)
     }
 
     /// Registers the AF_XDP socket of a side's queue.
