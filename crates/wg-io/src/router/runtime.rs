@@ -211,9 +211,18 @@ impl RouterShared {
                 pairs
             }
         };
-        steering.update(&wanted(self, &(it.allowed)(), it.port)).map_err(map_err)?;
-        if !steering.attached() {
-            steering.attach((&self.lan, self.lan_index), (&self.wan, self.wan_index)).map_err(map_err)?;
+        let steered = steering.update(&wanted(self, &(it.allowed)(), it.port)).and_then(|()| {
+            if steering.attached() {
+                Ok(())
+            } else {
+                steering.attach((&self.lan, self.lan_index), (&self.wan, self.wan_index))
+            }
+        });
+        if let Err(e) = steered {
+            // Programs swapped in ahead would steer to sockets nobody
+            // reads: the NICs go back to the kernel instead.
+            steering.let_go();
+            return Err(map_err(e));
         }
         self.record(steering, &pairs);
         let zero_copy = pairs.iter().all(|(l, w)| l.zero_copy && w.zero_copy);
