@@ -70,6 +70,9 @@ struct Header {
     /// binaries do not say.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     xdp_native: Vec<Option<bool>>,
+    /// Then the planes' own descriptors: a key and how many, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    plane_fds: Vec<(String, usize)>,
 }
 
 /// Where a config's control socket lives.
@@ -184,6 +187,13 @@ pub fn take_over(path: &Path) -> Result<(Inherited, UnixStream), TakeoverError> 
     for (interface, x) in xdp {
         inherited.insert_xdp(interface, x);
     }
+    for (key, n) in header.plane_fds {
+        let fds: Vec<OwnedFd> = sockets.by_ref().take(n).collect();
+        if fds.len() != n {
+            return Err(fail("answer", &"fewer plane descriptors than named"));
+        }
+        inherited.insert_fds(key, fds);
+    }
     Ok((inherited, s))
 }
 
@@ -276,9 +286,9 @@ pub async fn hand_over(
     // Duplicates, so the registry's lock is not held while sending.
     let mut entries = Vec::new();
     let mut sockets: Vec<OwnedFd> = Vec::new();
-    let (tcp, quic, links) = {
+    let (tcp, quic, links, planes) = {
         let r = registry.lock().unwrap_or_else(|e| e.into_inner());
-        (r.duplicates()?, r.quic_duplicates()?, r.xdp_duplicates()?)
+        (r.duplicates()?, r.quic_duplicates()?, r.xdp_duplicates()?, r.fds_duplicates()?)
     };
     for ((name, addr, worker), s) in tcp {
         entries.push(Entry { name, addr, worker, kind: Kind::Tcp });
@@ -314,6 +324,12 @@ pub async fn hand_over(
         }
     }
     sockets.extend(xsks);
+    // The planes' own descriptors last of all.
+    let mut plane_fds = Vec::new();
+    for (key, fds) in planes {
+        plane_fds.push((key, fds.len()));
+        sockets.extend(fds);
+    }
     if sockets.len() > MAX_FDS {
         return Err(std::io::Error::other(format!(
             "{} listening sockets: more than {MAX_FDS} cannot be handed over",
@@ -321,7 +337,7 @@ pub async fn hand_over(
         )));
     }
     let fds: Vec<RawFd> = sockets.iter().map(AsRawFd::as_raw_fd).collect();
-    let json = serde_json::to_vec(&Header { sockets: entries, xdp_links, xdp_sockets, xdp_native })
+    let json = serde_json::to_vec(&Header { sockets: entries, xdp_links, xdp_sockets, xdp_native, plane_fds })
         .map_err(std::io::Error::other)?;
     let mut header = u32::try_from(json.len()).map_err(std::io::Error::other)?.to_le_bytes().to_vec();
     header.extend_from_slice(&json);
@@ -448,6 +464,11 @@ mod tests {
             }],
         };
         registry.lock().expect("lock").add_xdp("lb0", xdp);
+        // A plane's own descriptors (a WireGuard interface's two workers'
+        // sockets), after everything else.
+        let (wg0, wg0_far) = std::os::unix::net::UnixDatagram::pair().expect("pair");
+        let (wg1, wg1_far) = std::os::unix::net::UnixDatagram::pair().expect("pair");
+        registry.lock().expect("lock").add_fds("wireguard/wg0/udp", vec![wg0.into(), wg1.into()]);
 
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let listener = rt.block_on(async { tokio::net::UnixListener::bind(&path) }).expect("unix bind");
@@ -470,6 +491,11 @@ mod tests {
                 assert_eq!((q3.queue, q3.frames, q3.ring, lb0.sockets.len()), (3, 4096, 2048, 0));
                 std::os::unix::net::UnixDatagram::from(q3.socket).send(b"queue 3").expect("send");
                 std::os::unix::net::UnixDatagram::from(q3.umem).send(b"its umem").expect("send");
+                let wg = inherited.take_fds("wireguard/wg0/udp").expect("the plane's descriptors");
+                assert!(inherited.take_fds("wireguard/wg0/udp").is_none(), "taken once");
+                for (fd, text) in wg.into_iter().zip([&b"worker 0"[..], b"worker 1"]) {
+                    std::os::unix::net::UnixDatagram::from(fd).send(text).expect("send");
+                }
                 assert_eq!(inherited.leftover(), 0);
                 assert_eq!(got_udp.local_addr().expect("addr"), udp[1].local_addr().expect("addr"));
                 forward.send(b"a datagram of yours").expect("forward");
@@ -516,6 +542,10 @@ mod tests {
         assert_eq!(&buf[..n], b"queue 3");
         let n = umem_far_end.recv(&mut buf).expect("through the UMEM handed over");
         assert_eq!(&buf[..n], b"its umem");
+        for (far, text) in [(&wg0_far, &b"worker 0"[..]), (&wg1_far, b"worker 1")] {
+            let n = far.recv(&mut buf).expect("through the plane's descriptor, in order");
+            assert_eq!(&buf[..n], text);
+        }
         drop(link);
         // Each plane's bytes as sent, whatever they hold.
         let states: Vec<(&str, &[u8])> = states.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();

@@ -42,6 +42,8 @@ pub struct Inherited {
     forward: HashMap<(String, SocketAddr), UnixDatagram>,
     /// The XDP programs' links and sockets, by interface.
     xdp: HashMap<String, XdpHandover>,
+    /// Other descriptors a plane hands on as they are, by its key.
+    fds: HashMap<String, Vec<OwnedFd>>,
 }
 
 /// What a takeover hands on of an interface a plane steers with XDP:
@@ -163,6 +165,16 @@ impl Inherited {
         self.xdp.remove(interface)
     }
 
+    /// A plane's descriptors under `key` (see [`Registry::add_fds`]).
+    pub fn insert_fds(&mut self, key: String, fds: Vec<OwnedFd>) {
+        self.fds.insert(key, fds);
+    }
+
+    /// The descriptors handed over under `key`, taken once.
+    pub fn take_fds(&mut self, key: &str) -> Option<Vec<OwnedFd>> {
+        self.fds.remove(key)
+    }
+
     /// Sockets the new config does not use (closed when dropped).
     pub fn leftover(&self) -> usize {
         self.sockets.len() + usize::from(self.admin.is_some()) + self.udp.len() + self.forward.len()
@@ -177,6 +189,8 @@ pub struct Registry {
     quic: Vec<QuicDuplicates>,
     /// The XDP links and sockets in service, by interface.
     xdp: Vec<(String, XdpHandover)>,
+    /// Other descriptors planes hand on as they are, by key.
+    fds: Vec<(String, Vec<OwnedFd>)>,
 }
 
 /// What a takeover hands on of one QUIC listener.
@@ -200,6 +214,7 @@ impl Registry {
         self.sockets.clear();
         self.quic.clear();
         self.xdp.clear();
+        self.fds.clear();
     }
 
     pub fn remove(&mut self, name: &str, addr: SocketAddr) {
@@ -245,6 +260,23 @@ impl Registry {
     /// A duplicate of every interface's XDP state.
     pub fn xdp_duplicates(&self) -> std::io::Result<Vec<(String, XdpHandover)>> {
         self.xdp.iter().map(|(i, x)| Ok((i.clone(), x.try_clone()?))).collect()
+    }
+
+    /// Descriptors a plane hands on as they are under `key` (in place of
+    /// any before): the same kernel objects go to the process taking over,
+    /// so what waits in them is not lost (a WireGuard interface's UDP
+    /// sockets and TUN queues, by worker).
+    pub fn add_fds(&mut self, key: &str, fds: Vec<OwnedFd>) {
+        self.fds.retain(|(k, _)| k != key);
+        self.fds.push((key.to_string(), fds));
+    }
+
+    /// A duplicate of every plane's descriptors, by key.
+    pub fn fds_duplicates(&self) -> std::io::Result<Vec<(String, Vec<OwnedFd>)>> {
+        self.fds
+            .iter()
+            .map(|(k, fds)| Ok((k.clone(), fds.iter().map(OwnedFd::try_clone).collect::<std::io::Result<_>>()?)))
+            .collect()
     }
 
     /// A duplicate of every socket, with its (listener, address, worker).
@@ -340,6 +372,24 @@ impl Listeners {
     /// program no process holds any more.
     pub fn take_xdp(&self, interface: &str) -> Option<XdpHandover> {
         lock(&self.inherited).as_mut().and_then(|i| i.take_xdp(interface))
+    }
+
+    /// Records descriptors a plane hands on as they are (see
+    /// [`Registry::add_fds`]); they stay open until forgotten.
+    pub fn record_fds(&self, key: &str, fds: Vec<OwnedFd>) {
+        lock(&self.registry).add_fds(key, fds);
+    }
+
+    /// Forgets the descriptors recorded under `key` (closing this
+    /// process's duplicates).
+    pub fn forget_fds(&self, key: &str) {
+        lock(&self.registry).fds.retain(|(k, _)| k != key);
+    }
+
+    /// The descriptors the previous process handed over under `key`,
+    /// taken once, before the node closes what no plane took.
+    pub fn take_fds(&self, key: &str) -> Option<Vec<OwnedFd>> {
+        lock(&self.inherited).as_mut().and_then(|i| i.take_fds(key))
     }
 
     /// Closes every recorded duplicate (the drain).

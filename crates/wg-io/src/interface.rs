@@ -6,7 +6,7 @@
 //! so sessions of peers that did not change go on.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +20,7 @@ use gatehouse_wg::crypto::StaticSecret;
 use gatehouse_wg::device::{Device, PeerId};
 use rand_core::OsRng;
 
+use crate::handover::Handover;
 use crate::link::{setup_link, update_link};
 use crate::shared::{Counters, HANDSHAKE_QUEUE, HandshakeQueue, PeerMeta, Settings, Shared, Sticky, resolve_endpoint};
 use crate::sys;
@@ -52,20 +53,8 @@ pub struct Interface {
     /// process's sessions): each worker's queues and the handshake queue
     /// the threads will take.
     paused: Option<(Vec<Queues>, HandshakeQueue)>,
-}
-
-/// Where router mode's XDP links and sockets are recorded for a takeover,
-/// and those the previous process handed over, by NIC, until an interface
-/// takes them.
-pub struct XdpState {
-    pub listeners: Arc<gatehouse_plane::listeners::Listeners>,
-    pub inherited: Mutex<HashMap<String, gatehouse_plane::listeners::XdpHandover>>,
-}
-
-impl XdpState {
-    fn inherited(&self) -> std::sync::MutexGuard<'_, HashMap<String, gatehouse_plane::listeners::XdpHandover>> {
-        self.inherited.lock().unwrap_or_else(|e| e.into_inner())
-    }
+    /// Where its sockets and queues are recorded for a takeover.
+    handover: Arc<Handover>,
 }
 
 /// A data-path worker's queues.
@@ -94,19 +83,54 @@ impl Interface {
     /// Makes the interface and starts its threads: `workers` TUN queues
     /// and sockets. `paused`: made, but nothing read or sent until
     /// [`Interface::resume`] (meanwhile the kernel queues what comes).
-    /// In router mode the links and sockets are recorded in `xdp`, and a
-    /// paused start takes the previous process's of its NICs from there.
-    pub fn start(settings: Settings, workers: usize, paused: bool, xdp: &XdpState) -> Result<Interface, StartError> {
+    /// Its sockets and queues (in router mode its XDP links and AF_XDP
+    /// sockets too) are recorded in `handover` for a takeover, and a paused
+    /// start takes the previous process's from there.
+    pub fn start(
+        settings: Settings,
+        workers: usize,
+        paused: bool,
+        handover: &Arc<Handover>,
+    ) -> Result<Interface, StartError> {
         let mut workers = workers.max(1);
         let mut queues = Vec::with_capacity(workers);
         let mut router = None;
+        // Taking over: the previous process's TUN queues and sockets, where
+        // it has them for this interface and port.
+        let (old_tun, old_udp) = match paused {
+            true => (handover.take_tun(&settings.name), handover.take_udp(&settings.name)),
+            false => (Vec::new(), Vec::new()),
+        };
+        let same_port =
+            |s: &UdpSocket| s.local_addr().is_ok_and(|a| settings.listen_port == 0 || a.port() == settings.listen_port);
+        let old_udp: Vec<UdpSocket> = old_udp.into_iter().filter(same_port).collect();
+        if !old_udp.is_empty() || !old_tun.is_empty() {
+            tracing::info!(
+                interface = %settings.name,
+                sockets = old_udp.len(),
+                tun_queues = old_tun.len(),
+                "taking over the previous process's UDP sockets and TUN queues"
+            );
+        }
+        let mut old_udp = old_udp.into_iter();
         let ifindex = match &settings.router {
             None => {
+                let mut old_tun = old_tun.into_iter();
                 for _ in 0..workers {
-                    let fd = gatehouse_link::tun::open(&settings.name, gatehouse_link::tun::Kind::Offloaded).map_err(
-                        |e| StartError::at("name", format!("cannot open TUN interface {:?}: {e}", settings.name)),
-                    )?;
-                    queues.push(Queues::Tun(std::fs::File::from(fd)));
+                    let file = match old_tun.next() {
+                        Some(f) => f,
+                        None => std::fs::File::from(
+                            gatehouse_link::tun::open(&settings.name, gatehouse_link::tun::Kind::Offloaded).map_err(
+                                |e| {
+                                    StartError::at(
+                                        "name",
+                                        format!("cannot open TUN interface {:?}: {e}", settings.name),
+                                    )
+                                },
+                            )?,
+                        ),
+                    };
+                    queues.push(Queues::Tun(file));
                 }
                 netlink::ifindex(&settings.name).map_err(|e| StartError::at("name", e.to_string()))?
             }
@@ -116,7 +140,7 @@ impl Interface {
                     settings.listen_port,
                     settings.mtu,
                     workers,
-                    xdp.listeners.clone(),
+                    handover.listeners.clone(),
                 )
                 .map_err(|e| StartError::at(e.field, e.message))?;
                 workers = r.queues();
@@ -128,6 +152,12 @@ impl Interface {
         let mut v6 = true;
         let mut port = settings.listen_port;
         for _ in 0..workers {
+            if let Some(s) = old_udp.next() {
+                let at = s.local_addr().map_err(|e| StartError::at("listen_port", e.to_string()))?;
+                (port, v6) = (at.port(), at.is_ipv6());
+                sockets.push(Arc::new(s));
+                continue;
+            }
             let any = SocketAddr::new(IpAddr::from([0u16; 8]), port);
             let udp::Bound { socket: s, v6: is_v6 } =
                 udp::bind(any, udp::Options { fwmark: settings.fwmark, v6_only: false })
@@ -178,14 +208,21 @@ impl Interface {
         // takeover puts its programs behind the previous process's links
         // now, and adopts its sockets once it has let go of them (resume).
         if let Some(r) = shared.router.as_ref().filter(|_| paused) {
-            let mut inherited = xdp.inherited();
-            shared.prepare_router_takeover(inherited.remove(&r.lan), inherited.remove(&r.wan));
+            shared.prepare_router_takeover(handover.take_xdp(&r.lan), handover.take_xdp(&r.wan));
         }
+        let tun: Vec<&std::fs::File> = queues
+            .iter()
+            .filter_map(|q| match q {
+                Queues::Tun(f) => Some(f),
+                Queues::Router(_) => None,
+            })
+            .collect();
+        handover.record(&shared.name, &shared.sockets, &tun);
         if shared.router.is_some() && !paused {
             let lanes = shared.attach_router().map_err(|e| StartError::at(e.field, e.message))?;
             queues.extend(lanes.into_iter().map(|l| Queues::Router(Box::new(l))));
         }
-        let mut i = Interface { shared, threads: Vec::new(), paused: Some((queues, rx)) };
+        let mut i = Interface { shared, threads: Vec::new(), paused: Some((queues, rx)), handover: handover.clone() };
         if !paused {
             i.resume().map_err(|e| StartError { field: None, message: e.to_string() })?;
         }
@@ -317,6 +354,7 @@ impl Interface {
         if let Some(r) = &self.shared.router {
             r.release();
         }
+        self.handover.forget(&self.shared.name);
         crate::uapi_server::remove(&self.shared.name);
     }
 }

@@ -9,6 +9,7 @@
 //! [`gatehouse_link`] (TUN, rtnetlink).
 
 mod control;
+pub mod handover;
 pub mod interface;
 mod link;
 pub mod plane;

@@ -32,8 +32,8 @@ struct Inner {
     started: AtomicBool,
     /// Forwarding warnings given (interface and networks), each once.
     warned: Mutex<HashSet<String>>,
-    /// Router mode's XDP links and sockets, for takeovers both ways.
-    xdp: crate::interface::XdpState,
+    /// What takeovers hand on, both ways ([`crate::handover`]).
+    handover: Arc<crate::handover::Handover>,
 }
 
 impl WireGuard {
@@ -44,10 +44,7 @@ impl WireGuard {
             running: Mutex::new(HashMap::new()),
             started: AtomicBool::new(false),
             warned: Mutex::new(HashSet::new()),
-            xdp: crate::interface::XdpState {
-                listeners: init.listeners.clone(),
-                inherited: Mutex::new(HashMap::new()),
-            },
+            handover: Arc::new(crate::handover::Handover::new(init.listeners.clone())),
         }))
     }
 
@@ -84,7 +81,7 @@ impl WireGuard {
         for (i, w) in wanted.iter().enumerate() {
             match running.get(&w.name) {
                 Some(r) => r.update(w.clone()),
-                None => match Interface::start(w.clone(), self.0.workers, paused, &self.0.xdp) {
+                None => match Interface::start(w.clone(), self.0.workers, paused, &self.0.handover) {
                     Ok(r) => {
                         tracing::info!(
                             interface = %w.name,
@@ -257,17 +254,9 @@ struct StagedWg {
 impl Staged for StagedWg {
     fn commit(self: Box<Self>) {
         if !self.plane.0.started.load(Ordering::Relaxed) {
-            // A takeover: the previous process's links and sockets of the
-            // router NICs, taken before the node closes what no plane took.
-            let xdp = &self.plane.0.xdp;
-            let mut inherited = xdp.inherited.lock().unwrap_or_else(|e| e.into_inner());
-            for r in self.wanted.iter().filter_map(|w| w.router.as_ref()) {
-                for nic in [&r.lan, &r.wan] {
-                    if let Some(x) = xdp.listeners.take_xdp(nic) {
-                        inherited.insert(nic.clone(), x);
-                    }
-                }
-            }
+            // A takeover: what the previous process handed over of these
+            // interfaces, taken before the node closes what no plane took.
+            self.plane.0.handover.take_inherited(&self.wanted);
         }
         if self.plane.0.started.load(Ordering::Relaxed)
             && let Err(e) = self.plane.reconcile(&self.wanted)
@@ -299,7 +288,7 @@ impl Plane for WireGuard {
         let r = self.reconcile_paused(&wanted, matches!(how, Start::TakingOver));
         // What no interface took goes: a program no process holds leaves
         // its NIC rather than steer to sockets nobody reads.
-        self.0.xdp.inherited.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.0.handover.clear();
         r
     }
 
