@@ -135,16 +135,16 @@ def report(rows, a, title, script):
         f.write("\n".join(lines) + "\n")
 
 
-def arguments():
+def parser():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--write")
-    return ap.parse_args()
+    return ap
 
 
 def main():
-    a = arguments()
+    a = parser().parse_args()
     teardown()
     servers = []
     gh = None

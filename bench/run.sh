@@ -19,6 +19,7 @@ python3 bench/l4_ha.py --write docs/BENCHMARKS.md
 if [ "$(id -u)" -eq 0 ]; then
   python3 bench/l4_takeover.py --write docs/BENCHMARKS.md
   python3 bench/wg_takeover.py --write docs/BENCHMARKS.md
+  python3 bench/wg_takeover.py --tun --write docs/BENCHMARKS.md
   python3 bench/wg_tunnel.py --write docs/BENCHMARKS.md
   python3 bench/bgp_ecmp.py --write docs/BENCHMARKS.md
 else
