@@ -210,6 +210,10 @@ impl Interface {
         if let Some(r) = shared.router.as_ref().filter(|_| paused) {
             shared.prepare_router_takeover(handover.take_xdp(&r.lan), handover.take_xdp(&r.wan));
         }
+        if shared.router.is_some() && !paused {
+            let lanes = shared.attach_router().map_err(|e| StartError::at(e.field, e.message))?;
+            queues.extend(lanes.into_iter().map(|l| Queues::Router(Box::new(l))));
+        }
         let tun: Vec<&std::fs::File> = queues
             .iter()
             .filter_map(|q| match q {
@@ -218,13 +222,11 @@ impl Interface {
             })
             .collect();
         handover.record(&shared.name, &shared.sockets, &tun);
-        if shared.router.is_some() && !paused {
-            let lanes = shared.attach_router().map_err(|e| StartError::at(e.field, e.message))?;
-            queues.extend(lanes.into_iter().map(|l| Queues::Router(Box::new(l))));
-        }
         let mut i = Interface { shared, threads: Vec::new(), paused: Some((queues, rx)), handover: handover.clone() };
-        if !paused {
-            i.resume().map_err(|e| StartError { field: None, message: e.to_string() })?;
+        if !paused && let Err(e) = i.resume() {
+            // Nothing of an interface that did not start goes to a takeover.
+            handover.forget(&i.shared.name);
+            return Err(StartError { field: None, message: e.to_string() });
         }
         Ok(i)
     }
