@@ -101,9 +101,13 @@ impl Interface {
             true => (handover.take_tun(&settings.name), handover.take_udp(&settings.name)),
             false => (Vec::new(), Vec::new()),
         };
-        let same_port =
-            |s: &UdpSocket| s.local_addr().is_ok_and(|a| settings.listen_port == 0 || a.port() == settings.listen_port);
-        let old_udp: Vec<UdpSocket> = old_udp.into_iter().filter(same_port).collect();
+        // Only sockets as this config would bind them: its port (any, for
+        // port 0) and its firewall mark.
+        let as_configured = |s: &UdpSocket| {
+            s.local_addr().is_ok_and(|a| settings.listen_port == 0 || a.port() == settings.listen_port)
+                && socket2::SockRef::from(s).mark().is_ok_and(|m| m == settings.fwmark)
+        };
+        let old_udp: Vec<UdpSocket> = old_udp.into_iter().filter(as_configured).collect();
         if !old_udp.is_empty() || !old_tun.is_empty() {
             tracing::info!(
                 interface = %settings.name,
