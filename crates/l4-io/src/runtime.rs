@@ -21,7 +21,7 @@ use crate::steer::{Loaded, Steering, Wanted};
 use crate::takeover::Handover;
 use gatehouse_link::nexthop::NextHops;
 use gatehouse_link::xsk;
-use gatehouse_plane::listeners::{XdpHandover, XdpSocket};
+use gatehouse_plane::listeners::{TAKEOVER_BIND_WAIT, XdpHandover, adopt_xdp_sockets};
 
 /// How the runtime starts its active/standby part.
 pub struct HaStart {
@@ -425,7 +425,9 @@ fn open_xdp(
         // sockets: adopted, with the frames they held unused, they serve
         // on here. Where that cannot be, they close, and this process's own
         // take their places once the kernel lets the queues go.
-        let sockets = match adopt(name, old, &mut handover.frames) {
+        let frames = &mut handover.frames;
+        let adopted = adopt_xdp_sockets(name, old, rx_queues(name) as usize, |q| frames.remove(&(name.to_string(), q)));
+        let sockets = match adopted {
             Some(sockets) => {
                 tracing::info!(interface = name, "AF_XDP sockets adopted from the previous process");
                 Ok(sockets)
@@ -461,34 +463,6 @@ fn open_xdp(
     Ok((steering, sockets))
 }
 
-/// The previous process's socket of every receive queue of `name`,
-/// adopted with the frames it held unused; None (and all of them closed)
-/// unless every queue's can be.
-fn adopt(
-    name: &str,
-    old: Vec<XdpSocket>,
-    frames: &mut std::collections::HashMap<(String, u32), Vec<u64>>,
-) -> Option<Vec<xsk::Socket>> {
-    let queues = rx_queues(name);
-    if old.len() != queues as usize {
-        return None;
-    }
-    let mut by_queue: Vec<Option<xsk::Socket>> = (0..queues).map(|_| None).collect();
-    for s in old {
-        let queue = s.queue;
-        let free = frames.remove(&(name.to_string(), queue))?;
-        let slot = by_queue.get_mut(queue as usize)?;
-        match xsk::Socket::adopt(s.into_handed(), free) {
-            Ok(sock) => *slot = Some(sock),
-            Err(e) => {
-                tracing::warn!(interface = name, queue, "the previous process's AF_XDP socket: {e}");
-                return None;
-            }
-        }
-    }
-    by_queue.into_iter().collect()
-}
-
 /// What a failed swap leaves for the start: the program, if not attached,
 /// and the link, which tells the start that the queues it binds were the
 /// predecessor's.
@@ -498,11 +472,6 @@ fn keep_for_next_try(handover: &mut Handover, name: &str, steering: Steering, li
         handover.programs.insert(name.to_string(), l);
     }
 }
-
-/// How long a process taking over waits for each queue its predecessor's
-/// socket held, where the sockets were not adopted: the kernel lets a
-/// queue go some milliseconds after the socket closes (10–25 ms on veth).
-const TAKEOVER_BIND_WAIT: Duration = Duration::from_secs(2);
 
 /// An AF_XDP socket on every receive queue of `name`, each registered
 /// with the program; a queue still another socket's is tried again for up

@@ -108,6 +108,38 @@ impl XdpSocket {
     }
 }
 
+/// How long a process taking over waits for each receive queue its
+/// predecessor's AF_XDP socket held, where it binds its own instead of
+/// adopting that socket: the kernel lets a queue go some milliseconds after
+/// the socket closes (10–25 ms on veth).
+pub const TAKEOVER_BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The previous process's AF_XDP sockets of `interface`, adopted: one for
+/// each of its `queues` receive queues, with the frames `free` gives for
+/// that queue (those it held unused). `None`, and those adopted closed,
+/// unless every queue's can be.
+pub fn adopt_xdp_sockets(
+    interface: &str,
+    mut sockets: Vec<XdpSocket>,
+    queues: usize,
+    mut free: impl FnMut(u32) -> Option<Vec<u64>>,
+) -> Option<Vec<xsk::Socket>> {
+    sockets.sort_by_key(|s| s.queue);
+    if sockets.len() != queues || sockets.iter().enumerate().any(|(q, s)| s.queue as usize != q) {
+        return None;
+    }
+    sockets
+        .into_iter()
+        .map(|s| {
+            let queue = s.queue;
+            let frames = free(queue)?;
+            xsk::Socket::adopt(s.into_handed(), frames)
+                .map_err(|e| tracing::warn!(interface, queue, "the previous process's AF_XDP socket: {e}"))
+                .ok()
+        })
+        .collect()
+}
+
 impl Inherited {
     /// A socket received for worker `worker` of listener `name` on `addr`.
     pub fn insert(&mut self, name: String, addr: SocketAddr, worker: usize, socket: TcpListener) {
@@ -436,4 +468,36 @@ pub fn bind_exclusive(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket(queue: u32) -> XdpSocket {
+        let (a, b) = UnixDatagram::pair().expect("pair");
+        XdpSocket { queue, socket: a.into(), umem: b.into(), frames: 4096, ring: 2048 }
+    }
+
+    #[test]
+    fn sockets_are_adopted_only_one_for_each_queue() {
+        let mut asked = Vec::new();
+        // One socket short, or two for one queue and none for the other:
+        // nothing is adopted, and no queue's frames are taken.
+        for sockets in [vec![socket(0)], vec![socket(1), socket(1)]] {
+            let got = adopt_xdp_sockets("eth0", sockets, 2, |q| {
+                asked.push(q);
+                Some(Vec::new())
+            });
+            assert!(got.is_none());
+        }
+        assert!(asked.is_empty(), "{asked:?}");
+        // In any order, but a queue without its frames: none either.
+        let got = adopt_xdp_sockets("eth0", vec![socket(1), socket(0)], 2, |q| {
+            asked.push(q);
+            None
+        });
+        assert!(got.is_none());
+        assert_eq!(asked, vec![0], "queues in order, and none after the first missing");
+    }
 }

@@ -116,18 +116,12 @@ impl Shared {
     /// Router mode: the view and the steering maps brought in line with
     /// the kernel and the peers, when due (at once with `now_too`).
     pub fn refresh_router(&self, now_too: bool) {
-        let Some(r) = &self.router else { return };
-        let allowed = || self.allowed_ips();
-        let (port, mtu) = self.port_mtu();
-        r.refresh(&crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed }, now_too);
+        self.with_router(|r, now| r.refresh(now, now_too));
     }
 
     /// Router mode: the sockets opened and the programs attached.
     pub fn attach_router(&self) -> Result<Vec<crate::router::runtime::Lane>, crate::router::runtime::OpenError> {
-        let Some(r) = &self.router else { return Ok(Vec::new()) };
-        let allowed = || self.allowed_ips();
-        let (port, mtu) = self.port_mtu();
-        r.attach(&crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed })
+        self.with_router(|r, now| r.attach(now)).unwrap_or_else(|| Ok(Vec::new()))
     }
 
     /// Router mode, taking over: the programs swapped in behind the
@@ -137,10 +131,19 @@ impl Shared {
         lan: Option<gatehouse_plane::listeners::XdpHandover>,
         wan: Option<gatehouse_plane::listeners::XdpHandover>,
     ) {
-        let Some(r) = &self.router else { return };
+        self.with_router(|r, now| r.prepare_takeover(now, lan, wan));
+    }
+
+    /// `f` on router mode's state with what it needs to know of the
+    /// interface now; `None` in TUN mode.
+    fn with_router<T>(
+        &self,
+        f: impl FnOnce(&crate::router::runtime::RouterShared, &crate::router::runtime::Now<'_>) -> T,
+    ) -> Option<T> {
+        let r = self.router.as_ref()?;
         let allowed = || self.allowed_ips();
         let (port, mtu) = self.port_mtu();
-        r.prepare_takeover(&crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed }, lan, wan);
+        Some(f(r, &crate::router::runtime::Now { name: &self.name, port, mtu, allowed: &allowed }))
     }
 
     fn port_mtu(&self) -> (u16, u32) {

@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 
 use gatehouse_link::xsk;
-use gatehouse_plane::listeners::XdpSocket;
+use gatehouse_plane::listeners::{XdpSocket, adopt_xdp_sockets};
 
 use super::steer::Nic;
 
@@ -45,35 +45,16 @@ pub struct Takeover {
 }
 
 impl Takeover {
-    /// Whether a predecessor handed anything over.
-    pub fn handed(&self) -> bool {
-        self.handed
-    }
-
     /// The predecessor's sockets, adopted, as (LAN, WAN) pairs by queue:
     /// `None` unless each of the `queues` pairs can be (those adopted
-    /// close then).
-    pub fn adopt(&mut self, queues: usize) -> Option<Vec<(xsk::Socket, xsk::Socket)>> {
+    /// close then). `nics`: the LAN and WAN NICs' names.
+    pub fn adopt(&mut self, queues: usize, nics: [&str; 2]) -> Option<Vec<(xsk::Socket, xsk::Socket)>> {
         let [lan, wan] = self.prepared.take()?;
-        let mut sides = [Vec::new(), Vec::new()];
-        for (k, (nic, mut sockets)) in [(Nic::Lan, lan), (Nic::Wan, wan)].into_iter().enumerate() {
-            sockets.sort_by_key(|s| s.queue);
-            if sockets.iter().enumerate().any(|(q, s)| s.queue as usize != q) || sockets.len() != queues {
-                return None;
-            }
-            for s in sockets {
-                let queue = s.queue;
-                let free = self.frames.remove(&(nic, queue))?;
-                match xsk::Socket::adopt(s.into_handed(), free) {
-                    Ok(sock) => sides[k].push(sock),
-                    Err(e) => {
-                        tracing::warn!(?nic, queue, "the previous process's AF_XDP socket: {e}");
-                        return None;
-                    }
-                }
-            }
-        }
-        let [lan, wan] = sides;
+        let frames = &mut self.frames;
+        let mut side =
+            |nic: Nic, sockets| adopt_xdp_sockets(nics[nic.index()], sockets, queues, |q| frames.remove(&(nic, q)));
+        let lan = side(Nic::Lan, lan)?;
+        let wan = side(Nic::Wan, wan)?;
         Some(lan.into_iter().zip(wan).collect())
     }
 

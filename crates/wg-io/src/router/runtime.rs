@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use gatehouse_link::nexthop::{self, NextHops};
 use gatehouse_link::{netlink, xsk};
-use gatehouse_plane::listeners::{Listeners, XdpHandover, XdpSocket};
+use gatehouse_plane::listeners::{Listeners, TAKEOVER_BIND_WAIT, XdpHandover, XdpSocket};
 
 use super::handover::{Frames, Takeover};
 
@@ -24,11 +24,6 @@ use super::{Counts, Router, Side};
 /// How often the control thread reads routes, neighbours and addresses
 /// again, and the peers' allowed IPs for the steering maps.
 const REFRESH: Duration = Duration::from_secs(1);
-
-/// How long a process taking over waits for each queue its predecessor's
-/// socket held, where it could not adopt the sockets: the kernel lets a
-/// queue go some milliseconds after the socket closes.
-const TAKEOVER_BIND_WAIT: Duration = Duration::from_secs(2);
 
 /// One worker's sockets: a queue of the LAN NIC and the same queue of the
 /// WAN NIC, and where the LAN socket copies, the LAN sender that
@@ -180,7 +175,7 @@ impl RouterShared {
             guard.as_mut().ok_or(OpenError { field: "router", message: "XDP programs not loaded".into() })?;
         let map_err = |e: super::steer::SteerError| OpenError { field: "router", message: e.to_string() };
         let mut tk = std::mem::take(&mut *lock(&self.takeover));
-        let adopted = tk.adopt(self.queues());
+        let adopted = tk.adopt(self.queues(), [&self.lan, &self.wan]);
         let handed = tk.handed;
         // What was not adopted lets go of the predecessor's sockets and
         // links (the programs behind them leave with the last holder).
