@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn the_kernels_match_the_plain_code() {
         let Some(cpu) = Avx2::detect() else { return };
-        // SAFETY (all three): an `Avx2` was made, so the CPU has AVX2.
+        // SAFETY (all four): an `Avx2` was made, so the CPU has AVX2.
         check::transforms(21, |p| unsafe { ntt(p) }, |p| unsafe { inv_ntt(p) });
         check::decoding(23, |b| decode12(cpu, b));
         check::sampling(22, |s, p| unsafe { sample_ntt(s, p) });

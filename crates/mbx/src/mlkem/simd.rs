@@ -1,7 +1,8 @@
 //! AVX-512 kernels of ML-KEM's polynomial arithmetic: the transform and
-//! its inverse on 32 coefficients per register, SampleNTT's rejection
-//! sampling with a compressing store, and K-PKE.Encrypt built on them
-//! (the rest of its arithmetic vectorized by the compiler).
+//! its inverse on 32 coefficients per register, the base-case products
+//! on 32 coefficient pairs per register, SampleNTT's rejection sampling
+//! with a compressing store, and K-PKE.Encrypt built on them (the rest of
+//! its arithmetic vectorized by the compiler).
 //!
 //! Each computes exactly what the plain code in [`super::poly`] does (the
 //! same Montgomery and Barrett steps, coefficient by coefficient; the
@@ -242,7 +243,94 @@ fn sample_ntt(stream: &[u8], out: &mut Poly) -> usize {
     n.min(N)
 }
 
-entry_points! { proof: Avx512, features: "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2" }
+/// For a register pair's 32 coefficient pairs (coefficients 2p and 2p + 1
+/// of x ‖ y): the permutation indices that gather each pair's first and
+/// its second coefficient into lane p, and the two that interleave them
+/// back into x and y.
+const PAIR_FIRST: [i16; 32] = {
+    let mut t = [0i16; 32];
+    let mut p = 0;
+    while p < 32 {
+        t[p] = 2 * p as i16;
+        p += 1;
+    }
+    t
+};
+const PAIR_SECOND: [i16; 32] = {
+    let mut t = PAIR_FIRST;
+    let mut p = 0;
+    while p < 32 {
+        t[p] += 1;
+        p += 1;
+    }
+    t
+};
+const fn pair_join(half: usize) -> [i16; 32] {
+    let mut t = [0i16; 32];
+    let mut i = 0;
+    while i < 32 {
+        // Coefficient 32·half + i is pair 16·half + i/2's first (from the
+        // first source) or second (lanes 32.. of the second source).
+        let pair = 16 * half + i / 2;
+        t[i] = if i % 2 == 0 { pair as i16 } else { 32 + pair as i16 };
+        i += 1;
+    }
+    t
+}
+const PAIR_JOIN: [[i16; 32]; 2] = [pair_join(0), pair_join(1)];
+
+/// The base-case ζ of each pair lane of register pair m (coefficients
+/// 64m..64m + 64): pair P = 32m + p takes ζ^(2·bitrev7(P/2)+1), negated
+/// for odd P (FIPS 203 Algorithm 11's γ), as [`Poly::add_product`].
+const PAIR_ZETAS: [[i16; 32]; 4] = {
+    let mut t = [[0i16; 32]; 4];
+    let mut m = 0;
+    while m < 4 {
+        let mut p = 0;
+        while p < 32 {
+            let pair = 32 * m + p;
+            let z = ZETAS[64 + pair / 2];
+            t[m][p] = if pair % 2 == 0 { z } else { -z };
+            p += 1;
+        }
+        m += 1;
+    }
+    t
+};
+
+/// Σ a[j]∘b[j] as `Transform::dot` (Algorithm 11 on pairs, summed): per
+/// register pair, the 32 coefficient pairs gathered into first and second
+/// coefficients, five Montgomery products a pair, interleaved back after.
+#[target_feature(enable = "avx512f,avx512bw")]
+fn dot_kernel(a: [&Poly; K], b: &[Poly; K]) -> Poly {
+    let (first, second) = (vec(&PAIR_FIRST), vec(&PAIR_SECOND));
+    let join = [vec(&PAIR_JOIN[0]), vec(&PAIR_JOIN[1])];
+    let (va, vb) = (a.map(|p| load(p)), b.each_ref().map(|p| load(p)));
+    let mut out = [_mm512_setzero_si512(); 8];
+    for m in 0..4 {
+        let z = vec(&PAIR_ZETAS[m]);
+        let zq = qinv(z);
+        let (mut c0, mut c1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        for j in 0..K {
+            let split = |v: &[V; 8]| {
+                let (x, y) = (v[2 * m], v[2 * m + 1]);
+                (_mm512_permutex2var_epi16(x, first, y), _mm512_permutex2var_epi16(x, second, y))
+            };
+            let ((a0, a1), (b0, b1)) = (split(&va[j]), split(&vb[j]));
+            let (b0q, b1q) = (qinv(b0), qinv(b1));
+            let one = _mm512_add_epi16(fqmul(fqmul(a1, b1, b1q), z, zq), fqmul(a0, b0, b0q));
+            let two = _mm512_add_epi16(fqmul(a0, b1, b1q), fqmul(a1, b0, b0q));
+            (c0, c1) = (_mm512_add_epi16(c0, one), _mm512_add_epi16(c1, two));
+        }
+        out[2 * m] = _mm512_permutex2var_epi16(c0, join[0], c1);
+        out[2 * m + 1] = _mm512_permutex2var_epi16(c0, join[1], c1);
+    }
+    let mut sum = Poly::default();
+    store(&mut sum, out);
+    sum
+}
+
+entry_points! { proof: Avx512, features: "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2", dot: dot_kernel }
 
 #[cfg(test)]
 mod tests {
@@ -252,9 +340,10 @@ mod tests {
     #[test]
     fn the_kernels_match_the_plain_code() {
         let Some(cpu) = Avx512::detect() else { return };
-        // SAFETY (all three): an `Avx512` was made, so the CPU has the features.
+        // SAFETY (all four): an `Avx512` was made, so the CPU has the features.
         check::transforms(11, |p| unsafe { ntt(p) }, |p| unsafe { inv_ntt(p) });
         check::decoding(13, |b| decode12(cpu, b));
         check::sampling(12, |s, p| unsafe { sample_ntt(s, p) });
+        check::products(14, |a, b| unsafe { dot_kernel(a, b) });
     }
 }
