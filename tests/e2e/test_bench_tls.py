@@ -38,10 +38,11 @@ def test_2000_concurrent_handshakes_against_mb_complete_without_error(tmp_path, 
 
 @needs_ifma
 def test_a_faulty_ecdsa_lane_fails_only_its_own_handshake(tmp_path, gatehouse, monkeypatch):
-    # ECDSA signatures run in lanes when a busy stretch asks for enough of
-    # them (else BoringSSL signs in place): a fast client with 64
-    # connections makes such stretches. Lane 0 of every lane batch is
-    # corrupted; its check refuses it, and only that handshake fails.
+    # ECDSA signatures on mb take presignatures made eight at a time in
+    # lanes. Every signature whose nonce came from lane 0 of its batch is
+    # corrupted; its check refuses it, and only that handshake fails. The
+    # presignatures left in the pool (up to two batches' worth, made last)
+    # signed nothing.
     monkeypatch.setenv("GATEHOUSE_TEST_FAULT_LANE", "0")
     port, admin = free_port(), free_port()
     crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
@@ -52,8 +53,8 @@ def test_a_faulty_ecdsa_lane_fails_only_its_own_handshake(tmp_path, gatehouse, m
     from test_keyops import metrics
     fams = metrics(admin)
     batches = sum(s.value for s in fams["gatehouse_keyops_batches"].samples if s.labels.get("key") == "ecdsa-p256")
-    assert batches > 0, "64 connections make lane batches"
-    assert errors == batches, (errors, batches, err)
+    assert batches > 0, "signatures take presignatures made in lane batches"
+    assert 0 < errors <= batches <= errors + 2, (errors, batches, err)
     g.wait_log("ECDSA lane failed its checks")
 
 

@@ -1,6 +1,6 @@
 //! The per-worker batcher: thread-local queues of RSA private operations, one
-//! per key size, of X25519 key shares and of ECDSA P-256 signatures, with no
-//! locks.
+//! per key size, and of X25519 key shares, and a pool of ECDSA P-256
+//! presignatures, with no locks.
 //!
 //! A queue runs as a batch when it holds [`mbx::BATCH`] operations (at once, in
 //! the handshake that filled it), when the worker has no other ready work (the
@@ -19,20 +19,30 @@
 //! too busy to idle between them, so the comb saves CPU under load and
 //! costs no handshake a wait.
 //!
-//! Key shares and ECDSA signatures are *patient* while waiting pays: an
-//! idle worker then leaves a partial queue for the next arrivals to fill
-//! (the timer still bounds the wait at `max_delay`), as Intel's QAT_SW and
-//! Envoy's CryptoMb wait for full batches. A queue turns patient when a
-//! batch of it fills, or when company is around: enough TLS handshakes
-//! under way on the worker ([`handshake_begins`], `COMPANY`) and the
-//! previous arrival within `max_delay`. Two waits in a row that end with
-//! too few to pay (`PAID`) turn it impatient for a number of arrivals
-//! that doubles with each such back-off. A client or a few making handshakes
-//! one after another never wait. Under client-bound loads on one Zen 5
-//! worker, this took 11–20% off the CPU of a full handshake
-//! (docs/BENCHMARKS.md).
+//! Key shares are *patient* while waiting pays: an idle worker then
+//! leaves a partial queue for the next arrivals to fill (the timer still
+//! bounds the wait at `max_delay`), as Intel's QAT_SW and Envoy's CryptoMb
+//! wait for full batches. The queue turns patient when a batch of it
+//! fills, or when company is around: enough TLS handshakes under way on
+//! the worker ([`handshake_begins`], `COMPANY`) and the previous arrival
+//! within `max_delay`. Two waits in a row that end with too few to pay
+//! (`PAID`) turn it impatient for a number of arrivals that doubles with
+//! each such back-off. A client or a few making handshakes one after
+//! another never wait. Under client-bound loads on one Zen 5 worker, this
+//! took 11–20% off the CPU of a full handshake (docs/BENCHMARKS.md).
+//!
+//! ECDSA signatures wait for nothing. Most of a signature's work is its
+//! nonce's (k·G, r and k⁻¹), which needs neither key nor message, so the
+//! worker makes nonces ahead, eight at a time in full lane batches, into
+//! a small pool of presignatures ([`mbx::p256::presign_batch`]), refilled
+//! when it runs low at an idle moment, or at once by the signature that
+//! finds it empty. A signature takes one presignature (each signs once and
+//! is zeroed on drop) and finishes in a fraction of a microsecond, in the
+//! handshake that asked for it: no queue, no wait for company, no lone
+//! signature in BoringSSL; every batch of nonces fills its lanes.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -106,43 +116,34 @@ struct SharePending {
     reply: oneshot::Sender<Result<X25519Share, Error>>,
 }
 
-/// ECDSA P-256 signatures from which a batch of lanes beats BoringSSL: one
-/// batch of eight costs as much as 3.5 BoringSSL signatures on Zen 5
-/// (`gatehouse bench keyops`: 173.7k against 76.3k signatures/s).
-pub const ECDSA_BREAK_EVEN: usize = 4;
+/// An idle worker that signs makes another batch of eight presignatures
+/// when it holds no more than this, so it keeps up to two batches' worth
+/// and a burst of signatures finds them made.
+const PRESIGN_LOW: usize = mbx::BATCH;
 
-struct SignPending {
-    key: Arc<EcdsaKey>,
-    digest: [u8; 32],
-    queued: Instant,
-    reply: oneshot::Sender<Result<Vec<u8>, Error>>,
-}
-
-/// Operations that fill a batch, `[shares, signs]`.
-const FULL: [usize; 2] = [mbx::BATCH, mbx::BATCH];
-/// A patient queue leaves an idle worker its operations for company only
+/// Shares that fill a batch.
+const FULL: usize = mbx::BATCH;
+/// A patient queue leaves an idle worker its shares for company only
 /// while it holds fewer than this: four shares already fill one batch of
 /// the ladder's lanes; more save only the comb's part, not worth holding
 /// handshakes for the timer.
-const WAITS_BELOW: [usize; 2] = [mbx::BATCH / 2, mbx::BATCH];
-/// Fewer than this in a queue after a wait: waiting did not pay. Two
-/// shares already share one ladder batch (a lone share takes one too);
-/// signatures pay in lanes from [`ECDSA_BREAK_EVEN`].
-const PAID: [usize; 2] = [2, ECDSA_BREAK_EVEN];
-/// Handshakes under way on the worker from which a queue may wait for
-/// company: eight for shares (the two batches' worth of when four filled
-/// one), sixteen for signatures. With fewer, a few clients making
-/// handshakes in a loop wait for each other: four clients waiting from
-/// one batch's worth lost 30% in median latency and 12% in handshakes/s
-/// for 12% less CPU, eight lost 24% waiting for signatures (Zen 5).
-const COMPANY: [usize; 2] = [mbx::BATCH, 2 * FULL[SIGNS]];
+const WAITS_BELOW: usize = mbx::BATCH / 2;
+/// Fewer than this in the queue after a wait: waiting did not pay. Two
+/// shares already share one ladder batch (a lone share takes one too).
+const PAID: usize = 2;
+/// Handshakes under way on the worker from which the queue may wait for
+/// company: eight (the two batches' worth of when four filled one). With
+/// fewer, a few clients making handshakes in a loop wait for each other:
+/// four clients waiting from one batch's worth lost 30% in median latency
+/// and 12% in handshakes/s for 12% less CPU (Zen 5).
+const COMPANY: usize = mbx::BATCH;
 /// Arrivals a queue stays impatient after a wait that did not pay: the
 /// first time, and at most.
 const BACKOFF_MIN: u32 = 8;
 const BACKOFF_MAX: u32 = 1024;
 
 /// A TLS handshake under way on this worker, until dropped: what tells the
-/// batcher that company for a queued share or signature may come.
+/// batcher that company for a queued share may come.
 pub struct Handshake(());
 
 /// Counts a handshake under way on this worker until the guard drops.
@@ -161,39 +162,34 @@ impl Drop for Handshake {
     }
 }
 
-/// Indices of the two handshake queues in [`Batcher`]'s per-kind arrays.
-const SHARES: usize = 0;
-const SIGNS: usize = 1;
-
 struct Batcher {
     /// One queue per key size, in [`mbx::KeyClass::ALL`] order.
     queues: [Vec<Pending>; 3],
     /// X25519 key shares, two lanes each.
     shares: Vec<SharePending>,
-    /// ECDSA P-256 signatures.
-    signs: Vec<SignPending>,
-    /// Key shares and signatures (`[shares, signs]`) asked for since the
-    /// worker last went idle, and in the busy stretch before that: whether
-    /// a new one waits for company or runs at once.
-    this_tick: [u32; 2],
-    last_tick: [u32; 2],
-    /// Whether an idle worker leaves a partial queue of shares or of
-    /// signatures (`[shares, signs]`) to fill (see the module's notes).
-    patient: [bool; 2],
-    /// When the last share and the last signature were asked for.
-    last_arrival: [Option<Instant>; 2],
+    /// Key shares asked for since the worker last went idle, and in the
+    /// busy stretch before that: whether a new one waits for company or
+    /// runs at once.
+    this_tick: u32,
+    last_tick: u32,
+    /// Whether an idle worker leaves a partial queue of shares to fill
+    /// (see the module's notes).
+    patient: bool,
+    /// When the last share was asked for.
+    last_arrival: Option<Instant>,
     /// Arrivals that may not make the queue patient again after a wait
     /// that brought too little company, and how many the next such wait
     /// costs (doubling from [`BACKOFF_MIN`]; a full batch clears it).
-    backoff: [u32; 2],
-    penalty: [u32; 2],
+    backoff: u32,
+    penalty: u32,
     /// Whether the last wait judged came out with less than half a batch.
-    empty_wait: [bool; 2],
+    empty_wait: bool,
     /// TLS handshakes under way on this worker ([`handshake_begins`]).
     handshakes: u32,
-    /// Handshakes whose key shares a batch just gave back, each about to
-    /// ask for its signature: company the next signatures can count on.
-    signs_coming: u32,
+    /// ECDSA presignatures ready, oldest first, and whether this worker
+    /// signs (only then does it keep them).
+    presigned: VecDeque<mbx::p256::Presignature>,
+    signs: bool,
     timer: Arc<Notify>,
 }
 
@@ -201,81 +197,81 @@ thread_local! {
     static BATCHER: RefCell<Batcher> = RefCell::new(Batcher {
         queues: Default::default(),
         shares: Vec::new(),
-        signs: Vec::new(),
-        this_tick: [0; 2],
-        last_tick: [0; 2],
-        patient: [false; 2],
-        last_arrival: [None; 2],
-        backoff: [0; 2],
-        penalty: [0; 2],
-        empty_wait: [false; 2],
+        this_tick: 0,
+        last_tick: 0,
+        patient: false,
+        last_arrival: None,
+        backoff: 0,
+        penalty: 0,
+        empty_wait: false,
         handshakes: 0,
-        signs_coming: 0,
+        presigned: VecDeque::new(),
+        signs: false,
         timer: Arc::new(Notify::new()),
     });
 }
 
 impl Batcher {
-    /// Notes an arrival of `kind` at `now`: the queue turns patient when
+    /// Notes a share's arrival at `now`: the queue turns patient when
     /// company is around — enough handshakes under way on the worker to
     /// fill two batches ([`COMPANY`]), and the previous arrival less than `max_delay`
     /// ago — unless a recent wait came out nearly empty ([`Self::waited`]).
     /// A client or two making handshakes one after another never wait.
-    fn arrives(&mut self, kind: usize, now: Instant) {
-        let recent = self.last_arrival[kind].is_some_and(|t| now.saturating_duration_since(t) < max_delay());
-        self.last_arrival[kind] = Some(now);
-        if self.backoff[kind] > 0 {
-            self.backoff[kind] -= 1;
-        } else if recent && self.handshakes as usize >= COMPANY[kind] {
-            self.patient[kind] = true;
+    fn arrives(&mut self, now: Instant) {
+        let recent = self.last_arrival.is_some_and(|t| now.saturating_duration_since(t) < max_delay());
+        self.last_arrival = Some(now);
+        if self.backoff > 0 {
+            self.backoff -= 1;
+        } else if recent && self.handshakes as usize >= COMPANY {
+            self.patient = true;
         }
     }
 
-    /// A patient queue of `kind` waited `max_delay` and holds `n`: with
-    /// fewer than [`PAID`], waiting did not pay. The second such wait
+    /// A patient queue waited `max_delay` and holds `n`: with fewer than
+    /// [`PAID`], waiting did not pay. The second such wait
     /// with no batch that paid in between stops the queue being patient
     /// for a number of arrivals that doubles with each such back-off. One
     /// empty wait alone is no sign: under steady arrivals a few per
     /// `max_delay`, one wait in ten or so comes out empty by chance, and
     /// backing off on it ran one X25519MLKEM768 share in seven alone.
-    fn waited(&mut self, kind: usize, n: usize) {
-        if !self.patient[kind] {
+    fn waited(&mut self, n: usize) {
+        if !self.patient {
             return;
         }
-        let empty = n < PAID[kind];
-        if !(empty && self.empty_wait[kind]) {
+        let empty = n < PAID;
+        if !(empty && self.empty_wait) {
             // A wait that paid, or the first empty one: patience holds.
-            self.empty_wait[kind] = empty;
+            self.empty_wait = empty;
             return;
         }
-        self.patient[kind] = false;
-        self.empty_wait[kind] = false;
-        self.penalty[kind] = (2 * self.penalty[kind]).clamp(BACKOFF_MIN, BACKOFF_MAX);
-        self.backoff[kind] = self.penalty[kind];
+        self.patient = false;
+        self.empty_wait = false;
+        self.penalty = (2 * self.penalty).clamp(BACKOFF_MIN, BACKOFF_MAX);
+        self.backoff = self.penalty;
     }
 
-    /// A batch of `kind` filled: waiting pays.
-    fn filled(&mut self, kind: usize) {
-        self.patient[kind] = true;
-        self.empty_wait[kind] = false;
-        self.penalty[kind] = 0;
+    /// A batch filled: waiting pays.
+    fn filled(&mut self) {
+        self.patient = true;
+        self.empty_wait = false;
+        self.penalty = 0;
     }
 
-    /// Counts one more request of `kind` in this busy stretch; true when
-    /// this stretch or the last asked for at least `enough` of them.
-    fn busy(&mut self, kind: usize, enough: usize) -> bool {
-        self.this_tick[kind] += 1;
-        self.last_tick[kind].max(self.this_tick[kind]) as usize >= enough
+    /// Counts one more share in this busy stretch; true when this stretch
+    /// or the last asked for at least `enough` of them.
+    fn busy(&mut self, enough: usize) -> bool {
+        self.this_tick += 1;
+        self.last_tick.max(self.this_tick) as usize >= enough
     }
 
     /// When the oldest queued operation was queued (each queue is in order).
     fn oldest(&self) -> Option<Instant> {
         let heads = self.queues.iter().filter_map(|q| q.first().map(|p| p.queued));
-        heads.chain(self.shares.first().map(|p| p.queued)).chain(self.signs.first().map(|p| p.queued)).min()
+        heads.chain(self.shares.first().map(|p| p.queued)).min()
     }
 
     fn is_empty(&self) -> bool {
-        self.queues.iter().all(Vec::is_empty) && self.shares.is_empty() && self.signs.is_empty()
+        self.queues.iter().all(Vec::is_empty) && self.shares.is_empty()
     }
 }
 
@@ -315,22 +311,22 @@ pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiv
     }
     let full = BATCHER.with_borrow_mut(|b| {
         let now = Instant::now();
-        b.arrives(SHARES, now);
+        b.arrives(now);
         let pending = SharePending { scalar, peer, mlkem, queued: now, reply };
         // A quiet worker (no second share in this busy stretch or the last)
         // computes the share at once: waiting for company that is not coming
         // costs the handshake a round trip through the scheduler.
-        let busy = b.busy(SHARES, 2);
-        if b.shares.is_empty() && !busy && !b.patient[SHARES] {
+        let busy = b.busy(2);
+        if b.shares.is_empty() && !busy && !b.patient {
             return Some(vec![pending]);
         }
         if b.is_empty() {
             b.timer.notify_one();
         }
         b.shares.push(pending);
-        let full = b.shares.len() >= FULL[SHARES];
+        let full = b.shares.len() >= FULL;
         if full {
-            b.filled(SHARES);
+            b.filled();
         }
         full.then(|| std::mem::take(&mut b.shares))
     });
@@ -340,42 +336,47 @@ pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiv
     rx
 }
 
-/// Whether the next ECDSA signature should queue for the lanes: when the
-/// worker's last busy stretch (from one idle moment to the next) or this
-/// one asked for at least [`ECDSA_BREAK_EVEN`] signatures, when some wait
-/// already, or when a batch of key shares just let go of enough
-/// handshakes, each about to sign. Otherwise BoringSSL signs in place,
-/// sparing the handshake a round trip through the scheduler for a batch
-/// that would run below break-even, one by one in BoringSSL anyway.
-pub(crate) fn sign_in_lanes() -> bool {
-    BATCHER.with_borrow_mut(|b| {
-        b.arrives(SIGNS, Instant::now());
-        // This one and those a batch of shares just let go: enough for a batch.
-        let coming = b.signs_coming as usize;
-        b.signs_coming = b.signs_coming.saturating_sub(1);
-        b.busy(SIGNS, ECDSA_BREAK_EVEN) || !b.signs.is_empty() || b.patient[SIGNS] || coming >= ECDSA_BREAK_EVEN
-    })
+/// Signs a SHA-256 `digest` with `key` (which must have a lane form) from
+/// one of this worker's presignatures, made first if none is left; the
+/// signature DER-encoded. A lane that fails its checks fails this
+/// signature alone.
+pub(crate) fn sign(key: &EcdsaKey, digest: &[u8; 32]) -> Result<Vec<u8>, Error> {
+    let ready = BATCHER.with_borrow_mut(|b| {
+        b.signs = true;
+        b.presigned.pop_front()
+    });
+    let presignature = match ready {
+        Some(p) => p,
+        None => {
+            presign();
+            BATCHER.with_borrow_mut(|b| b.presigned.pop_front()).ok_or(Error::Fault)?
+        }
+    };
+    let mut out = [0u8; 64];
+    let fault = injected_fault().map(|f| mbx::p256::FinishFault { lane: f.lane });
+    let mut op = [mbx::p256::FinishOp { presignature, key: key.lanes(), digest, out: &mut out }];
+    match mbx::p256::finish_batch(&mut op, fault)[0] {
+        Ok(()) => crate::ecdsa_der(&out),
+        Err(_) => {
+            stats::record_fault();
+            tracing::error!("ECDSA lane failed its checks; handshake aborted");
+            Err(Error::Fault)
+        }
+    }
 }
 
-/// Queues an ECDSA P-256 signature of a SHA-256 `digest`; the receiver
-/// gets it DER-encoded. Only for keys with a lane form.
-pub(crate) fn submit_sign(key: Arc<EcdsaKey>, digest: [u8; 32]) -> oneshot::Receiver<Result<Vec<u8>, Error>> {
-    let (reply, rx) = oneshot::channel();
-    let full = BATCHER.with_borrow_mut(|b| {
-        if b.is_empty() {
-            b.timer.notify_one();
-        }
-        b.signs.push(SignPending { key, digest, queued: Instant::now(), reply });
-        let full = b.signs.len() >= FULL[SIGNS];
-        if full {
-            b.filled(SIGNS);
-        }
-        full.then(|| std::mem::take(&mut b.signs))
-    });
-    if let Some(ops) = full {
-        run_signs(ops);
+/// Makes a batch of eight presignatures into this worker's pool, counted
+/// as a batch of ECDSA lanes. A lane whose point fails its check is
+/// counted as a fault and left out.
+fn presign() {
+    let made = mbx::p256::presign_batch();
+    stats::record_batch_of(stats::ECDSA_P256, made.len(), true);
+    let sound: Vec<_> = made.into_iter().filter_map(Result::ok).collect();
+    if sound.len() < mbx::BATCH {
+        stats::record_fault();
+        tracing::error!("ECDSA nonce lane failed its checks; left out");
     }
-    rx
+    BATCHER.with_borrow_mut(|b| b.presigned.extend(sound));
 }
 
 /// Runs what is queued on this worker when it is about to park (no other
@@ -386,57 +387,47 @@ pub fn on_idle() {
     flush(false);
 }
 
-/// Runs the queues: on an idle worker, all but the patient ones; for the
-/// timer (`timer`), all but the patient ones whose oldest operation has
-/// not yet waited `max_delay` ([`Batcher::waited`] judges those that did).
+/// Runs the queues: on an idle worker, all but a patient queue of shares,
+/// and a batch of presignatures if the worker signs and holds few; for
+/// the timer (`timer`), all but a patient queue of shares whose oldest
+/// has not yet waited `max_delay` ([`Batcher::waited`] judges one that did).
 fn flush(timer: bool) {
-    let queued = BATCHER.with_borrow_mut(|b| {
-        if b.this_tick != [0; 2] || b.last_tick != [0; 2] {
+    let (queued, presign_now) = BATCHER.with_borrow_mut(|b| {
+        if b.this_tick != 0 || b.last_tick != 0 {
             b.last_tick = std::mem::take(&mut b.this_tick);
         }
-        if !timer {
-            // What a batch of shares let go came in the stretch now ending
-            // (or comes in the next, from shares run below).
-            b.signs_coming = 0;
-        }
+        let presign_now = !timer && b.signs && b.presigned.len() <= PRESIGN_LOW;
         if b.is_empty() {
-            return None;
+            return (None, presign_now);
         }
         // The clock only for the timer: an idle worker parks often.
         let now = timer.then(Instant::now);
-        let due = |head: Option<Instant>| {
-            now.zip(head).is_some_and(|(now, t)| now.saturating_duration_since(t) >= max_delay())
-        };
-        let due = [due(b.shares.first().map(|p| p.queued)), due(b.signs.first().map(|p| p.queued))];
-        let lengths = [b.shares.len(), b.signs.len()];
-        for kind in [SHARES, SIGNS] {
-            if due[kind] {
-                b.waited(kind, lengths[kind]);
-            }
+        let head = b.shares.first().map(|p| p.queued);
+        let due = now.zip(head).is_some_and(|(now, t)| now.saturating_duration_since(t) >= max_delay());
+        let length = b.shares.len();
+        if due {
+            b.waited(length);
         }
-        let waits = |kind: usize| b.patient[kind] && !due[kind] && lengths[kind] < WAITS_BELOW[kind];
-        let run = [!waits(SHARES), !waits(SIGNS)];
-        for kind in [SHARES, SIGNS] {
-            // A batch that fills the lanes it takes paid for its wait.
-            if run[kind] && lengths[kind] >= WAITS_BELOW[kind] {
-                b.filled(kind);
-            }
+        let run = !(b.patient && !due && length < WAITS_BELOW);
+        // A batch that fills the lanes it takes paid for its wait.
+        if run && length >= WAITS_BELOW {
+            b.filled();
         }
-        let shares = if run[SHARES] { std::mem::take(&mut b.shares) } else { Vec::new() };
-        let signs = if run[SIGNS] { std::mem::take(&mut b.signs) } else { Vec::new() };
-        Some((b.queues.each_mut().map(std::mem::take), shares, signs))
+        let shares = if run { std::mem::take(&mut b.shares) } else { Vec::new() };
+        (Some((b.queues.each_mut().map(std::mem::take), shares)), presign_now)
     });
-    let Some((queued, shares, signs)) = queued else { return };
-    for (class, ops) in mbx::KeyClass::ALL.into_iter().zip(queued) {
-        if !ops.is_empty() {
-            run(class, ops);
+    if let Some((queued, shares)) = queued {
+        for (class, ops) in mbx::KeyClass::ALL.into_iter().zip(queued) {
+            if !ops.is_empty() {
+                run(class, ops);
+            }
+        }
+        if !shares.is_empty() {
+            run_shares(shares);
         }
     }
-    if !shares.is_empty() {
-        run_shares(shares);
-    }
-    if !signs.is_empty() {
-        run_signs(signs);
+    if presign_now {
+        presign();
     }
 }
 
@@ -463,7 +454,8 @@ pub async fn run_timer() {
 }
 
 /// Fault injection for the end-to-end test of the public-key check:
-/// `GATEHOUSE_TEST_FAULT_LANE=N` corrupts lane N of every RSA and ECDSA batch.
+/// `GATEHOUSE_TEST_FAULT_LANE=N` corrupts lane N of every RSA batch, and
+/// every ECDSA signature whose nonce came from lane N of its batch.
 fn injected_fault() -> Option<mbx::Fault> {
     static LANE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let lane = (*LANE.get_or_init(|| test_hook("GATEHOUSE_TEST_FAULT_LANE", "lane {} of every RSA and ECDSA batch")))?;
@@ -483,44 +475,6 @@ fn test_hook(var: &str, what: &str) -> Option<usize> {
     Some(n)
 }
 
-/// Runs queued ECDSA signatures: in one batch of lanes from the break-even
-/// count up, else one by one in BoringSSL. A lane that fails its checks
-/// (see `mbx::p256`) fails its handshake alone.
-fn run_signs(ops: Vec<SignPending>) {
-    let now = Instant::now();
-    for op in &ops {
-        stats::record_queue_delay(now.saturating_duration_since(op.queued));
-    }
-    if ops.len() < ECDSA_BREAK_EVEN {
-        stats::record_batch_of(stats::ECDSA_P256, ops.len(), false);
-        for op in ops {
-            let _ = op.reply.send(op.key.sign_single(&op.digest));
-        }
-        return;
-    }
-    stats::record_batch_of(stats::ECDSA_P256, ops.len(), true);
-    let mut outs = [[0u8; 64]; mbx::BATCH];
-    let results = {
-        let mut lanes: Vec<mbx::p256::SignOp<'_>> = Vec::with_capacity(ops.len());
-        for (op, out) in ops.iter().zip(outs.iter_mut()) {
-            lanes.push(mbx::p256::SignOp { key: op.key.lanes(), digest: &op.digest, out });
-        }
-        let fault = injected_fault().map(|f| mbx::p256::PointFault { lane: f.lane });
-        mbx::p256::sign_batch_with_fault(&mut lanes, fault)
-    };
-    for ((op, out), result) in ops.into_iter().zip(outs).zip(results) {
-        let sent = match result {
-            Ok(()) => crate::ecdsa_der(&out),
-            Err(_) => {
-                stats::record_fault();
-                tracing::error!("ECDSA lane failed its checks; handshake aborted");
-                Err(Error::Fault)
-            }
-        };
-        let _ = op.reply.send(sent);
-    }
-}
-
 /// Computes queued key shares (up to [`mbx::BATCH`]) in lanes: for each, its
 /// public key (the scalar times the base point) and its shared secret. A
 /// share whose secret comes out zero (the client's point has small order)
@@ -533,7 +487,6 @@ fn run_shares(ops: Vec<SharePending>) {
         stats::record_queue_delay(now.saturating_duration_since(op.queued));
     }
     stats::record_batch_of(stats::X25519, 2 * ops.len(), true);
-    BATCHER.with_borrow_mut(|b| b.signs_coming += ops.len() as u32);
     let mut publics = [[0u8; 32]; mbx::BATCH];
     let mut secrets = Zeroizing::new([[0u8; 32]; mbx::BATCH]);
     let results = x25519_halves(&ops, &mut publics, &mut secrets);

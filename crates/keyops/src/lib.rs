@@ -450,8 +450,8 @@ pub(crate) fn ecdsa_der(rs: &[u8; 64]) -> Result<Vec<u8>, Error> {
         .map_err(|_| Error::Crypto("ECDSA encoding"))
 }
 
-/// ECDSA P-256 through either engine: on `mb` the signature of the
-/// message's SHA-256 queues in the worker's batcher.
+/// ECDSA P-256 through either engine: on `mb` the message's SHA-256 is
+/// signed at once from a presignature the worker's batcher made ahead.
 pub struct EcdsaProvider {
     key: Arc<EcdsaKey>,
 }
@@ -473,11 +473,7 @@ impl Provider for EcdsaProvider {
         }
         let digest = boring::sha::sha256(msg);
         match self.key.engine() {
-            Engine::Mb if batcher::sign_in_lanes() => KeyOp::Queued(batcher::submit_sign(self.key.clone(), digest)),
-            Engine::Mb => {
-                stats::record_batch_of(stats::ECDSA_P256, 1, false);
-                KeyOp::Ready(self.key.sign_single(&digest))
-            }
+            Engine::Mb => KeyOp::Ready(batcher::sign(&self.key, &digest)),
             Engine::Boring => KeyOp::Ready(self.key.sign_single(&digest)),
         }
     }

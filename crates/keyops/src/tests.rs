@@ -338,43 +338,43 @@ fn a_small_order_point_fails_only_its_own_share() {
 }
 
 #[test]
-fn ecdsa_on_mb_batches_from_break_even_and_every_signature_verifies() {
+fn ecdsa_on_mb_signs_at_once_from_presignatures_made_in_full_batches() {
     use boring::ec::{EcGroup, EcKey};
     use boring::nid::Nid;
     if !gatehouse_mbx::available() {
         return;
     }
-    let rt = runtime();
     let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).expect("group");
     let pkey = PKey::from_ec_key(EcKey::generate(&group).expect("key")).expect("pkey");
     let provider = crate::EcdsaProvider::new(crate::EcdsaKey::new(&pkey, Engine::Mb).expect("key"));
     assert_eq!(provider.engine(), Engine::Mb);
     let k = stats::ECDSA_P256;
-    let msgs: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 100]).collect();
-    let check = |ops: Vec<crate::KeyOp>| {
-        for (m, op) in msgs.iter().zip(ops) {
-            let sig = rt.block_on(op.wait()).expect("signature");
-            let mut v = Verifier::new(MessageDigest::sha256(), &pkey).expect("verifier");
-            v.update(m).expect("update");
-            assert!(v.verify(&sig).expect("verify"), "a valid DER signature");
-        }
-    };
-    // A quiet worker signs in place until a busy stretch asks for the
-    // break-even count; the rest of the burst queues, and runs in lanes
-    // when the worker goes idle.
+    let msgs: Vec<Vec<u8>> = (0..16u8).map(|i| vec![i; 100]).collect();
+    let full = |t: &stats::Snapshot| t.mb_batches[k][7];
+    // Sixteen signatures, each ready at once: the first finds no
+    // presignature and makes eight, the ninth eight more; none queues
+    // and none goes to BoringSSL.
     let before = stats::this_thread();
-    let ops: Vec<_> = msgs.iter().map(|m| provider.sign(Alg::ECDSA_SECP256R1_SHA256, m)).collect();
-    let inline = batcher::ECDSA_BREAK_EVEN - 1;
-    assert_eq!(stats::this_thread().single_ops[k], before.single_ops[k] + inline as u64);
-    check(ops);
-    let queued = 8 - inline;
-    assert_eq!(stats::this_thread().mb_batches[k][queued - 1], before.mb_batches[k][queued - 1] + 1);
-    // After that stretch, a burst of eight queues from the first and fills
-    // a batch at once.
-    let before = stats::this_thread();
-    let ops: Vec<_> = msgs.iter().map(|m| provider.sign(Alg::ECDSA_SECP256R1_SHA256, m)).collect();
-    assert_eq!(stats::this_thread().mb_batches[k][7], before.mb_batches[k][7] + 1, "a full batch ran at once");
-    check(ops);
+    let mut rs = std::collections::HashSet::new();
+    for m in &msgs {
+        let crate::KeyOp::Ready(sig) = provider.sign(Alg::ECDSA_SECP256R1_SHA256, m) else {
+            panic!("an ECDSA signature on mb is ready at once")
+        };
+        let sig = sig.expect("signature");
+        let mut v = Verifier::new(MessageDigest::sha256(), &pkey).expect("verifier");
+        v.update(m).expect("update");
+        assert!(v.verify(&sig).expect("verify"), "a valid DER signature");
+        let parsed = boring::ecdsa::EcdsaSig::from_der(&sig).expect("DER");
+        assert!(rs.insert(parsed.r().to_vec()), "a nonce signs once");
+    }
+    let after = stats::this_thread();
+    assert_eq!(full(&after), full(&before) + 2);
+    assert_eq!(after.single_ops[k], before.single_ops[k]);
+    // An idle worker that signs refills its pool to two batches, then stops.
+    batcher::on_idle();
+    batcher::on_idle();
+    batcher::on_idle();
+    assert_eq!(full(&stats::this_thread()), full(&after) + 2);
     assert!(matches!(
         provider.sign(Alg::ECDSA_SECP384R1_SHA384, b"x"),
         crate::KeyOp::Ready(Err(crate::Error::Algorithm(_)))

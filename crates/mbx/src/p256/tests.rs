@@ -7,7 +7,10 @@ use boring::ecdsa::EcdsaSig;
 use boring::nid::Nid;
 use boring::pkey::Private;
 
-use super::{P256Key, PointFault, SignFault, SignOp, sign_batch, sign_batch_with_fault};
+use super::{
+    FinishFault, FinishOp, P256Key, PointFault, SignFault, SignOp, presign_batch, presign_batch_with_fault, sign_batch,
+    sign_batch_with_fault,
+};
 use crate::available;
 
 fn key() -> (EcKey<Private>, P256Key) {
@@ -73,6 +76,74 @@ fn a_faulty_lane_gives_no_signature_and_the_others_verify() {
             assert_eq!(results[i], Err(SignFault));
         } else {
             assert_eq!(results[i], Ok(()));
+            assert!(verifies(&k, &digests[i], &outs[i]));
+        }
+    }
+}
+
+/// Presignatures made ahead sign with any key and any digest, in finish
+/// batches of every size, mixed from several presign batches.
+#[test]
+fn presignatures_sign_with_any_key_in_batches_of_any_size() {
+    if !available() {
+        return;
+    }
+    let keys: Vec<_> = (0..3).map(|_| key()).collect();
+    let mut pool: Vec<_> = (0..9).flat_map(|_| presign_batch()).map(|p| p.expect("a sound lane")).collect();
+    assert_eq!(pool.len(), 72);
+    let mut n = 1;
+    while !pool.is_empty() {
+        let take = n.min(pool.len());
+        let digests: Vec<[u8; 32]> = (0..take).map(|_| core::array::from_fn(|_| fastrand::u8(..))).collect();
+        let mut outs = vec![[0u8; 64]; take];
+        let mut ops: Vec<FinishOp<'_>> = pool
+            .drain(..take)
+            .zip(digests.iter().zip(outs.iter_mut()))
+            .enumerate()
+            .map(|(i, (presignature, (digest, out)))| FinishOp { presignature, key: &keys[i % 3].1, digest, out })
+            .collect();
+        let results = super::finish_batch(&mut ops, None);
+        drop(ops);
+        for i in 0..take {
+            assert_eq!(results[i], Ok(()), "batch of {take}, lane {i}");
+            assert!(verifies(&keys[i % 3].0, &digests[i], &outs[i]), "batch of {take}, lane {i}");
+        }
+        // Two signatures never share a nonce, so never an r.
+        for i in 1..take {
+            assert_ne!(outs[i][..32], outs[0][..32]);
+        }
+        n = n % 8 + 1;
+    }
+}
+
+/// A nonce whose point fails its check gives no presignature; a finish
+/// fault fails only the signatures whose nonce came from that lane.
+#[test]
+fn faulty_presignatures_and_finishes_fail_alone() {
+    if !available() {
+        return;
+    }
+    let faulted = presign_batch_with_fault(Some(PointFault { lane: 2 }));
+    for (l, p) in faulted.iter().enumerate() {
+        assert_eq!(p.is_err(), l == 2, "lane {l}");
+    }
+    let (k, mb) = key();
+    let digests: Vec<[u8; 32]> = (0..8).map(|_| core::array::from_fn(|_| fastrand::u8(..))).collect();
+    let mut outs = vec![[0u8; 64]; 8];
+    // The batch's presignatures in reverse, so lane 3's lands in slot 4.
+    let mut ops: Vec<FinishOp<'_>> = presign_batch()
+        .into_iter()
+        .rev()
+        .zip(digests.iter().zip(outs.iter_mut()))
+        .map(|(p, (digest, out))| FinishOp { presignature: p.expect("sound"), key: &mb, digest, out })
+        .collect();
+    let results = super::finish_batch(&mut ops, Some(FinishFault { lane: 3 }));
+    drop(ops);
+    for i in 0..8 {
+        if i == 4 {
+            assert_eq!(results[i], Err(SignFault));
+        } else {
+            assert_eq!(results[i], Ok(()), "slot {i}");
             assert!(verifies(&k, &digests[i], &outs[i]));
         }
     }
