@@ -52,7 +52,7 @@ use tokio::sync::{Notify, oneshot};
 
 use zeroize::Zeroizing;
 
-use crate::{EcdsaKey, Error, RsaKey, stats};
+use crate::{Error, RsaKey, stats};
 
 /// Settings shared by every worker, fixed at start-up.
 static MAX_DELAY_US: AtomicU64 = AtomicU64::new(1000);
@@ -336,11 +336,10 @@ pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiv
     rx
 }
 
-/// Signs a SHA-256 `digest` with `key` (which must have a lane form) from
-/// one of this worker's presignatures, made first if none is left; the
-/// signature DER-encoded. A lane that fails its checks fails this
-/// signature alone.
-pub(crate) fn sign(key: &EcdsaKey, digest: &[u8; 32]) -> Result<Vec<u8>, Error> {
+/// Signs a SHA-256 `digest` with `key` from one of this worker's
+/// presignatures, made first if none is left; the signature DER-encoded.
+/// A lane that fails its checks fails this signature alone.
+pub(crate) fn sign(key: &mbx::p256::P256Key, digest: &[u8; 32]) -> Result<Vec<u8>, Error> {
     let ready = BATCHER.with_borrow_mut(|b| {
         b.signs = true;
         b.presigned.pop_front()
@@ -354,7 +353,7 @@ pub(crate) fn sign(key: &EcdsaKey, digest: &[u8; 32]) -> Result<Vec<u8>, Error> 
     };
     let mut out = [0u8; 64];
     let fault = injected_fault().map(|f| mbx::p256::FinishFault { lane: f.lane });
-    let mut op = [mbx::p256::FinishOp { presignature, key: key.lanes(), digest, out: &mut out }];
+    let mut op = [mbx::p256::FinishOp { presignature, key, digest, out: &mut out }];
     match mbx::p256::finish_batch(&mut op, fault)[0] {
         Ok(()) => crate::ecdsa_der(&out),
         Err(_) => {
@@ -372,9 +371,14 @@ fn presign() {
     let made = mbx::p256::presign_batch();
     stats::record_batch_of(stats::ECDSA_P256, made.len(), true);
     let sound: Vec<_> = made.into_iter().filter_map(Result::ok).collect();
-    if sound.len() < mbx::BATCH {
+    for _ in sound.len()..mbx::BATCH {
         stats::record_fault();
-        tracing::error!("ECDSA nonce lane failed its checks; left out");
+    }
+    if sound.len() < mbx::BATCH {
+        tracing::error!(
+            failed = mbx::BATCH - sound.len(),
+            "ECDSA nonces failed their checks (or the generator failed); left out"
+        );
     }
     BATCHER.with_borrow_mut(|b| b.presigned.extend(sound));
 }

@@ -406,11 +406,6 @@ impl EcdsaKey {
         if self.lanes.is_some() { Engine::Mb } else { Engine::Boring }
     }
 
-    pub(crate) fn lanes(&self) -> &mbx::p256::P256Key {
-        // Only keys with a lane form are queued (`EcdsaProvider::sign`).
-        self.lanes.as_ref().unwrap_or_else(|| unreachable!("an ECDSA key without lanes was queued"))
-    }
-
     /// One signature in BoringSSL, DER-encoded.
     pub fn sign_single(&self, digest: &[u8; 32]) -> Result<Vec<u8>, Error> {
         EcdsaSig::sign(digest, &self.ec).and_then(|s| s.to_der()).map_err(|_| Error::Crypto("ECDSA sign"))
@@ -472,9 +467,9 @@ impl Provider for EcdsaProvider {
             return KeyOp::Ready(Err(Error::Algorithm(format!("{alg:?}"))));
         }
         let digest = boring::sha::sha256(msg);
-        match self.key.engine() {
-            Engine::Mb => KeyOp::Ready(batcher::sign(&self.key, &digest)),
-            Engine::Boring => KeyOp::Ready(self.key.sign_single(&digest)),
+        match &self.key.lanes {
+            Some(lanes) => KeyOp::Ready(batcher::sign(lanes, &digest)),
+            None => KeyOp::Ready(self.key.sign_single(&digest)),
         }
     }
 
