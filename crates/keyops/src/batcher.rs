@@ -39,7 +39,9 @@
 //! finds it empty. A signature takes one presignature (each signs once and
 //! is zeroed on drop) and finishes in a fraction of a microsecond, in the
 //! handshake that asked for it: no queue, no wait for company, no lone
-//! signature in BoringSSL; every batch of nonces fills its lanes.
+//! signature in BoringSSL; every batch of nonces fills its lanes. TLS 1.2
+//! ECDHE key pairs over X25519 are made ahead the same way, eight at a
+//! time by the fixed-base comb ([`ecdhe_pair`]).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -116,10 +118,11 @@ struct SharePending {
     reply: oneshot::Sender<Result<X25519Share, Error>>,
 }
 
-/// An idle worker that signs makes another batch of eight presignatures
-/// when it holds no more than this, so it keeps up to two batches' worth
-/// and a burst of signatures finds them made.
-const PRESIGN_LOW: usize = mbx::BATCH;
+/// An idle worker that signs (or answers TLS 1.2 ECDHE) makes another
+/// batch of eight presignatures (or X25519 key pairs) when it holds no
+/// more than this, so it keeps up to two batches' worth and a burst finds
+/// them made.
+const POOL_LOW: usize = mbx::BATCH;
 
 /// Shares that fill a batch.
 const FULL: usize = mbx::BATCH;
@@ -190,6 +193,10 @@ struct Batcher {
     /// signs (only then does it keep them).
     presigned: VecDeque<mbx::p256::Presignature>,
     signs: bool,
+    /// X25519 key pairs ready for TLS 1.2 ECDHE, oldest first, and whether
+    /// this worker uses them.
+    ecdhe: VecDeque<EcdhePair>,
+    ecdhe_used: bool,
     timer: Arc<Notify>,
 }
 
@@ -207,6 +214,8 @@ thread_local! {
         handshakes: 0,
         presigned: VecDeque::new(),
         signs: false,
+        ecdhe: VecDeque::new(),
+        ecdhe_used: false,
         timer: Arc::new(Notify::new()),
     });
 }
@@ -383,6 +392,58 @@ fn presign() {
     BATCHER.with_borrow_mut(|b| b.presigned.extend(sound));
 }
 
+/// An X25519 key pair for a TLS 1.2 ECDHE handshake: the private scalar as
+/// BoringSSL keeps it (32 random bytes, clamped when used) and its public
+/// key. Used once; the scalar is zeroed on drop.
+pub struct EcdhePair {
+    pub public: [u8; 32],
+    pub private: Zeroizing<[u8; 32]>,
+}
+
+/// One of this worker's X25519 key pairs made ahead, made first (eight
+/// at once) if none is left; `None` if the generator or every lane failed.
+/// Only on a CPU with IFMA.
+pub fn ecdhe_pair() -> Option<EcdhePair> {
+    let ready = BATCHER.with_borrow_mut(|b| {
+        b.ecdhe_used = true;
+        b.ecdhe.pop_front()
+    });
+    ready.or_else(|| {
+        make_ecdhe_pairs();
+        BATCHER.with_borrow_mut(|b| b.ecdhe.pop_front())
+    })
+}
+
+/// Makes eight X25519 key pairs by the fixed-base comb into this worker's
+/// pool, counted as a batch of eight X25519 operations. A lane whose public
+/// key fails its check is counted as a fault and left out.
+fn make_ecdhe_pairs() {
+    let mut scalars = Zeroizing::new([[0u8; 32]; mbx::BATCH]);
+    if scalars.iter_mut().any(|k| boring::rand::rand_bytes(k).is_err()) {
+        stats::record_fault();
+        tracing::error!("the generator failed: no ECDHE key pairs made");
+        return;
+    }
+    let mut publics = [[0u8; 32]; mbx::BATCH];
+    let results = {
+        let mut ops: Vec<mbx::x25519::KeygenOp<'_>> =
+            scalars.iter().zip(publics.iter_mut()).map(|(scalar, out)| mbx::x25519::KeygenOp { scalar, out }).collect();
+        mbx::x25519::public_batch(&mut ops)
+    };
+    stats::record_batch_of(stats::X25519, mbx::BATCH, true);
+    let mut made = Vec::with_capacity(mbx::BATCH);
+    for ((scalar, public), result) in scalars.iter().zip(publics).zip(results) {
+        match result {
+            Ok(()) => made.push(EcdhePair { public, private: Zeroizing::new(*scalar) }),
+            Err(_) => {
+                stats::record_fault();
+                tracing::error!("an X25519 public key failed its check; left out");
+            }
+        }
+    }
+    BATCHER.with_borrow_mut(|b| b.ecdhe.extend(made));
+}
+
 /// Runs what is queued on this worker when it is about to park (no other
 /// ready work; the runtime's park hook), so the common case, nothing
 /// queued, is one check. A patient queue of shares or signatures is left
@@ -396,13 +457,14 @@ pub fn on_idle() {
 /// the timer (`timer`), all but a patient queue of shares whose oldest
 /// has not yet waited `max_delay` ([`Batcher::waited`] judges one that did).
 fn flush(timer: bool) {
-    let (queued, presign_now) = BATCHER.with_borrow_mut(|b| {
+    let (queued, (presign_now, pairs_now)) = BATCHER.with_borrow_mut(|b| {
         if b.this_tick != 0 || b.last_tick != 0 {
             b.last_tick = std::mem::take(&mut b.this_tick);
         }
-        let presign_now = !timer && b.signs && b.presigned.len() <= PRESIGN_LOW;
+        let presign_now = !timer && b.signs && b.presigned.len() <= POOL_LOW;
+        let pairs_now = !timer && b.ecdhe_used && b.ecdhe.len() <= POOL_LOW;
         if b.is_empty() {
-            return (None, presign_now);
+            return (None, (presign_now, pairs_now));
         }
         // The clock only for the timer: an idle worker parks often.
         let now = timer.then(Instant::now);
@@ -418,7 +480,7 @@ fn flush(timer: bool) {
             b.filled();
         }
         let shares = if run { std::mem::take(&mut b.shares) } else { Vec::new() };
-        (Some((b.queues.each_mut().map(std::mem::take), shares)), presign_now)
+        (Some((b.queues.each_mut().map(std::mem::take), shares)), (presign_now, pairs_now))
     });
     if let Some((queued, shares)) = queued {
         for (class, ops) in mbx::KeyClass::ALL.into_iter().zip(queued) {
@@ -432,6 +494,9 @@ fn flush(timer: bool) {
     }
     if presign_now {
         presign();
+    }
+    if pairs_now {
+        make_ecdhe_pairs();
     }
 }
 

@@ -11,6 +11,11 @@
 //! Keccak lanes (`mbx::mlkem`; in BoringSSL on a CPU without the AVX-512
 //! they need). A hint that does not apply costs its computation, never a
 //! handshake.
+//!
+//! TLS 1.2 has no key share to hint, but BoringSSL takes the server's
+//! ECDHE key pair as a hint (`ssl/handshake_server.cc`, the
+//! ServerKeyExchange): for X25519, one made ahead in the worker's lanes
+//! ([`ecdhe`]). The shared secret stays BoringSSL's.
 
 use std::future::Future;
 
@@ -46,6 +51,57 @@ pub fn predict(supported_groups: &[u8]) -> Option<u16> {
     let list = supported_groups.get(2..)?;
     let offered = |g: u16| list.chunks_exact(2).any(|c| c == g.to_be_bytes());
     SERVER_PREFERENCE.into_iter().find(|&g| offered(g))
+}
+
+/// The group BoringSSL will pick for a TLS 1.2 ECDHE handshake: the first
+/// of the server's preference the client lists, without the groups only
+/// TLS 1.3 has.
+pub fn predict_tls12(supported_groups: &[u8]) -> Option<u16> {
+    let list = supported_groups.get(2..)?;
+    let offered = |g: u16| list.chunks_exact(2).any(|c| c == g.to_be_bytes());
+    SERVER_PREFERENCE.into_iter().filter(|&g| g != X25519_MLKEM768).find(|&g| offered(g))
+}
+
+/// A handshake hint for BoringSSL: a TLS 1.3 key share, or a TLS 1.2
+/// ECDHE key pair.
+pub enum Hint {
+    Share(Share),
+    Ecdhe { group: u16, pair: batcher::EcdhePair },
+}
+
+impl Hint {
+    pub fn group(&self) -> u16 {
+        match self {
+            Hint::Share(s) => s.group,
+            Hint::Ecdhe { group, .. } => *group,
+        }
+    }
+
+    /// Whether BoringSSL uses it in TLS 1.2 (else in TLS 1.3).
+    pub fn tls12(&self) -> bool {
+        matches!(self, Hint::Ecdhe { .. })
+    }
+
+    /// The hints as `SSL_set_handshake_hints` takes them: the key share's
+    /// ([`Share::hints_der`]), or `SEQUENCE { [UNIVERSAL 7] SEQUENCE {
+    /// INTEGER group, OCTET STRING public key, OCTET STRING private key } }`
+    /// (BoringSSL's tag for the ECDHE hint, `ssl/handoff.cc`). Holds the
+    /// private key: zeroed on drop.
+    pub fn hints_der(&self) -> Zeroizing<Vec<u8>> {
+        match self {
+            Hint::Share(s) => s.hints_der(),
+            Hint::Ecdhe { group, pair } => hints_element(0x27, *group, &pair.public, &pair.private[..]),
+        }
+    }
+}
+
+/// A TLS 1.2 ECDHE key pair for `group` made ahead in this worker's lanes:
+/// X25519 only (`None` for another group). Only on a CPU with IFMA.
+pub fn ecdhe(group: u16) -> Option<Hint> {
+    if group != X25519 || !mbx::available() {
+        return None;
+    }
+    Some(Hint::Ecdhe { group, pair: batcher::ecdhe_pair()? })
 }
 
 /// The client's share for `group` in its `key_share` extension body, if it
@@ -165,16 +221,22 @@ impl Share {
     /// `SEQUENCE { [1] IMPLICIT SEQUENCE { INTEGER group, OCTET STRING
     /// ciphertext, OCTET STRING secret } }`. Holds the secret: zeroed on drop.
     pub fn hints_der(&self) -> Zeroizing<Vec<u8>> {
-        let mut inner = Zeroizing::new(Vec::with_capacity(self.ciphertext.len() + self.secret.len() + 16));
-        der(&mut inner, 0x02, &integer(self.group));
-        der(&mut inner, 0x04, &self.ciphertext);
-        der(&mut inner, 0x04, &self.secret);
-        let mut hint = Zeroizing::new(Vec::with_capacity(inner.len() + 4));
-        der(&mut hint, 0xa1, &inner);
-        let mut out = Zeroizing::new(Vec::with_capacity(hint.len() + 4));
-        der(&mut out, 0x30, &hint);
-        out
+        hints_element(0xa1, self.group, &self.ciphertext, &self.secret)
     }
+}
+
+/// A hints SEQUENCE holding one element `tag`: the group, then two octet
+/// strings (the public part, then the secret).
+fn hints_element(tag: u8, group: u16, public: &[u8], secret: &[u8]) -> Zeroizing<Vec<u8>> {
+    let mut inner = Zeroizing::new(Vec::with_capacity(public.len() + secret.len() + 16));
+    der(&mut inner, 0x02, &integer(group));
+    der(&mut inner, 0x04, public);
+    der(&mut inner, 0x04, secret);
+    let mut hint = Zeroizing::new(Vec::with_capacity(inner.len() + 4));
+    der(&mut hint, tag, &inner);
+    let mut out = Zeroizing::new(Vec::with_capacity(hint.len() + 4));
+    der(&mut out, 0x30, &hint);
+    out
 }
 
 /// A DER INTEGER's content octets for a non-negative u16.
@@ -217,6 +279,10 @@ mod tests {
         assert_eq!(predict(&list(&[0x0018, 0x0017])), Some(0x0017));
         assert_eq!(predict(&list(&[0x0019])), None);
         assert_eq!(predict(&[0x00]), None);
+        // TLS 1.2 has no hybrid group.
+        assert_eq!(predict_tls12(&list(&[0x11ec, 0x0017, 0x001d])), Some(X25519));
+        assert_eq!(predict_tls12(&list(&[0x11ec, 0x0017])), Some(0x0017));
+        assert_eq!(predict_tls12(&list(&[0x11ec])), None);
     }
 
     #[test]
@@ -252,6 +318,45 @@ mod tests {
         assert_eq!(&der[4..8], &[0xa1, 0x82, 0x04, 0xaa]);
         assert_eq!(&der[8..12], &[0x02, 0x02, 0x11, 0xec]);
         assert_eq!(der.len(), 4 + 4 + 4 + 4 + 1120 + 2 + 64);
+        let pair = batcher::EcdhePair { public: [3; 32], private: Zeroizing::new([4; 32]) };
+        let der = Hint::Ecdhe { group: X25519, pair }.hints_der();
+        let mut want = vec![0x30, 0x49, 0x27, 0x47, 0x02, 0x01, 0x1d, 0x04, 0x20];
+        want.extend([3; 32]);
+        want.extend([0x04, 0x20]);
+        want.extend([4; 32]);
+        assert_eq!(&der[..], &want[..]);
+    }
+
+    /// A key pair made ahead is one BoringSSL agrees with: its public key
+    /// is X25519 of its private key, and the two sides' secrets match.
+    #[test]
+    fn ecdhe_pairs_made_ahead_are_x25519_key_pairs() {
+        if !mbx::available() {
+            return;
+        }
+        assert!(ecdhe(0x0017).is_none());
+        for _ in 0..20 {
+            let Some(Hint::Ecdhe { group, pair }) = ecdhe(X25519) else { panic!("a key pair") };
+            assert_eq!(group, X25519);
+            // PKCS #8 of an X25519 private key (RFC 8410).
+            let mut pkcs8 =
+                vec![0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x04, 0x22, 0x04, 0x20];
+            pkcs8.extend_from_slice(&pair.private[..]);
+            let ours = PKey::private_key_from_der(&pkcs8).expect("X25519 key");
+            let mut public = [0u8; 32];
+            assert_eq!(ours.raw_public_key(&mut public).expect("public").len(), 32);
+            assert_eq!(public, pair.public);
+            let client = PKey::generate(Id::X25519).expect("client key");
+            let mut client_public = [0u8; 32];
+            client.raw_public_key(&mut client_public).expect("public");
+            let secret = |mine: &PKey<boring::pkey::Private>, theirs: &[u8; 32]| {
+                let peer = PKey::public_key_from_der(&x25519_spki(theirs)).expect("peer");
+                let mut d = Deriver::new(mine).expect("deriver");
+                d.set_peer(&peer).expect("peer");
+                d.derive_to_vec().expect("secret")
+            };
+            assert_eq!(secret(&ours, &client_public), secret(&client, &pair.public));
+        }
     }
 
     /// The client's side of X25519MLKEM768 takes the share made at once

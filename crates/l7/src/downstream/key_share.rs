@@ -9,8 +9,10 @@
 //! (BoringSSL's "pending certificate") until the batch has run: on TCP
 //! through BoringSSL's asynchronous callback, on QUIC through [`drive`].
 //! Under `auto` without IFMA the callback computes the share itself
-//! ([`compute_now`]). When the handshake ends, [`engine_used`] tells
-//! whether BoringSSL took the hint, for `gatehouse_tls_key_shares_total`.
+//! ([`compute_now`]). A TLS 1.2 handshake over X25519 gets its ECDHE key
+//! pair the same way, made ahead in the lanes ([`tls12_ecdhe`]). When the
+//! handshake ends, [`engine_used`] tells whether BoringSSL took the hint,
+//! for `gatehouse_tls_key_shares_total`.
 
 use std::future::Future;
 use std::sync::{Mutex, OnceLock};
@@ -21,12 +23,15 @@ use boring::ssl::{
     AsyncSelectCertError, BoxSelectCertFinish, BoxSelectCertFuture, ClientHello, ExtensionType, SelectCertError, Ssl,
     SslContext, SslRef, SslVersion,
 };
-use gatehouse_keyops::share::{self, Share};
+use gatehouse_keyops::share::{self, Hint, Share};
 use gatehouse_keyops::{Error, Shares};
 
-/// Per connection: the group whose share was hinted, and where it was made.
-fn hinted_index() -> Index<Ssl, (u16, Shares)> {
-    static INDEX: OnceLock<Index<Ssl, (u16, Shares)>> = OnceLock::new();
+/// Per connection: the group whose share (or TLS 1.2 ECDHE key pair) was
+/// hinted, where it was made, and whether it was for TLS 1.2.
+type Hinted = (u16, Shares, bool);
+
+fn hinted_index() -> Index<Ssl, Hinted> {
+    static INDEX: OnceLock<Index<Ssl, Hinted>> = OnceLock::new();
     *INDEX.get_or_init(|| Ssl::new_ex_index().expect("BoringSSL allocates an ex_data index"))
 }
 
@@ -55,6 +60,17 @@ pub fn compute_now(hello: &ClientHello<'_>) -> Option<Share> {
     share
 }
 
+/// An X25519 key pair made ahead in the lanes, if BoringSSL will do TLS 1.2
+/// with ECDHE over X25519: the client does not offer TLS 1.3 (or the
+/// listener stops at 1.2) and lists X25519 before the other groups of the
+/// server's preference.
+pub fn tls12_ecdhe(hello: &ClientHello<'_>) -> Option<Hint> {
+    if offers_tls13(hello) && hello.ssl().max_proto_version() == Some(SslVersion::TLS1_3) {
+        return None;
+    }
+    share::ecdhe(share::predict_tls12(hello.get_extension(ExtensionType::SUPPORTED_GROUPS)?)?)
+}
+
 /// The group BoringSSL will pick and the client's share of it, for a
 /// TLS 1.3 handshake.
 fn predicted_share<'h>(hello: &'h ClientHello<'_>) -> Option<(u16, &'h [u8])> {
@@ -66,13 +82,13 @@ fn predicted_share<'h>(hello: &'h ClientHello<'_>) -> Option<(u16, &'h [u8])> {
 }
 
 /// The callback's future: waits for the share (if one was started in the
-/// lanes: `job`; `now`, one made at once), then switches the handshake to
-/// its certificate's context `ctx` and hands BoringSSL the share. A share
-/// that failed (a small-order point, a dropped batch) leaves the
-/// computation to BoringSSL.
+/// lanes: `job`; `now`, a hint made at once and where), then switches the
+/// handshake to its certificate's context `ctx` and hands BoringSSL the
+/// hint. A share that failed (a small-order point, a dropped batch) leaves
+/// the computation to BoringSSL.
 pub fn finish(
     job: Option<impl Future<Output = Result<Share, Error>> + Send + 'static>,
-    now: Option<Share>,
+    now: Option<(Hint, Shares)>,
     ctx: Option<SslContext>,
 ) -> BoxSelectCertFuture {
     Box::pin(async move {
@@ -81,8 +97,8 @@ pub fn finish(
                 .await
                 .inspect_err(|e| tracing::debug!(error = %e, "key share left to BoringSSL"))
                 .ok()
-                .map(|s| (s, Shares::Lanes)),
-            None => now.map(|s| (s, Shares::Kem)),
+                .map(|s| (Hint::Share(s), Shares::Lanes)),
+            None => now,
         };
         let finish: BoxSelectCertFinish = Box::new(move |mut hello: ClientHello<'_>| {
             switch_to(hello.ssl_mut(), ctx.as_ref()).ok_or(AsyncSelectCertError)?;
@@ -105,14 +121,14 @@ pub fn switch_to(ssl: &mut SslRef, ctx: Option<&SslContext>) -> Option<()> {
     Some(())
 }
 
-fn apply(ssl: &mut SslRef, s: &Share, place: Shares) -> Result<(), AsyncSelectCertError> {
-    if !crate::ssl_ffi::set_handshake_hints(ssl, &s.hints_der()) {
+fn apply(ssl: &mut SslRef, h: &Hint, place: Shares) -> Result<(), AsyncSelectCertError> {
+    if !crate::ssl_ffi::set_handshake_hints(ssl, &h.hints_der()) {
         // BoringSSL parses what share.rs writes; if it ever refuses, the
         // handshake goes on without the hint.
-        tracing::warn!(group = s.group, "BoringSSL refused the key-share hint");
+        tracing::warn!(group = h.group(), "BoringSSL refused the key-share hint");
         return Ok(());
     }
-    ssl.set_ex_data(hinted_index(), (s.group, place));
+    ssl.set_ex_data(hinted_index(), (h.group(), place, h.tls12()));
     Ok(())
 }
 
@@ -150,11 +166,13 @@ fn pending_index() -> Index<Ssl, Held> {
     *INDEX.get_or_init(|| Ssl::new_ex_index().expect("BoringSSL allocates an ex_data index"))
 }
 
-/// Where a finished handshake's key share was made: where the hint was
-/// when BoringSSL used it (TLS 1.3, the hinted group), else BoringSSL.
+/// Where a finished handshake's key share (TLS 1.2: its ECDHE key pair)
+/// was made: where the hint was when BoringSSL used it (the hinted group
+/// and version), else BoringSSL.
 pub fn engine_used(ssl: &SslRef) -> Shares {
+    let version = |tls12: bool| if tls12 { SslVersion::TLS1_2 } else { SslVersion::TLS1_3 };
     match ssl.ex_data(hinted_index()).copied() {
-        Some((group, place)) if Some(group) == ssl.curve() && ssl.version2() == Some(SslVersion::TLS1_3) => place,
+        Some((group, place, tls12)) if Some(group) == ssl.curve() && ssl.version2() == Some(version(tls12)) => place,
         _ => Shares::Boring,
     }
 }

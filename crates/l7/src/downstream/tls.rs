@@ -27,6 +27,7 @@ use boring::ssl::{
 use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, SubjectAlternativeName};
 use boring::x509::{X509, X509NameBuilder};
 use gatehouse_config::{Certificate, FieldError, KeyProvider, ListenerTls, TlsVersion};
+use gatehouse_keyops::share::Hint;
 use gatehouse_keyops::{EcdsaKey, EcdsaProvider, Engine, KeyMethod, Provider, RsaKey, RsaProvider, Shares};
 
 use super::key_share;
@@ -546,8 +547,11 @@ fn base_context(
         }
         let chosen = choose(&table, hello).cloned();
         let (job, now) = match &chosen {
-            Some((_, Shares::Lanes)) => (key_share::start(hello), None),
-            Some((_, Shares::Kem)) => (None, key_share::compute_now(hello)),
+            Some((_, Shares::Lanes)) => match key_share::start(hello) {
+                Some(job) => (Some(job), None),
+                None => (None, key_share::tls12_ecdhe(hello).map(|h| (h, Shares::Lanes))),
+            },
+            Some((_, Shares::Kem)) => (None, key_share::compute_now(hello).map(|s| (Hint::Share(s), Shares::Kem))),
             _ => (None, None),
         };
         key_share::finish(job, now, chosen.map(|(ctx, _)| ctx))
