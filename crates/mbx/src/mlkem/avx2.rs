@@ -371,9 +371,7 @@ fn dot_kernel(a: [&Poly; K], b: &[Poly; K]) -> Poly {
         for j in 0..K {
             let (a0, a1) = split(va[j][2 * blk], va[j][2 * blk + 1], pattern);
             let (b0, b1) = split(vb[j][2 * blk], vb[j][2 * blk + 1], pattern);
-            let (b0q, b1q) = (qinv(b0), qinv(b1));
-            let first = _mm256_add_epi16(fqmul(fqmul(a1, b1, b1q), z, zq), fqmul(a0, b0, b0q));
-            let second = _mm256_add_epi16(fqmul(a0, b1, b1q), fqmul(a1, b0, b0q));
+            let (first, second) = pair_product(a0, a1, b0, b1, z, zq);
             (c0, c1) = (_mm256_add_epi16(c0, first), _mm256_add_epi16(c1, second));
         }
         let (x, y) = (_mm256_unpacklo_epi64(c0, c1), _mm256_unpackhi_epi64(c0, c1));

@@ -22,8 +22,8 @@
 /// The arithmetic both polynomial kernels share, written once over a
 /// register of 16-bit lanes: `vec` (a table row into a register), `load`
 /// and `store` (a polynomial as `regs` registers), the Montgomery product
-/// `fqmul` with `qinv`, Barrett's `barrett`, and the butterflies `ct`
-/// (forward) and `gs` (inverse), compiled with `features` from that
+/// `fqmul` with `qinv`, Barrett's `barrett`, the base-case `pair_product`
+/// and the butterflies `ct` (forward) and `gs` (inverse), compiled with `features` from that
 /// width's intrinsics. Each does lane by lane what `poly` does to one
 /// coefficient (the kernels' tests hold them to it).
 macro_rules! lane_arithmetic {
@@ -85,6 +85,16 @@ macro_rules! lane_arithmetic {
         fn ct(a: V, b: V, z: V) -> (V, V) {
             let t = fqmul(b, z, qinv(z));
             ($add(a, t), $sub(a, t))
+        }
+
+        /// Algorithm 11's base-case product of pairs, lane by lane, times
+        /// R⁻¹: (a₀ + a₁X)(b₀ + b₁X) mod X² − ζ = (a₀b₀ + a₁b₁ζ, a₀b₁ + a₁b₀),
+        /// with ζ·q⁻¹ mod 2^16 given (`zq`).
+        #[inline]
+        #[target_feature(enable = $f)]
+        fn pair_product(a0: V, a1: V, b0: V, b1: V, z: V, zq: V) -> (V, V) {
+            let (b0q, b1q) = (qinv(b0), qinv(b1));
+            ($add(fqmul(fqmul(a1, b1, b1q), z, zq), fqmul(a0, b0, b0q)), $add(fqmul(a0, b1, b1q), fqmul(a1, b0, b0q)))
         }
 
         /// Inverse butterfly: (a, b) ← (barrett(a + b), ζ(b − a)).

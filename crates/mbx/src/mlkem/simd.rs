@@ -317,9 +317,7 @@ fn dot_kernel(a: [&Poly; K], b: &[Poly; K]) -> Poly {
                 (_mm512_permutex2var_epi16(x, first, y), _mm512_permutex2var_epi16(x, second, y))
             };
             let ((a0, a1), (b0, b1)) = (split(&va[j]), split(&vb[j]));
-            let (b0q, b1q) = (qinv(b0), qinv(b1));
-            let one = _mm512_add_epi16(fqmul(fqmul(a1, b1, b1q), z, zq), fqmul(a0, b0, b0q));
-            let two = _mm512_add_epi16(fqmul(a0, b1, b1q), fqmul(a1, b0, b0q));
+            let (one, two) = pair_product(a0, a1, b0, b1, z, zq);
             (c0, c1) = (_mm512_add_epi16(c0, one), _mm512_add_epi16(c1, two));
         }
         out[2 * m] = _mm512_permutex2var_epi16(c0, join[0], c1);
