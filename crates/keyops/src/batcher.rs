@@ -124,6 +124,39 @@ struct SharePending {
 /// them made.
 const POOL_LOW: usize = mbx::BATCH;
 
+/// Work made ahead in full batches (ECDSA presignatures, TLS 1.2 X25519
+/// key pairs), oldest first, each taken once; a worker keeps it only once
+/// it has used it.
+struct Pool<T> {
+    ready: VecDeque<T>,
+    used: bool,
+}
+
+impl<T> Pool<T> {
+    const fn new() -> Self {
+        Pool { ready: VecDeque::new(), used: false }
+    }
+
+    /// Whether an idle worker should make another batch.
+    fn low(&self) -> bool {
+        self.used && self.ready.len() <= POOL_LOW
+    }
+}
+
+/// The oldest item of this worker's pool `pool`, made first by `make` (a
+/// batch into the pool) if none is left.
+fn take<T>(pool: fn(&mut Batcher) -> &mut Pool<T>, make: fn()) -> Option<T> {
+    let ready = BATCHER.with_borrow_mut(|b| {
+        let p = pool(b);
+        p.used = true;
+        p.ready.pop_front()
+    });
+    ready.or_else(|| {
+        make();
+        BATCHER.with_borrow_mut(|b| pool(b).ready.pop_front())
+    })
+}
+
 /// Shares that fill a batch.
 const FULL: usize = mbx::BATCH;
 /// A patient queue leaves an idle worker its shares for company only
@@ -189,14 +222,9 @@ struct Batcher {
     empty_wait: bool,
     /// TLS handshakes under way on this worker ([`handshake_begins`]).
     handshakes: u32,
-    /// ECDSA presignatures ready, oldest first, and whether this worker
-    /// signs (only then does it keep them).
-    presigned: VecDeque<mbx::p256::Presignature>,
-    signs: bool,
-    /// X25519 key pairs ready for TLS 1.2 ECDHE, oldest first, and whether
-    /// this worker uses them.
-    ecdhe: VecDeque<EcdhePair>,
-    ecdhe_used: bool,
+    /// ECDSA presignatures, and X25519 key pairs for TLS 1.2 ECDHE.
+    presigned: Pool<mbx::p256::Presignature>,
+    ecdhe: Pool<EcdhePair>,
     timer: Arc<Notify>,
 }
 
@@ -212,10 +240,8 @@ thread_local! {
         penalty: 0,
         empty_wait: false,
         handshakes: 0,
-        presigned: VecDeque::new(),
-        signs: false,
-        ecdhe: VecDeque::new(),
-        ecdhe_used: false,
+        presigned: Pool::new(),
+        ecdhe: Pool::new(),
         timer: Arc::new(Notify::new()),
     });
 }
@@ -349,17 +375,7 @@ pub fn submit_share(peer: [u8; 32], mlkem: Option<Box<[u8]>>) -> oneshot::Receiv
 /// presignatures, made first if none is left; the signature DER-encoded.
 /// A lane that fails its checks fails this signature alone.
 pub(crate) fn sign(key: &mbx::p256::P256Key, digest: &[u8; 32]) -> Result<Vec<u8>, Error> {
-    let ready = BATCHER.with_borrow_mut(|b| {
-        b.signs = true;
-        b.presigned.pop_front()
-    });
-    let presignature = match ready {
-        Some(p) => p,
-        None => {
-            presign();
-            BATCHER.with_borrow_mut(|b| b.presigned.pop_front()).ok_or(Error::Fault)?
-        }
-    };
+    let presignature = take(|b| &mut b.presigned, presign).ok_or(Error::Fault)?;
     let mut out = [0u8; 64];
     let fault = injected_fault().map(|f| mbx::p256::FinishFault { lane: f.lane });
     let mut op = [mbx::p256::FinishOp { presignature, key, digest, out: &mut out }];
@@ -389,7 +405,7 @@ fn presign() {
             "ECDSA nonces failed their checks (or the generator failed); left out"
         );
     }
-    BATCHER.with_borrow_mut(|b| b.presigned.extend(sound));
+    BATCHER.with_borrow_mut(|b| b.presigned.ready.extend(sound));
 }
 
 /// An X25519 key pair for a TLS 1.2 ECDHE handshake: the private scalar as
@@ -404,14 +420,7 @@ pub struct EcdhePair {
 /// at once) if none is left; `None` if the generator or every lane failed.
 /// Only on a CPU with IFMA.
 pub fn ecdhe_pair() -> Option<EcdhePair> {
-    let ready = BATCHER.with_borrow_mut(|b| {
-        b.ecdhe_used = true;
-        b.ecdhe.pop_front()
-    });
-    ready.or_else(|| {
-        make_ecdhe_pairs();
-        BATCHER.with_borrow_mut(|b| b.ecdhe.pop_front())
-    })
+    take(|b| &mut b.ecdhe, make_ecdhe_pairs)
 }
 
 /// Makes eight X25519 key pairs by the fixed-base comb into this worker's
@@ -441,7 +450,7 @@ fn make_ecdhe_pairs() {
             }
         }
     }
-    BATCHER.with_borrow_mut(|b| b.ecdhe.extend(made));
+    BATCHER.with_borrow_mut(|b| b.ecdhe.ready.extend(made));
 }
 
 /// Runs what is queued on this worker when it is about to park (no other
@@ -461,8 +470,8 @@ fn flush(timer: bool) {
         if b.this_tick != 0 || b.last_tick != 0 {
             b.last_tick = std::mem::take(&mut b.this_tick);
         }
-        let presign_now = !timer && b.signs && b.presigned.len() <= POOL_LOW;
-        let pairs_now = !timer && b.ecdhe_used && b.ecdhe.len() <= POOL_LOW;
+        let presign_now = !timer && b.presigned.low();
+        let pairs_now = !timer && b.ecdhe.low();
         if b.is_empty() {
             return (None, (presign_now, pairs_now));
         }
