@@ -555,7 +555,8 @@ def test_quic_go_gets_posts_and_moves_its_connection_to_a_new_port(h3):
     # a connection ID Gatehouse issued) and sends 100 more.
     out = h3get(port, ca, "-path", "/echo/q", "-n", "100", "-migrate")
     assert len(out) == 200
-    assert all(r["status"] == 200 and not r.get("error") for r in out), [r for r in out if r["status"] != 200][:3]
+    failed = [(r["round"], r["index"], r["status"], r.get("error")) for r in out if r["status"] != 200 or r.get("error")]
+    assert not failed, failed[:3]
     assert len({r["local"] for r in out}) == 2
 
 
