@@ -136,12 +136,20 @@ pub fn chacha20_xor_batch(jobs: &mut [ChaChaJob<'_>]) {
     }
     // A part-empty group: its jobs cut into pieces that fill the idle
     // lanes, so that it takes as few steps as the blocks allow.
-    let mut pieces = fill_lanes(rest, lanes);
-    if group_is_cheaper(&pieces, wide) {
-        run_group(&mut pieces, wide);
+    let mut slots: [ChaChaJob<'_>; CHACHA_LANES] = std::array::from_fn(|_| idle_job());
+    let pieces = fill_lanes(rest, &mut slots[..lanes]);
+    if group_is_cheaper(pieces, wide) {
+        run_group(pieces, wide);
     } else {
         pieces.iter_mut().for_each(xor_portable);
     }
+}
+
+/// An empty job: what a slot holds until a piece takes it.
+fn idle_job() -> ChaChaJob<'static> {
+    static KEY: [u8; 32] = [0; 32];
+    static NONCE: [u8; 12] = [0; 12];
+    ChaChaJob { key: &KEY, nonce: &NONCE, counter: 0, data: &mut [] }
 }
 
 /// One group of at most `group_lanes()` jobs in the kernel this CPU runs.
@@ -156,13 +164,15 @@ fn run_group(group: &mut [ChaChaJob<'_>], wide: bool) {
     }
 }
 
-/// Fewer jobs than `lanes`, cut into at most `lanes` pieces of at most
-/// `steps` blocks each, `steps` the fewest for which that is possible: a
-/// piece is its job's keystream from a later block, so the lanes a group
-/// would leave idle take part of a longer job's blocks. One job of 23
-/// blocks (a 1,420-byte packet) runs in two steps of sixteen lanes
-/// instead of 23 steps of one. Cut by lengths only.
-fn fill_lanes<'j>(jobs: &'j mut [ChaChaJob<'_>], lanes: usize) -> Vec<ChaChaJob<'j>> {
+/// Fewer jobs than `slots` (one a lane), cut into at most that many pieces
+/// of at most `steps` blocks each, `steps` the fewest for which that is
+/// possible: a piece is its job's keystream from a later block, so the
+/// lanes a group would leave idle take part of a longer job's blocks. One
+/// job of 23 blocks (a 1,420-byte packet) runs in two steps of sixteen
+/// lanes instead of 23 steps of one. Cut by lengths only; the pieces are
+/// the slots returned.
+fn fill_lanes<'s, 'j>(jobs: &'j mut [ChaChaJob<'_>], slots: &'s mut [ChaChaJob<'j>]) -> &'s mut [ChaChaJob<'j>] {
+    let lanes = slots.len();
     let blocks = |j: &ChaChaJob<'_>| j.data.len().div_ceil(64);
     let total: usize = jobs.iter().map(blocks).sum();
     let longest = jobs.iter().map(blocks).max().unwrap_or(0).max(1);
@@ -170,17 +180,28 @@ fn fill_lanes<'j>(jobs: &'j mut [ChaChaJob<'_>], lanes: usize) -> Vec<ChaChaJob<
     while steps < longest && jobs.iter().map(|j| blocks(j).div_ceil(steps)).sum::<usize>() > lanes {
         steps += 1;
     }
-    let mut pieces = Vec::with_capacity(lanes);
+    let mut n = 0;
     for job in jobs.iter_mut() {
-        if job.data.is_empty() {
-            continue;
-        }
         for (k, data) in job.data.chunks_mut(steps * 64).enumerate() {
-            let counter = job.counter.wrapping_add((k * steps) as u32);
-            pieces.push(ChaChaJob { key: job.key, nonce: job.nonce, counter, data });
+            let piece = ChaChaJob {
+                key: job.key,
+                nonce: job.nonce,
+                counter: job.counter.wrapping_add((k * steps) as u32),
+                data,
+            };
+            // At most `lanes` pieces: `steps` was chosen so (at `longest`,
+            // one piece a job, and there are fewer jobs than lanes). A piece
+            // past them would still be done, one block at a time.
+            match slots.get_mut(n) {
+                Some(slot) => {
+                    *slot = piece;
+                    n += 1;
+                }
+                None => xor_portable(&mut { piece }),
+            }
         }
     }
-    pieces
+    &mut slots[..n]
 }
 
 /// Whether a group of lanes costs less than the portable function for
@@ -368,7 +389,12 @@ mod tests {
             .map(|(i, d)| ChaChaJob { key: &keys[i], nonce: &nonces[i], counter: counters[i], data: d })
             .collect();
         if cut {
-            assert!(fill_lanes(&mut jobs, CHACHA_LANES).len() <= CHACHA_LANES);
+            // Every byte in exactly one piece, each piece's counter its
+            // job's plus the blocks before it.
+            let mut slots: [ChaChaJob<'_>; CHACHA_LANES] = std::array::from_fn(|_| idle_job());
+            let pieces = fill_lanes(&mut jobs, &mut slots);
+            let bytes: usize = pieces.iter().map(|p| p.data.len()).sum();
+            assert_eq!(bytes, datas.iter().map(Vec::len).sum::<usize>(), "{n} jobs");
         }
         chacha20_xor_batch(&mut jobs);
         for i in 0..n {
