@@ -48,18 +48,22 @@ pub struct Share {
 /// `supported_groups` extension body: the first of the server's preference
 /// the client lists.
 pub fn predict(supported_groups: &[u8]) -> Option<u16> {
+    first_offered(supported_groups, |_| true)
+}
+
+/// The first group of the server's preference that `allowed` passes and
+/// the client lists in `supported_groups` (the extension body).
+fn first_offered(supported_groups: &[u8], allowed: impl Fn(u16) -> bool) -> Option<u16> {
     let list = supported_groups.get(2..)?;
     let offered = |g: u16| list.chunks_exact(2).any(|c| c == g.to_be_bytes());
-    SERVER_PREFERENCE.into_iter().find(|&g| offered(g))
+    SERVER_PREFERENCE.into_iter().find(|&g| allowed(g) && offered(g))
 }
 
 /// The group BoringSSL will pick for a TLS 1.2 ECDHE handshake: the first
 /// of the server's preference the client lists, without the groups only
 /// TLS 1.3 has.
 pub fn predict_tls12(supported_groups: &[u8]) -> Option<u16> {
-    let list = supported_groups.get(2..)?;
-    let offered = |g: u16| list.chunks_exact(2).any(|c| c == g.to_be_bytes());
-    SERVER_PREFERENCE.into_iter().filter(|&g| g != X25519_MLKEM768).find(|&g| offered(g))
+    first_offered(supported_groups, |g| g != X25519_MLKEM768)
 }
 
 /// A handshake hint for BoringSSL: a TLS 1.3 key share, or a TLS 1.2
@@ -227,16 +231,29 @@ impl Share {
 
 /// A hints SEQUENCE holding one element `tag`: the group, then two octet
 /// strings (the public part, then the secret).
+/// Written once into one buffer, its lengths known ahead: the secret is
+/// copied once and zeroed once.
 fn hints_element(tag: u8, group: u16, public: &[u8], secret: &[u8]) -> Zeroizing<Vec<u8>> {
-    let mut inner = Zeroizing::new(Vec::with_capacity(public.len() + secret.len() + 16));
-    der(&mut inner, 0x02, &integer(group));
-    der(&mut inner, 0x04, public);
-    der(&mut inner, 0x04, secret);
-    let mut hint = Zeroizing::new(Vec::with_capacity(inner.len() + 4));
-    der(&mut hint, tag, &inner);
-    let mut out = Zeroizing::new(Vec::with_capacity(hint.len() + 4));
-    der(&mut out, 0x30, &hint);
+    let group = integer(group);
+    let inner = der_len(group.len()) + der_len(public.len()) + der_len(secret.len());
+    let mut out = Zeroizing::new(Vec::with_capacity(der_len(der_len(inner))));
+    header(&mut out, 0x30, der_len(inner));
+    header(&mut out, tag, inner);
+    der(&mut out, 0x02, &group);
+    der(&mut out, 0x04, public);
+    der(&mut out, 0x04, secret);
     out
+}
+
+/// Bytes of a DER element with `n` content bytes.
+fn der_len(n: usize) -> usize {
+    n + if n < 0x80 {
+        2
+    } else if n < 0x100 {
+        3
+    } else {
+        4
+    }
 }
 
 /// A DER INTEGER's content octets for a non-negative u16.
@@ -251,8 +268,13 @@ fn integer(v: u16) -> Vec<u8> {
 
 /// Appends tag, definite length and content.
 fn der(out: &mut Vec<u8>, tag: u8, content: &[u8]) {
+    header(out, tag, content.len());
+    out.extend_from_slice(content);
+}
+
+/// Appends tag and definite length `n` (below 2^16).
+fn header(out: &mut Vec<u8>, tag: u8, n: usize) {
     out.push(tag);
-    let n = content.len();
     if n < 0x80 {
         out.push(n as u8);
     } else if n < 0x100 {
@@ -260,7 +282,6 @@ fn der(out: &mut Vec<u8>, tag: u8, content: &[u8]) {
     } else {
         out.extend_from_slice(&[0x82, (n >> 8) as u8, n as u8]);
     }
-    out.extend_from_slice(content);
 }
 
 #[cfg(test)]

@@ -273,6 +273,17 @@ struct Key8 {
     r2_20: __m512i,
 }
 
+impl Key8 {
+    /// Lane j's multiplier from `r[j]`, its limbs below 2^52.
+    fn new(r: [[u64; 3]; POLY_LANES]) -> Key8 {
+        Key8 {
+            r: std::array::from_fn(|k| to_vec(std::array::from_fn(|j| r[j][k]))),
+            r1_20: to_vec(std::array::from_fn(|j| r[j][1] * 20)),
+            r2_20: to_vec(std::array::from_fn(|j| r[j][2] * 20)),
+        }
+    }
+}
+
 /// h = (h + n) * r mod 2^130 - 5, partly reduced, in every lane of `active`.
 #[target_feature(enable = "avx512f,avx512ifma")]
 #[inline]
@@ -384,13 +395,8 @@ fn tag_spread(key: &[u8; 32], input: Input<'_>) -> [u8; 16] {
     for k in 1..POLY_LANES {
         powers[k] = mul_portable(powers[k - 1], r);
     }
-    let key8 = |of: &dyn Fn(usize) -> [u64; 3]| Key8 {
-        r: std::array::from_fn(|k| to_vec(std::array::from_fn(|j| of(j)[k]))),
-        r1_20: to_vec(std::array::from_fn(|j| of(j)[1] * 20)),
-        r2_20: to_vec(std::array::from_fn(|j| of(j)[2] * 20)),
-    };
-    let middle = key8(&|_| powers[POLY_LANES - 1]);
-    let last = key8(&|j| powers[POLY_LANES - 1 - j]);
+    let middle = Key8::new([powers[POLY_LANES - 1]; POLY_LANES]);
+    let last = Key8::new(std::array::from_fn(|j| powers[POLY_LANES - 1 - j]));
     let zero = _mm512_setzero_si512();
     let mut h: [__m512i; 3] = std::array::from_fn(|k| _mm512_mask_set1_epi64(zero, 1, h0[k] as i64));
     let (start, contiguous) = input.leading();
@@ -485,13 +491,7 @@ fn tags<const S: usize>(jobs: &mut [PolyJob<'_>]) {
         ((1u16 << n) - 1) as u8
     });
     let keys: [Key8; S] = std::array::from_fn(|s| {
-        let rs: [[u64; 3]; POLY_LANES] =
-            std::array::from_fn(|j| job(s * POLY_LANES + j).map_or([0; 3], |job| r_limbs(job.key)));
-        Key8 {
-            r: std::array::from_fn(|k| to_vec(std::array::from_fn(|j| rs[j][k]))),
-            r1_20: to_vec(std::array::from_fn(|j| rs[j][1] * 20)),
-            r2_20: to_vec(std::array::from_fn(|j| rs[j][2] * 20)),
-        }
+        Key8::new(std::array::from_fn(|j| job(s * POLY_LANES + j).map_or([0; 3], |job| r_limbs(job.key))))
     });
     let zero = _mm512_setzero_si512();
     let mut h = [[zero; 3]; S];
