@@ -33,10 +33,10 @@
 //!
 //! ECDSA signatures wait for nothing. Most of a signature's work is its
 //! nonce's (k·G, r and k⁻¹), which needs neither key nor message, so the
-//! worker makes nonces ahead, eight at a time in full lane batches, into
-//! a small pool of presignatures ([`mbx::p256::presign_batch`]), refilled
-//! when it runs low at an idle moment, or at once by the signature that
-//! finds it empty. A signature takes one presignature (each signs once and
+//! worker makes nonces ahead in full lane batches into a small pool of
+//! presignatures, refilled when it runs low at an idle moment (rows of
+//! eight that share their inversions, [`mbx::p256::presign_rows`]), or
+//! eight at once by the signature that finds it empty. A signature takes one presignature (each signs once and
 //! is zeroed on drop) and finishes in a fraction of a microsecond, in the
 //! handshake that asked for it: no queue, no wait for company, no lone
 //! signature in BoringSSL; every batch of nonces fills its lanes. TLS 1.2
@@ -118,10 +118,9 @@ struct SharePending {
     reply: oneshot::Sender<Result<X25519Share, Error>>,
 }
 
-/// An idle worker that signs (or answers TLS 1.2 ECDHE) makes another
-/// batch of eight presignatures (or X25519 key pairs) when it holds no
-/// more than this, so it keeps up to two batches' worth and a burst finds
-/// them made.
+/// An idle worker that signs (or answers TLS 1.2 ECDHE) makes more
+/// presignatures (rows of eight) or X25519 key pairs (a batch of eight)
+/// when it holds no more than this, so a burst finds them made.
 const POOL_LOW: usize = mbx::BATCH;
 
 /// Work made ahead in full batches (ECDSA presignatures, TLS 1.2 X25519
@@ -389,21 +388,33 @@ pub(crate) fn sign(key: &mbx::p256::P256Key, digest: &[u8; 32]) -> Result<Vec<u8
     }
 }
 
-/// Makes a batch of eight presignatures into this worker's pool, counted
-/// as a batch of ECDSA lanes. A lane whose point fails its check is
-/// counted as a fault and left out.
+/// Makes one row of eight presignatures into this worker's pool: what a
+/// signature that finds the pool empty waits for.
 fn presign() {
-    let made = mbx::p256::presign_batch();
-    stats::record_batch_of(stats::ECDSA_P256, made.len(), true);
+    presign_rows(1);
+}
+
+/// Makes [`mbx::p256::POOL_ROWS`] rows of presignatures into this
+/// worker's pool at an idle moment: the rows share their inversions.
+fn presign_ahead() {
+    presign_rows(mbx::p256::POOL_ROWS);
+}
+
+/// Makes `rows` rows of eight presignatures into this worker's pool, each
+/// counted as a batch of eight ECDSA lanes. A lane whose checks fail is
+/// counted as a fault and left out.
+fn presign_rows(rows: usize) {
+    let made = mbx::p256::presign_rows(rows);
+    for _ in 0..rows {
+        stats::record_batch_of(stats::ECDSA_P256, mbx::BATCH, true);
+    }
     let sound: Vec<_> = made.into_iter().filter_map(Result::ok).collect();
-    for _ in sound.len()..mbx::BATCH {
+    let failed = rows * mbx::BATCH - sound.len();
+    for _ in 0..failed {
         stats::record_fault();
     }
-    if sound.len() < mbx::BATCH {
-        tracing::error!(
-            failed = mbx::BATCH - sound.len(),
-            "ECDSA nonces failed their checks (or the generator failed); left out"
-        );
+    if failed > 0 {
+        tracing::error!(failed, "ECDSA nonces failed their checks (or the generator failed); left out");
     }
     BATCHER.with_borrow_mut(|b| b.presigned.ready.extend(sound));
 }
@@ -502,7 +513,7 @@ fn flush(timer: bool) {
         }
     }
     if presign_now {
-        presign();
+        presign_ahead();
     }
     if pairs_now {
         make_ecdhe_pairs();

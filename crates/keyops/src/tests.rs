@@ -370,11 +370,12 @@ fn ecdsa_on_mb_signs_at_once_from_presignatures_made_in_full_batches() {
     let after = stats::this_thread();
     assert_eq!(full(&after), full(&before) + 2);
     assert_eq!(after.single_ops[k], before.single_ops[k]);
-    // An idle worker that signs refills its pool to two batches, then stops.
+    // An idle worker that signs refills its pool, rows of eight at once,
+    // then stops.
     batcher::on_idle();
     batcher::on_idle();
     batcher::on_idle();
-    assert_eq!(full(&stats::this_thread()), full(&after) + 2);
+    assert_eq!(full(&stats::this_thread()), full(&after) + gatehouse_mbx::p256::POOL_ROWS as u64);
     assert!(matches!(
         provider.sign(Alg::ECDSA_SECP384R1_SHA384, b"x"),
         crate::KeyOp::Ready(Err(crate::Error::Algorithm(_)))

@@ -23,10 +23,15 @@ pub(crate) const P: &str = "ffffffff00000001000000000000000000000000ffffffffffff
 pub(crate) const N: &str = "ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551";
 const B: &str = "5ac635d8aa3a93e7b3ebbd55769886bc651d06b0cc53b0f63bce3c3e27d2604b";
 
-/// Windows of the comb: 64 of 4 bits.
-pub(crate) const WINDOWS: usize = 64;
-/// Table entries per window: j·16^i·G for j = 1..=15.
-pub(crate) const ENTRIES: usize = 15;
+/// Bits of a window of the comb: a nonce's signed digits (Booth's
+/// recoding) lie in [−32, 32].
+pub(crate) const WINDOW_BITS: usize = 6;
+/// Windows of the comb: 43 of 6 bits cover 257 bits, the 256 of a nonce
+/// and the carry of its last digit.
+pub(crate) const WINDOWS: usize = 43;
+/// Table entries per window: j·64^i·G for j = 1..=32 (a negative digit
+/// takes its entry's negative).
+pub(crate) const ENTRIES: usize = 32;
 
 /// The constants of one modulus, as scalars.
 pub(crate) struct Modulus {
@@ -48,7 +53,7 @@ pub(crate) struct Consts {
     pub n: Modulus,
     /// b·R mod p.
     pub b_r: [u64; 5],
-    /// `table[i][j − 1]` = (x, y)·R mod p of j·16^i·G.
+    /// `table[i][j − 1]` = (x, y)·R mod p of j·64^i·G.
     pub table: Vec<[[[u64; 5]; 2]; ENTRIES]>,
 }
 
@@ -133,10 +138,10 @@ pub(crate) fn consts() -> &'static Consts {
             let row: [[[u64; 5]; 2]; ENTRIES] = core::array::from_fn(|j| {
                 let mut k = BigNum::from_u32(j as u32 + 1).expect("j");
                 let mut shifted = BigNum::new().expect("bn");
-                shifted.lshift(&k, 4 * i as i32).expect("shift");
+                shifted.lshift(&k, (WINDOW_BITS * i) as i32).expect("shift");
                 k = shifted;
                 let mut pt = EcPoint::new(&group).expect("point");
-                pt.mul_generator(&group, &k, &mut ctx).expect("j·16^i·G");
+                pt.mul_generator(&group, &k, &mut ctx).expect("j·64^i·G");
                 let (mut x, mut y) = (BigNum::new().expect("x"), BigNum::new().expect("y"));
                 pt.affine_coordinates_gfp(&group, &mut x, &mut y, &mut ctx).expect("affine");
                 let xb = x.to_vec_padded(32).expect("x bytes");

@@ -1,11 +1,13 @@
 //! ECDSA P-256 signing in eight lanes, in two halves.
 //!
 //! The nonce's half needs neither key nor message: k·G by a fixed-base
-//! comb (64 windows of 4 bits, a table of j·16^i·G read whole for every
-//! window, so no address depends on a nonce), one inversion mod p for the
+//! comb (43 windows of 6 bits, the nonce recoded into signed digits in
+//! [−32, 32]; a table of j·64^i·G read whole for every window, so no
+//! address depends on a nonce), one inversion mod p for the
 //! affine x, so r = x mod n, and one mod n for k⁻¹, all by the crate's
 //! IFMA Montgomery kernels. [`presign_batch`] does it for eight nonces at
-//! once, ahead of the signatures that will take them (as OpenSSL's
+//! once, and [`presign_rows`] for rows of eight that share their two
+//! inversions, ahead of the signatures that will take them (as OpenSSL's
 //! `ECDSA_sign_setup` lets a caller precompute k⁻¹ and r). Nonces are
 //! uniform in [1, n − 1] from BoringSSL's generator (rejection sampling:
 //! a rejection reveals only a discarded value). A [`Presignature`] serves
@@ -13,10 +15,10 @@
 //!
 //! The signature's half, [`finish_batch`], is s = k⁻¹·(e + r·d) mod n:
 //! five products in the lanes, a fraction of a microsecond. Before a
-//! signature leaves, each lane is checked: k·G lies on the curve (when the
-//! nonce was made), r ≠ 0, s ≠ 0, and s·k ≡ e + r·d (mod n), so a fault in
-//! the point, the inversion or the last products yields an error, never a
-//! wrong signature. [`sign_batch`] runs both halves at once.
+//! signature leaves, each lane is checked: k·G lies on the curve and Z
+//! times its inverse is one (when the nonce was made), r ≠ 0, s ≠ 0, and
+//! s·k ≡ e + r·d (mod n), so a fault in the point, the inversions or the
+//! last products yields an error, never a wrong signature. [`sign_batch`] runs both halves at once.
 
 #![allow(unsafe_code)]
 
@@ -31,7 +33,7 @@ use zeroize::{Zeroize, Zeroizing};
 use crate::bn::{limbs_from_be, limbs_to_be, window, words_from_be};
 use crate::engine::available;
 use crate::ifma::{LANES, V, blend, from_lanes, mod_exp, pack, splat, sub_cond, unpack, wipe};
-use curve::{ENTRIES, Fe, Jacobian, Lanes, WINDOWS, add_affine, consts, on_curve};
+use curve::{ENTRIES, Fe, Jacobian, Lanes, WINDOW_BITS, WINDOWS, add_affine, consts, on_curve};
 
 /// A P-256 private key prepared for the lanes: d·R mod n.
 pub struct P256Key {
@@ -131,44 +133,87 @@ pub fn presign_batch() -> [Result<Presignature, SignFault>; LANES] {
 
 /// [`presign_batch`] with a test fault.
 pub fn presign_batch_with_fault(fault: Option<PointFault>) -> [Result<Presignature, SignFault>; LANES] {
+    let mut made = presign_rows_with_fault(1, fault).into_iter();
+    core::array::from_fn(|_| made.next().unwrap_or(Err(SignFault)))
+}
+
+/// How many rows of eight presignatures [`presign_rows`] makes at once
+/// when a worker fills its pool: 32 presignatures share one inversion mod
+/// p and one mod n, which made half the work of a row of eight alone.
+pub const POOL_ROWS: usize = 4;
+
+/// `rows` rows of eight presignatures (8·`rows` in all, row by row), each
+/// from a fresh nonce; a lane that fails its checks (k·G on the curve, its
+/// Z's inverse, r ≠ 0) gives an error instead. The rows share their two
+/// inversions (Montgomery's trick, lane by lane): a row costs its comb and
+/// six products besides. Panics without AVX-512 IFMA.
+pub fn presign_rows(rows: usize) -> Vec<Result<Presignature, SignFault>> {
+    presign_rows_with_fault(rows, None)
+}
+
+/// [`presign_rows`] with a test fault; its lane counts across the rows
+/// (row `lane / 8`).
+pub fn presign_rows_with_fault(rows: usize, fault: Option<PointFault>) -> Vec<Result<Presignature, SignFault>> {
     assert!(available(), "the IFMA engine was called on a CPU without AVX-512 IFMA");
     let c = consts();
-    let mut nonces = Zeroizing::new([[0u8; 32]; LANES]);
     let n = c.n_be;
+    let mut nonces = Zeroizing::new(vec![[0u8; 32]; rows * LANES]);
     for k in nonces.iter_mut() {
         loop {
             if boring::rand::rand_bytes(k).is_err() {
-                return core::array::from_fn(|_| Err(SignFault));
+                return (0..rows * LANES).map(|_| Err(SignFault)).collect();
             }
             if k.iter().any(|&b| b != 0) && *k < n {
                 break;
             }
         }
     }
+    presign_from(c, &nonces, fault)
+}
+
+/// Presignatures from `nonces` (in [1, n − 1]), row by row of eight.
+fn presign_from(
+    c: &curve::Consts,
+    nonces: &[[u8; 32]],
+    fault: Option<PointFault>,
+) -> Vec<Result<Presignature, SignFault>> {
+    let rows = nonces.len() / LANES;
     // The nonces as 64-bit words (for the comb's windows) and as 52-bit
-    // limbs (for the arithmetic mod n).
-    let mut ks = Zeroizing::new([[0u64; 4]; LANES]);
-    let mut k_limbs = Zeroizing::new([[0u64; 5]; LANES]);
-    for (l, k) in nonces.iter().enumerate() {
+    // limbs (for the arithmetic mod n), a row of lanes at a time.
+    let mut ks = Zeroizing::new(vec![[[0u64; 4]; LANES]; rows]);
+    let mut k_limbs = Zeroizing::new(vec![[[0u64; 5]; LANES]; rows]);
+    for (i, k) in nonces.iter().enumerate() {
+        let (row, l) = (i / LANES, i % LANES);
         let mut w = words_from_be(k);
-        ks[l] = core::array::from_fn(|i| w[i]);
+        ks[row][l] = core::array::from_fn(|j| w[j]);
         w.zeroize();
         let mut limbs = limbs_from_be(k, 5).unwrap_or_default();
-        k_limbs[l] = core::array::from_fn(|i| limbs.get(i).copied().unwrap_or(0));
+        k_limbs[row][l] = core::array::from_fn(|j| limbs.get(j).copied().unwrap_or(0));
         limbs.zeroize();
     }
-    let mut rs = [[0u64; 5]; LANES];
-    let mut kinv = Zeroizing::new([[0u64; 5]; LANES]);
-    let mut k_m = Zeroizing::new([[0u64; 5]; LANES]);
+    let mut out = RowsOut {
+        r: vec![[[0u64; 5]; LANES]; rows],
+        kinv: Zeroizing::new(vec![[[0u64; 5]; LANES]; rows]),
+        k_m: Zeroizing::new(vec![[[0u64; 5]; LANES]; rows]),
+        ok: vec![0u8; rows],
+    };
     // SAFETY: `available()` was checked above, so the CPU has AVX-512F and
     // IFMA, the only requirement of this `#[target_feature]` function.
-    let ok = unsafe { presign8(c, &ks, &k_limbs, &mut rs, &mut kinv, &mut k_m, fault) };
-    core::array::from_fn(|l| {
-        if ok & (1 << l) == 0 {
-            return Err(SignFault);
-        }
-        Ok(Presignature { r: rs[l], kinv_m: Zeroizing::new(kinv[l]), k_m: Zeroizing::new(k_m[l]), lane: l })
-    })
+    unsafe { presign_lanes(c, &ks, &k_limbs, &mut out, fault) };
+    (0..rows * LANES)
+        .map(|i| {
+            let (row, l) = (i / LANES, i % LANES);
+            if out.ok[row] & (1 << l) == 0 {
+                return Err(SignFault);
+            }
+            Ok(Presignature {
+                r: out.r[row][l],
+                kinv_m: Zeroizing::new(out.kinv[row][l]),
+                k_m: Zeroizing::new(out.k_m[row][l]),
+                lane: l,
+            })
+        })
+        .collect()
 }
 
 /// Signs up to eight digests from their presignatures at once. Panics
@@ -205,8 +250,8 @@ pub fn finish_batch(ops: &mut [FinishOp<'_>], fault: Option<FinishFault>) -> [Re
     results
 }
 
-/// Per lane, the comb table's entry `digit` (1..=15) of window `i`; zero
-/// where the digit is 0. Reads all fifteen entries.
+/// Per lane, the comb table's entry `digit` (1..=32) of window `i`; zero
+/// where the digit is 0. Reads every entry.
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn select(row: &[[[u64; 5]; 2]; ENTRIES], digits: V) -> (Fe, Fe) {
@@ -222,15 +267,36 @@ fn select(row: &[[[u64; 5]; 2]; ENTRIES], digits: V) -> (Fe, Fe) {
     (x, y)
 }
 
-/// k·G for eight nonces.
+/// Digit `i` of `k`'s signed recoding in windows of [`WINDOW_BITS`] bits
+/// (Booth's: k = Σ dᵢ·64^i, dᵢ in [−32, 32]) as (|dᵢ|, 1 if dᵢ < 0),
+/// without a branch or an address that depends on k. A window's digit is
+/// its bits plus the top bit of the window below, less 64 when its own
+/// top bit is set (which the window above then carries).
+fn booth_digit(k: &[u64; 4], i: usize) -> (u64, u64) {
+    const W: usize = WINDOW_BITS;
+    let bits = if i == 0 { window(k, 0, W) << 1 } else { window(k, W * i - 1, W + 1) };
+    let negative = (bits >> W) & 1;
+    let mask = negative.wrapping_neg();
+    let d = (((1 << (W + 1)) - 1 - bits) & mask) | (bits & !mask);
+    ((d >> 1) + (d & 1), negative)
+}
+
+/// k·G for eight nonces. The partial sums of the signed digits never
+/// meet the next entry or its negative (each is smaller than 64^i in
+/// magnitude, the entry at least 64^i, and k < n), so the additions need
+/// no doubling case.
 #[target_feature(enable = "avx512f,avx512ifma")]
 fn base_mul(c: &curve::Consts, f: &Lanes, ks: &[[u64; 4]; LANES]) -> Jacobian {
     let one = f.one_r;
+    let zero5 = [_mm512_setzero_si512(); 5];
     let mut acc = Jacobian { x: one, y: one, z: one };
     let mut infinite: __mmask8 = 0xff;
     for (i, row) in c.table.iter().enumerate().take(WINDOWS) {
-        let digits = from_lanes(core::array::from_fn(|l| window(&ks[l], 4 * i, 4)));
+        let recoded: [(u64, u64); LANES] = core::array::from_fn(|l| booth_digit(&ks[l], i));
+        let digits = from_lanes(core::array::from_fn(|l| recoded[l].0));
+        let negative = _mm512_cmpneq_epi64_mask(from_lanes(core::array::from_fn(|l| recoded[l].1)), zero5[0]);
         let (x2, y2) = select(row, digits);
+        let y2 = blend(negative, &y2, &f.sub(&zero5, &y2));
         let sum = add_affine(f, &acc, &x2, &y2);
         let zero = _mm512_cmpeq_epi64_mask(digits, _mm512_setzero_si512());
         // Digit 0: keep; at infinity: take the entry; else: the sum.
@@ -248,49 +314,104 @@ fn base_mul(c: &curve::Consts, f: &Lanes, ks: &[[u64; 4]; LANES]) -> Jacobian {
     acc
 }
 
-/// The nonce's half for eight nonces (`ks` as 64-bit words, `k_limbs`
-/// as limbs): r, k⁻¹·R and k·R mod n per lane; returns the mask of lanes
-/// whose k·G lies on the curve and whose r is not zero.
+/// What [`presign_lanes`] gives per row of lanes: r, k⁻¹·R and k·R mod
+/// n, and the mask of lanes that passed their checks.
+struct RowsOut {
+    r: Vec<[[u64; 5]; LANES]>,
+    kinv: Zeroizing<Vec<[[u64; 5]; LANES]>>,
+    k_m: Zeroizing<Vec<[[u64; 5]; LANES]>>,
+    ok: Vec<u8>,
+}
+
+/// The nonce's half for rows of eight nonces (`ks` as 64-bit words,
+/// `k_limbs` as limbs): per lane r, k⁻¹·R and k·R mod n, and whether
+/// its k·G lies on the curve, its Z times its inverse is one and its r
+/// is not zero. A wrong inverse of Z would give a wrong r, which no later
+/// check could see: hence its own check.
 #[target_feature(enable = "avx512f,avx512ifma")]
-fn presign8(
+fn presign_lanes(
     c: &curve::Consts,
-    ks: &[[u64; 4]; LANES],
-    k_limbs: &[[u64; 5]; LANES],
-    r_out: &mut [[u64; 5]; LANES],
-    kinv_out: &mut [[u64; 5]; LANES],
-    k_out: &mut [[u64; 5]; LANES],
+    ks: &[[[u64; 4]; LANES]],
+    k_limbs: &[[[u64; 5]; LANES]],
+    out: &mut RowsOut,
     fault: Option<PointFault>,
-) -> u8 {
+) {
     let fp = Lanes::of(&c.p);
     let fq = Lanes::of(&c.n);
-    let mut pt = base_mul(c, &fp, ks);
-    if let Some(f) = fault
-        && f.lane < LANES
-    {
-        let mut flip = [0u64; LANES];
-        flip[f.lane] = 1 << 9;
-        pt.x[2] = _mm512_xor_si512(pt.x[2], from_lanes(flip));
+    let b_r = splat(&c.b_r);
+    let mut points = Vec::with_capacity(ks.len());
+    for (row, k) in ks.iter().enumerate() {
+        let mut pt = base_mul(c, &fp, k);
+        if let Some(f) = fault
+            && f.lane / LANES == row
+        {
+            let mut flip = [0u64; LANES];
+            flip[f.lane % LANES] = 1 << 9;
+            pt.x[2] = _mm512_xor_si512(pt.x[2], from_lanes(flip));
+        }
+        out.ok[row] = on_curve(&fp, &pt, &b_r);
+        points.push(pt);
     }
-    let mut ok = on_curve(&fp, &pt, &splat(&c.b_r));
 
     // x = X / Z², then r = x mod n.
-    let p_exp = |pos: usize| _mm512_set1_epi64(window(&c.p.inv_exp, pos, 4) as i64);
-    let zinv = mod_exp::<5, 10, 16>(&pt.z, &fp.one_r, 256, p_exp, &fp.m, fp.k0);
-    let x = fp.leave_mont(&fp.mul(&pt.x, &fp.sqr(&zinv)));
-    let r = sub_cond(&x, &fq.m);
-    ok &= !crate::ifma::eq_mask(&r, &[_mm512_setzero_si512(); 5]);
-
-    let mut k: Fe = pack(core::array::from_fn(|l| &k_limbs[l][..]));
-    let mut k_m = fq.to_mont(&k);
-    let n_exp = |pos: usize| _mm512_set1_epi64(window(&c.n.inv_exp, pos, 4) as i64);
-    let mut kinv_m = mod_exp::<5, 10, 16>(&k_m, &fq.one_r, 256, n_exp, &fq.m, fq.k0);
-    unpack(&r, r_out);
-    unpack(&kinv_m, kinv_out);
-    unpack(&k_m, k_out);
-    for secret in [&mut k, &mut k_m, &mut kinv_m] {
-        wipe(secret);
+    let zs: Vec<Fe> = points.iter().map(|p| p.z).collect();
+    let zinv = invert_all(&fp, &c.p, &zs);
+    for (row, (pt, zinv)) in points.iter().zip(&zinv).enumerate() {
+        let x = fp.leave_mont(&fp.mul(&pt.x, &fp.sqr(zinv)));
+        let r = sub_cond(&x, &fq.m);
+        out.ok[row] &= fp.eq(&fp.mul(zinv, &pt.z), &fp.one_r);
+        out.ok[row] &= !crate::ifma::eq_mask(&r, &[_mm512_setzero_si512(); 5]);
+        unpack(&r, &mut out.r[row]);
     }
-    ok
+
+    let mut k_m: Vec<Fe> = k_limbs
+        .iter()
+        .map(|row| {
+            let mut k: Fe = pack(core::array::from_fn(|l| &row[l][..]));
+            let k_m = fq.to_mont(&k);
+            wipe(&mut k);
+            k_m
+        })
+        .collect();
+    let mut kinv_m = invert_all(&fq, &c.n, &k_m);
+    for (row, (k, kinv)) in k_m.iter_mut().zip(kinv_m.iter_mut()).enumerate() {
+        unpack(kinv, &mut out.kinv[row]);
+        unpack(k, &mut out.k_m[row]);
+        wipe(k);
+        wipe(kinv);
+    }
+}
+
+/// x⁻¹·R for every x·R of `xs` mod `m`, lane by lane, by Montgomery's
+/// trick: the running products x₀·…·xᵢ, one inversion of the last
+/// (x^(m−2), a fixed chain of products), then two products an element on
+/// the way back. A zero x makes every inverse of its lane zero, which the
+/// callers' checks refuse. The running products of secret values are
+/// wiped.
+#[target_feature(enable = "avx512f,avx512ifma")]
+fn invert_all(f: &Lanes, m: &curve::Modulus, xs: &[Fe]) -> Vec<Fe> {
+    let mut prefix: Vec<Fe> = Vec::with_capacity(xs.len());
+    for x in xs {
+        let next = match prefix.last() {
+            Some(p) => f.mul(p, x),
+            None => *x,
+        };
+        prefix.push(next);
+    }
+    let Some(last) = prefix.last() else { return Vec::new() };
+    let exp = |pos: usize| _mm512_set1_epi64(window(&m.inv_exp, pos, 4) as i64);
+    let mut inv = mod_exp::<5, 10, 16>(last, &f.one_r, 256, exp, &f.m, f.k0);
+    let mut out = vec![[_mm512_setzero_si512(); 5]; xs.len()];
+    for i in (1..xs.len()).rev() {
+        out[i] = f.mul(&inv, &prefix[i - 1]);
+        inv = f.mul(&inv, &xs[i]);
+    }
+    out[0] = inv;
+    wipe(&mut inv);
+    for p in prefix.iter_mut() {
+        wipe(p);
+    }
+    out
 }
 
 /// A finish batch's inputs per lane, as limbs: the presignatures' r,

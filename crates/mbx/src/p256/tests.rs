@@ -8,8 +8,8 @@ use boring::nid::Nid;
 use boring::pkey::Private;
 
 use super::{
-    FinishFault, FinishOp, P256Key, PointFault, SignFault, SignOp, presign_batch, presign_batch_with_fault, sign_batch,
-    sign_batch_with_fault,
+    FinishFault, FinishOp, P256Key, PointFault, SignFault, SignOp, presign_batch, presign_batch_with_fault,
+    presign_rows, presign_rows_with_fault, sign_batch, sign_batch_with_fault,
 };
 use crate::available;
 
@@ -146,6 +146,124 @@ fn faulty_presignatures_and_finishes_fail_alone() {
             assert_eq!(results[i], Ok(()), "slot {i}");
             assert!(verifies(&k, &digests[i], &outs[i]));
         }
+    }
+}
+
+/// Rows that share their inversions give presignatures as sound as a
+/// row alone: every one signs and verifies, no two share a nonce, and a
+/// faulty lane in one row fails alone.
+#[test]
+fn rows_sharing_their_inversions_sign_and_fail_alone() {
+    if !available() {
+        return;
+    }
+    let (k, mb) = key();
+    for rows in [1, 2, 3, super::POOL_ROWS] {
+        let faulty = (rows > 1).then_some(8 * (rows - 1) + 6);
+        let made = presign_rows_with_fault(rows, faulty.map(|lane| PointFault { lane }));
+        assert_eq!(made.len(), 8 * rows);
+        let mut rs = std::collections::HashSet::new();
+        for (i, p) in made.into_iter().enumerate() {
+            if Some(i) == faulty {
+                assert!(p.is_err(), "rows {rows}: the faulty lane {i} is refused");
+                continue;
+            }
+            let digest: [u8; 32] = core::array::from_fn(|_| fastrand::u8(..));
+            let mut out = [0u8; 64];
+            let mut op =
+                [FinishOp { presignature: p.expect("a sound lane"), key: &mb, digest: &digest, out: &mut out }];
+            assert_eq!(super::finish_batch(&mut op, None)[0], Ok(()), "rows {rows}, lane {i}");
+            drop(op);
+            assert!(verifies(&k, &digest, &out), "rows {rows}, lane {i}");
+            assert!(rs.insert(out[..32].to_vec()), "rows {rows}: a nonce signs once");
+        }
+    }
+    assert!(presign_rows(0).is_empty());
+}
+
+/// Nonces at the edges of the signed recoding (every digit at its
+/// largest, the last window's carry, n − 1, small ones) give points that
+/// sign: a wrong k·G would give an r that does not verify.
+#[test]
+fn nonces_at_the_edges_of_the_comb_sign() {
+    if !available() {
+        return;
+    }
+    let c = super::curve::consts();
+    let n = boring::bn::BigNum::from_slice(&c.n_be).expect("n");
+    let from_hex = |h: &str| boring::bn::BigNum::from_hex_str(h).expect("hex").to_vec_padded(32).expect("32");
+    let minus = |k: u32| {
+        let mut v = boring::bn::BigNum::new().expect("bn");
+        v.checked_sub(&n, &boring::bn::BigNum::from_u32(k).expect("k")).expect("n − k");
+        v.to_vec_padded(32).expect("32")
+    };
+    let edges: Vec<Vec<u8>> = vec![
+        from_hex("1"),
+        from_hex("2"),
+        from_hex("20"),
+        from_hex("21"),
+        from_hex("3f"),
+        from_hex("40"),
+        from_hex("7e0"),
+        minus(1),
+        minus(2),
+        minus(32),
+        // Every window's top bit set, so every digit negative but the last.
+        from_hex("fbefbefbefbefbefbefbefbefbefbefbefbefbefbefbefbefbefbefbefbefbe"),
+        from_hex("8208208208208208208208208208208208208208208208208208208208208208"),
+        from_hex("f000000000000000000000000000000000000000000000000000000000000000"),
+        from_hex("efffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"),
+        from_hex("7fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"),
+        from_hex("ffffffff00000000fffffffffffffffeffffffffffffffffffffffffffffffff"),
+    ];
+    let (k, mb) = key();
+    for chunk in edges.chunks(8) {
+        let mut nonces: Vec<[u8; 32]> = chunk.iter().map(|e| e.as_slice().try_into().expect("32")).collect();
+        nonces.resize(8, nonces[0]);
+        for (i, p) in super::presign_from(c, &nonces, None).into_iter().enumerate() {
+            let digest: [u8; 32] = core::array::from_fn(|_| fastrand::u8(..));
+            let mut out = [0u8; 64];
+            let mut op =
+                [FinishOp { presignature: p.expect("a sound lane"), key: &mb, digest: &digest, out: &mut out }];
+            assert_eq!(super::finish_batch(&mut op, None)[0], Ok(()));
+            drop(op);
+            assert!(verifies(&k, &digest, &out), "nonce {}", hex_of(&nonces[i]));
+        }
+    }
+}
+
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Booth's digits put back together give the scalar.
+#[test]
+fn signed_digits_sum_to_the_scalar() {
+    for round in 0..2000 {
+        let k: [u64; 4] = match round {
+            0 => [0; 4],
+            1 => [u64::MAX; 4],
+            _ => core::array::from_fn(|_| fastrand::u64(..)),
+        };
+        // Σ dᵢ·64^i, in 64-bit words with a signed carry.
+        let mut sum = [0i128; 6];
+        for i in 0..super::WINDOWS {
+            let (mag, neg) = super::booth_digit(&k, i);
+            assert!(mag <= 32 && neg <= 1);
+            let d = if neg == 1 { -(mag as i128) } else { mag as i128 };
+            let bit = super::WINDOW_BITS * i;
+            sum[bit / 64] += d << (bit % 64);
+        }
+        let mut carry = 0i128;
+        let mut words = [0u64; 6];
+        for (w, s) in words.iter_mut().zip(sum) {
+            let t = s + carry;
+            *w = t as u64;
+            carry = t >> 64;
+        }
+        assert_eq!(carry, 0);
+        assert_eq!(&words[..4], &k[..], "round {round}");
+        assert_eq!(&words[4..], &[0, 0]);
     }
 }
 
