@@ -38,11 +38,12 @@ def test_2000_concurrent_handshakes_against_mb_complete_without_error(tmp_path, 
 
 @needs_ifma
 def test_a_faulty_ecdsa_lane_fails_only_its_own_handshake(tmp_path, gatehouse, monkeypatch):
-    # ECDSA signatures on mb take presignatures made eight at a time in
-    # lanes. Every signature whose nonce came from lane 0 of its batch is
+    # ECDSA signatures on mb take presignatures made in rows of eight
+    # lanes. Every signature whose nonce came from lane 0 of its row is
     # corrupted; its check refuses it, and only that handshake fails. The
-    # presignatures left in the pool (up to two batches' worth, made last)
-    # signed nothing.
+    # pool is taken oldest first, lane 0 first in each row, and the
+    # presignatures left in it signed nothing: up to five rows' worth (at
+    # most one row left when an idle moment makes four more).
     monkeypatch.setenv("GATEHOUSE_TEST_FAULT_LANE", "0")
     port, admin = free_port(), free_port()
     crt, key = make_cert(tmp_path, "k", ["a.test"], kind="ec")
@@ -54,7 +55,7 @@ def test_a_faulty_ecdsa_lane_fails_only_its_own_handshake(tmp_path, gatehouse, m
     fams = metrics(admin)
     batches = sum(s.value for s in fams["gatehouse_keyops_batches"].samples if s.labels.get("key") == "ecdsa-p256")
     assert batches > 0, "signatures take presignatures made in lane batches"
-    assert 0 < errors <= batches <= errors + 2, (errors, batches, err)
+    assert 0 < errors <= batches <= errors + 5, (errors, batches, err)
     g.wait_log("ECDSA lane failed its checks")
 
 

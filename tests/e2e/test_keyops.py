@@ -391,13 +391,14 @@ def test_two_thousand_concurrent_handshakes_with_lane_key_shares(tmp_path, gateh
                 if s.labels.get("key") == "x25519")
     assert lanes == 4000
     # Every ECDSA signature took a presignature made in a full batch of
-    # lanes; what is left over waits in the workers' pools (up to sixteen
-    # each). None ran alone in BoringSSL.
+    # lanes; what is left over waits in the worker's pool (up to forty:
+    # eight left when an idle moment makes four rows of eight more).
+    # None ran alone in BoringSSL.
     sizes = {int(s.labels["size"]): s.value for s in fams["gatehouse_keyops_batches"].samples
              if s.labels.get("key") == "ecdsa-p256" and s.value}
     single = sum(s.value for s in fams["gatehouse_keyops_single_ops"].samples if s.labels.get("key") == "ecdsa-p256")
     assert list(sizes) == [8] and single == 0, (sizes, single)
-    assert 2000 <= 8 * sizes[8] <= 2000 + 16 * 4, sizes
+    assert 2000 <= 8 * sizes[8] <= 2000 + 40, sizes
 
 
 @needs_ifma
