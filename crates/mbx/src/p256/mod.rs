@@ -18,7 +18,8 @@
 //! signature leaves, each lane is checked: k·G lies on the curve and Z
 //! times its inverse is one (when the nonce was made), r ≠ 0, s ≠ 0, and
 //! s·k ≡ e + r·d (mod n), so a fault in the point, the inversions or the
-//! last products yields an error, never a wrong signature. [`sign_batch`] runs both halves at once.
+//! last products yields an error, never a wrong signature. [`sign_batch`]
+//! runs both halves at once.
 
 #![allow(unsafe_code)]
 
@@ -146,7 +147,7 @@ pub const POOL_ROWS: usize = 4;
 /// from a fresh nonce; a lane that fails its checks (k·G on the curve, its
 /// Z's inverse, r ≠ 0) gives an error instead. The rows share their two
 /// inversions (Montgomery's trick, lane by lane): a row costs its comb and
-/// six products besides. Panics without AVX-512 IFMA.
+/// six products for its share of them. Panics without AVX-512 IFMA.
 pub fn presign_rows(rows: usize) -> Vec<Result<Presignature, SignFault>> {
     presign_rows_with_fault(rows, None)
 }
@@ -154,7 +155,6 @@ pub fn presign_rows(rows: usize) -> Vec<Result<Presignature, SignFault>> {
 /// [`presign_rows`] with a test fault; its lane counts across the rows
 /// (row `lane / 8`).
 pub fn presign_rows_with_fault(rows: usize, fault: Option<PointFault>) -> Vec<Result<Presignature, SignFault>> {
-    assert!(available(), "the IFMA engine was called on a CPU without AVX-512 IFMA");
     let c = consts();
     let n = c.n_be;
     let mut nonces = Zeroizing::new(vec![[0u8; 32]; rows * LANES]);
@@ -172,11 +172,13 @@ pub fn presign_rows_with_fault(rows: usize, fault: Option<PointFault>) -> Vec<Re
 }
 
 /// Presignatures from `nonces` (in [1, n − 1]), row by row of eight.
+/// Panics without AVX-512 IFMA.
 fn presign_from(
     c: &curve::Consts,
     nonces: &[[u8; 32]],
     fault: Option<PointFault>,
 ) -> Vec<Result<Presignature, SignFault>> {
+    assert!(available(), "the IFMA engine was called on a CPU without AVX-512 IFMA");
     let rows = nonces.len() / LANES;
     // The nonces as 64-bit words (for the comb's windows) and as 52-bit
     // limbs (for the arithmetic mod n), a row of lanes at a time.
@@ -197,8 +199,9 @@ fn presign_from(
         k_m: Zeroizing::new(vec![[[0u64; 5]; LANES]; rows]),
         ok: vec![0u8; rows],
     };
-    // SAFETY: `available()` was checked above, so the CPU has AVX-512F and
-    // IFMA, the only requirement of this `#[target_feature]` function.
+    // SAFETY: `available()` was asserted at the top of this function, so
+    // the CPU has AVX-512F and IFMA, the only requirement of this
+    // `#[target_feature]` function.
     unsafe { presign_lanes(c, &ks, &k_limbs, &mut out, fault) };
     (0..rows * LANES)
         .map(|i| {
@@ -236,7 +239,8 @@ pub fn finish_batch(ops: &mut [FinishOp<'_>], fault: Option<FinishFault>) -> [Re
         ops.iter().enumerate().filter(|(_, o)| o.presignature.lane == f.lane).fold(0, |m, (l, _)| m | 1 << l)
     });
     let mut ss = [[0u64; 5]; LANES];
-    // SAFETY: as in `presign_batch_with_fault`.
+    // SAFETY: `available()` was asserted at the top of this function, so
+    // the CPU has AVX-512F and IFMA, all `finish8` needs.
     let ok = unsafe { finish8(consts(), &lanes, &digests, &mut ss, faulty) };
     let mut results = [Err(SignFault); LANES];
     for (l, op) in ops.iter_mut().enumerate() {
