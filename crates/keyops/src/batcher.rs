@@ -394,12 +394,6 @@ fn presign() {
     presign_rows(1);
 }
 
-/// Makes [`mbx::p256::POOL_ROWS`] rows of presignatures into this
-/// worker's pool at an idle moment: the rows share their inversions.
-fn presign_ahead() {
-    presign_rows(mbx::p256::POOL_ROWS);
-}
-
 /// Makes `rows` rows of eight presignatures into this worker's pool, each
 /// counted as a batch of eight ECDSA lanes. A lane whose checks fail is
 /// counted as a fault and left out.
@@ -513,7 +507,8 @@ fn flush(timer: bool) {
         }
     }
     if presign_now {
-        presign_ahead();
+        // At an idle moment, rows that share their inversions.
+        presign_rows(mbx::p256::POOL_ROWS);
     }
     if pairs_now {
         make_ecdhe_pairs();

@@ -157,14 +157,17 @@ pub fn presign_rows(rows: usize) -> Vec<Result<Presignature, SignFault>> {
 pub fn presign_rows_with_fault(rows: usize, fault: Option<PointFault>) -> Vec<Result<Presignature, SignFault>> {
     let c = consts();
     let n = c.n_be;
+    // All the nonces from one call to the generator; the rare one out of
+    // range is drawn again alone.
     let mut nonces = Zeroizing::new(vec![[0u8; 32]; rows * LANES]);
+    let failed = || (0..rows * LANES).map(|_| Err(SignFault)).collect();
+    if boring::rand::rand_bytes(nonces.as_flattened_mut()).is_err() {
+        return failed();
+    }
     for k in nonces.iter_mut() {
-        loop {
+        while k.iter().all(|&b| b == 0) || *k >= n {
             if boring::rand::rand_bytes(k).is_err() {
-                return (0..rows * LANES).map(|_| Err(SignFault)).collect();
-            }
-            if k.iter().any(|&b| b != 0) && *k < n {
-                break;
+                return failed();
             }
         }
     }

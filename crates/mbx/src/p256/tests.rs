@@ -227,13 +227,9 @@ fn nonces_at_the_edges_of_the_comb_sign() {
                 [FinishOp { presignature: p.expect("a sound lane"), key: &mb, digest: &digest, out: &mut out }];
             assert_eq!(super::finish_batch(&mut op, None)[0], Ok(()));
             drop(op);
-            assert!(verifies(&k, &digest, &out), "nonce {}", hex_of(&nonces[i]));
+            assert!(verifies(&k, &digest, &out), "nonce {:02x?}", nonces[i]);
         }
     }
-}
-
-fn hex_of(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Booth's digits put back together give the scalar.
