@@ -614,4 +614,4 @@ fn encode_fields(out: &mut Vec<u8>, fields: &HeaderMap) {
 
 #[cfg(test)]
 #[path = "http3_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -55,28 +55,35 @@ fn addr(a: &str) -> SocketAddr {
 /// The server's defaults: a 4 KB table, 16 streams may wait for it.
 const QPACK: QpackLimits = QpackLimits { capacity: 4096, blocked_streams: 16 };
 
+/// quiche's client and the server's connection, before any packet (the
+/// server's ID is [2; 16]).
+pub(in crate::downstream::h3) fn connections() -> (quiche::Connection, Quic) {
+    let client = quiche::connect(
+        Some("localhost"),
+        &quiche::ConnectionId::from_ref(&[1; 16]),
+        addr(CLIENT),
+        addr(SERVER),
+        &mut config(false),
+    )
+    .expect("client");
+    let server = quiche::accept_with_buf_factory::<BytesBufs>(
+        &quiche::ConnectionId::from_ref(&[2; 16]),
+        None,
+        addr(SERVER),
+        addr(CLIENT),
+        &mut config(true),
+    )
+    .expect("server");
+    (client, server)
+}
+
 impl Pair {
     fn new() -> Pair {
         Pair::with(QPACK)
     }
 
     fn with(qpack: QpackLimits) -> Pair {
-        let mut client = quiche::connect(
-            Some("localhost"),
-            &quiche::ConnectionId::from_ref(&[1; 16]),
-            addr(CLIENT),
-            addr(SERVER),
-            &mut config(false),
-        )
-        .expect("client");
-        let mut server = quiche::accept_with_buf_factory::<BytesBufs>(
-            &quiche::ConnectionId::from_ref(&[2; 16]),
-            None,
-            addr(SERVER),
-            addr(CLIENT),
-            &mut config(true),
-        )
-        .expect("server");
+        let (mut client, mut server) = connections();
         pump(&mut client, &mut server);
         assert!(client.is_established() && server.is_established());
         let h3c = quiche::h3::Connection::with_transport(&mut client, &quiche::h3::Config::new().expect("h3"))
@@ -164,7 +171,7 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn pump(a: &mut quiche::Connection, b: &mut Quic) {
+pub(in crate::downstream::h3) fn pump(a: &mut quiche::Connection, b: &mut Quic) {
     let mut buf = vec![0u8; 1500];
     loop {
         let mut moved = false;
