@@ -28,7 +28,6 @@ mod cid_tests;
 mod read;
 mod report;
 
-use super::cid::CID_LEN;
 use super::http3::{Fault, Http3, Unsent};
 use super::inbox::Receiver;
 use super::io::MAX_DATAGRAM;
@@ -43,7 +42,7 @@ use crate::downstream::conn::{ConnState, Open};
 use crate::downstream::ready::ReadySet;
 use crate::downstream::recv;
 use crate::downstream::tls::quic_handshake;
-use crate::metrics::{HandshakeResult, QuicDrop};
+use crate::metrics::HandshakeResult;
 
 use crate::h3::frame::code;
 
@@ -218,22 +217,6 @@ impl Conn {
     }
 }
 
-/// Whether `data` is a 1-RTT packet whose connection ID is not (or no
-/// longer) one of the connection's own. After the client retires an ID
-/// (RETIRE_CONNECTION_ID), a packet it sent with that ID before may still
-/// come behind the retirement: the two took different paths, say a
-/// migrated client's new port reached another worker's socket and was
-/// handed over while the old port's packet waited in this worker's.
-/// quiche takes such a packet for a protocol violation and closes the
-/// connection; it names no connection any more, and is dropped as a
-/// datagram to an unknown connection is.
-fn names_another_cid(data: &[u8], quic: &Quic) -> bool {
-    // A short header: the form bit clear, the destination ID next.
-    let Some((&first, rest)) = data.split_first() else { return false };
-    let Some(dcid) = rest.get(..CID_LEN) else { return false };
-    first & 0x80 == 0 && quic.is_established() && !quic.source_ids().any(|c| c.as_ref() == dcid)
-}
-
 impl Conn {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.ready.task.register(cx.waker());
@@ -243,15 +226,11 @@ impl Conn {
             while input < INPUT_PER_POLL {
                 match self.rx.poll_recv(cx) {
                     Poll::Ready(Some(mut d)) => {
-                        input += 1;
-                        if names_another_cid(&d.data, &self.quic) {
-                            self.worker.shared.metrics.quic_dropped(self.worker.id, QuicDrop::UnknownConnection);
-                            continue;
-                        }
                         let info = quiche::RecvInfo { from: d.from, to: d.to };
                         // A packet quiche refuses is dropped; the
                         // connection's own errors close it in quiche.
                         let _ = self.quic.recv(&mut d.data, info);
+                        input += 1;
                         if self.quic.is_in_early_data() {
                             // Packet by packet: the one that ends the
                             // handshake may come in the same batch, and
