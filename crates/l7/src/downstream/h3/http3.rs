@@ -473,6 +473,19 @@ impl Http3 {
 
     // ---- writing ----
 
+    /// Tells quiche the response's priority, when its request asked for
+    /// one other than the default (RFC 9218's, urgency 3, not
+    /// incremental: a connection's responses go out one after the other,
+    /// each whole, rather than a piece of every one in each packet). Our
+    /// quiche gives every new stream that default
+    /// (third_party/quiche/default-priority-rfc9218.patch).
+    fn prioritize_response(&self, quic: &mut Quic, id: u64) {
+        let p = self.streams.get(&id).map_or_else(Priority::default, |s| s.priority);
+        if p != Priority::default() {
+            let _ = quic.stream_priority(id, p.urgency, p.incremental);
+        }
+    }
+
     /// A response head (`:status` and the fields HTTP/3 carries), whole
     /// or not at all.
     pub fn send_head(
@@ -483,27 +496,41 @@ impl Http3 {
         fields: &HeaderMap,
         fin: bool,
     ) -> Result<(), Unsent> {
-        // The request's priority, by default RFC 9218's (urgency 3, not
-        // incremental): a connection's responses go out one after the
-        // other, each whole, rather than a piece of every one in each
-        // packet (quiche's default).
-        let p = self.streams.get(&id).map_or_else(Priority::default, |s| s.priority);
-        let _ = quic.stream_priority(id, p.urgency, p.incremental);
-        self.send_fields(quic, id, Some(status), fields, fin)
+        self.prioritize_response(quic, id);
+        self.send_fields(quic, id, Some(status), fields, &[], fin)
+    }
+
+    /// A response head and all of its body, which ends the stream: a
+    /// HEADERS and a DATA frame in one write to quiche, whole or not at
+    /// all. For small bodies: each write makes quiche look the stream up,
+    /// queue a buffer and re-file the stream as flushable, and a 64-byte
+    /// response took three (the head, the DATA frame's header, the body).
+    pub fn send_whole(
+        &mut self,
+        quic: &mut Quic,
+        id: u64,
+        status: StatusCode,
+        fields: &HeaderMap,
+        body: &[u8],
+    ) -> Result<(), Unsent> {
+        self.prioritize_response(quic, id);
+        self.send_fields(quic, id, Some(status), fields, body, true)
     }
 
     /// Trailers, which end the stream.
     pub fn send_trailers(&mut self, quic: &mut Quic, id: u64, fields: &HeaderMap) -> Result<(), Unsent> {
-        self.send_fields(quic, id, None, fields, true)
+        self.send_fields(quic, id, None, fields, &[], true)
     }
 
-    /// A field section (with `:status` for a head) as one HEADERS frame.
+    /// A field section (with `:status` for a head) as one HEADERS frame,
+    /// and `body`, unless empty, as a DATA frame after it.
     fn send_fields(
         &mut self,
         quic: &mut Quic,
         id: u64,
         status: Option<StatusCode>,
         fields: &HeaderMap,
+        body: &[u8],
         fin: bool,
     ) -> Result<(), Unsent> {
         // A stream waiting for room is asked again each time the client's
@@ -525,6 +552,10 @@ impl Http3 {
         let header = FrameHeader::new(ty::HEADERS, (block.len() - HEADER_ROOM) as u64);
         let start = HEADER_ROOM - header.as_bytes().len();
         block[start..HEADER_ROOM].copy_from_slice(header.as_bytes());
+        if !body.is_empty() {
+            block.extend_from_slice(FrameHeader::new(ty::DATA, body.len() as u64).as_bytes());
+            block.extend_from_slice(body);
+        }
         let frame = &block[start..];
         if room < frame.len() {
             return Err(Unsent::Blocked);

@@ -50,6 +50,9 @@ use crate::h3::frame::code;
 /// past which the stream is not read (quiche's window then fills and the
 /// client waits).
 const BODY_AHEAD: usize = 256 * 1024;
+/// Response bodies of a known length up to this many bytes go out with
+/// their head when all of them came with it (`Http3::send_whole`).
+const WHOLE_WITH_HEAD: u64 = 4096;
 /// Datagrams received in one poll before the task looks at its streams.
 const INPUT_PER_POLL: usize = 64;
 
@@ -480,13 +483,41 @@ impl Conn {
                     s.task = Task::Head(resp);
                 }
                 Task::Head(resp) => {
-                    let end = resp.body().is_end_stream();
-                    match h3.send_head(quic, stream, resp.status(), resp.headers(), end) {
+                    // A small body whose length is known may be all here
+                    // already (it came with the upstream's head): then it
+                    // goes with the head, in one write to quiche.
+                    let small = resp.body().size_hint().exact().is_some_and(|n| (1..=WHOLE_WITH_HEAD).contains(&n));
+                    if small && s.pending.is_none() {
+                        match Pin::new(resp.body_mut()).poll_frame(&mut cx) {
+                            Poll::Pending => {}
+                            Poll::Ready(None) => s.pending = Some((Bytes::new(), true)),
+                            Poll::Ready(Some(Ok(f))) => match f.into_data() {
+                                Ok(d) => {
+                                    let end = resp.body().is_end_stream();
+                                    s.pending = Some((if end { d } else { compact(d) }, end));
+                                }
+                                // Trailers before the bytes its length
+                                // promised: the upstream's framing broke.
+                                Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
+                            },
+                            Poll::Ready(Some(Err(_))) => break Outcome::Reset(code::INTERNAL_ERROR),
+                        }
+                    }
+                    let (sent, end) = match &s.pending {
+                        Some((body, true)) => (h3.send_whole(quic, stream, resp.status(), resp.headers(), body), true),
+                        _ => {
+                            let end = resp.body().is_end_stream();
+                            (h3.send_head(quic, stream, resp.status(), resp.headers(), end), end)
+                        }
+                    };
+                    match sent {
                         Ok(()) => {
                             let Task::Head(resp) = std::mem::replace(&mut s.task, Task::Done) else {
                                 break Outcome::Done;
                             };
-                            if !end {
+                            if end {
+                                s.pending = None;
+                            } else {
                                 s.task = Task::Sending(resp.into_body());
                             }
                         }
