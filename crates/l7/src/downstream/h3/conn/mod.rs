@@ -488,19 +488,11 @@ impl Conn {
                     // goes with the head, in one write to quiche.
                     let small = resp.body().size_hint().exact().is_some_and(|n| (1..=WHOLE_WITH_HEAD).contains(&n));
                     if small && s.pending.is_none() {
-                        match Pin::new(resp.body_mut()).poll_frame(&mut cx) {
-                            Poll::Pending => {}
-                            Poll::Ready(None) => s.pending = Some((Bytes::new(), true)),
-                            Poll::Ready(Some(Ok(f))) => match f.into_data() {
-                                Ok(d) => {
-                                    let end = resp.body().is_end_stream();
-                                    s.pending = Some((if end { d } else { compact(d) }, end));
-                                }
-                                // Trailers before the bytes its length
-                                // promised: the upstream's framing broke.
-                                Err(_) => break Outcome::Reset(code::INTERNAL_ERROR),
-                            },
-                            Poll::Ready(Some(Err(_))) => break Outcome::Reset(code::INTERNAL_ERROR),
+                        match next_chunk(resp.body_mut(), &mut cx, &mut s.pending, true) {
+                            Next::Pending | Next::Stored => {}
+                            // Trailers before the bytes its length
+                            // promised: the upstream's framing broke.
+                            Next::Trailers(_) | Next::Broken => break Outcome::Reset(code::INTERNAL_ERROR),
                         }
                     }
                     let (sent, end) = match &s.pending {
@@ -547,25 +539,13 @@ impl Conn {
                             Err(Unsent::Failed) => break Outcome::Reset(code::INTERNAL_ERROR),
                         }
                     }
-                    match Pin::new(&mut *body).poll_frame(&mut cx) {
-                        Poll::Pending => break Outcome::Waiting,
-                        Poll::Ready(None) => s.pending = Some((Bytes::new(), true)),
-                        Poll::Ready(Some(Ok(f))) => match f.into_data() {
-                            Ok(d) => {
-                                let end = body.is_end_stream();
-                                if !d.is_empty() || end {
-                                    s.pending = Some((compact(d), end));
-                                }
-                            }
-                            Err(f) => {
-                                if let Ok(t) = f.into_trailers() {
-                                    s.task = Task::Trailers(t);
-                                }
-                            }
-                        },
+                    match next_chunk(body, &mut cx, &mut s.pending, false) {
+                        Next::Pending => break Outcome::Waiting,
+                        Next::Stored => {}
+                        Next::Trailers(t) => s.task = Task::Trailers(t),
                         // The upstream broke off: the client must not take
                         // a cut-off body for a whole one.
-                        Poll::Ready(Some(Err(_))) => break Outcome::Reset(code::INTERNAL_ERROR),
+                        Next::Broken => break Outcome::Reset(code::INTERNAL_ERROR),
                     }
                 }
             }
@@ -672,6 +652,46 @@ fn window(quic: &Quic) -> Window {
             slow_start: p.startup_exit.is_none(),
         },
         None => Window { cwnd: 0, srtt: None, mtu: MAX_DATAGRAM as u64, slow_start: true },
+    }
+}
+
+/// What a response body gave.
+enum Next {
+    Pending,
+    /// Data (or the body's end) into the slot's `pending`, or nothing.
+    Stored,
+    Trailers(HeaderMap),
+    /// The upstream broke off.
+    Broken,
+}
+
+/// The body's next frame: data goes into `pending` with whether it ends
+/// the body, compacted ([`compact`]) as quiche's queue will hold it, but
+/// for a body's last data when `last_whole` (it goes out with the head,
+/// copied by [`Http3::send_whole`]).
+fn next_chunk(
+    body: &mut ResponseBody,
+    cx: &mut Context<'_>,
+    pending: &mut Option<(Bytes, bool)>,
+    last_whole: bool,
+) -> Next {
+    match Pin::new(&mut *body).poll_frame(cx) {
+        Poll::Pending => Next::Pending,
+        Poll::Ready(None) => {
+            *pending = Some((Bytes::new(), true));
+            Next::Stored
+        }
+        Poll::Ready(Some(Ok(f))) => match f.into_data() {
+            Ok(d) => {
+                let end = body.is_end_stream();
+                if !d.is_empty() || end {
+                    *pending = Some((if end && last_whole { d } else { compact(d) }, end));
+                }
+                Next::Stored
+            }
+            Err(f) => f.into_trailers().map_or(Next::Stored, Next::Trailers),
+        },
+        Poll::Ready(Some(Err(_))) => Next::Broken,
     }
 }
 
