@@ -107,7 +107,8 @@ def rounds(gh, d, prefix, client, targets, started, a, rows):
         rows.append(out)
         print(f"round {r + 1}: udp sent={out['sent']} lost={out['lost']} "
               f"longest_lost_run_ms={out['longest_lost_run']} tcp answers={out['answers']} "
-              f"slowest_ms={out['slowest_ms']:.0f} broke={out['broke']}", flush=True)
+              f"slowest_ms={out['slowest_ms']:.0f} broke={out['broke']} "
+              f"first_lost={out.get('first_lost')} last_lost={out.get('last_lost')}", flush=True)
     return gh
 
 

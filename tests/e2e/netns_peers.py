@@ -28,7 +28,8 @@ modules): a real server and the clients.
                                                   echo of UDP_HOST:7 (10.77.0.100) and a GET every 10 ms
                                                   on one connection to HTTP_HOST:80 (10.77.0.102);
                                                   prints "ready" at the first echo, then {"sent", "lost",
-                                                  "longest_lost_run", "slowest_ms", "broke", "answers"}
+                                                  "longest_lost_run", "first_lost", "last_lost",
+                                                  "slowest_ms", "broke", "answers"}
 
 The server also echoes lines on TCP :9000 as `NAME LINE`.
 """
@@ -42,6 +43,16 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+
+def roomy(sock):
+    """A receive buffer of 4 MiB (past the sysctl's cap: the tests run as
+    root), so that a peer starved of CPU for a while loses nothing."""
+    SO_RCVBUFFORCE = 33
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 4 << 20)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
 
 
 def server(name):
@@ -69,11 +80,6 @@ def server(name):
         def log_message(self, *args):
             pass
 
-    class Echo(socketserver.BaseRequestHandler):
-        def handle(self):
-            data, sock = self.request
-            sock.sendto(name.encode() + b":" + data, self.client_address)
-
     class Server(ThreadingHTTPServer):
         allow_reuse_address = True
         daemon_threads = True
@@ -97,8 +103,20 @@ def server(name):
 
     lines = LineServer(("0.0.0.0", 9000), Lines)
     threading.Thread(target=lines.serve_forever, daemon=True).start()
-    udp = socketserver.ThreadingUDPServer(("0.0.0.0", 7), Echo)
-    threading.Thread(target=udp.serve_forever, daemon=True).start()
+    # One thread answers every datagram (not a thread per datagram, which a
+    # busy machine cannot start a thousand times a second), from a socket
+    # whose buffer holds seconds of the probe: what a test counts as lost
+    # must be the balancer's loss, not this server's.
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    roomy(udp)
+    udp.bind(("0.0.0.0", 7))
+
+    def echo():
+        while True:
+            data, peer = udp.recvfrom(65535)
+            udp.sendto(name.encode() + b":" + data, peer)
+
+    threading.Thread(target=echo, daemon=True).start()
     print("ready", flush=True)
     http_server.serve_forever()
 
@@ -252,6 +270,7 @@ def probe(seconds, udp_host="10.77.0.100", http_host="10.77.0.102"):
     h = threading.Thread(target=keep)
     h.start()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    roomy(s)
     s.connect((udp_host, 7))
     s.setblocking(False)
     got = set()
@@ -277,7 +296,10 @@ def probe(seconds, udp_host="10.77.0.100", http_host="10.77.0.102"):
     for i, n in enumerate(lost):
         run = run + 1 if i and n == lost[i - 1] + 1 else 1
         longest = max(longest, run)
-    print(json.dumps({"sent": sent, "lost": len(lost), "longest_lost_run": longest, **tcp}), flush=True)
+    # Where the losses fell (a datagram a millisecond: the index is the
+    # time into the probe), for a failure to say when it lost them.
+    print(json.dumps({"sent": sent, "lost": len(lost), "longest_lost_run": longest, "first_lost": lost[:1],
+                      "last_lost": lost[-1:], **tcp}), flush=True)
 
 
 if __name__ == "__main__":
