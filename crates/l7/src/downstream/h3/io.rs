@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
+use smallvec::SmallVec;
 use tokio::io::Interest;
 
 use super::cid::Keys;
@@ -48,7 +49,7 @@ impl Io {
     ) {
         // Runs for GSO: one destination and source, every packet but the
         // last of the run as long as the first.
-        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let mut runs: SmallVec<[(usize, usize); gatehouse_udp::GSO_SEGMENTS]> = SmallVec::new();
         let mut i = 0;
         while i < packets.len() {
             let (_, size, to, from) = packets[i];
@@ -64,10 +65,11 @@ impl Io {
             runs.push((i, j));
             i = j;
         }
-        let parts: Vec<&[u8]> = packets.iter().map(|&(at, n, _, _)| &buf[at..at + n]).collect();
+        let parts: SmallVec<[&[u8]; gatehouse_udp::GSO_SEGMENTS]> =
+            packets.iter().map(|&(at, n, _, _)| &buf[at..at + n]).collect();
         let mut done = 0;
         while done < runs.len() {
-            let msgs: Vec<gatehouse_udp::Outgoing<'_>> = runs[done..]
+            let msgs: SmallVec<[gatehouse_udp::Outgoing<'_>; 8]> = runs[done..]
                 .iter()
                 .take(gatehouse_udp::BATCH)
                 .map(|&(a, b)| gatehouse_udp::Outgoing {

@@ -596,7 +596,7 @@ impl Conn {
                 }
             }
             let more = send_scratch(|buf| {
-                let mut packets = Vec::new();
+                let mut packets: smallvec::SmallVec<[_; gatehouse_udp::GSO_SEGMENTS]> = smallvec::SmallVec::new();
                 let mut at = 0;
                 while at + MAX_DATAGRAM <= buf.len() && packets.len() < gatehouse_udp::GSO_SEGMENTS {
                     if let Some(next) = self.pacer.wait_until(&window, now) {
@@ -607,7 +607,8 @@ impl Conn {
                         self.quic.on_pacing_delay();
                         break;
                     }
-                    match self.quic.send(&mut buf[at..at + MAX_DATAGRAM]) {
+                    // The burst leaves in one write: one clock read for it.
+                    match self.quic.send_at(&mut buf[at..at + MAX_DATAGRAM], now) {
                         Ok((n, info)) => {
                             self.pacer.on_sent(&window, now, n as u64);
                             packets.push((at, n, info.to, info.from));
