@@ -37,8 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# GATEHOUSE_BIN runs another build (to compare two builds, interleaved).
-GATEHOUSE = Path(os.environ.get("GATEHOUSE_BIN") or ROOT / "target" / "release" / "gatehouse")
+GATEHOUSE = ROOT / "target" / "release" / "gatehouse"
 TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
 SERVER_CPU, LOAD_CPU = "0", "1"
 

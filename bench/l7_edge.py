@@ -28,7 +28,9 @@ setting beyond what README.md tells every user; access logs are off in all
 three.
 
 Usage: bench/l7_edge.py [--duration S] [--rounds N] [--only W[,W]]
-                        [--write docs/BENCHMARKS.md]
+                        [--write docs/BENCHMARKS.md] [--gatehouse PATH]
+
+--gatehouse runs another build (to compare two builds, interleaved).
 """
 
 import argparse
@@ -189,7 +191,10 @@ def cli(workloads, tools):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", help="comma-separated workloads: " + ", ".join(workloads))
     ap.add_argument("--write", help="insert the results into this markdown file")
+    ap.add_argument("--gatehouse", help="run another build (to compare two builds, interleaved)")
     args = ap.parse_args()
+    if args.gatehouse:
+        B.GATEHOUSE = Path(args.gatehouse).resolve()
     chosen = args.only.split(",") if args.only else list(workloads)
     for w in chosen:
         if w not in workloads:

@@ -44,7 +44,9 @@ dials a new upstream connection for a tenth of its requests. Gatehouse gets
 `http3: true` on its HTTPS listener and nothing else.
 
 Usage: bench/l7_quic.py [--duration S] [--rounds N] [--only W[,W]]
-                        [--write docs/BENCHMARKS.md]
+                        [--write docs/BENCHMARKS.md] [--gatehouse PATH]
+
+--gatehouse runs another build (to compare two builds, interleaved).
 """
 
 import datetime
