@@ -39,6 +39,7 @@ pub struct RecvBody {
     /// Wakes the connection for this stream when enough is taken to be
     /// worth a window update.
     stream_waker: Waker,
+    /// What is left of the declared length (a size hint is what remains).
     content_length: Option<u64>,
 }
 
@@ -111,7 +112,8 @@ impl Body for RecvBody {
     type Error = BoxError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let mut s = lock(&self.shared);
+        let this = self.get_mut();
+        let mut s = lock(&this.shared);
         if let Some(why) = s.error {
             return Poll::Ready(Some(Err(Box::new(BodyError(why)))));
         }
@@ -120,8 +122,11 @@ impl Body for RecvBody {
             s.taken += d.len();
             let tell = before < TELL_AFTER && s.taken >= TELL_AFTER;
             drop(s);
+            if let Some(left) = &mut this.content_length {
+                *left = left.saturating_sub(d.len() as u64);
+            }
             if tell {
-                self.stream_waker.wake_by_ref();
+                this.stream_waker.wake_by_ref();
             }
             return Poll::Ready(Some(Ok(Frame::data(d))));
         }
@@ -136,7 +141,7 @@ impl Body for RecvBody {
         s.reader = Some(cx.waker().clone());
         drop(s);
         if tell {
-            self.stream_waker.wake_by_ref();
+            this.stream_waker.wake_by_ref();
         }
         Poll::Pending
     }
@@ -167,8 +172,12 @@ mod tests {
         let mut t = HeaderMap::new();
         t.insert("x-t", "1".parse().expect("value"));
         tx.end(Some(t));
+        assert_eq!(rx.size_hint().exact(), Some(5));
         assert_eq!(rx.frame().await.expect("frame").expect("ok").into_data().expect("data"), "hel");
+        // The hint is what is left, as `Body::size_hint` asks.
+        assert_eq!(rx.size_hint().exact(), Some(2));
         assert_eq!(rx.frame().await.expect("frame").expect("ok").into_data().expect("data"), "lo");
+        assert_eq!(rx.size_hint().exact(), Some(0));
         assert_eq!(tx.take_released(), 5);
         let trailers = rx.frame().await.expect("frame").expect("ok").into_trailers().expect("trailers");
         assert_eq!(trailers["x-t"], "1");
