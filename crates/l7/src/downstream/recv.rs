@@ -39,8 +39,9 @@ pub struct RecvBody {
     /// Wakes the connection for this stream when enough is taken to be
     /// worth a window update.
     stream_waker: Waker,
-    /// What is left of the declared length (a size hint is what remains).
-    content_length: Option<u64>,
+    /// Bytes left of the declared Content-Length, counted down as chunks
+    /// are taken: `Body::size_hint` is what remains.
+    left: Option<u64>,
 }
 
 /// Taken bytes worth telling the connection about at once.
@@ -52,7 +53,7 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 pub fn channel(stream_waker: Waker, content_length: Option<u64>) -> (Sender, RecvBody) {
     let shared = Arc::new(Mutex::new(State::default()));
-    (Sender { shared: shared.clone() }, RecvBody { shared, stream_waker, content_length })
+    (Sender { shared: shared.clone() }, RecvBody { shared, stream_waker, left: content_length })
 }
 
 impl Sender {
@@ -122,7 +123,7 @@ impl Body for RecvBody {
             s.taken += d.len();
             let tell = before < TELL_AFTER && s.taken >= TELL_AFTER;
             drop(s);
-            if let Some(left) = &mut this.content_length {
+            if let Some(left) = &mut this.left {
                 *left = left.saturating_sub(d.len() as u64);
             }
             if tell {
@@ -152,7 +153,7 @@ impl Body for RecvBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.content_length {
+        match self.left {
             Some(n) => SizeHint::with_exact(n),
             None => SizeHint::default(),
         }
