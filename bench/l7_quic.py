@@ -18,6 +18,11 @@ Workloads (ECDSA P-256 certificate, TLS 1.3; responses from the backend):
                     median of its rounds): HTTP/3 and HTTP/2 compared at
                     the same load, where h3load, slower than h2load,
                     leaves the proxy less busy under HTTP/3
+  h2go-at-h3-rate   the same two, but from h3load -tcp: HTTP/2 over TLS
+  h2go-64k-at-h3-rate from Go's net/http, 8 connections of 32 streams,
+                    paced (-rate) to the HTTP/3 rate: one client's way
+                    of sending requests under both protocols, where
+                    h2load sends a connection's next requests together
 
 h3load (tools/h3get/h3load) is a quic-go load generator; Debian's h2load
 has no QUIC. It reads its socket with UDP GRO (tools/h3get/h3load/gro.go):
@@ -73,9 +78,12 @@ WORKLOADS = {
     "h3-handshake": ("handshake", 16, 1, E.SMALL),
     "h2-at-h3-rate": ("h2load", 8, 32, E.SMALL),
     "h2-64k-at-h3-rate": ("h2load", 8, 32, E.BIG),
+    "h2go-at-h3-rate": ("h3load-tcp", 8, 32, E.SMALL),
+    "h2go-64k-at-h3-rate": ("h3load-tcp", 8, 32, E.BIG),
 }
 # The paced workloads: the HTTP/3 workload whose rate each follows.
-PACED = {"h2-at-h3-rate": "h3", "h2-64k-at-h3-rate": "h3-64k"}
+PACED = {"h2-at-h3-rate": "h3", "h2-64k-at-h3-rate": "h3-64k", "h2go-at-h3-rate": "h3",
+         "h2go-64k-at-h3-rate": "h3-64k"}
 # requests/s of every run so far, by (proxy, workload).
 RATES = {}
 TITLES = {
@@ -87,6 +95,10 @@ TITLES = {
                     "connection (h3load -handshake -c16)",
     "h2-at-h3-rate": "HTTP/2 over TLS, 64 B (h2load -c8 -m32), paced to the proxy's `h3` requests/s",
     "h2-64k-at-h3-rate": "HTTP/2 over TLS, 64 KiB (h2load -c8 -m32), paced to the proxy's `h3-64k` requests/s",
+    "h2go-at-h3-rate": "HTTP/2 over TLS, 64 B, from Go's net/http (h3load -tcp -c8 -m32), paced to the proxy's "
+                       "`h3` requests/s",
+    "h2go-64k-at-h3-rate": "HTTP/2 over TLS, 64 KiB, from Go's net/http (h3load -tcp -c8 -m32), paced to the "
+                           "proxy's `h3-64k` requests/s",
 }
 
 
@@ -137,10 +149,12 @@ class Proxy(B.Server):
         super().__init__(name, make(d, self.port, backend_port, crt, key), self.port, d)
 
 
-def h3load(port, size, duration, connections, streams, handshake):
+def h3load(port, size, duration, connections, streams, handshake, tcp=False, rate=None):
     args = ["taskset", "-c", B.LOAD_CPU, str(H3LOAD), "-addr", f"127.0.0.1:{port}", "-host", "localhost", "-insecure",
             "-path", f"/{size}", "-c", str(connections), "-d", f"{duration}s"]
     args += ["-handshake"] if handshake else ["-m", str(streams)]
+    args += ["-tcp"] if tcp else []
+    args += ["-rate", f"{rate:.1f}"] if rate else []
     run = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
     try:
         s = json.loads(run.stdout)
@@ -160,12 +174,14 @@ def run_once(proxy, workload, duration, backend_port, workdir):
         rates = RATES.get((proxy.name, PACED[workload]))
         if not rates:
             raise RuntimeError(f"{workload} follows {PACED[workload]}'s rate: run that workload first")
-        rps = statistics.median(rates) / conns
+        rps = statistics.median(rates)
     if client == "h2load":
+        rps = rps / conns if rps else None
         requests, errors, p99, out = E.h2load(f"https://localhost:{proxy.port}/{size}", duration, conns, streams,
                                               workdir, rps)
     else:
-        requests, errors, p99, out = h3load(proxy.port, size, duration, conns, streams, client == "handshake")
+        requests, errors, p99, out = h3load(proxy.port, size, duration, conns, streams, client == "handshake",
+                                            tcp=client == "h3load-tcp", rate=rps)
     u1, s1 = B.cpu_ticks(proxy.proc.pid)
     a1 = E.accepts(backend_port)
     if requests == 0:
@@ -200,7 +216,8 @@ def main():
              "CPU-µs to Caddy's.", ""]
     lines += E.table(results, "Gatehouse ÷ Caddy")
     lines.append("")
-    for h3, h2 in (("h3", "h2"), ("h3-64k", "h2-64k"), ("h3", "h2-at-h3-rate"), ("h3-64k", "h2-64k-at-h3-rate")):
+    for h3, h2 in (("h3", "h2"), ("h3-64k", "h2-64k"), ("h3", "h2-at-h3-rate"), ("h3-64k", "h2-64k-at-h3-rate"),
+                   ("h3", "h2go-at-h3-rate"), ("h3-64k", "h2go-64k-at-h3-rate")):
         if h3 in results and h2 in results:
             for name in PEERS:
                 r = E.median(results[h3][name], "cpu_us") / E.median(results[h2][name], "cpu_us")

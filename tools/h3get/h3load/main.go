@@ -17,7 +17,12 @@
 // With -tcp, handshake mode runs over TCP instead: Go's crypto/tls (TLS
 // 1.3, which offers X25519MLKEM768 first by default) and one HTTP/1.1 GET
 // with Connection: close per connection, for full TLS handshakes with the
-// key shares browsers send.
+// key shares browsers send; and streams mode runs HTTP/2 over TLS from Go's
+// net/http, one connection per -c, so that a server's HTTP/2 and HTTP/3
+// can be compared under one client's way of sending requests.
+//
+// -rate paces either mode: new connections (handshake mode) or requests
+// (streams mode) per second in all, spread evenly over the workers.
 package main
 
 import (
@@ -124,13 +129,13 @@ func main() {
 	handshake := flag.Bool("handshake", false, "a new connection for every request")
 	insecure := flag.Bool("insecure", false, "do not verify the server's certificate (as h2load)")
 	curve := flag.String("curve", "", "key share: x25519, x25519mlkem768 or p256 (default: Go's own preference)")
-	overTCP := flag.Bool("tcp", false, "handshake mode over TCP: TLS 1.3 and one HTTP/1.1 GET per connection")
-	rate := flag.Float64("rate", 0, "handshake mode: new connections per second in all (default: unpaced)")
+	overTCP := flag.Bool("tcp", false, "over TCP: handshake mode with TLS 1.3 and one HTTP/1.1 GET per connection; streams mode with HTTP/2 over TLS")
+	rate := flag.Float64("rate", 0, "new connections (handshake mode) or requests (streams mode) per second in all (default: unpaced)")
 	idle := flag.Bool("idle", false, "idle mode: open -c connections, one request each, print {\"ready\": n}, wait for a line on stdin, then one request on every connection (see idle.go)")
 	gro := flag.Bool("gro", true, "read the server's datagram trains whole (UDP GRO), as TCP reads its segments; see gro.go")
 	flag.Parse()
-	if *rate < 0 || (*rate > 0 && !*handshake) {
-		fail(errors.New("-rate needs -handshake and a positive number"))
+	if *rate < 0 {
+		fail(errors.New("-rate must be a positive number"))
 	}
 
 	server, pool, err := target.Parse(*addr, *ca)
@@ -169,8 +174,14 @@ func main() {
 	start := time.Now()
 	l.deadline = start.Add(*duration)
 	l.start = start
+	// Each worker's share of the rate: a connection (handshake mode) or a
+	// stream (streams mode) is a worker.
+	workers := *conns
+	if !*handshake {
+		workers *= *streams
+	}
 	if *rate > 0 {
-		l.every = time.Duration(float64(*conns) / *rate * float64(time.Second))
+		l.every = time.Duration(float64(workers) / *rate * float64(time.Second))
 	}
 	var tallies []*tally
 	var wg sync.WaitGroup
@@ -184,10 +195,17 @@ func main() {
 			work(t)
 		}()
 	}
-	if *overTCP {
-		if !*handshake {
-			fail(errors.New("-tcp needs -handshake"))
+	if *overTCP && !*handshake {
+		for i := 0; i < *conns; i++ {
+			tr := l.h2transport(server.String(), tlsConf)
+			defer tr.CloseIdleConnections()
+			gone := func() bool { return false }
+			for j := 0; j < *streams; j++ {
+				pace := l.pacer(i*(*streams)+j, workers)
+				spawn(func(t *tally) { l.requests(tr, gone, pace, t) })
+			}
 		}
+	} else if *overTCP {
 		tcpConf := tlsConf.Clone()
 		tcpConf.NextProtos = []string{"http/1.1"}
 		tcpConf.MinVersion = tls.VersionTLS13
@@ -215,8 +233,10 @@ func main() {
 		}
 		defer conn.CloseWithError(0, "")
 		cc := (&http3.Transport{}).NewClientConn(conn)
+		gone := func() bool { return cc.Context().Err() != nil }
 		for j := 0; j < *streams; j++ {
-			spawn(func(t *tally) { l.requests(cc, t) })
+			pace := l.pacer(i*(*streams)+j, workers)
+			spawn(func(t *tally) { l.requests(cc, gone, pace, t) })
 		}
 	}
 	wg.Wait()
@@ -243,14 +263,18 @@ func main() {
 	_ = json.NewEncoder(os.Stdout).Encode(s)
 }
 
-// requests sends one request after another on a shared connection.
-func (l *load) requests(cc *http3.ClientConn, t *tally) {
+// requests sends one request after another on a shared connection, as
+// paced; gone says whether the connection has closed.
+func (l *load) requests(rt http.RoundTripper, gone func() bool, pace func(), t *tally) {
 	for time.Now().Before(l.deadline) {
+		if pace(); !time.Now().Before(l.deadline) {
+			break
+		}
 		began := time.Now()
-		n, err := l.get(cc)
+		n, err := l.get(rt)
 		if err != nil {
 			t.fail(err)
-			if errors.Is(err, net.ErrClosed) || cc.Context().Err() != nil {
+			if errors.Is(err, net.ErrClosed) || gone() {
 				return // the connection is gone: no point in spinning
 			}
 			continue
@@ -317,7 +341,25 @@ func (l *load) tcpHandshakes(addr string, conf *tls.Config, request string, pace
 	}
 }
 
-func (l *load) get(cc *http3.ClientConn) (int64, error) {
+// h2transport is one HTTP/2-over-TLS connection's worth of Go's net/http:
+// every request of the transport shares its one connection to addr.
+func (l *load) h2transport(addr string, conf *tls.Config) *http.Transport {
+	h2 := conf.Clone()
+	h2.NextProtos = []string{"h2"}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP2(true)
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	return &http.Transport{
+		TLSClientConfig: h2,
+		Protocols:       protocols,
+		MaxConnsPerHost: 1,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, addr)
+		},
+	}
+}
+
+func (l *load) get(cc http.RoundTripper) (int64, error) {
 	limit := l.timeout
 	if limit == 0 {
 		limit = 5 * time.Second
