@@ -60,6 +60,9 @@ PORT = {"bwx": 51830, "bwy": 51831}
 DEV = {"bwx": "bwgx", "bwy": "bwgy"}
 UDP_RATES = [50_000, 100_000, 200_000, 400_000]
 UDP4_RATES = [100_000, 200_000, 400_000]
+# The site gateways' TCP at one offered rate (`tcp1paced`), below what
+# either carries unpaced on these 2-CPU machines.
+TCP_PACED = 2_000_000_000
 
 
 def sh(*cmd, check=True, input=None):
@@ -441,6 +444,10 @@ def run_site(kind, seconds, rows, workloads):
             cases = []
             if "tcp1" in workloads:
                 cases += [("TCP 1 stream, client to server", []), ("TCP 1 stream, server to client", ["-R"])]
+            if "tcp1paced" in workloads:
+                rate = ["-b", str(TCP_PACED)]
+                cases += [(f"TCP 1 stream paced to {TCP_PACED / 1e9:g} Gbit/s, client to server", rate),
+                          (f"TCP 1 stream paced to {TCP_PACED / 1e9:g} Gbit/s, server to client", ["-R"] + rate)]
             if "udp" in workloads:
                 cases += [(f"UDP 64 B offered {r // 1000} kpps, client to server", ["-u", "-l", "64", "-b", str(r * 64 * 8)])
                           for r in UDP_RATES]
