@@ -195,48 +195,51 @@ func main() {
 			work(t)
 		}()
 	}
-	if *overTCP && !*handshake {
-		for i := 0; i < *conns; i++ {
-			tr := l.h2transport(server.String(), tlsConf)
-			defer tr.CloseIdleConnections()
-			gone := func() bool { return false }
-			for j := 0; j < *streams; j++ {
-				pace := l.pacer(i*(*streams)+j, workers)
-				spawn(func(t *tally) { l.requests(tr, gone, pace, t) })
-			}
+	// streamsOn starts connection i's -m request loops on rt; gone says
+	// whether that connection has closed.
+	streamsOn := func(i int, rt http.RoundTripper, gone func() bool) {
+		for j := 0; j < *streams; j++ {
+			pace := l.pacer(i*(*streams)+j, workers)
+			spawn(func(t *tally) { l.requests(rt, gone, pace, t) })
 		}
-	} else if *overTCP {
+	}
+	switch {
+	case *overTCP && *handshake:
 		tcpConf := tlsConf.Clone()
 		tcpConf.NextProtos = []string{"http/1.1"}
 		tcpConf.MinVersion = tls.VersionTLS13
 		tcpConf.ClientSessionCache = nil
 		request := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", *path, *host)
 		for i := 0; i < *conns; i++ {
-			pace := l.pacer(i, *conns)
+			pace := l.pacer(i, workers)
 			spawn(func(t *tally) { l.tcpHandshakes(server.String(), tcpConf, request, pace, t) })
 		}
-	}
-	for i := 0; i < *conns && !*overTCP; i++ {
-		tr, err := l.transport()
-		if err != nil {
-			fail(err)
+	case *overTCP:
+		for i := 0; i < *conns; i++ {
+			tr := h2transport(server.String(), tlsConf)
+			defer tr.CloseIdleConnections()
+			// net/http dials again if the connection drops.
+			streamsOn(i, tr, func() bool { return false })
 		}
-		defer tr.Close()
-		if *handshake {
-			pace := l.pacer(i, *conns)
-			spawn(func(t *tally) { l.handshakes(tr, pace, t) })
-			continue
-		}
-		conn, err := tr.Dial(context.Background(), server, tlsConf, l.quic)
-		if err != nil {
-			fail(fmt.Errorf("dial: %w", err))
-		}
-		defer conn.CloseWithError(0, "")
-		cc := (&http3.Transport{}).NewClientConn(conn)
-		gone := func() bool { return cc.Context().Err() != nil }
-		for j := 0; j < *streams; j++ {
-			pace := l.pacer(i*(*streams)+j, workers)
-			spawn(func(t *tally) { l.requests(cc, gone, pace, t) })
+	default:
+		for i := 0; i < *conns; i++ {
+			tr, err := l.transport()
+			if err != nil {
+				fail(err)
+			}
+			defer tr.Close()
+			if *handshake {
+				pace := l.pacer(i, workers)
+				spawn(func(t *tally) { l.handshakes(tr, pace, t) })
+				continue
+			}
+			conn, err := tr.Dial(context.Background(), server, tlsConf, l.quic)
+			if err != nil {
+				fail(fmt.Errorf("dial: %w", err))
+			}
+			defer conn.CloseWithError(0, "")
+			cc := (&http3.Transport{}).NewClientConn(conn)
+			streamsOn(i, cc, func() bool { return cc.Context().Err() != nil })
 		}
 	}
 	wg.Wait()
@@ -343,7 +346,7 @@ func (l *load) tcpHandshakes(addr string, conf *tls.Config, request string, pace
 
 // h2transport is one HTTP/2-over-TLS connection's worth of Go's net/http:
 // every request of the transport shares its one connection to addr.
-func (l *load) h2transport(addr string, conf *tls.Config) *http.Transport {
+func h2transport(addr string, conf *tls.Config) *http.Transport {
 	h2 := conf.Clone()
 	h2.NextProtos = []string{"h2"}
 	protocols := new(http.Protocols)
