@@ -1,7 +1,7 @@
 //! Coverage-guided fuzz targets for every parser that meets the network:
 //! HTTP/1.1 and HTTP/2 (heads, chunked bodies, HPACK, the connection's
 //! state machine), HTTP/3 (frames on each kind of stream, QPACK) and its QUIC glue (tokens, connection IDs), WireGuard (messages, the device's receive path,
-//! cookies, the UAPI), packets (the views, the router's rewrites, the L4
+//! cookies, the UAPI, the router's vector pipeline), packets (the views, the router's rewrites, the L4
 //! pipeline, session sync), the config file and the admin API's bodies.
 //!
 //! Each target is a module with `run(&[u8])`, which panics when a
@@ -31,6 +31,7 @@ pub mod wg_cookie;
 pub mod wg_device;
 pub mod wg_message;
 pub mod wg_pair;
+pub mod wg_router;
 pub mod wg_uapi;
 
 /// A target's entry: it panics when a property fails.
@@ -38,7 +39,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target: its name (its binary's and its corpus directory's) and
 /// its function.
-pub const TARGETS: [(&str, Target); 17] = [
+pub const TARGETS: [(&str, Target); 18] = [
     ("h1_request", h1_request::run),
     ("h1_chunked", h1_chunked::run),
     ("h1_response", h1_response::run),
@@ -51,6 +52,7 @@ pub const TARGETS: [(&str, Target); 17] = [
     ("wg_device", wg_device::run),
     ("wg_cookie", wg_cookie::run),
     ("wg_uapi", wg_uapi::run),
+    ("wg_router", wg_router::run),
     ("packet", packet::run),
     ("l4_plane", l4_plane::run),
     ("l4_sync", l4_sync::run),

@@ -432,6 +432,69 @@ fn admin_json() -> Seeds {
     ]
 }
 
+/// Steps of the `wg_router` target (see its module): a byte of choices,
+/// then a vector.
+fn wg_router() -> Seeds {
+    // A LAN packet: its kind (1 IPv4, 2 IPv6, 3 IPv4 to no peer; +4 DF),
+    // payload length and TTL.
+    let packet = |kind: u8, len: u16, ttl: u8| [&[kind][..], &len.to_be_bytes(), &[ttl]].concat();
+    let vector = |choices: u8, frames: &[Vec<u8>]| [vec![choices, frames.len() as u8 - 1], frames.concat()].concat();
+    // Frame `i` of what the other site sealed, as it was.
+    let wire = |i: u8| vec![0, i];
+    vec![
+        (
+            "both-ways",
+            [
+                vector(0, &[packet(5, 100, 64), packet(2, 200, 64), packet(1, 1460, 64)]),
+                vector(2, &[wire(0), wire(1), wire(2), wire(3)]),
+                vector(1, &[packet(5, 64, 64), packet(2, 1300, 9)]),
+                vector(3, &[wire(0), wire(1)]),
+            ]
+            .concat(),
+        ),
+        (
+            "replayed-and-changed",
+            [
+                vector(0, &[packet(5, 64, 64), packet(6, 64, 64)]),
+                // The same frame twice; one bit of its ciphertext, then of
+                // its counter, flipped with the checksums made right.
+                vector(2, &[wire(0), wire(0), vec![0x12, 0, 0, 60, 1], vec![0x12, 1, 0, 50, 0x80], wire(1)]),
+            ]
+            .concat(),
+        ),
+        (
+            "errors-and-kernel",
+            [
+                // For the kernel's socket; TTL 1; no peer; a raw ARP frame.
+                vector(
+                    4,
+                    &[packet(5, 50, 64), packet(5, 50, 1), packet(7, 50, 64), {
+                        let arp = build::eth(
+                            ETHERTYPE_ARP,
+                            &[0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 9, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2],
+                        );
+                        [&[0][..], &(arp.len() as u16).to_be_bytes(), &arp].concat()
+                    }],
+                ),
+                // Too big with DF; the sealed frame's outer TTL at B.
+                vector(0, &[packet(5, 1450, 64), packet(5, 20, 2)]),
+                vector(2, &[wire(0)]),
+            ]
+            .concat(),
+        ),
+        (
+            "clock",
+            [
+                vector(0x30, &[packet(5, 10, 64)]),
+                vector(0x32, &[wire(0)]),
+                vector(0x21, &[packet(6, 10, 64)]),
+                vector(0x13, &[wire(0)]),
+            ]
+            .concat(),
+        ),
+    ]
+}
+
 fn all() -> Vec<(&'static str, Seeds)> {
     let packets = frames();
     vec![
@@ -446,6 +509,7 @@ fn all() -> Vec<(&'static str, Seeds)> {
         ("wg_device", wg_device()),
         ("wg_cookie", wg_cookie()),
         ("wg_uapi", wg_uapi()),
+        ("wg_router", wg_router()),
         ("packet", packets),
         ("l4_plane", l4_plane()),
         ("l4_sync", l4_sync()),

@@ -363,7 +363,7 @@ fn sent<'f>(frames: &'f [Frame<'_>], fates: &[Fate]) -> Vec<&'f [u8]> {
 /// The UDP payload of a frame the seal path made (Ethernet, IPv4 without
 /// options or IPv6 without extension headers, UDP), its destination and
 /// the ECN bits of its IP header.
-pub(super) fn datagram_of(frame: &[u8]) -> Option<Outbound<'_>> {
+pub fn datagram_of(frame: &[u8]) -> Option<Outbound<'_>> {
     let ether = u16::from_be_bytes(frame.get(ethernet::ETHERTYPE..ethernet::ETHERTYPE + 2)?.try_into().ok()?);
     let ip = frame.get(ethernet::HEADER_LEN..)?;
     let (dst, ecn, at): (IpAddr, u8, usize) = match ether {
