@@ -214,19 +214,28 @@ fn drops(c: &Counts) -> u64 {
     c.drops.iter().sum::<u64>() + c.device.iter().sum::<u64>()
 }
 
+/// Where site `s`'s device now sends to its peer: its configured
+/// endpoint, or where an authenticated packet last came from (roaming).
+fn peer_endpoint(site: &Site) -> Option<SocketAddr> {
+    let dev = site.dev.lock().unwrap_or_else(|e| e.into_inner());
+    dev.peer_ids().next().and_then(|id| dev.endpoint(id))
+}
+
 /// A frame sealed whole for the WAN: valid outer IPv4 and UDP, from our
-/// address to the peer's endpoint, to the next hop's MAC.
-fn check_outer(s: usize, f: &[u8]) {
+/// address to the peer's endpoint `to`, to the next hop's MAC (the one
+/// neighbour the WAN has).
+fn check_outer(s: usize, f: &[u8], to: Option<SocketAddr>) {
     let o = 1 - s;
     assert_eq!(&f[..6], &WAN_MAC[o], "sealed to the peer's MAC");
     assert_eq!(&f[6..12], &WAN_MAC[s]);
     let h = forward::header(&f[14..]).unwrap_or_else(|e| panic!("a sealed frame's outer header: {e:?}"));
-    assert_eq!((h.src, h.dst), (IpAddr::from(WAN4[s]), IpAddr::from(WAN4[o])));
     assert_eq!(h.len, f.len() - 14, "the outer length is the frame's");
     let udp = &f[14 + h.header_len..];
-    assert_eq!(u16::from_be_bytes([udp[2], udp[3]]), PORT);
-    let sum = checksum::fold(checksum::add(checksum::pseudo_v4(WAN4[s], WAN4[o], 17, udp.len() as u16), udp));
-    assert_eq!(sum, 0xffff, "the UDP checksum");
+    let dst = SocketAddr::new(h.dst, u16::from_be_bytes([udp[2], udp[3]]));
+    assert_eq!((h.src, Some(dst)), (IpAddr::from(WAN4[s]), to), "sealed from us to the peer's endpoint");
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (h.src, h.dst) else { panic!("an outer family we have no address of") };
+    let pseudo = checksum::pseudo_v4(src.octets(), dst.octets(), 17, udp.len() as u16);
+    assert_eq!(checksum::fold(checksum::add(pseudo, udp)), 0xffff, "the UDP checksum");
 }
 
 /// Whether `got` (delivered to a LAN) is `sent` (given to the other
@@ -252,20 +261,21 @@ fn forwarded(got: &[u8], sent: &[u8]) -> bool {
             .all(|(i, (a, b))| a == b || i == 1 || i == ttl || (!v6 && (i == 10 || i == 11)))
 }
 
-/// Whether `got` is a fragment of the IPv4 packet `sent`: the same
-/// addresses, protocol and identification, and its data where its offset
-/// puts it.
+/// Whether `got` is a fragment of the IPv4 packet `sent` (which may be a
+/// fragment itself): the same addresses, protocol and identification,
+/// and its data where its offset puts it in `sent`'s.
 fn fragment_of(got: &[u8], sent: &[u8]) -> bool {
     if got.len() < 20 || sent.len() < 20 || got[0] >> 4 != 4 || sent[0] >> 4 != 4 {
         return false;
     }
     let (hg, hs) = (usize::from(got[0] & 15) * 4, usize::from(sent[0] & 15) * 4);
-    let offset = usize::from(u16::from_be_bytes([got[6], got[7]]) & 0x1fff) * 8;
+    let offset = |p: &[u8]| usize::from(u16::from_be_bytes([p[6], p[7]]) & 0x1fff) * 8;
+    let Some(at) = offset(got).checked_sub(offset(sent)) else { return false };
     let data = &got[hg.min(got.len())..];
     got[4..6] == sent[4..6]
         && got[9] == sent[9]
         && got[12..20] == sent[12..20]
-        && sent.get(hs + offset..hs + offset + data.len()).is_some_and(|d| d == data)
+        && sent.get(hs + at..hs + at + data.len()).is_some_and(|d| d == data)
 }
 
 /// What site `s`'s open path delivered to its LAN.
@@ -321,17 +331,18 @@ fn lan_step(sites: &mut [Site; 2], s: usize, sender: WanSender, input: &mut Inpu
     let (sent, fates, counts, extra) = run_path(&sites[s], Some(sender), &frames, now);
     let dropped = fates.iter().filter(|f| **f == Fate::Drop).count() as u64;
     assert!(dropped <= drops(&counts), "a frame dropped without a count: {counts:?}");
+    let to = peer_endpoint(&sites[s]);
     for f in &sent {
         match sender {
-            WanSender::Frames => check_outer(s, f),
+            WanSender::Frames => check_outer(s, f, to),
             WanSender::Kernel => {
-                let (_, to, _) = datagram_of(f).unwrap_or_else(|| panic!("no datagram in {f:02x?}"));
-                assert_eq!(to, SocketAddr::from((WAN4[1 - s], PORT)), "sealed for the peer's endpoint");
+                let (_, got, _) = datagram_of(f).unwrap_or_else(|| panic!("no datagram in {f:02x?}"));
+                assert_eq!(Some(got), to, "sealed for the peer's endpoint");
             }
         }
     }
     for f in &extra.to_wan {
-        check_outer(s, f);
+        check_outer(s, f, to);
     }
     for f in &extra.to_lan {
         assert_eq!(&f[..6], &HOST_MAC[s], "an ICMP error goes back to the sender");
