@@ -262,13 +262,16 @@ def main():
             t = pending.pop(0)
             seconds = min(seconds_for(t), left() - 30)
             group = cgroup(t)
+            # A resumed afl-fuzz carries its counts on from the run before:
+            # a row holds what this run added.
+            before = stats(t)
             proc, log = start(t, seconds, group)
-            running[proc.pid] = (t, proc, log, time.monotonic(), group)
+            running[proc.pid] = (t, proc, log, time.monotonic(), group, before)
             print(f"fuzzing {t} for {seconds / 60:.1f} min", flush=True)
         pid, status = os.waitpid(-1, 0)
         if pid not in running:
             continue
-        t, proc, log, began, group = running.pop(pid)
+        t, proc, log, began, group, before = running.pop(pid)
         proc.returncode = os.waitstatus_to_exitcode(status)
         log.close()
         s = stats(t)
@@ -281,10 +284,14 @@ def main():
                 pass
         else:
             cpu, source = float(s.get("run_time", "0") or 0), "run_time"
-        crashes = int(s.get("saved_crashes", "0") or 0)
+        def added(key):
+            now, was = int(s.get(key, "0") or 0), int(before.get(key, "0") or 0)
+            return now - was if now >= was else now
+
+        crashes = added("saved_crashes")
         row = {
             "target": t,
-            "execs": int(s.get("execs_done", "0") or 0),
+            "execs": added("execs_done"),
             "edges": f"{s.get('edges_found', '?')}/{s.get('total_edges', '?')}",
             "corpus": s.get("corpus_count", "?"),
             "crashes": crashes,
