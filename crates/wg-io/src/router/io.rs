@@ -39,10 +39,13 @@ use crate::worker::{Outbound, hand_over, send, send_all};
 const HOT: Duration = Duration::from_micros(200);
 /// How long a streaming worker lets frames gather before reading (at most
 /// the latency it adds; the rings hold thousands of frames): from the
-/// shortest, doubled while reads find less than a quarter vector and
-/// halved when they find half of one or more, as a NIC's adaptive
-/// interrupt moderation does. Every read ends in a send of its own, and
-/// each send costs the kernel a transmit and a wake-up of the receiver.
+/// shortest, doubled while reads find less than half a vector and halved
+/// when they find a whole one, as a NIC's adaptive interrupt moderation
+/// does: under a steady stream it settles where a read fills half a
+/// vector or more (two or more groups of the sixteen AEAD lanes), within
+/// the same bound on the latency it adds. Every read ends in a send of its
+/// own, and each send costs the kernel a transmit and a wake-up of the
+/// receiver.
 const LINGER_MIN: Duration = Duration::from_micros(50);
 const LINGER_MAX: Duration = Duration::from_micros(200);
 /// How often a worker publishes its counters.
@@ -167,9 +170,9 @@ pub fn run(sh: Arc<Shared>, index: usize, lane: Lane) {
 
 /// The next linger after one whose read found `frames` on the busier side.
 pub(super) fn next_linger(now: Duration, frames: usize) -> Duration {
-    if frames < VECTOR / 4 {
+    if frames < VECTOR / 2 {
         (now * 2).min(LINGER_MAX)
-    } else if frames >= VECTOR / 2 {
+    } else if frames >= VECTOR {
         (now / 2).max(LINGER_MIN)
     } else {
         now

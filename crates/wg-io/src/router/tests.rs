@@ -564,7 +564,10 @@ fn the_linger_grows_while_reads_find_few_frames_and_shrinks_when_they_fill() {
     let max = l;
     assert!(max > min && max <= Duration::from_micros(200), "bounded: {max:?}");
     assert_eq!(next_linger(max, 3), max, "stays at its bound");
-    assert_eq!(next_linger(max, VECTOR / 3), max, "a middling read keeps it");
+    assert_eq!(next_linger(max, VECTOR / 3), max, "a read of a third of a vector still grows it");
+    let mid = max / 2;
+    assert_eq!(next_linger(mid, VECTOR * 3 / 4), mid, "a read of three quarters keeps it");
+    assert!(next_linger(mid, VECTOR / 4) > mid, "a read of a quarter grows it");
     let mut back = max;
     for _ in 0..6 {
         back = next_linger(back, VECTOR);
