@@ -115,7 +115,7 @@ struct Site {
 /// (`kind` 1) or IPv6 (2), or over IPv4 to a host no peer serves (3).
 fn packet(s: usize, kind: u8, payload: usize, ttl: u8, df: bool) -> Vec<u8> {
     let data: Vec<u8> = (0..payload).map(|i| i as u8).collect();
-    let mut p = if kind == 2 {
+    if kind == 2 {
         let (src, dst) = (host6(s), host6(1 - s));
         let seg = build::udp(4000, 5000, &data, |len| checksum::pseudo_v6(src, dst, 17, len as u32));
         let mut p = build::ipv6(src, dst, 17, &seg);
@@ -131,9 +131,7 @@ fn packet(s: usize, kind: u8, payload: usize, ttl: u8, df: bool) -> Vec<u8> {
         }
         ipv4_checksum(&mut p);
         p
-    };
-    p.truncate(BUFFER - HEAD - 14);
-    p
+    }
 }
 
 fn ipv4_checksum(p: &mut [u8]) {
@@ -157,10 +155,8 @@ fn outer_checksums(f: &mut [u8]) {
         return;
     }
     ipv4_checksum(&mut f[14..]);
-    let (src, dst): ([u8; 4], [u8; 4]) = match (f[26..30].try_into(), f[30..34].try_into()) {
-        (Ok(s), Ok(d)) => (s, d),
-        _ => return,
-    };
+    let four = |at: usize| [f[at], f[at + 1], f[at + 2], f[at + 3]];
+    let (src, dst) = (four(26), four(30));
     let udp = &mut f[34..];
     let len = usize::from(u16::from_be_bytes([udp[4], udp[5]])).clamp(8, udp.len());
     udp[6..8].fill(0);
@@ -168,11 +164,12 @@ fn outer_checksums(f: &mut [u8]) {
     udp[6..8].copy_from_slice(&(!sum).to_be_bytes());
 }
 
-/// A frame in a buffer laid out as the AF_XDP socket hands it over.
+/// A frame in a buffer laid out as the AF_XDP socket hands it over
+/// (every frame here fits: raw ones are under 1,600 bytes, the others a
+/// packet of at most 1,547 and its headers).
 fn buffer(frame: &[u8]) -> Vec<u8> {
     let mut b = vec![0u8; BUFFER];
-    let n = frame.len().min(BUFFER - HEAD);
-    b[HEAD..HEAD + n].copy_from_slice(&frame[..n]);
+    b[HEAD..HEAD + frame.len()].copy_from_slice(frame);
     b
 }
 
@@ -185,11 +182,8 @@ fn run_path(
     now: Instant,
 ) -> (Vec<Vec<u8>>, Vec<Fate>, Counts, Extra) {
     let mut bufs: Vec<Vec<u8>> = frames.iter().map(|f| buffer(f)).collect();
-    let mut list: Vec<Frame<'_>> = bufs
-        .iter_mut()
-        .zip(frames)
-        .map(|(b, f)| Frame { mem: &mut b[..], head: HEAD, len: f.len().min(BUFFER - HEAD) })
-        .collect();
+    let mut list: Vec<Frame<'_>> =
+        bufs.iter_mut().zip(frames).map(|(b, f)| Frame { mem: &mut b[..], head: HEAD, len: f.len() }).collect();
     let (mut fates, mut extra, mut counts) = (Vec::new(), Extra::default(), Counts::default());
     match sender {
         Some(s) => seal_vector(&site.router, s, &site.dev, &mut list, &mut fates, &mut extra, &mut counts, now),
@@ -348,8 +342,12 @@ fn lan_step(sites: &mut [Site; 2], s: usize, sender: WanSender, input: &mut Inpu
         assert_eq!(&f[..6], &HOST_MAC[s], "an ICMP error goes back to the sender");
         assert!(forward::header(&f[14..]).is_ok(), "an ICMP error's header");
     }
+    // Frames sealed for the kernel's socket are datagrams, not frames the
+    // peer's WAN would see.
     let wire = &mut sites[s].wire;
-    wire.extend(sent.into_iter().filter(|_| sender == WanSender::Frames));
+    if sender == WanSender::Frames {
+        wire.extend(sent);
+    }
     wire.extend(extra.to_wan);
     let keep = wire.len().saturating_sub(64);
     wire.drain(..keep);
