@@ -34,9 +34,14 @@ pub enum Framing {
 /// Bytes read from a client at a time: request heads are small, and a
 /// connection keeps this buffer while it idles.
 pub const CLIENT_READ_CHUNK: usize = 8 * 1024;
-/// Bytes read from an upstream at a time: response bodies, a TLS record's
-/// worth for the client side.
+/// Bytes read from an upstream at a time to begin with: a response head
+/// and a small body, a TLS record's worth for the client side.
 pub const UPSTREAM_READ_CHUNK: usize = 16 * 1024;
+/// Bytes read from an upstream at a time at most: a connection whose reads
+/// fill their buffer (a large body already waiting in the socket) doubles
+/// its read size up to this, so a 64 KiB response crosses in one or two
+/// reads rather than five.
+pub const UPSTREAM_READ_MAX: usize = 64 * 1024;
 
 pub use gatehouse_plane::health::status_code as response_status;
 

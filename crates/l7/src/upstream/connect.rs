@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use crate::ClientBodyError;
-use crate::h1::{Span, UPSTREAM_READ_CHUNK};
+use crate::h1::{Span, UPSTREAM_READ_CHUNK, UPSTREAM_READ_MAX};
 
 pub type UpstreamBody = UnsyncBoxBody<Bytes, ClientBodyError>;
 
@@ -29,6 +29,11 @@ pub struct H1Conn {
     pub(crate) io: TcpStream,
     /// Bytes read but not consumed yet.
     pub(crate) buf: BytesMut,
+    /// Bytes to make room for when the buffer is full: from
+    /// [`UPSTREAM_READ_CHUNK`], doubled by every read that fills the room
+    /// it had, up to [`UPSTREAM_READ_MAX`]; back to the start when the
+    /// connection idles.
+    pub(crate) read_size: usize,
     pub addr: SocketAddr,
     /// Has carried an exchange before (a failure may be a stale close).
     pub reused: bool,
@@ -47,6 +52,7 @@ impl H1Conn {
         H1Conn {
             io,
             buf: BytesMut::with_capacity(UPSTREAM_READ_CHUNK),
+            read_size: UPSTREAM_READ_CHUNK,
             addr,
             reused: false,
             timer,
@@ -73,14 +79,20 @@ impl H1Conn {
         if self.buf.is_empty() && self.buf.capacity() > 0 {
             self.buf = BytesMut::new();
         }
+        self.read_size = UPSTREAM_READ_CHUNK;
     }
 
     /// Reads more bytes into the buffer; Ok(0) at end of stream.
     pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < 1024 {
-            self.buf.reserve(UPSTREAM_READ_CHUNK);
+            self.buf.reserve(self.read_size);
         }
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
+        let room = self.buf.capacity() - self.buf.len();
+        let read = ready!(tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf));
+        if matches!(read, Ok(n) if n == room) {
+            self.read_size = (self.read_size * 2).min(UPSTREAM_READ_MAX);
+        }
+        Poll::Ready(read)
     }
 
     pub fn into_parts(self) -> (TcpStream, BytesMut) {
@@ -348,6 +360,38 @@ mod tests {
         // A take at a moment past every timeout finds nothing usable.
         assert!(pool.take(addr, Instant::now() + Duration::from_secs(7200)).is_none());
         assert_eq!(pool.idle_count(addr), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn reads_grow_while_they_fill_their_room_and_start_small_again_when_idle() {
+        use tokio::io::AsyncWriteExt;
+        let (conns, mut peers) = open(1).await;
+        let mut conn = conns.into_iter().next().expect("one");
+        let mut peer = peers.pop().expect("peer");
+        // A body already waiting, larger than every read: each read fills
+        // the room it had.
+        let body = vec![7u8; 256 * 1024];
+        let writer = tokio::spawn(async move {
+            peer.write_all(&body).await.expect("write");
+            peer
+        });
+        let (mut total, mut largest, mut reads) = (0, 0, 0);
+        while total < 256 * 1024 {
+            // Let the sender fill the socket, as a waiting response does.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let n = std::future::poll_fn(|cx| conn.poll_fill(cx)).await.expect("read");
+            assert!(n > 0);
+            // The body takes what was read, as `H1Body` does.
+            drop(conn.buf.split().freeze());
+            (total, largest, reads) = (total + n, largest.max(n), reads + 1);
+        }
+        assert!(largest > UPSTREAM_READ_CHUNK, "reads stayed at {largest} bytes");
+        assert!(reads < 256 * 1024 / UPSTREAM_READ_CHUNK, "{reads} reads for 256 KiB");
+        assert_eq!(conn.read_size, UPSTREAM_READ_MAX);
+        let _peer = writer.await.expect("writer");
+        // Idle, it gives back its buffer and starts small again.
+        conn.shed_buffer();
+        assert_eq!((conn.buf.capacity(), conn.read_size), (0, UPSTREAM_READ_CHUNK));
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -24,7 +24,7 @@ use crate::deadline::{expired, set_deadline};
 use crate::h1::chunked::{ChunkedDecoder, Decoded, put_chunk_size};
 use crate::h1::response::{Parsed, ResponseFraming, ResponseHead, parse_response};
 use crate::h1::write::encode_request_head;
-use crate::h1::{Framing, Span, UPSTREAM_READ_CHUNK};
+use crate::h1::{Framing, Span};
 use crate::upstream::connect::{ConnPool, H1Conn, KeepIdle};
 use crate::{BoxError, ClientBodyError};
 
@@ -118,7 +118,7 @@ where
             None => Ok(()),
         }
     };
-    let read_head = read_response_head(&mut rd, buf, &mut conn.fields, out.is_head);
+    let read_head = read_response_head(&mut rd, buf, conn.read_size, &mut conn.fields, out.is_head);
     tokio::pin!(send_body, read_head, expired);
     let mut body_done = !has_body;
     let result = loop {
@@ -188,6 +188,7 @@ enum HeadError {
 async fn read_response_head<R: AsyncRead + Unpin>(
     rd: &mut R,
     buf: &mut BytesMut,
+    read_size: usize,
     fields: &mut Vec<Span>,
     is_head_request: bool,
 ) -> Result<(ResponseHead, ResponseFraming), HeadError> {
@@ -203,7 +204,7 @@ async fn read_response_head<R: AsyncRead + Unpin>(
         if buf.len() >= MAX_HEAD {
             return Err(HeadError::Bad("response head too large"));
         }
-        buf.reserve(UPSTREAM_READ_CHUNK);
+        buf.reserve(read_size);
         let was_empty = buf.is_empty();
         let n = rd.read_buf(buf).await.map_err(HeadError::Io)?;
         if n == 0 {
