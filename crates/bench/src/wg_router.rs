@@ -191,7 +191,8 @@ fn seal(lab: &Lab, size: usize, vector: usize, time: Duration) -> f64 {
         }
         let mut frames: Vec<Frame<'_>> =
             bufs.iter_mut().zip(&lens).map(|(b, &len)| Frame { mem: &mut b[..], head: HEADROOM, len }).collect();
-        extra.clear();
+        extra.clear_vector();
+        extra.transmits.clear();
         let t0 = Instant::now();
         seal_vector(
             &lab.router,
@@ -284,7 +285,8 @@ fn open(lab: &mut Lab, size: usize, vector: usize, time: Duration) -> f64 {
             }
             let mut frames: Vec<Frame<'_>> =
                 bufs.iter_mut().zip(&lens).map(|(b, &len)| Frame { mem: &mut b[..], head: HEADROOM, len }).collect();
-            extra.clear();
+            extra.clear_vector();
+            extra.transmits.clear();
             let t0 = Instant::now();
             open_vector(&lab.router, &lab.dev, &mut frames, &mut fates, &mut extra, &mut counts, now);
             spent += t0.elapsed();

@@ -219,7 +219,7 @@ impl Worker<'_> {
         if n == 0 {
             return 0;
         }
-        self.extra.clear();
+        self.extra.clear_vector();
         let now = Instant::now();
         if let Some(mems) = rx.frames(&self.descs) {
             let mut frames: Vec<Frame<'_>> = mems
@@ -308,7 +308,7 @@ impl Worker<'_> {
             };
             lens.push(frame_datagram(buf, got.len, from, SocketAddr::new(to, view.port)));
         }
-        self.extra.clear();
+        self.extra.clear_vector();
         let mut frames: Vec<Frame<'_>> = self
             .kernel
             .iter_mut()

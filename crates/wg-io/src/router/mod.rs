@@ -193,10 +193,15 @@ pub struct Extra {
 }
 
 impl Extra {
-    pub fn clear(&mut self) {
+    /// Makes room for the next vector's leftovers. The device's datagrams
+    /// (`transmits`) stay: the worker sends them once a turn, after both
+    /// sides' vectors and the kernel socket's, and `send_all` empties the
+    /// list (cleared here, a handshake initiation the LAN side's vector
+    /// made was lost whenever the WAN side had a vector in the same turn,
+    /// which under two-way traffic is nearly every turn).
+    pub fn clear_vector(&mut self) {
         self.to_lan.clear();
         self.to_wan.clear();
-        self.transmits.clear();
         self.handshakes.clear();
         self.resolve_lan.clear();
         self.resolve_wan.clear();

@@ -441,6 +441,30 @@ fn a_packet_without_a_session_waits_for_the_handshake() {
     assert_eq!(extra.transmits[0].datagram[0], gatehouse_wg::messages::INITIATION);
 }
 
+/// A worker takes a turn's vectors through one `Extra`: the initiation
+/// the LAN side's vector made must still be there when the turn ends, after
+/// the WAN side's vector (and the kernel socket's) made room for theirs.
+#[test]
+fn an_initiation_made_by_a_turns_lan_vector_outlives_its_wan_vector() {
+    let l = lab(false);
+    let now = l.now + Duration::from_secs(200);
+    let (mut fates, mut extra, mut counts) = (Vec::new(), Extra::default(), Counts::default());
+    let mut lan = [in_frame(A_LAN_MAC, HOST_A, &udp4([10, 1, 0, 5], [10, 2, 0, 9], 64))];
+    let mut frames: Vec<Frame<'_>> =
+        lan.iter_mut().map(|b| Frame { mem: &mut b[..], head: 256, len: 14 + 92 }).collect();
+    extra.clear_vector();
+    seal_vector(&l.a.router, WanSender::Frames, &l.a.dev, &mut frames, &mut fates, &mut extra, &mut counts, now);
+    assert_eq!(fates, [Fate::Taken]);
+    // The same turn's WAN vector: a datagram that is not ours.
+    let mut wan = in_frame(A_WAN_MAC, B_WAN_MAC, &udp4([192, 0, 2, 2], [192, 0, 2, 1], 7));
+    let mut frames = vec![Frame { mem: &mut wan[..], head: 256, len: 14 + 35 }];
+    extra.clear_vector();
+    open_vector(&l.a.router, &l.a.dev, &mut frames, &mut fates, &mut extra, &mut counts, now);
+    assert_eq!(fates, [Fate::Drop]);
+    assert_eq!(extra.transmits.len(), 1, "the initiation was lost");
+    assert_eq!(extra.transmits[0].datagram[0], gatehouse_wg::messages::INITIATION);
+}
+
 /// One random change to a frame: a bit, a byte, a length field, its end.
 fn mutate(rng: &mut fastrand::Rng, f: &mut Vec<u8>) {
     match rng.u8(..6) {
