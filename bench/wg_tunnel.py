@@ -122,14 +122,14 @@ def cpu_seconds(pid):
 
 def cpu_times():
     """From one read of /proc/stat: the machine's softirq seconds, and CPU
-    0's softirq and idle seconds (idle and iowait). On a tickless kernel
+    0's softirq, idle (idle and iowait) and stolen seconds. On a tickless kernel
     the idle time is measured at each entry to and exit from idle, where
     user, system and softirq times are sampled at each tick, which misses
     much of a task that wakes often for a short while."""
     tick = os.sysconf("SC_CLK_TCK")
     lines = {l.split()[0]: [int(x) / tick for x in l.split()[1:]] for l in Path("/proc/stat").read_text().splitlines()
              if l.startswith("cpu")}
-    return lines["cpu"][6], lines["cpu0"][6], lines["cpu0"][3] + lines["cpu0"][4]
+    return lines["cpu"][6], lines["cpu0"][6], lines["cpu0"][3] + lines["cpu0"][4], lines["cpu0"][7]
 
 
 class Pair:
@@ -254,13 +254,13 @@ def iperf(pair, seconds, args):
             if ":5201 " in ns(pair.server_ns, "ss", "-ltnu"):
                 break
             time.sleep(0.05)
-        c0, (s0, z0, i0), t0 = pair.cpu(), cpu_times(), time.time()
+        c0, (s0, z0, i0, st0), t0 = pair.cpu(), cpu_times(), time.time()
         p = subprocess.run(
             ["taskset", "-c", "1", "ip", "netns", "exec", pair.client_ns, "iperf3", "-c", pair.server_addr, "-J", "-t", str(seconds), *args],
             capture_output=True,
             text=True,
         )
-        c1, (s1, z1, i1), t1 = pair.cpu(), cpu_times(), time.time()
+        c1, (s1, z1, i1, st1), t1 = pair.cpu(), cpu_times(), time.time()
         out = json.loads(p.stdout)
         if "error" in out:
             raise SystemExit(f"iperf3: {out['error']}")
@@ -271,6 +271,7 @@ def iperf(pair, seconds, args):
     out["socket_drops"] = out_drops
     out["cpu0_softirq"] = z1 - z0
     out["cpu0_busy"] = (t1 - t0) - (i1 - i0)
+    out["cpu0_steal"] = st1 - st0
     return out, c1 - c0, s1 - s0, t1 - t0
 
 
@@ -459,15 +460,20 @@ def run_site(kind, seconds, rows, workloads):
                 # The gateway is all that runs on CPU 0: its cost is the
                 # CPU's busy time, softirq in any task's context included.
                 cost = out["cpu0_busy"]
+                # Time the hypervisor gave CPU 0's host thread to others
+                # while CPU 0 had work: in the busy time, not the gateway's.
+                steal = out["cpu0_steal"]
+                own = max(cost - steal, 1e-9)
+                tail = (f"{cpu / wall:.2f}", f"{out['cpu0_softirq'] / wall:.2f}", f"{cost / wall:.2f}", f"{steal / wall:.2f}")
                 if args[:1] == ["-u"]:
                     s = out["end"]["sum"]
                     got = s["packets"] - s["lost_packets"] + out["socket_drops"]
                     rows.append((kind, name, f"{got / wall / 1e3:.0f} kpps", f"{got / 1e3 / max(cost, 1e-9):.0f} kpkt",
-                                 f"{cpu / wall:.2f}", f"{out['cpu0_softirq'] / wall:.2f}", f"{cost / wall:.2f}"))
+                                 f"{got / 1e3 / own:.0f} kpkt", *tail))
                 else:
                     bits = out["end"]["sum_received"]["bytes"] * 8
                     rows.append((kind, name, f"{bits / wall / 1e9:.2f} Gbit/s", f"{bits / 1e9 / max(cost, 1e-9):.2f} Gbit/s",
-                                 f"{cpu / wall:.2f}", f"{out['cpu0_softirq'] / wall:.2f}", f"{cost / wall:.2f}"))
+                                 f"{bits / 1e9 / own:.2f} Gbit/s", *tail))
                 print(rows[-1], flush=True)
         finally:
             site.stop()
@@ -535,10 +541,13 @@ def main():
             "Site gateways: client - LAN - gateway - WAN - remote (Gatehouse, TUN mode). The gateway alone on CPU 0,",
             "everything else on CPU 1; per gateway CPU-second = delivered over CPU 0's busy time (wall less",
             "idle), which holds the gateway's utime+stime, the softirq work in its context and CPU 0's work",
-            "between its runs (UDP: what reached iperf3's socket, its own drops included).",
+            "between its runs (UDP: what reached iperf3's socket, its own drops included). The busy time also",
+            "holds CPU 0's stolen time (/proc/stat: the hypervisor ran another thread on its host CPU while",
+            "CPU 0 had work), which varies with the host's other load: the next column leaves it out.",
             "",
-            "| gateway | workload | delivered | per gateway CPU-second | gateway CPUs | CPU 0 softirq | CPU 0 busy |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            "| gateway | workload | delivered | per gateway CPU-second | the same, stolen time left out | gateway CPUs "
+            "| CPU 0 softirq | CPU 0 busy | CPU 0 stolen |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
             *("| " + " | ".join(r) + " |" for r in site_rows),
             "",
         ]
