@@ -370,6 +370,47 @@ def test_too_big_packets_get_icmp_or_are_fragmented(net, tmp_path):
         assert counter("gatehouse_wg_router_drops_total", reason="time_exceeded") >= 1
 
 
+# A steady stream of small datagrams to argv[1] for argv[2] seconds.
+BLAST = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    for _ in range(64):
+        s.sendto(b"x" * 64, (sys.argv[1], 9))
+"""
+
+
+def test_outer_fragments_reach_the_lan_while_frames_stream(net, tmp_path):
+    """Outer fragments reach the LAN: the WAN's XDP program leaves every
+    fragment to the kernel (it once redirected the first, which carries
+    the port, to the AF_XDP socket, so no datagram was ever put together),
+    and the worker opens what the kernel's UDP socket hands it, while
+    frames stream through the AF_XDP sockets too."""
+    with site(tmp_path):
+        ping_ok("lan", "10.72.2.9")
+        # b reaches the gateway over a path of 1280 bytes: its datagrams of
+        # a big ping leave in fragments, and the answers come back whole.
+        ns("b", "ip", "route", "add", f"{WAN['gw']}/32", "dev", "eth0", "mtu", "1280")
+        try:
+            assert " 3 received" in ping("b", "10.72.1.5", extra=("-s", "1300")), "fragments without a stream"
+            # The gateway's kernel put them together (the XDP program passes
+            # fragments on).
+            assert int(re.search(r"IpReasmOKs\s+(\d+)", ns("gw", "nstat", "-az", "IpReasmOKs")).group(1)) >= 3
+            blast = subprocess.Popen(["ip", "netns", "exec", NS["lan"], sys.executable, "-c", BLAST, "10.72.2.9", "6"])
+            try:
+                time.sleep(0.5)
+                out = ping("b", "10.72.1.5", count=10, extra=("-s", "1300"))
+                assert blast.poll() is None, "the stream ended before the pings did"
+            finally:
+                blast.kill()
+                blast.wait()
+            got = int(re.search(r"(\d+) received", out).group(1))
+            assert got >= 8, out
+        finally:
+            ns("b", "ip", "route", "del", f"{WAN['gw']}/32", check=False)
+
+
 def xdp_programs():
     """The ids of the XDP programs on the gateway's LAN and WAN NICs."""
     out = [ns("gw", "ip", "link", "show", dev) for dev in ("lan0", "wan0")]

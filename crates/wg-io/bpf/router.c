@@ -9,8 +9,10 @@
 //    a peer's allowed IPs (ALLOWED, longest prefix) and is not one of the
 //    host's own addresses (HOST);
 //  - gatehouse_wg_wan: UDP datagrams to the tunnel's port (PORT) at one of
-//    the host's addresses. Later fragments carry no port: the kernel
-//    reassembles them and hands them to the plane's UDP socket.
+//    the host's addresses, whole. Every fragment goes to the kernel, the
+//    first too (it carries the port, the later ones do not): the kernel
+//    reassembles them and hands the datagram to the plane's UDP socket.
+//    IPv6 fragments carry a fragment header, so are not UDP here.
 //
 // Built with `clang -O2 -target bpf` by build.rs and loaded by aya. Maps
 // use the legacy "maps" section so that no BTF is needed.
@@ -41,7 +43,7 @@ struct lpm_key {
 
 // The destination address of an IPv4 or IPv6 frame, as a 16-byte key,
 // and where its layer 4 starts; 0 if it is neither or cut short.
-static __always_inline const __u8 *destination(const __u8 *data, const void *end, __u8 *dst, __u8 *proto, int *later_fragment) {
+static __always_inline const __u8 *destination(const __u8 *data, const void *end, __u8 *dst, __u8 *proto, int *fragment) {
     if ((const void *)(data + ETH_HLEN_) > end)
         return 0;
     __u16 ethertype = (__u16)data[12] << 8 | data[13];
@@ -54,7 +56,8 @@ static __always_inline const __u8 *destination(const __u8 *data, const void *end
             return 0;
         mapped(dst, l3 + 16);
         *proto = l3[9];
-        *later_fragment = (l3[6] & 0x1f) != 0 || l3[7] != 0;
+        // More fragments (0x20), or a fragment offset.
+        *fragment = (l3[6] & 0x3f) != 0 || l3[7] != 0;
         return l3 + ihl;
     }
     if (ethertype == ETH_P_IPV6) {
@@ -62,7 +65,7 @@ static __always_inline const __u8 *destination(const __u8 *data, const void *end
             return 0;
         __builtin_memcpy(dst, l3 + 24, 16);
         *proto = l3[6];
-        *later_fragment = 0;
+        *fragment = 0;
         return l3 + 40;
     }
     return 0;
@@ -81,8 +84,8 @@ int gatehouse_wg_lan(struct xdp_md *ctx) {
     const void *end = (const void *)(long)ctx->data_end;
     __u8 dst[16];
     __u8 proto;
-    int later;
-    if (!destination(data, end, dst, &proto, &later))
+    int fragment;
+    if (!destination(data, end, dst, &proto, &fragment))
         return XDP_PASS;
     // Frames for another host's MAC, broadcast and multicast are not routed.
     if (data[0] & 1)
@@ -104,9 +107,9 @@ int gatehouse_wg_wan(struct xdp_md *ctx) {
     const void *end = (const void *)(long)ctx->data_end;
     __u8 dst[16];
     __u8 proto;
-    int later;
-    const __u8 *l4 = destination(data, end, dst, &proto, &later);
-    if (!l4 || proto != IPPROTO_UDP || later)
+    int fragment;
+    const __u8 *l4 = destination(data, end, dst, &proto, &fragment);
+    if (!l4 || proto != IPPROTO_UDP || fragment)
         return XDP_PASS;
     if ((const void *)(l4 + 8) > end)
         return XDP_PASS;
