@@ -381,22 +381,25 @@ while time.monotonic() < end:
 """
 
 
-def test_outer_fragments_reach_the_lan_while_frames_stream(net, tmp_path):
+@pytest.mark.parametrize("v6", [False, True], ids=["ipv4-outside", "ipv6-outside"])
+def test_outer_fragments_reach_the_lan_while_frames_stream(net, tmp_path, v6):
     """Outer fragments reach the LAN: the WAN's XDP program leaves every
     fragment to the kernel (it once redirected the first, which carries
     the port, to the AF_XDP socket, so no datagram was ever put together),
     and the worker opens what the kernel's UDP socket hands it, while
     frames stream through the AF_XDP sockets too."""
-    with site(tmp_path):
+    gw = f"{WAN6['gw']}/128" if v6 else f"{WAN['gw']}/32"
+    reasm = "Ip6ReasmOKs" if v6 else "IpReasmOKs"
+    with site(tmp_path, v6=v6):
         ping_ok("lan", "10.72.2.9")
         # b reaches the gateway over a path of 1280 bytes: its datagrams of
         # a big ping leave in fragments, and the answers come back whole.
-        ns("b", "ip", "route", "add", f"{WAN['gw']}/32", "dev", "eth0", "mtu", "1280")
+        ns("b", "ip", "-6" if v6 else "-4", "route", "add", gw, "dev", "eth0", "mtu", "1280")
         try:
             assert " 3 received" in ping("b", "10.72.1.5", extra=("-s", "1300")), "fragments without a stream"
             # The gateway's kernel put them together (the XDP program passes
             # fragments on).
-            assert int(re.search(r"IpReasmOKs\s+(\d+)", ns("gw", "nstat", "-az", "IpReasmOKs")).group(1)) >= 3
+            assert int(re.search(reasm + r"\s+(\d+)", ns("gw", "nstat", "-az", reasm)).group(1)) >= 3
             blast = subprocess.Popen(["ip", "netns", "exec", NS["lan"], sys.executable, "-c", BLAST, "10.72.2.9", "6"])
             try:
                 time.sleep(0.5)
@@ -408,7 +411,7 @@ def test_outer_fragments_reach_the_lan_while_frames_stream(net, tmp_path):
             got = int(re.search(r"(\d+) received", out).group(1))
             assert got >= 8, out
         finally:
-            ns("b", "ip", "route", "del", f"{WAN['gw']}/32", check=False)
+            ns("b", "ip", "-6" if v6 else "-4", "route", "del", gw, check=False)
 
 
 def xdp_programs():
