@@ -165,17 +165,20 @@ def run_once(proxy, workload, duration, backend_port, workdir):
     url = f"{scheme}://localhost:{proxy.ports[scheme]}/{size}"
     a0 = accepts(backend_port)
     u0, s0 = B.cpu_ticks(proxy.proc.pid)
+    w0 = B.sleeps(proxy.proc.pid)
     if client == "wrk":
         requests, errors, p99, out = B.wrk(url, duration, connections=conns)
     else:
         requests, errors, p99, out = h2load(url, duration, conns, streams, workdir)
     u1, s1 = B.cpu_ticks(proxy.proc.pid)
+    w1 = B.sleeps(proxy.proc.pid)
     a1 = accepts(backend_port)
     if requests == 0:
         raise RuntimeError(f"{proxy.name} {workload}: no requests completed\n{out}")
     per = B.TICK_US / requests
     return {"cpu_us": (u1 - u0 + s1 - s0) * per, "user_us": (u1 - u0) * per, "sys_us": (s1 - s0) * per,
-            "rps": requests / duration, "p99_ms": p99, "errors": errors, "connects": (a1 - a0) / requests}
+            "rps": requests / duration, "p99_ms": p99, "errors": errors, "connects": (a1 - a0) / requests,
+            "sleeps": (w1 - w0) / requests}
 
 
 def median(runs, key):
@@ -242,16 +245,16 @@ def side_by_side(name, peers, proxy_class, workloads, args, run_once, peer):
 def table(results, ratio_title):
     """The results as markdown rows, each with Gatehouse's per-round CPU
     ratio to that row's server."""
-    lines = ["| workload | server | CPU-µs/request | user µs | system µs | requests/s | p99 ms | connects/request "
-             f"| errors | {ratio_title} |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| workload | server | CPU-µs/request | user µs | system µs | sleeps/request | requests/s | p99 ms "
+             f"| connects/request | errors | {ratio_title} |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for w, runs in results.items():
         g = runs["gatehouse"]
         for name, rs in runs.items():
             ratio = statistics.median(a["cpu_us"] / b["cpu_us"] for a, b in zip(g, rs))
             p99 = median(rs, "p99_ms")
             lines.append(f"| {w} | {name} | {median(rs, 'cpu_us'):.2f} | {median(rs, 'user_us'):.2f} | "
-                         f"{median(rs, 'sys_us'):.2f} | {median(rs, 'rps'):.0f} | "
+                         f"{median(rs, 'sys_us'):.2f} | {median(rs, 'sleeps'):.2f} | {median(rs, 'rps'):.0f} | "
                          f"{'-' if p99 is None else f'{p99:.2f}'} | {median(rs, 'connects'):.4f} | "
                          f"{sum(r['errors'] for r in rs)} | {ratio:.2f} |")
     return lines
@@ -273,6 +276,7 @@ def main():
              f"Peers: {versions['haproxy']}; {versions['nginx']}. Each proxy on CPU 0, load generator and "
              f"NGINX backend on CPU 1; {args.rounds} interleaved rounds of {args.duration} s per proxy after a "
              "2 s warm-up; medians over the rounds. CPU-µs = proxy user+system CPU / requests; "
+             "sleeps/request = the proxy's voluntary context switches / requests; "
              "connects/request = backend accepts / requests; ÷ = median per-round ratio of Gatehouse's "
              "CPU-µs to the peer's.", ""]
     lines += table(results, "Gatehouse ÷ this")

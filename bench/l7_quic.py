@@ -180,6 +180,7 @@ def run_once(proxy, workload, duration, backend_port, workdir):
     client, conns, streams, size = WORKLOADS[workload]
     a0 = E.accepts(backend_port)
     u0, s0 = B.cpu_ticks(proxy.proc.pid)
+    w0 = B.sleeps(proxy.proc.pid)
     rps = None
     if workload in PACED:
         rates = RATES.get((proxy.name, PACED[workload]))
@@ -194,6 +195,7 @@ def run_once(proxy, workload, duration, backend_port, workdir):
         requests, errors, p99, out = h3load(proxy.port, size, duration, conns, streams, client == "handshake",
                                             tcp=client == "h3load-tcp", rate=rps)
     u1, s1 = B.cpu_ticks(proxy.proc.pid)
+    w1 = B.sleeps(proxy.proc.pid)
     a1 = E.accepts(backend_port)
     if requests == 0:
         raise RuntimeError(f"{proxy.name} {workload}: no requests completed\n{out}")
@@ -201,7 +203,8 @@ def run_once(proxy, workload, duration, backend_port, workdir):
     if duration > 2:  # not a warm-up
         RATES.setdefault((proxy.name, workload), []).append(requests / duration)
     return {"cpu_us": (u1 - u0 + s1 - s0) * per, "user_us": (u1 - u0) * per, "sys_us": (s1 - s0) * per,
-            "rps": requests / duration, "p99_ms": p99, "errors": errors, "connects": (a1 - a0) / requests}
+            "rps": requests / duration, "p99_ms": p99, "errors": errors, "connects": (a1 - a0) / requests,
+            "sleeps": (w1 - w0) / requests}
 
 
 def main():
@@ -223,7 +226,8 @@ def main():
              f"generator (h2load, or quic-go's h3load) and the NGINX backend on CPU 1; {args.rounds} interleaved "
              f"rounds of {args.duration} s per proxy after a 2 s warm-up; medians over the rounds. "
              "CPU-µs = proxy user+system CPU / requests (in h3-handshake, one request per handshake); "
-             "connects/request = backend accepts / requests; ÷ Caddy = median per-round ratio of Gatehouse's "
+             "sleeps/request = the proxy's voluntary context switches / requests (each sleep and wake-up "
+             "costs CPU, more on a VM); connects/request = backend accepts / requests; ÷ Caddy = median per-round ratio of Gatehouse's "
              "CPU-µs to Caddy's.", ""]
     lines += E.table(results, "Gatehouse ÷ Caddy")
     lines.append("")

@@ -456,7 +456,9 @@ def run_site(kind, seconds, rows, workloads):
                 cases += [(f"UDP 64 B offered {r // 1000} kpps, client to server", ["-u", "-l", "64", "-b", str(r * 64 * 8)])
                           for r in UDP_RATES]
             for name, args in cases:
+                w0 = l7_bench.sleeps(site.gateway.pid)
                 out, cpu, _soft, wall = iperf(site, seconds, args)
+                sleeps = (l7_bench.sleeps(site.gateway.pid) - w0) / wall
                 # The gateway is all that runs on CPU 0: its cost is the
                 # CPU's busy time, softirq in any task's context included.
                 cost = out["cpu0_busy"]
@@ -464,7 +466,8 @@ def run_site(kind, seconds, rows, workloads):
                 # while CPU 0 had work: in the busy time, not the gateway's.
                 steal = out["cpu0_steal"]
                 own = max(cost - steal, 1e-9)
-                tail = (f"{cpu / wall:.2f}", f"{out['cpu0_softirq'] / wall:.2f}", f"{cost / wall:.2f}", f"{steal / wall:.2f}")
+                tail = (f"{cpu / wall:.2f}", f"{sleeps:,.0f}", f"{out['cpu0_softirq'] / wall:.2f}", f"{cost / wall:.2f}",
+                        f"{steal / wall:.2f}")
                 if args[:1] == ["-u"]:
                     s = out["end"]["sum"]
                     got = s["packets"] - s["lost_packets"] + out["socket_drops"]
@@ -544,10 +547,12 @@ def main():
             "between its runs (UDP: what reached iperf3's socket, its own drops included). The busy time also",
             "holds CPU 0's stolen time (/proc/stat: the hypervisor ran another thread on its host CPU while",
             "CPU 0 had work), which varies with the host's other load: the next column leaves it out.",
+            "Gateway sleeps: its threads' voluntary context switches a second (each sleep and wake-up costs",
+            "CPU 0 time, on a VM tens of µs: timer and interrupt exits to the hypervisor).",
             "",
             "| gateway | workload | delivered | per gateway CPU-second | the same, stolen time left out | gateway CPUs "
-            "| CPU 0 softirq | CPU 0 busy | CPU 0 stolen |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| gateway sleeps/s | CPU 0 softirq | CPU 0 busy | CPU 0 stolen |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *("| " + " | ".join(r) + " |" for r in site_rows),
             "",
         ]
