@@ -227,8 +227,8 @@ def main():
              f"rounds of {args.duration} s per proxy after a 2 s warm-up; medians over the rounds. "
              "CPU-µs = proxy user+system CPU / requests (in h3-handshake, one request per handshake); "
              "sleeps/request = the proxy's voluntary context switches / requests (each sleep and wake-up "
-             "costs CPU, more on a VM); connects/request = backend accepts / requests; ÷ Caddy = median per-round ratio of Gatehouse's "
-             "CPU-µs to Caddy's.", ""]
+             "costs CPU, more on a VM); connects/request = backend accepts / requests; ÷ Caddy = median "
+             "per-round ratio of Gatehouse's CPU-µs to Caddy's.", ""]
     lines += E.table(results, "Gatehouse ÷ Caddy")
     lines.append("")
     for h3, h2 in (("h3", "h2"), ("h3-64k", "h2-64k"), ("h3", "h2-at-h3-rate"), ("h3-64k", "h2-64k-at-h3-rate"),

@@ -199,6 +199,10 @@ wireguard:
     def cpu(self):
         return sum(cpu_seconds(p.pid) for p in self.procs)
 
+    def sleeps(self):
+        """The daemons' voluntary context switches so far."""
+        return sum(l7_bench.sleeps(p.pid) for p in self.procs)
+
     def stop(self):
         for p in self.procs:
             p.terminate()
@@ -241,8 +245,9 @@ class SocketDrops:
 
 def iperf(pair, seconds, args):
     """iperf3 from the pair's client to its server for `seconds`; returns
-    iperf3's report (with the server socket's drops), the daemons' CPU
-    seconds, the machine's and CPU 0's softirq seconds, and the wall time."""
+    iperf3's report (with the server socket's drops, CPU 0's times and the
+    daemons' voluntary context switches), the daemons' CPU seconds, the
+    machine's softirq seconds, and the wall time."""
     srv = subprocess.Popen(
         ["taskset", "-c", "1", "ip", "netns", "exec", pair.server_ns, "iperf3", "-s", "-1", "-B", pair.server_addr],
         stdout=subprocess.DEVNULL,
@@ -254,6 +259,7 @@ def iperf(pair, seconds, args):
             if ":5201 " in ns(pair.server_ns, "ss", "-ltnu"):
                 break
             time.sleep(0.05)
+        w0 = pair.sleeps()
         c0, (s0, z0, i0, st0), t0 = pair.cpu(), cpu_times(), time.time()
         p = subprocess.run(
             ["taskset", "-c", "1", "ip", "netns", "exec", pair.client_ns, "iperf3", "-c", pair.server_addr, "-J", "-t", str(seconds), *args],
@@ -261,6 +267,7 @@ def iperf(pair, seconds, args):
             text=True,
         )
         c1, (s1, z1, i1, st1), t1 = pair.cpu(), cpu_times(), time.time()
+        w1 = pair.sleeps()
         out = json.loads(p.stdout)
         if "error" in out:
             raise SystemExit(f"iperf3: {out['error']}")
@@ -272,6 +279,7 @@ def iperf(pair, seconds, args):
     out["cpu0_softirq"] = z1 - z0
     out["cpu0_busy"] = (t1 - t0) - (i1 - i0)
     out["cpu0_steal"] = st1 - st0
+    out["sleeps"] = w1 - w0
     return out, c1 - c0, s1 - s0, t1 - t0
 
 
@@ -432,6 +440,10 @@ wireguard:
         """The gateway's CPU seconds alone."""
         return cpu_seconds(self.gateway.pid)
 
+    def sleeps(self):
+        """The gateway's voluntary context switches so far."""
+        return l7_bench.sleeps(self.gateway.pid)
+
     def stop(self):
         Pair.stop(self)
         for dev in ("bwgg", "bwgr"):
@@ -456,9 +468,8 @@ def run_site(kind, seconds, rows, workloads):
                 cases += [(f"UDP 64 B offered {r // 1000} kpps, client to server", ["-u", "-l", "64", "-b", str(r * 64 * 8)])
                           for r in UDP_RATES]
             for name, args in cases:
-                w0 = l7_bench.sleeps(site.gateway.pid)
                 out, cpu, _soft, wall = iperf(site, seconds, args)
-                sleeps = (l7_bench.sleeps(site.gateway.pid) - w0) / wall
+                sleeps = out["sleeps"] / wall
                 # The gateway is all that runs on CPU 0: its cost is the
                 # CPU's busy time, softirq in any task's context included.
                 cost = out["cpu0_busy"]
