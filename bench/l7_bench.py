@@ -66,39 +66,35 @@ def process_tree(pid):
     return out
 
 
-def sleeps(pid):
-    """Voluntary context switches of a process and its descendants, all
-    their threads: how often they went to sleep for want of work. On a VM
-    each sleep and wake-up costs tens of µs of CPU, so a proxy that waits
-    for every request of a client spreading them out pays more a request
-    than one fed a client's requests in bursts."""
-    n = 0
+def usage(pid):
+    """(utime, stime, sleeps) of a process and its descendants, all their
+    threads, from one walk of the tree: sleeps are the voluntary context
+    switches, how often they went to sleep for want of work. On a VM each
+    sleep and wake-up costs tens of µs of CPU, so a proxy that waits for
+    every request of a client spreading them out pays more a request than
+    one fed a client's requests in bursts."""
+    user = system = sleeps = 0
     for p in process_tree(pid):
         try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             tasks = list(Path(f"/proc/{p}/task").iterdir())
         except FileNotFoundError:
             continue
+        user += int(fields[11])
+        system += int(fields[12])
         for t in tasks:
             try:
                 status = (t / "status").read_text()
             except FileNotFoundError:
                 continue
-            n += next((int(line.split()[1]) for line in status.splitlines()
-                       if line.startswith("voluntary_ctxt_switches")), 0)
-    return n
+            sleeps += next((int(line.split()[1]) for line in status.splitlines()
+                            if line.startswith("voluntary_ctxt_switches")), 0)
+    return user, system, sleeps
 
 
 def cpu_ticks(pid):
     """(utime, stime) of a process and its descendants (all their threads)."""
-    user = system = 0
-    for p in process_tree(pid):
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        user += int(fields[11])
-        system += int(fields[12])
-    return user, system
+    return usage(pid)[:2]
 
 
 class Server:

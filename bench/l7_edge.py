@@ -164,14 +164,12 @@ def run_once(proxy, workload, duration, backend_port, workdir):
     scheme, client, conns, streams, size = WORKLOADS[workload]
     url = f"{scheme}://localhost:{proxy.ports[scheme]}/{size}"
     a0 = accepts(backend_port)
-    u0, s0 = B.cpu_ticks(proxy.proc.pid)
-    w0 = B.sleeps(proxy.proc.pid)
+    u0, s0, w0 = B.usage(proxy.proc.pid)
     if client == "wrk":
         requests, errors, p99, out = B.wrk(url, duration, connections=conns)
     else:
         requests, errors, p99, out = h2load(url, duration, conns, streams, workdir)
-    u1, s1 = B.cpu_ticks(proxy.proc.pid)
-    w1 = B.sleeps(proxy.proc.pid)
+    u1, s1, w1 = B.usage(proxy.proc.pid)
     a1 = accepts(backend_port)
     if requests == 0:
         raise RuntimeError(f"{proxy.name} {workload}: no requests completed\n{out}")

@@ -179,8 +179,7 @@ def h3load(port, size, duration, connections, streams, handshake, tcp=False, rat
 def run_once(proxy, workload, duration, backend_port, workdir):
     client, conns, streams, size = WORKLOADS[workload]
     a0 = E.accepts(backend_port)
-    u0, s0 = B.cpu_ticks(proxy.proc.pid)
-    w0 = B.sleeps(proxy.proc.pid)
+    u0, s0, w0 = B.usage(proxy.proc.pid)
     rps = None
     if workload in PACED:
         rates = RATES.get((proxy.name, PACED[workload]))
@@ -194,8 +193,7 @@ def run_once(proxy, workload, duration, backend_port, workdir):
     else:
         requests, errors, p99, out = h3load(proxy.port, size, duration, conns, streams, client == "handshake",
                                             tcp=client == "h3load-tcp", rate=rps)
-    u1, s1 = B.cpu_ticks(proxy.proc.pid)
-    w1 = B.sleeps(proxy.proc.pid)
+    u1, s1, w1 = B.usage(proxy.proc.pid)
     a1 = E.accepts(backend_port)
     if requests == 0:
         raise RuntimeError(f"{proxy.name} {workload}: no requests completed\n{out}")

@@ -201,7 +201,7 @@ wireguard:
 
     def sleeps(self):
         """The daemons' voluntary context switches so far."""
-        return sum(l7_bench.sleeps(p.pid) for p in self.procs)
+        return sum(l7_bench.usage(p.pid)[2] for p in self.procs)
 
     def stop(self):
         for p in self.procs:
@@ -442,7 +442,7 @@ wireguard:
 
     def sleeps(self):
         """The gateway's voluntary context switches so far."""
-        return l7_bench.sleeps(self.gateway.pid)
+        return l7_bench.usage(self.gateway.pid)[2]
 
     def stop(self):
         Pair.stop(self)
