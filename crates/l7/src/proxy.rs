@@ -67,6 +67,19 @@ pub enum HeadWriter {
     Map,
 }
 
+/// [`handle`]'s future, boxed for a connection that keeps many of them.
+/// The box comes first and the future is made in it: the future has room
+/// for every state of an exchange (about 4 KB), and `Box::pin(handle(..))`
+/// builds all of that on the stack and copies it into the box, for every
+/// request, where made in place only the request and the state are written.
+pub fn handle_boxed(
+    req: Request<ClientBody>,
+    conn: Arc<ConnState>,
+    writer: HeadWriter,
+) -> std::pin::Pin<Box<impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + use<>>> {
+    Box::into_pin(Box::write(Box::new_uninit(), handle(req, conn, writer)))
+}
+
 /// The entry point for every request of every client.
 pub async fn handle(
     req: Request<ClientBody>,

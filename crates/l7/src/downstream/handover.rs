@@ -74,7 +74,7 @@ where
     // proxy's future is kilobytes, so each move was a large memcpy; a box
     // moves as one pointer.
     let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        Box::pin(proxy::handle(req.map(ClientBody::Hyper), state.clone(), HeadWriter::Map))
+        proxy::handle_boxed(req.map(ClientBody::Hyper), state.clone(), HeadWriter::Map)
     });
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(TokioTimer::new())

@@ -299,7 +299,7 @@ impl<T: AsyncRead + AsyncWrite> Conn<T> {
         };
         s.body = sender;
         let request = request.map(|()| body);
-        s.task = Task::Handling(Box::pin(proxy::handle(request, self.state.clone(), HeadWriter::Map)));
+        s.task = Task::Handling(proxy::handle_boxed(request, self.state.clone(), HeadWriter::Map));
         self.ready.mark(slot);
     }
 

@@ -149,7 +149,7 @@ impl Conn {
         if early {
             request.headers_mut().insert("early-data", http::HeaderValue::from_static("1"));
         }
-        s.task = Task::Handling(Box::pin(proxy::handle(request, state, HeadWriter::Map)));
+        s.task = Task::Handling(proxy::handle_boxed(request, state, HeadWriter::Map));
         self.ready.mark(slot);
     }
 
