@@ -175,6 +175,11 @@ impl Conn {
         let index = match self.slots.iter().position(Option::is_none) {
             Some(i) => i,
             None if self.slots.len() < self.ready.capacity() => {
+                if self.slots.capacity() == 0 {
+                    let room = self.busiest.max(4).min(self.ready.capacity());
+                    self.slots.reserve_exact(room);
+                    self.by_stream.reserve(room);
+                }
                 self.slots.push(None);
                 self.slots.len() - 1
             }
@@ -203,8 +208,10 @@ impl Conn {
         }
         if self.by_stream.is_empty() {
             // An idle connection keeps no room for requests: the slots'
-            // vector starts at four (3 KB), and most connections sit idle
-            // between a few requests.
+            // vector starts at four (448 bytes), and most connections sit idle
+            // between a few requests. One that was busy gets its room back
+            // whole when the next request comes.
+            self.busiest = self.slots.len();
             self.slots = Vec::new();
             self.by_stream = FxHashMap::default();
         }
