@@ -29,7 +29,7 @@ MODE=${3:-h1}
 H3LOAD=target/h3load
 [ "$MODE" != h3 ] || [ -x "$H3LOAD" ] || { echo "$H3LOAD is missing (scripts/install-deps.sh --bench)" >&2; exit 1; }
 for tool in valgrind h2load nginx; do
-  command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install valgrind nghttp2-client nginx)" >&2; exit 1; }
+  command -v "$tool" >/dev/null || { echo "$tool is missing (scripts/install-deps.sh --bench)" >&2; exit 1; }
 done
 dir=$(mktemp -d)
 trap 'nginx -c "$dir/nginx.conf" -p "$dir" -s stop 2>/dev/null || true; rm -rf "$dir"' EXIT

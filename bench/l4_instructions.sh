@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 BIN=${1:-target/release/gatehouse}
 MODES=${2:-nat,fnat,dr}
 PROTOS=${3:-tcp,udp}
-command -v valgrind >/dev/null || { echo "valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
+command -v valgrind >/dev/null || { echo "valgrind is missing (scripts/install-deps.sh --bench)" >&2; exit 1; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for mode in ${MODES//,/ }; do

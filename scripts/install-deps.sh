@@ -67,6 +67,9 @@ need socat /usr/bin/socat
 need fonts-dejavu-core /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 if [ "${1:-}" = "--bench" ]; then
   need haproxy /usr/sbin/haproxy
+  # bench/instructions.sh and bench/l4_instructions.sh count instructions
+  # with callgrind.
+  need valgrind /usr/bin/valgrind
 fi
 # make fuzz: cargo-afl builds AFL++ from its own copy of the source (make,
 # a C compiler); the runner times each fuzzer with the kernel's accounting.
