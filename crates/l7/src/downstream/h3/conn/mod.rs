@@ -61,7 +61,9 @@ type Handling = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, std::
 /// A stream's work. The response lives in a box of its own from the
 /// moment the handler gives it, so that a slot stays small (a response
 /// with its upstream body is about 670 bytes) and its steps move a pointer,
-/// not the response.
+/// not the response. HTTP/2's server keeps its body inline instead: its
+/// slots live as long as the connection, so their size is paid once, where
+/// these are freed whenever the connection has no request and made again.
 enum Task {
     Handling(Handling),
     /// A response whose head quiche could not take yet.
