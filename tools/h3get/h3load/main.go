@@ -43,6 +43,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/qlog"
 
 	"gatehouse/tools/h3get/internal/target"
 )
@@ -156,10 +157,16 @@ func main() {
 		fail(fmt.Errorf("-curve %q: expected x25519, x25519mlkem768 or p256", *curve))
 	}
 	port := server.Port
+	quicConf := &quic.Config{MaxIdleTimeout: 30 * time.Second}
+	if os.Getenv("QLOGDIR") != "" {
+		// A qlog of every connection (bench/h3_frames.py reads them). It
+		// slows the client: no figure of a traced run is a cost.
+		quicConf.Tracer = qlog.DefaultConnectionTracer
+	}
 	l := &load{
 		server: server,
 		tls:    tlsConf,
-		quic:   &quic.Config{MaxIdleTimeout: 30 * time.Second},
+		quic:   quicConf,
 		url:    fmt.Sprintf("https://%s:%d%s", *host, port, *path),
 		gro:    *gro,
 	}
