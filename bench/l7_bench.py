@@ -323,7 +323,9 @@ def cpu_model():
     get = lambda k: re.search(rf"^{k}\s*: (.*)$", info, re.M).group(1)  # noqa: E731
     fam = int(get("cpu family"))
     # Family 25 is Zen 3 and Zen 4; of the two only Zen 4 has AVX-512.
-    gen = {25: "Zen 4" if "avx512f" in info else "Zen 3", 26: "Zen 5"}.get(fam, "?")
+    # Any other family (Intel's 6, say) compares with neither.
+    gen = {25: "Zen 4" if "avx512f" in info else "Zen 3", 26: "Zen 5"}.get(
+        fam, "not a Zen 4 or Zen 5")
     ifma_note = "AVX-512 IFMA" if "avx512ifma" in info else "no AVX-512 IFMA"
     return f"{get('model name')}, {gen} (family {fam}, model {get('model')}, {ifma_note})"
 
